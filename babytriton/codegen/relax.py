@@ -1,0 +1,510 @@
+"""The Relax backend: one ast.NodeVisitor that drives TVM's Relax IRBuilder.
+
+Values while compiling are either compile-time Python values (ints, floats, bools, tuples, shape
+entries) or Relax expressions (tensors). Python values fold at compile time; a Python number
+meeting a tensor takes the tensor's dtype, as in torch.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import difflib
+import functools
+
+import torch
+from tvm import relax, tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import ir as I
+from tvm.script.ir_builder import relax as RB
+
+from ..errors import CompilationError, Diagnostic, debug_enabled
+from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, format_shape
+from . import ops
+from .scope import Scope
+from .source import ParsedFunction
+
+PY_SCALARS = (bool, int, float)
+# Python builtins that make sense on compile-time values inside @jit code.
+PY_BUILTINS = {name: getattr(builtins, name) for name in ("abs", "min", "max", "int", "float", "bool", "round")}
+
+_SYNTAX_NAMES = {
+    "Lambda": "lambda expressions", "ListComp": "list comprehensions", "SetComp": "set comprehensions",
+    "DictComp": "dict comprehensions", "GeneratorExp": "generator expressions", "ClassDef": "class definitions",
+    "FunctionDef": "nested function definitions", "Try": "try/except", "TryStar": "try/except*",
+    "Global": "`global` statements", "Nonlocal": "`nonlocal` statements", "JoinedStr": "f-strings",
+    "With": "`with` blocks", "Raise": "`raise`", "Assert": "`assert`", "Delete": "`del`",
+    "Import": "imports", "ImportFrom": "imports", "Yield": "`yield`", "YieldFrom": "`yield from`",
+    "Await": "`await`", "Starred": "star-expressions (*args)", "Dict": "dict literals", "Set": "set literals",
+    "NamedExpr": "the walrus operator `:=`", "Slice": "slices", "If": "`if` statements",
+    "For": "`for` loops", "While": "`while` loops", "Break": "`break`", "Continue": "`continue`",
+    "Match": "`match` statements", "AsyncFor": "`async for`", "AsyncWith": "`async with`",
+}
+
+
+def is_tensor(value) -> bool:
+    return isinstance(value, relax.Expr) and isinstance(value.ty, relax.TensorType)
+
+
+def is_python_scalar(value) -> bool:
+    return isinstance(value, PY_SCALARS)
+
+
+def dtype_of(value) -> str:
+    return str(value.ty.dtype)
+
+
+def shape_of(value) -> tuple:
+    """Static entries as ints, symbolic ones as TIR expressions."""
+    shape = value.ty.shape
+    if shape is None:
+        return tuple([None] * value.ty.ndim)
+    return tuple(int(d) if isinstance(d, tirx.IntImm) else d for d in shape.values)
+
+
+def describe(value) -> str:
+    if is_tensor(value):
+        return f"a {dtype_of(value)} tensor of shape {format_shape(shape_of(value))}"
+    if isinstance(value, relax.Expr) and isinstance(value.ty, relax.TupleType):
+        return f"a tuple of {len(value.ty.fields)} values"
+    if isinstance(value, tirx.PrimExpr):
+        return f"the symbolic size {value}"
+    return f"{type(value).__name__} {value!r}"
+
+
+@functools.lru_cache(maxsize=None)
+def _dummy(dtype: str, zero_dim: bool) -> torch.Tensor:
+    return torch.empty(() if zero_dim else (1,), dtype=DTYPES[dtype])
+
+
+def _torch_operand(value):
+    return _dummy(dtype_of(value), value.ty.ndim == 0) if is_tensor(value) else value
+
+
+def promote(lhs, rhs) -> str:
+    """The result dtype of combining two operands, by torch's rules (0-d tensors and Python numbers
+    don't widen a dimensioned tensor's dtype)."""
+    return TORCH_TO_NAME[torch.result_type(_torch_operand(lhs), _torch_operand(rhs))]
+
+
+def broadcast(a: tuple, b: tuple) -> tuple | None:
+    """Broadcast two shapes; None when static sizes disagree. Symbolic sizes are trusted to match."""
+    out = []
+    for x, y in zip(reversed((1,) * (len(b) - len(a)) + a), reversed((1,) * (len(a) - len(b)) + b)):
+        if isinstance(x, int) and isinstance(y, int):
+            if x != y and 1 not in (x, y):
+                return None
+            out.append(max(x, y) if 0 not in (x, y) else 0)
+        else:
+            out.append(y if x == 1 else x)
+    return tuple(reversed(out))
+
+
+class RelaxCodeGen(ast.NodeVisitor):
+    """Compiles one parsed Python function into a Relax function inside an IRModule."""
+
+    def __init__(self, parsed: ParsedFunction, specs: dict[str, ArgSpec], options=None):
+        self.parsed = parsed
+        self.specs = specs
+        self.options = options
+        fn = parsed.fn
+        closure = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in (fn.__closure__ or ())))) \
+            if fn.__closure__ else {}
+        self.py_names = {**fn.__globals__, **closure}
+        self.scope = Scope()
+        self.ib: IRBuilder | None = None
+        self.sym_vars: dict[str, tirx.Var] = {}
+        self.user_named: set = set()   # Relax vars already given a user's name
+        self.returned = None           # the value of the `return` reached, once reached
+
+    # ------------------------------------------------------------------------------------------
+    # driver and the one error path
+    # ------------------------------------------------------------------------------------------
+    def build(self):
+        with IRBuilder() as ib:
+            self.ib = ib
+            with I.ir_module():
+                self.visit(self.parsed.tree)
+        return ib.get()
+
+    def visit(self, node):
+        try:
+            return super().visit(node)
+        except CompilationError:
+            raise
+        except Diagnostic as e:
+            raise self.error(node, str(e)) from (e if debug_enabled() else None)
+        except RecursionError:
+            raise self.error(node, "expression nested too deeply to compile") from None
+        except Exception as e:  # noqa: BLE001 - TVM raises many types; none may reach the user raw
+            message = f"could not compile `{ast.unparse(node)}`: the compiler failed on it"
+            if debug_enabled():
+                message += f"\n[BABYTRITON_DEBUG] {type(e).__name__}: {e}"
+                raise self.error(node, message) from e
+            message += " (set BABYTRITON_DEBUG=1 to see the cause)"
+            raise self.error(node, message) from None
+
+    def error(self, node, message: str) -> CompilationError:
+        return self.parsed.source_map.error(node, message)
+
+    def generic_visit(self, node):
+        what = _SYNTAX_NAMES.get(type(node).__name__, f"`{type(node).__name__}` nodes")
+        raise Diagnostic(f"{what} are not supported in @jit functions")
+
+    # ------------------------------------------------------------------------------------------
+    # helpers
+    # ------------------------------------------------------------------------------------------
+    def emit(self, expr: relax.Expr) -> relax.Var:
+        return RB.emit(expr)
+
+    def const(self, value, dtype: str | None = None) -> relax.Expr:
+        """A Python value as a 0-d Relax constant; default dtypes follow torch (int64, float32)."""
+        if dtype is None:
+            dtype = "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else "float32"
+        if dtype.startswith(("int", "uint")) and isinstance(value, float) and not value.is_integer():
+            raise Diagnostic(f"the float {value!r} cannot be exactly represented as {dtype}")
+        return relax.const(value, dtype)
+
+    def as_tensor(self, value, dtype: str) -> relax.Expr:
+        """An operand as a tensor of `dtype` (casting tensors, materialising Python numbers)."""
+        if is_tensor(value):
+            return value if dtype_of(value) == dtype else self.emit(relax.op.astype(value, dtype))
+        if is_python_scalar(value):
+            return self.const(value, dtype)
+        raise Diagnostic(f"expected a tensor or a number, got {describe(value)}")
+
+    def operand(self, value):
+        """Check that a value can take part in arithmetic."""
+        if is_tensor(value) or is_python_scalar(value):
+            return value
+        if isinstance(value, tirx.PrimExpr):
+            raise Diagnostic(f"{describe(value)} is only known at run time; it can be used in shapes, "
+                             "not as a tensor value")
+        raise Diagnostic(f"expected a tensor or a number, got {describe(value)}")
+
+    def to_expr(self, value) -> relax.Expr:
+        """A value as a Relax expression, for returning it."""
+        if isinstance(value, relax.Expr):
+            return value
+        if is_python_scalar(value):
+            return self.const(value)
+        if isinstance(value, tuple):
+            return relax.Tuple([self.to_expr(v) for v in value])
+        if value is None:
+            return relax.Tuple([])
+        raise Diagnostic(f"cannot return {describe(value)} from a @jit function")
+
+    def bind(self, name: str, value) -> None:
+        """Give a freshly computed Relax var the user's name (once), and record it in the scope."""
+        if isinstance(value, relax.Var) and value not in self.user_named and not self._is_param(value):
+            self.ib.name(name, value)
+            self.user_named.add(value)
+        self.scope.assign(name, value)
+
+    def _is_param(self, var) -> bool:
+        return var in self.params
+
+    def symbolic(self, name: str) -> tirx.Var:
+        if name not in self.sym_vars:
+            self.sym_vars[name] = tirx.Var(name, "int64")
+        return self.sym_vars[name]
+
+    # ------------------------------------------------------------------------------------------
+    # statements
+    # ------------------------------------------------------------------------------------------
+    def visit_FunctionDef(self, node: ast.FunctionDef):
+        with RB.function():
+            RB.func_name(node.name)
+            with self.scope.frame():
+                self.params = set()
+                for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
+                    self.declare_param(arg)
+                self.visit_body(node.body)
+                RB.func_ret_value(self.to_expr(self.returned))
+
+    def declare_param(self, arg: ast.arg):
+        spec = self.specs[arg.arg]
+        if spec.kind == "constexpr":
+            self.scope.assign(arg.arg, spec.value)
+            return
+        shape = tuple(self.symbolic(d) if isinstance(d, str) else d for d in spec.shape)
+        var = RB.arg(arg.arg, relax.TensorType(list(shape), spec.dtype))
+        self.params.add(var)
+        self.scope.assign(arg.arg, var)
+
+    def visit_body(self, body: list[ast.stmt]):
+        """Compile statements in order until a `return` is reached; what follows it never runs."""
+        for stmt in body:
+            self.visit(stmt)
+            if self.returned is not None:
+                return
+
+    def visit_Return(self, node: ast.Return):
+        value = self.visit(node.value) if node.value is not None else None
+        self.returned = value if value is not None else ()
+
+    def visit_Pass(self, node):
+        pass
+
+    def visit_Expr(self, node: ast.Expr):
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return  # a docstring
+        self.visit(node.value)
+
+    def visit_Assign(self, node: ast.Assign):
+        value = self.visit(node.value)
+        for target in node.targets:
+            self.assign(target, value)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign):
+        if node.value is None:
+            raise Diagnostic("a bare annotation (`x: T` without a value) declares nothing in @jit code")
+        self.assign(node.target, self.visit(node.value))
+
+    def visit_AugAssign(self, node: ast.AugAssign):
+        # x += y is x = x + y: tensors are values, never updated in place.
+        load = ast.copy_location(ast.Name(node.target.id, ast.Load()), node.target) \
+            if isinstance(node.target, ast.Name) else node.target
+        binop = ast.copy_location(ast.BinOp(load, node.op, node.value), node)
+        self.visit(ast.copy_location(ast.Assign([node.target], binop), node))
+
+    def assign(self, target: ast.expr, value):
+        if isinstance(target, ast.Name):
+            self.bind(target.id, value)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            items = self.unpack(value, len(target.elts))
+            for sub, item in zip(target.elts, items):
+                self.assign(sub, item)
+        elif isinstance(target, ast.Subscript):
+            raise self.error(target, "assigning into part of a tensor is not supported: tensors are values "
+                                     "here; compute a new tensor instead (or use backend='tir')")
+        else:
+            raise self.error(target, f"cannot assign to {ast.unparse(target)}")
+
+    def unpack(self, value, count: int) -> list:
+        if isinstance(value, (tuple, list)):
+            items = list(value)
+        elif isinstance(value, relax.Expr) and isinstance(value.ty, relax.TupleType):
+            items = [self.emit(relax.TupleGetItem(value, i)) for i in range(len(value.ty.fields))]
+        else:
+            raise Diagnostic(f"cannot unpack {describe(value)} into {count} names")
+        if len(items) != count:
+            raise Diagnostic(f"cannot unpack {len(items)} values into {count} names")
+        return items
+
+    # ------------------------------------------------------------------------------------------
+    # expressions
+    # ------------------------------------------------------------------------------------------
+    def visit_Constant(self, node: ast.Constant):
+        if isinstance(node.value, (bool, int, float, str)) or node.value is None:
+            return node.value
+        raise Diagnostic(f"constants of type {type(node.value).__name__} are not supported")
+
+    def visit_Name(self, node: ast.Name):
+        name = node.id
+        if name in self.scope:
+            return self.scope.lookup(name)
+        if name in self.py_names:
+            return self.python_value(name, self.py_names[name])
+        if name in PY_BUILTINS or name == "len":
+            return getattr(builtins, name)
+        known = self.scope.names() | set(self.py_names) | set(PY_BUILTINS)
+        hint = difflib.get_close_matches(name, known, n=1)
+        raise Diagnostic(f"name '{name}' is not defined" + (f"; did you mean '{hint[0]}'?" if hint else ""))
+
+    def python_value(self, name: str, value):
+        """A name from the function's globals or closure, read once at compile time."""
+        if hasattr(value, "item") and getattr(value, "shape", None) == () and not isinstance(value, torch.Tensor):
+            value = value.item()  # numpy scalars
+        return value
+
+    def visit_Tuple(self, node: ast.Tuple):
+        return tuple(self.visit(e) for e in node.elts)
+
+    visit_List = visit_Tuple
+
+    def visit_BinOp(self, node: ast.BinOp):
+        return self.binary(node.op, self.visit(node.left), self.visit(node.right))
+
+    def binary(self, op: ast.operator, lhs, rhs):
+        kind = type(op)
+        if not (is_tensor(lhs) or is_tensor(rhs)):
+            if isinstance(lhs, tirx.PrimExpr) or isinstance(rhs, tirx.PrimExpr) or (
+                    is_python_scalar(lhs) and is_python_scalar(rhs)):
+                try:
+                    return ops.PY_BINARY[kind](lhs, rhs)
+                except ZeroDivisionError:
+                    raise Diagnostic("division by zero in a compile-time expression") from None
+            if isinstance(lhs, tuple) and isinstance(rhs, tuple) and kind is ast.Add:
+                return lhs + rhs
+        lhs, rhs = self.operand(lhs), self.operand(rhs)
+        sym = ops.SYMBOL[kind]
+        dtype = promote(lhs, rhs)
+        if kind in ops.BITWISE:
+            if dtype.startswith(("float", "bfloat")):
+                raise Diagnostic(f"`{sym}` needs bool or integer operands, got {describe(lhs)} and {describe(rhs)}")
+            int_op, bool_op = ops.BITWISE[kind]
+            return self.emit_binary(int_op if dtype != "bool" else bool_op, lhs, rhs, dtype, sym)
+        if kind not in ops.ARITH:
+            raise Diagnostic(f"the operator `{sym}` is not supported on tensors")
+        if dtype == "bool":
+            raise Diagnostic(f"`{sym}` on bool tensors is not supported; use `|`, `&`, `^` or convert with .astype()")
+        if kind is ast.Div and not dtype.startswith(("float", "bfloat")):
+            dtype = TORCH_TO_NAME[torch.get_default_dtype()]  # true division, as in Python and torch
+        if kind is ast.MatMult:
+            return self.matmul(lhs, rhs)
+        return self.emit_binary(ops.ARITH[kind], lhs, rhs, dtype, sym)
+
+    def emit_binary(self, relax_op, lhs, rhs, dtype: str, sym: str):
+        if is_tensor(lhs) and is_tensor(rhs) and broadcast(shape_of(lhs), shape_of(rhs)) is None:
+            raise Diagnostic(f"shapes {format_shape(shape_of(lhs))} and {format_shape(shape_of(rhs))} "
+                             f"cannot be broadcast together for `{sym}`")
+        return self.emit(relax_op(self.as_tensor(lhs, dtype), self.as_tensor(rhs, dtype)))
+
+    def matmul(self, lhs, rhs):
+        if not (is_tensor(lhs) and is_tensor(rhs)):
+            raise Diagnostic("`@` needs two tensors")
+        if dtype_of(lhs) != dtype_of(rhs):
+            raise Diagnostic(f"`@` needs operands of one dtype, got {dtype_of(lhs)} and {dtype_of(rhs)}; "
+                             "convert one with .astype()")
+        a, b = shape_of(lhs), shape_of(rhs)
+        if not a or not b:
+            raise Diagnostic("`@` needs tensors with at least one dimension")
+        k_a, k_b = a[-1], b[-2] if len(b) > 1 else b[0]
+        if isinstance(k_a, int) and isinstance(k_b, int) and k_a != k_b:
+            raise Diagnostic(f"`@` shapes {format_shape(a)} and {format_shape(b)} don't match: "
+                             f"inner sizes {k_a} and {k_b} differ")
+        return self.emit(relax.op.matmul(lhs, rhs))
+
+    def visit_UnaryOp(self, node: ast.UnaryOp):
+        value = self.visit(node.operand)
+        kind = type(node.op)
+        if not is_tensor(value):
+            if is_python_scalar(value) or isinstance(value, tirx.PrimExpr):
+                return ops.PY_UNARY[kind](value)
+            raise Diagnostic(f"`{ops.SYMBOL[kind]}` cannot be applied to {describe(value)}")
+        dtype = dtype_of(value)
+        if kind is ast.UAdd:
+            return value
+        if kind is ast.USub:
+            if dtype == "bool":
+                raise Diagnostic("`-` on a bool tensor is not supported; use `not` / `~` for logical negation")
+            return self.emit(relax.op.negative(value))
+        if kind is ast.Invert:
+            if dtype.startswith(("float", "bfloat")):
+                raise Diagnostic(f"`~` needs a bool or integer tensor, got {describe(value)}")
+            return self.emit(relax.op.logical_not(value) if dtype == "bool" else relax.op.bitwise_not(value))
+        if dtype != "bool":  # `not`
+            raise Diagnostic(f"`not` needs a bool tensor, got {describe(value)}; compare it first, e.g. `x == 0`")
+        return self.emit(relax.op.logical_not(value))
+
+    def visit_Compare(self, node: ast.Compare):
+        # a < b < c means (a < b) and (b < c), with b computed once.
+        left = self.visit(node.left)
+        result = None
+        for op, comparator in zip(node.ops, node.comparators):
+            right = self.visit(comparator)
+            part = self.compare(op, left, right)
+            result = part if result is None else self.logical(ast.And(), result, part)
+            left = right
+        return result
+
+    def compare(self, op: ast.cmpop, lhs, rhs):
+        kind = type(op)
+        if kind not in ops.COMPARE:
+            raise Diagnostic(f"the comparison `{ast.unparse(op) if hasattr(op, '_fields') else kind.__name__}` "
+                             "(is / in) is not supported")
+        if not (is_tensor(lhs) or is_tensor(rhs)):
+            if is_python_scalar(lhs) and is_python_scalar(rhs) or isinstance(lhs, tirx.PrimExpr) \
+                    or isinstance(rhs, tirx.PrimExpr):
+                return ops.PY_COMPARE[kind](lhs, rhs)
+        lhs, rhs = self.operand(lhs), self.operand(rhs)
+        return self.emit_binary(ops.COMPARE[kind], lhs, rhs, promote(lhs, rhs), ops.SYMBOL[kind])
+
+    def visit_BoolOp(self, node: ast.BoolOp):
+        # Python values short-circuit as in Python; tensors combine element-wise.
+        result = self.visit(node.values[0])
+        for value_node in node.values[1:]:
+            if not is_tensor(result):
+                if isinstance(node.op, ast.And) and not result or isinstance(node.op, ast.Or) and result:
+                    return result
+                result = self.visit(value_node)
+                continue
+            result = self.logical(node.op, result, self.visit(value_node))
+        return result
+
+    def logical(self, op: ast.boolop, lhs, rhs):
+        if not (is_tensor(lhs) or is_tensor(rhs)):
+            return (lhs and rhs) if isinstance(op, ast.And) else (lhs or rhs)
+        for v in (lhs, rhs):
+            if is_tensor(v) and dtype_of(v) != "bool" or not is_tensor(v) and not isinstance(v, bool):
+                raise Diagnostic(f"`{ops.SYMBOL[type(op)]}` needs bool tensors, got {describe(v)}; "
+                                 "compare first, e.g. `(x > 0) and (y > 0)`")
+        return self.emit_binary(ops.BOOL[type(op)], lhs, rhs, "bool", ops.SYMBOL[type(op)])
+
+    def visit_IfExp(self, node: ast.IfExp):
+        cond = self.visit(node.test)
+        if not is_tensor(cond):
+            if isinstance(cond, tirx.PrimExpr):
+                raise Diagnostic("a condition on a symbolic size is only known at run time; "
+                                 "compare tensors instead")
+            return self.visit(node.body) if cond else self.visit(node.orelse)
+        if dtype_of(cond) != "bool":
+            raise Diagnostic(f"the condition must be a bool tensor, got {describe(cond)}")
+        a, b = self.operand(self.visit(node.body)), self.operand(self.visit(node.orelse))
+        dtype = promote(a, b)
+        return self.emit(relax.op.where(cond, self.as_tensor(a, dtype), self.as_tensor(b, dtype)))
+
+    def visit_Attribute(self, node: ast.Attribute):
+        value = self.visit(node.value)
+        if is_tensor(value):
+            return self.tensor_attribute(value, node.attr)
+        if isinstance(value, relax.Expr):
+            raise Diagnostic(f"{describe(value)} has no attribute '{node.attr}'")
+        try:
+            return getattr(value, node.attr)
+        except AttributeError:
+            raise Diagnostic(f"{describe(value)} has no attribute '{node.attr}'") from None
+
+    def tensor_attribute(self, value, attr: str):
+        if attr == "shape":
+            return shape_of(value)
+        if attr == "dtype":
+            return dtype_of(value)
+        if attr == "ndim":
+            return value.ty.ndim
+        raise Diagnostic(f"tensors have no attribute '{attr}' here (available: shape, dtype, ndim)")
+
+    def visit_Subscript(self, node: ast.Subscript):
+        value = self.visit(node.value)
+        if isinstance(value, tuple):
+            index = self.visit(node.slice)
+            if not isinstance(index, int):
+                raise Diagnostic(f"a tuple index must be a compile-time int, got {describe(index)}")
+            if not -len(value) <= index < len(value):
+                raise Diagnostic(f"index {index} is out of range for a tuple of {len(value)} values")
+            return value[index]
+        if is_tensor(value):
+            raise Diagnostic("indexing or slicing tensors is not supported in the Relax backend")
+        raise Diagnostic(f"{describe(value)} cannot be indexed")
+
+    def visit_Call(self, node: ast.Call):
+        func = self.visit(node.func)
+        args = [self.visit(a) for a in node.args]
+        kwargs = {kw.arg: self.visit(kw.value) for kw in node.keywords}
+        if func is len:
+            if len(args) != 1 or kwargs:
+                raise Diagnostic("len() takes exactly one argument")
+            (value,) = args
+            if is_tensor(value):
+                if value.ty.ndim == 0:
+                    raise Diagnostic("len() of a 0-d tensor is undefined")
+                return shape_of(value)[0]
+            return len(value)
+        if func in PY_BUILTINS.values() or getattr(func, "__module__", None) == "math":
+            if all(is_python_scalar(a) for a in args) and all(is_python_scalar(v) for v in kwargs.values()):
+                return func(*args, **kwargs)
+            raise Diagnostic(f"{func.__name__}() works on compile-time numbers only, got "
+                             f"{', '.join(describe(a) for a in args)}")
+        name = ast.unparse(node.func)
+        raise Diagnostic(f"cannot call `{name}` ({describe(func)}) from a @jit function")
+

@@ -1,0 +1,94 @@
+"""From a Relax IRModule to a runnable VM executable, one visible sequence of stages:
+
+ConvertToDataflow -> LegalizeOps -> AnnotateTIROpPattern -> FuseOps -> FuseTIR
+-> (gpu) Dlight schedule -> tvm.compile -> Relax VM. Every stage's IR is recorded.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import tvm
+from tvm import relax
+from tvm.s_tir import dlight as dl
+
+TARGET_ALIASES = {"cpu": "llvm", "llvm": "llvm", "gpu": "cuda", "cuda": "cuda"}
+SCHEDULES = ("dlight", "fallback")
+# Off a GPU, "gpu" still needs an architecture to generate CUDA for; Hopper is what we run on.
+DEFAULT_CUDA_ARCH = "sm_90"
+
+
+def check_target(target) -> None:
+    """Validate a target option at decoration time, without touching any device."""
+    if isinstance(target, tvm.target.Target):
+        if target.kind.name not in ("llvm", "cuda"):
+            raise ValueError(f"unsupported target kind {target.kind.name!r}; babytriton builds for llvm and cuda")
+        return
+    if isinstance(target, dict):
+        check_target(tvm.target.Target(target))
+        return
+    if target not in TARGET_ALIASES:
+        raise ValueError(f"unknown target {target!r}; use 'cpu' (or 'llvm'), 'gpu' (or 'cuda'), "
+                         "or a tvm.target.Target")
+
+
+def resolve_target(target) -> tvm.target.Target:
+    """The concrete TVM target: the host CPU, or the local GPU's architecture (sm_90 without one)."""
+    if isinstance(target, tvm.target.Target):
+        return target
+    if isinstance(target, dict):
+        return tvm.target.Target(target)
+    if TARGET_ALIASES[target] == "llvm":
+        return tvm.target.Target.from_device(tvm.cpu())
+    if tvm.cuda().exist:
+        return tvm.target.Target.from_device(tvm.cuda())
+    return tvm.target.Target({"kind": "cuda", "arch": DEFAULT_CUDA_ARCH})
+
+
+def device_kind(target: tvm.target.Target) -> str:
+    return "cuda" if target.kind.name == "cuda" else "cpu"
+
+
+def passes() -> list[tuple[str, tvm.transform.Pass]]:
+    """The Relax passes, in order, each named as its stage."""
+    return [
+        ("ConvertToDataflow", relax.transform.ConvertToDataflow(min_size=1)),
+        ("LegalizeOps", relax.transform.LegalizeOps()),
+        ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),
+        ("FuseOps", relax.transform.FuseOps()),
+        ("FuseTIR", relax.transform.FuseTIR()),
+    ]
+
+
+def gpu_rules(schedule: str) -> list:
+    if schedule == "fallback":  # what the 2024 tutorial used: one thread per element, nothing else
+        return [dl.gpu.Fallback()]
+    return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+
+
+def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str,
+          record: Callable[[str, str], None]) -> tvm.IRModule:
+    """Run the Relax passes and (on GPU) the Dlight schedule, recording the IR after each."""
+    for name, pass_ in passes():
+        mod = pass_(mod)
+        record(name, mod.script())
+    if target.kind.name == "cuda":
+        with target:
+            mod = dl.ApplyDefaultSchedule(*gpu_rules(schedule))(mod)
+        record("schedule", mod.script())
+    return mod
+
+
+def build(mod: tvm.IRModule, target: tvm.target.Target):
+    return tvm.compile(mod, target=target)
+
+
+def generated_source(executable, target: tvm.target.Target) -> str:
+    """The CUDA kernels for a GPU target, the LLVM IR for a CPU one."""
+    want = "cuda" if target.kind.name == "cuda" else "llvm"
+    stack = list(executable.mod.imports)
+    while stack:
+        module = stack.pop(0)
+        if module.kind == want:
+            return module.inspect_source() if want == "cuda" else module.inspect_source("ll")
+        stack.extend(module.imports)
+    return ""
