@@ -237,9 +237,8 @@ class JITFunction:
     def _prepare(self, args, key):
         """First call with these exact argument types: check them, find or compile, make a runner."""
         specs = self._specs(args)
-        kernel = self._kernel(specs)
-        check_devices(self.params, args, kernel.device_kind, self.__name__)
-        run = kernel.runner(args)
+        check_devices(self.params, args, pipeline.device_kind(self.target()), self.__name__)
+        run = self._kernel(specs).runner(args)
         if key is not None:
             with self._lock:
                 if len(self._runners) >= MAX_RUNNERS:

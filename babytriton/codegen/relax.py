@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import difflib
 import functools
+import gc
+import os
+import sys
 
 import torch
+import tvm
 from tvm import relax, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
@@ -41,8 +46,27 @@ _SYNTAX_NAMES = {
 }
 
 
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence the process's C-level stderr (fd 2), where TVM's C++ logging writes."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def is_tensor(value) -> bool:
     return isinstance(value, relax.Expr) and isinstance(value.ty, relax.TensorType)
+
+
+def is_symbolic(value) -> bool:
+    """A TIR expression over symbolic dimensions, e.g. `x.shape[0]` of a `("n", 3)` tensor."""
+    return isinstance(value, tvm.ir.Expr) and isinstance(value.ty, tvm.ir.PrimType)
 
 
 def is_python_scalar(value) -> bool:
@@ -66,7 +90,7 @@ def describe(value) -> str:
         return f"a {dtype_of(value)} tensor of shape {format_shape(shape_of(value))}"
     if isinstance(value, relax.Expr) and isinstance(value.ty, relax.TupleType):
         return f"a tuple of {len(value.ty.fields)} values"
-    if isinstance(value, tirx.PrimExpr):
+    if is_symbolic(value):
         return f"the symbolic size {value}"
     return f"{type(value).__name__} {value!r}"
 
@@ -120,10 +144,17 @@ class RelaxCodeGen(ast.NodeVisitor):
     # driver and the one error path
     # ------------------------------------------------------------------------------------------
     def build(self):
-        with IRBuilder() as ib:
-            self.ib = ib
-            with I.ir_module():
-                self.visit(self.parsed.tree)
+        try:
+            with IRBuilder() as ib:
+                self.ib = ib
+                with I.ir_module():
+                    self.visit(self.parsed.tree)
+        except BaseException:
+            # A builder abandoned mid-function warns from C++ when freed; free it now, quietly.
+            self.ib = ib = None
+            with _quiet_stderr():
+                gc.collect()
+            raise
         return ib.get()
 
     def visit(self, node):
@@ -176,7 +207,7 @@ class RelaxCodeGen(ast.NodeVisitor):
         """Check that a value can take part in arithmetic."""
         if is_tensor(value) or is_python_scalar(value):
             return value
-        if isinstance(value, tirx.PrimExpr):
+        if is_symbolic(value):
             raise Diagnostic(f"{describe(value)} is only known at run time; it can be used in shapes, "
                              "not as a tensor value")
         raise Diagnostic(f"expected a tensor or a number, got {describe(value)}")
@@ -328,7 +359,7 @@ class RelaxCodeGen(ast.NodeVisitor):
     def binary(self, op: ast.operator, lhs, rhs):
         kind = type(op)
         if not (is_tensor(lhs) or is_tensor(rhs)):
-            if isinstance(lhs, tirx.PrimExpr) or isinstance(rhs, tirx.PrimExpr) or (
+            if is_symbolic(lhs) or is_symbolic(rhs) or (
                     is_python_scalar(lhs) and is_python_scalar(rhs)):
                 try:
                     return ops.PY_BINARY[kind](lhs, rhs)
@@ -346,12 +377,15 @@ class RelaxCodeGen(ast.NodeVisitor):
             return self.emit_binary(int_op if dtype != "bool" else bool_op, lhs, rhs, dtype, sym)
         if kind not in ops.ARITH:
             raise Diagnostic(f"the operator `{sym}` is not supported on tensors")
-        if dtype == "bool":
-            raise Diagnostic(f"`{sym}` on bool tensors is not supported; use `|`, `&`, `^` or convert with .astype()")
+        if dtype == "bool" or kind is ast.Sub and any(is_tensor(v) and dtype_of(v) == "bool" for v in (lhs, rhs)):
+            raise Diagnostic(f"`{sym}` on bool tensors is not supported; use `|`, `&`, `^`, `~` or convert "
+                             "with .astype()")
         if kind is ast.Div and not dtype.startswith(("float", "bfloat")):
             dtype = TORCH_TO_NAME[torch.get_default_dtype()]  # true division, as in Python and torch
         if kind is ast.MatMult:
             return self.matmul(lhs, rhs)
+        if kind is ast.Pow and not dtype.startswith(("float", "bfloat")):
+            return self.integer_power(lhs, rhs, dtype)
         return self.emit_binary(ops.ARITH[kind], lhs, rhs, dtype, sym)
 
     def emit_binary(self, relax_op, lhs, rhs, dtype: str, sym: str):
@@ -359,6 +393,25 @@ class RelaxCodeGen(ast.NodeVisitor):
             raise Diagnostic(f"shapes {format_shape(shape_of(lhs))} and {format_shape(shape_of(rhs))} "
                              f"cannot be broadcast together for `{sym}`")
         return self.emit(relax_op(self.as_tensor(lhs, dtype), self.as_tensor(rhs, dtype)))
+
+    def integer_power(self, base, exponent, dtype: str):
+        """TVM's power is float-only: a constant exponent multiplies by squaring (exact); a tensor
+        exponent goes through float64, exact for results below 2**53."""
+        if is_python_scalar(exponent):
+            if exponent < 0:
+                raise Diagnostic("integers to negative integer powers are not allowed (as in torch)")
+            result, square, n = self.const(1, dtype), self.as_tensor(base, dtype), int(exponent)
+            while n:
+                if n & 1:
+                    result = self.emit(relax.op.multiply(result, square))
+                n >>= 1
+                if n:
+                    square = self.emit(relax.op.multiply(square, square))
+            if is_tensor(base) and shape_of(result) != shape_of(base):  # x ** 0 keeps x's shape
+                result = self.emit(relax.op.broadcast_to(result, base.ty.shape))
+            return result
+        wide = self.emit_binary(relax.op.power, base, exponent, "float64", "**")
+        return self.emit(relax.op.astype(relax.op.round(wide), dtype))
 
     def matmul(self, lhs, rhs):
         if not (is_tensor(lhs) and is_tensor(rhs)):
@@ -379,7 +432,7 @@ class RelaxCodeGen(ast.NodeVisitor):
         value = self.visit(node.operand)
         kind = type(node.op)
         if not is_tensor(value):
-            if is_python_scalar(value) or isinstance(value, tirx.PrimExpr):
+            if is_python_scalar(value) or is_symbolic(value):
                 return ops.PY_UNARY[kind](value)
             raise Diagnostic(f"`{ops.SYMBOL[kind]}` cannot be applied to {describe(value)}")
         dtype = dtype_of(value)
@@ -414,11 +467,13 @@ class RelaxCodeGen(ast.NodeVisitor):
             raise Diagnostic(f"the comparison `{ast.unparse(op) if hasattr(op, '_fields') else kind.__name__}` "
                              "(is / in) is not supported")
         if not (is_tensor(lhs) or is_tensor(rhs)):
-            if is_python_scalar(lhs) and is_python_scalar(rhs) or isinstance(lhs, tirx.PrimExpr) \
-                    or isinstance(rhs, tirx.PrimExpr):
+            if is_python_scalar(lhs) and is_python_scalar(rhs) or is_symbolic(lhs) \
+                    or is_symbolic(rhs):
                 return ops.PY_COMPARE[kind](lhs, rhs)
         lhs, rhs = self.operand(lhs), self.operand(rhs)
-        return self.emit_binary(ops.COMPARE[kind], lhs, rhs, promote(lhs, rhs), ops.SYMBOL[kind])
+        dtype = promote(lhs, rhs)
+        # TVM's LLVM backend emits a float compare for bool operands; compare them as int8.
+        return self.emit_binary(ops.COMPARE[kind], lhs, rhs, "int8" if dtype == "bool" else dtype, ops.SYMBOL[kind])
 
     def visit_BoolOp(self, node: ast.BoolOp):
         # Python values short-circuit as in Python; tensors combine element-wise.
@@ -444,7 +499,7 @@ class RelaxCodeGen(ast.NodeVisitor):
     def visit_IfExp(self, node: ast.IfExp):
         cond = self.visit(node.test)
         if not is_tensor(cond):
-            if isinstance(cond, tirx.PrimExpr):
+            if is_symbolic(cond):
                 raise Diagnostic("a condition on a symbolic size is only known at run time; "
                                  "compare tensors instead")
             return self.visit(node.body) if cond else self.visit(node.orelse)

@@ -1,0 +1,174 @@
+"""The decorator, its options, the call path's argument checks, the in-memory cache and stages."""
+import numpy as np
+import pytest
+import torch
+
+import babytriton as bt
+
+T23 = bt.Tensor((2, 3), "float32")
+
+
+def add_mul(a: T23, b: T23):
+    out = a + b
+    out = out * a - 1.5
+    return out
+
+
+def test_both_decorator_forms():
+    plain = bt.jit(add_mul)
+    configured = bt.jit(target="cpu", verbose=False)(add_mul)
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    torch.testing.assert_close(plain(a, b), (a + b) * a - 1.5)
+    torch.testing.assert_close(configured(a, b), (a + b) * a - 1.5)
+    assert plain.__name__ == "add_mul" and plain.__wrapped__ is add_mul
+
+
+@pytest.mark.parametrize("options, error, words", [
+    ({"traget": "cpu"}, TypeError, "did you mean 'target'"),
+    ({"target": "tpu"}, ValueError, "unknown target 'tpu'"),
+    ({"schedule": "magic"}, ValueError, "unknown schedule 'magic'"),
+    ({"backend": "jax"}, ValueError, "unknown backend 'jax'"),
+    ({"unroll": -1}, ValueError, "non-negative int"),
+    ({"verbose": "yes"}, TypeError, "verbose is True or False"),
+])
+def test_bad_options_fail_at_decoration(options, error, words):
+    with pytest.raises(error, match=words):
+        bt.jit(**options)
+    with pytest.raises(error, match=words):
+        bt.jit(add_mul, **options)
+
+
+def test_target_spellings():
+    import tvm
+    for target in ("cpu", "llvm", tvm.target.Target("llvm"), {"kind": "llvm"}):
+        f = bt.jit(target=target)(add_mul)
+        a, b = torch.randn(2, 3), torch.randn(2, 3)
+        torch.testing.assert_close(f(a, b), (a + b) * a - 1.5)
+
+
+# --------------------------------------------------------------------------------------------------
+# argument checks name the parameter, expected and got
+# --------------------------------------------------------------------------------------------------
+
+f = bt.jit(add_mul)
+
+
+@pytest.mark.parametrize("args, error, words", [
+    ((torch.ones(2, 3),), TypeError, "missing a required argument: 'b'"),
+    ((torch.ones(2, 3),) * 3, TypeError, "too many positional arguments"),
+    ((torch.ones(2, 3), torch.ones(3, 2)), ValueError, r"parameter 'b' expects shape \(2, 3\), got \(3, 2\)"),
+    ((torch.ones(2, 3), torch.ones(6)), ValueError, r"parameter 'b' expects a 2-d tensor .* got 1-d"),
+    ((torch.ones(2, 3, dtype=torch.float64), torch.ones(2, 3)), TypeError,
+     "parameter 'a' expects dtype float32, got float64"),
+    ((torch.ones(2, 3), [[1, 2, 3]]), TypeError, "parameter 'b' expects a tensor"),
+    ((torch.ones(2, 3), "x"), TypeError, "parameter 'b' expects a tensor .* got str"),
+    ((torch.ones(2, 3), torch.ones(2, 3, device="meta")), TypeError,
+     "parameter 'b' is on meta, but this function runs on the CPU"),
+])
+def test_bad_arguments(args, error, words):
+    with pytest.raises(error, match=words):
+        f(*args)
+
+
+def test_gpu_function_rejects_cpu_tensors_before_compiling():
+    g = bt.jit(target={"kind": "cuda", "arch": "sm_90"})(add_mul)
+    with pytest.raises(TypeError, match="parameter 'a' is on cpu, but this function runs on the GPU; move it"):
+        g(torch.ones(2, 3), torch.ones(2, 3))
+    with pytest.raises(TypeError, match="parameter 'a' is a numpy array"):
+        g(np.ones((2, 3), "float32"), np.ones((2, 3), "float32"))
+    assert g.cache_info()["compilations"] == 0
+
+
+def test_scalar_annotations_are_checked():
+    @bt.jit
+    def scale(x: T23, k: int):
+        return x * k
+
+    with pytest.raises(TypeError, match="parameter 'k' is annotated int, got float"):
+        scale(torch.ones(2, 3), 1.5)
+    with pytest.raises(TypeError, match="parameter 'k' is annotated int, got bool"):
+        scale(torch.ones(2, 3), True)
+
+
+def test_unhashable_constexpr_is_a_clear_error():
+    @bt.jit
+    def g(x, n: bt.constexpr):
+        return x * n
+
+    with pytest.raises(TypeError, match="parameter 'n' is bt.constexpr, so its value must be hashable"):
+        g(torch.ones(2), [1, 2])
+
+
+def test_unsupported_annotation_is_reported_at_the_parameter():
+    def h(x: list):
+        return x
+
+    with pytest.raises(bt.CompilationError, match="parameter 'x' has annotation") as info:
+        bt.jit(h)
+    assert info.value.lineno == h.__code__.co_firstlineno
+
+
+# --------------------------------------------------------------------------------------------------
+# cache and stages
+# --------------------------------------------------------------------------------------------------
+
+def test_same_types_reuse_one_compilation():
+    g = bt.jit(add_mul)
+    for _ in range(3):
+        g(torch.randn(2, 3), torch.randn(2, 3))
+    g.compile(torch.randn(2, 3), torch.randn(2, 3))
+    assert g.cache_info()["compilations"] == 1
+
+
+def test_stages_in_order_and_source():
+    k = bt.jit(add_mul).compile(torch.ones(2, 3), torch.ones(2, 3))
+    assert list(k.stages) == ["python", "ast", "relax", "ConvertToDataflow", "LegalizeOps",
+                              "AnnotateTIROpPattern", "FuseOps", "FuseTIR", "source"]
+    assert "def add_mul" in k.stages["python"]
+    assert "FunctionDef(" in k.stages["ast"]
+    assert "R.add(a, b)" in k.stages["relax"]
+    assert "R.dataflow()" in k.stages["ConvertToDataflow"]
+    assert "T.prim_func" in k.stages["LegalizeOps"]
+    assert "fused_add_multiply_subtract" in k.stages["FuseTIR"]
+    assert k.source is k.stages["source"] and "define" in k.source and "fused_add_multiply_subtract" in k.source
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    torch.testing.assert_close(k(a, b), (a + b) * a - 1.5)
+
+
+def test_compile_without_arguments_needs_full_annotations():
+    k = bt.jit(add_mul).compile()
+    assert "fused_add_multiply_subtract" in k.stages["FuseTIR"]
+
+    @bt.jit
+    def loose(x, n: int):
+        return x * n
+
+    with pytest.raises(TypeError, match="parameter 'x' is not fully annotated"):
+        loose.compile()
+
+
+def test_kernel_checks_its_arguments():
+    k = bt.jit(add_mul).compile()
+    with pytest.raises(ValueError, match="parameter 'a' expects shape"):
+        k(torch.ones(3, 3), torch.ones(2, 3))
+
+
+def test_verbose_prints_each_stage(capsys):
+    bt.jit(verbose=True)(add_mul).compile()
+    out = capsys.readouterr().out
+    for stage in ("python", "relax", "FuseTIR", "source"):
+        assert f"===== add_mul: {stage} =====" in out
+
+
+def test_tutorial_add_then_add_fuses_into_one_kernel():
+    @bt.jit
+    def add_add(a: T23, b: T23):
+        c = a + b
+        d = c + a
+        return d
+
+    k = add_add.compile()
+    fused = [line for line in k.stages["FuseTIR"].splitlines() if "def fused_" in line]
+    assert len(fused) == 1 and "fused_add_add" in fused[0]
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    torch.testing.assert_close(add_add(a, b), a + b + a)

@@ -1,0 +1,97 @@
+"""The pass sequence, Dlight schedules and CUDA code generation (built here with nvcc, run on a GPU)."""
+import shutil
+
+import pytest
+import torch
+import tvm
+
+import babytriton as bt
+from babytriton import pipeline
+
+SM90 = {"kind": "cuda", "arch": "sm_90"}
+T = bt.Tensor((64, 32), "float32")
+
+
+def chain(a: T, b: T):
+    c = a + b
+    d = c * a - b
+    return d
+
+
+def test_gpu_codegen_without_a_gpu():
+    k = bt.jit(target=SM90)(chain).compile()
+    assert list(k.stages)[-2:] == ["schedule", "source"]
+    assert "T.thread_binding" in k.stages["schedule"] and "threadIdx.x" in k.stages["schedule"]
+    assert 'extern "C" __global__' in k.source
+    assert "fused_add_multiply_subtract_kernel" in k.source
+    assert "blockIdx.x" in k.source and "threadIdx.x" in k.source
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_generated_cuda_compiles_with_nvcc():
+    from tvm.support import nvcc
+    k = bt.jit(target=SM90)(chain).compile()
+    with tvm.target.Target(SM90):
+        ptx = nvcc.compile_cuda(k.source, target_format="ptx", compiler="nvcc")
+    assert b".entry fused_add_multiply_subtract_kernel" in ptx
+
+
+def softmax_like(x: bt.Tensor((128, 256), "float32")):
+    return x * 2.0 + 1.0
+
+
+def test_fallback_schedule_is_the_tutorials():
+    fallback = bt.jit(target=SM90, schedule="fallback")(softmax_like).compile()
+    dlight = bt.jit(target=SM90)(softmax_like).compile()
+    assert "threadIdx.x" in fallback.stages["schedule"]
+    assert "__global__" in fallback.source and "__global__" in dlight.source
+
+
+def test_gpu_alias_without_a_gpu_targets_hopper():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the target comes from it")
+    k = bt.jit(target="gpu")(chain).compile()
+    assert k.target.attrs["arch"] == "sm_90"
+
+
+def test_cpu_source_is_llvm_ir():
+    k = bt.jit(target="cpu")(chain).compile()
+    assert "schedule" not in k.stages
+    assert k.source.startswith("; ModuleID")
+    assert "fused_add_multiply_subtract" in k.source
+
+
+def test_passes_are_one_visible_sequence():
+    assert [name for name, _ in pipeline.passes()] == [
+        "ConvertToDataflow", "LegalizeOps", "AnnotateTIROpPattern", "FuseOps", "FuseTIR"]
+
+
+@pytest.mark.gpu
+def test_runs_on_the_gpu():
+    f = bt.jit(target="gpu")(chain)
+    a, b = torch.randn(64, 32, device="cuda"), torch.randn(64, 32, device="cuda")
+    out = f(a, b)
+    assert out.is_cuda
+    torch.testing.assert_close(out, (a + b) * a - b)
+    k = f.compile(a, b)
+    assert "__global__" in k.source
+    with pytest.raises(TypeError, match="parameter 'a' is on cpu"):
+        f(a.cpu(), b.cpu())
+
+
+@pytest.mark.gpu
+def test_gpu_symbolic_shapes_dtypes_and_fallback():
+    @bt.jit(target="gpu")
+    def g(x: bt.Tensor(("n", 8), "float16"), y: bt.Tensor(("n", 8), "float16"), s: float):
+        return (x * y + s) > 0.5, x - y
+
+    for n in (1, 33, 1000):
+        x = torch.randn(n, 8, device="cuda", dtype=torch.float16)
+        y = torch.randn(n, 8, device="cuda", dtype=torch.float16)
+        mask, diff = g(x, y, 0.25)
+        assert torch.equal(mask, (x * y + 0.25) > 0.5)
+        torch.testing.assert_close(diff, x - y)
+    assert g.cache_info()["compilations"] == 1
+    fb = bt.jit(target="gpu", schedule="fallback")(chain)
+    a, b = torch.randn(64, 32, device="cuda"), torch.randn(64, 32, device="cuda")
+    torch.testing.assert_close(fb(a, b), (a + b) * a - b)
