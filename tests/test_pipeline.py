@@ -89,7 +89,10 @@ def test_gpu_symbolic_shapes_dtypes_and_fallback():
         x = torch.randn(n, 8, device="cuda", dtype=torch.float16)
         y = torch.randn(n, 8, device="cuda", dtype=torch.float16)
         mask, diff = g(x, y, 0.25)
-        assert torch.equal(mask, (x * y + 0.25) > 0.5)
+        value = x.float() * y.float() + 0.25
+        # the fused kernel may round x * y + s once (fma) where torch rounds twice: skip borderline elements
+        clear = (value - 0.5).abs() > 1e-2
+        assert torch.equal(mask[clear], (value > 0.5)[clear])
         torch.testing.assert_close(diff, x - y)
     assert g.cache_info()["compilations"] == 1
     fb = bt.jit(target="gpu", schedule="fallback")(chain)
