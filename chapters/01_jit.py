@@ -42,6 +42,6 @@ if __name__ == "__main__":
     print("hello is now:", hello)
     hello()
 
+    print("Checking: the call went to the JIT object, and the original function was kept in .fn")
     assert isinstance(hello, JIT) and hello.fn.__name__ == "hello"
     assert body_ran == [], "the decorator should have taken over the call"
-    print("OK: the call went to the JIT object, and the original function was kept in .fn")

@@ -54,7 +54,7 @@ if __name__ == "__main__":
 
     tree = add_one(41)
 
+    print("\nChecking: the call returned the AST of add_one instead of 42")
     func = tree.body[0]
     assert isinstance(func, ast.FunctionDef) and func.name == "add_one"
     assert isinstance(func.body[0], ast.Return) and isinstance(func.body[0].value.op, ast.Add)
-    print("\nOK: the call returned the AST of add_one instead of 42")

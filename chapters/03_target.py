@@ -63,5 +63,5 @@ if __name__ == "__main__":
     except ValueError as err:
         print("refused:", err)
 
+    print("Checking: both spellings of the decorator work and the target is stored")
     assert (on_cpu.target, on_gpu.target) == ("cpu", "gpu")
-    print("OK: both spellings of the decorator work and the target is stored")

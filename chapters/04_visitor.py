@@ -75,5 +75,5 @@ if __name__ == "__main__":
 
     total = len(list(ast.walk(add_one.parse())))
     print(f"\nvisited {visited} nodes; ast.walk finds {total}")
+    print("Checking: the visitor reached every node of the tree")
     assert visited == total
-    print("OK: the visitor reached every node of the tree")

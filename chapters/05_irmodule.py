@@ -52,5 +52,5 @@ if __name__ == "__main__":
     print("\nThe IRModule, printed as TVMScript:")
     print(mod.script())
 
+    print("Checking: the call returned an (empty) IRModule")
     assert isinstance(mod, tvm.IRModule) and len(mod.functions) == 0
-    print("OK: the call returned an (empty) IRModule")

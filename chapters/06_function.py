@@ -105,7 +105,7 @@ if __name__ == "__main__":
     except SyntaxError as err:
         print(f"refused, as expected: {err.msg}\n  {err.filename}:{err.lineno}: {err.text.strip()}\n")
 
+    print("Checking: a Relax function named `nothing` that returns R.tuple()")
     func = mod["nothing"]
     assert len(func.params) == 0
     assert isinstance(func.ret_ty, rx.TupleType) and len(func.ret_ty.fields) == 0
-    print("OK: a Relax function named `nothing` that returns R.tuple()")

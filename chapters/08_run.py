@@ -72,6 +72,6 @@ if __name__ == "__main__":
     print(one_plus_one.executable.as_text())
     print("one_plus_one() returned", repr(out))
 
+    print("Checking: compiled for the CPU and ran on the Relax VM")
     assert out.numpy() == 2 and out.dtype == "int32"
     assert one_plus_one.vm is one_plus_one.vm  # built once, reused by later calls
-    print("OK: compiled for the CPU and ran on the Relax VM")

@@ -3,6 +3,7 @@
 # What: `Tensor((2, 3), "float32")` describes a tensor, and its `data` can be
 # set from a torch tensor. The setter checks the shape and dtype against the
 # description and keeps a TVM view of the same memory, made through DLPack.
+# `Tensor.of(t)` does both steps for a torch tensor `t`: describe it, hold it.
 # The JIT also hands its results back as torch tensors, through DLPack again.
 #
 # Why: the compiler needs to know shapes and dtypes *before* it sees any data,
@@ -26,6 +27,10 @@ import tvm
 ch08 = importlib.import_module("08_run")
 
 
+def dtype_name(value: torch.Tensor) -> str:
+    return str(value.dtype).removeprefix("torch.")  # torch.float32 -> "float32", TVM's spelling
+
+
 class Tensor:
     def __init__(self, shape, dtype):
         self.shape = tuple(shape)
@@ -34,6 +39,13 @@ class Tensor:
 
     def __repr__(self):
         return f"Tensor({self.shape}, {self.dtype!r})"
+
+    @classmethod
+    def of(cls, value: torch.Tensor):
+        """A Tensor described by a torch tensor and holding it."""
+        tensor = cls(value.shape, dtype_name(value))
+        tensor.data = value
+        return tensor
 
     @property
     def data(self) -> tvm.runtime.Tensor:
@@ -45,7 +57,7 @@ class Tensor:
     def data(self, value: torch.Tensor):
         if tuple(value.shape) != self.shape:
             raise ValueError(f"{self} cannot hold data of shape {tuple(value.shape)}")
-        if str(value.dtype).removeprefix("torch.") != self.dtype:
+        if dtype_name(value) != self.dtype:
             raise TypeError(f"{self} cannot hold data of dtype {value.dtype}")
         self._data = tvm.runtime.from_dlpack(value)
 
@@ -82,5 +94,9 @@ if __name__ == "__main__":
 
     out = one_plus_one()
     print("one_plus_one() now returns", repr(out))
+    held = Tensor.of(torch.ones(4, dtype=torch.int32))
+    print("Tensor.of(torch.ones(4, dtype=torch.int32)) describes its data as", held)
+
+    print("Checking: Tensor.of describes its data, and results come back as torch tensors")
+    assert (held.shape, held.dtype) == ((4,), "int32")
     assert isinstance(out, torch.Tensor) and out.item() == 2
-    print("OK: Tensor checks shape and dtype, shares memory with torch, and results come back as torch")

@@ -4,7 +4,7 @@
 # declares each parameter's shape and dtype, and `visit_arguments` turns every
 # annotation into a Relax parameter `R.Tensor((2, 3), dtype="float32")`,
 # entered in the symbol table under its Python name. A call passes `Tensor`
-# objects whose `.data` was set (chapter 09), and we compare the result with
+# objects holding data (chapter 09's `Tensor.of`), and we compare the result with
 # torch. The build gains an explicit lowering step, `lower`, that runs the
 # pass `LegalizeOps` before `tvm.compile`.
 #
@@ -85,11 +85,9 @@ if __name__ == "__main__":
     print(lowered.script())
 
     ta, tb = torch.rand(2, 3), torch.rand(2, 3)
-    a, b = Tensor((2, 3), "float32"), Tensor((2, 3), "float32")
-    a.data, b.data = ta, tb
-    out = add_tensors(a, b)
+    out = add_tensors(Tensor.of(ta), Tensor.of(tb))
     print("\nadd_tensors(a, b) =", out)
 
-    assert any(isinstance(f, tvm.tirx.PrimFunc) for f in lowered.functions.values())
+    print("Checking: the PrimFunc add ran on the CPU and matches torch")
     torch.testing.assert_close(out, ta + tb)
-    print("OK: the PrimFunc add ran on the CPU and matches torch")
+    assert any(isinstance(f, tvm.tirx.PrimFunc) for f in lowered.functions.values())

@@ -80,14 +80,9 @@ def run_if_gpu(jitted):
         target = jitted.tvm_target()
         print(f"No CUDA GPU here: {jitted.fn.__name__} was built for {target.kind.name} {target.attrs['arch']}, not run.")
         return False
-    inputs, args = [], []
-    for ann in inspect.get_annotations(jitted.fn).values():
-        t = torch.rand(ann.shape, dtype=getattr(torch, ann.dtype), device="cuda")
-        x = Tensor(ann.shape, ann.dtype)
-        x.data = t
-        inputs.append(t)
-        args.append(x)
-    torch.testing.assert_close(jitted(*args), jitted.fn(*inputs))
+    inputs = [torch.rand(ann.shape, dtype=getattr(torch, ann.dtype), device="cuda")
+              for ann in inspect.get_annotations(jitted.fn).values()]
+    torch.testing.assert_close(jitted(*map(Tensor.of, inputs)), jitted.fn(*inputs))
     print(f"{jitted.fn.__name__} ran on {torch.cuda.get_device_name()} and matches torch.")
     return True
 
@@ -114,7 +109,7 @@ if __name__ == "__main__":
 
     run_if_gpu(add_tensors)
 
+    print("Checking: Dlight bound the loops to GPU blocks and threads")
     assert 'thread="blockIdx.x"' in scheduled and 'thread="threadIdx.x"' in scheduled
     assert "thread_binding" not in lowered.script()
     assert same
-    print("OK: Dlight bound the loops to GPU blocks and threads")
