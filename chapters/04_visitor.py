@@ -15,8 +15,8 @@
 # What to look at: the indented trace, one line per node, in the order the
 # visitor reaches them (depth first, fields in order). Note that even the
 # "invisible" nodes show up: `Load`/`Store` contexts and the `Add` operator
-# are nodes too. The call returns how many nodes were visited, and it matches
-# what `ast.walk` counts.
+# are nodes too, and the last `Name id='jit'` is the decorator. The call
+# returns how many nodes were visited, and it matches what `ast.walk` counts.
 #
 # Run: python chapters/04_visitor.py
 import ast

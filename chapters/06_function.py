@@ -60,7 +60,8 @@ class CodeGenerator(ch05.CodeGenerator):
                 RB.func_ret_value(rx.Tuple([]))
 
     def visit_arguments(self, node):
-        params = node.posonlyargs + node.args + node.kwonlyargs + [a for a in (node.vararg, node.kwarg) if a]
+        starred = [a for a in (node.vararg, node.kwarg) if a]
+        params = node.posonlyargs + node.args + node.kwonlyargs + starred
         if params:
             raise self.error(params[0], "parameters are not supported yet")
 
@@ -93,6 +94,7 @@ if __name__ == "__main__":
 
     mod = nothing()
     print(mod.script())
+    print()
 
     @jit
     def assigns():

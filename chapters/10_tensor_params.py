@@ -39,14 +39,16 @@ Tensor = ch09.Tensor
 
 class CodeGenerator(ch09.JIT.CodeGenerator):  # last extended in chapter 07
     def visit_arguments(self, node):
-        others = node.posonlyargs + node.kwonlyargs + [a for a in (node.vararg, node.kwarg) if a] + node.defaults
+        starred = [a for a in (node.vararg, node.kwarg) if a]
+        others = node.posonlyargs + node.kwonlyargs + starred + node.defaults
         if others:
             raise self.error(others[0], "only plain parameters, without defaults, are supported")
         annotations = inspect.get_annotations(self.fn, eval_str=True)
         for arg in node.args:
             ann = annotations.get(arg.arg)
             if not isinstance(ann, Tensor):
-                raise self.error(arg, f"parameter {arg.arg!r} needs an annotation like Tensor((2, 3), 'float32')")
+                raise self.error(arg, f"parameter {arg.arg!r} needs an annotation "
+                                      "such as Tensor((2, 3), 'float32')")
             self.symbols[arg.arg] = RB.arg(arg.arg, R.Tensor(ann.shape, ann.dtype))
 
 

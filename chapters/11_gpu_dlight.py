@@ -12,13 +12,16 @@
 # loop iterations each thread does. A schedule does that without changing what
 # is computed: here it fuses the two loops into one, splits it, and *binds*
 # the parts to `blockIdx.x` (which block) and `threadIdx.x` (which thread in
-# the block). An unscheduled PrimFunc cannot be built for CUDA at all.
+# the block). Loops without thread bindings give TVM nothing to launch on
+# the GPU: it would compile them as ordinary host code. `tvm.compile`'s
+# default CUDA pipeline runs Dlight on anything left unscheduled; doing it
+# ourselves lets us print the result and choose the rules.
 #
 # No GPU needed to follow along: building for CUDA only generates CUDA C
 # source. Running needs a GPU; when `tvm.cuda()` and torch both see one, the
 # chapter runs the function there and compares it with torch, using the
 # undecorated Python function on torch tensors as the reference. Otherwise it
-# builds for sm_90 (an H100) and says that it did not run.
+# builds for sm_90 (Hopper: H100, H200) and says that it did not run.
 #
 # What to look at: `T.thread_binding(..., thread="blockIdx.x")` and
 # `T.thread_binding(..., thread="threadIdx.x")` in the scheduled TIR, the
@@ -56,7 +59,9 @@ class JIT(ch10.JIT):
         return tvm.cuda() if self.target == "gpu" else super().device()
 
     def schedule_rules(self):
-        return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+        # Tried in order; Fallback fits any PrimFunc, so it comes last.
+        return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+                dl.gpu.Fallback()]
 
     def schedule(self, mod, rules=None):
         # Dlight reads the target from the context; ApplyDefaultSchedule edits its input in place.
@@ -74,17 +79,19 @@ jit = JIT.decorator
 
 
 def run_if_gpu(jitted):
-    """Run `jitted` on the GPU and compare it with its own Python body run by torch; without a GPU, build only."""
+    """Run `jitted` on the GPU, checked against its own Python body run by torch; or, without a GPU,
+    only build it."""
+    name = jitted.fn.__name__
     if not has_gpu():
-        jitted.executable  # noqa: B018 - building is the point
+        jitted.executable  # the first access to the property builds it
         target = jitted.tvm_target()
-        print(f"No CUDA GPU here: {jitted.fn.__name__} was built for {target.kind.name} {target.attrs['arch']}, not run.")
-        return False
+        arch = target.attrs["arch"]
+        print(f"No CUDA GPU here: {name} was built for {target.kind.name} {arch}, not run.")
+        return
     inputs = [torch.rand(ann.shape, dtype=getattr(torch, ann.dtype), device="cuda")
               for ann in inspect.get_annotations(jitted.fn).values()]
     torch.testing.assert_close(jitted(*map(Tensor.of, inputs)), jitted.fn(*inputs))
-    print(f"{jitted.fn.__name__} ran on {torch.cuda.get_device_name()} and matches torch.")
-    return True
+    print(f"{name} ran on {torch.cuda.get_device_name()} and matches torch.")
 
 
 if __name__ == "__main__":

@@ -17,9 +17,9 @@
 #
 # What to look at: `extern "C" __global__ void __launch_bounds__(1024)
 # add_kernel(float* __restrict__ T_add_ptr, ...)` (declared once, then
-# defined), one thread per element, and the `if (threadIdx.x < 6)` guard. The lines above the kernel are a
-# portable preamble (integer types, macros) that every TVM CUDA file starts
-# with; the chapter skips them.
+# defined), one thread per element, and the `if (threadIdx.x < 6)` guard.
+# The lines above the kernel are a portable preamble (integer types, macros)
+# that every TVM CUDA file starts with; the chapter skips them.
 #
 # Run: python chapters/12_cuda_source.py
 import importlib
@@ -40,7 +40,7 @@ def kernel_names(cuda_source):
 class JIT(ch11.JIT):
     def cuda_source(self):
         if self.target != "gpu":
-            raise ValueError(f"{self.fn.__name__} is compiled for {self.target!r}, which has no CUDA source")
+            raise ValueError(f"{self.fn.__name__} is compiled for {self.target!r}: no CUDA source")
         vm_module = self.executable.mod
         host_module = vm_module.imports[0]
         return host_module.imports[0].inspect_source()

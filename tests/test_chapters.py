@@ -23,7 +23,8 @@ ARTEFACTS = {
     "06": ["def nothing() -> R.Tuple:", "return R.tuple()", "does not support Assign"],
     "07": ['one: R.Tensor((), dtype="int32") = R.const(1, "int32")', "result: R.Tensor", "R.add(one"],
     "08": ["@one_plus_one:", "call  add", "array(2, dtype=int32)"],
-    "09": ["the TVM view reads 42.0", "cannot hold data of shape (3, 3)", "tensor(2, dtype=torch.int32)"],
+    "09": ["the TVM view reads 42.0", "cannot hold data of shape (3, 3)",
+           "tensor(2, dtype=torch.int32)"],
     "10": ["R.add(a, b)", "@T.prim_func", "T.grid(T.int64(2), T.int64(3))", "R.call_tir(cls.add"],
     "11": ['thread="blockIdx.x"', 'thread="threadIdx.x"', "tirx.is_scheduled"],
     "12": ['extern "C" __global__', "add_kernel(", "threadIdx.x"],
@@ -81,5 +82,6 @@ def test_chapter_shape(path):
     chapters = [name for name in imported if name[:2].isdigit()]
     index = CHAPTERS.index(path)
     assert chapters == ([CHAPTERS[index - 1].stem] if index else [])
-    main = [node for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
+    main = [node for node in tree.body
+            if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
     assert len(main) == 1 and isinstance(main[0].body[-1], ast.Assert)
