@@ -1,0 +1,87 @@
+"""The tutorial chapters, run the way a reader runs them: each file on its own, in a fresh Python.
+
+A chapter passes when it exits cleanly (its closing asserts held) and its output shows the artefact
+its lesson is about. Chapters 11-13 need no GPU: without one they build for CUDA and say so.
+"""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.py"))
+
+# Chapter number -> what its output must contain.
+ARTEFACTS = {
+    "01": ["intercepted a call to hello"],
+    "02": ["FunctionDef(", "name='add_one'", "op=Add()", "IndentationError"],
+    "03": ["target='cpu'", "target='gpu'", "refused: target must be one of"],
+    "04": ["FunctionDef name='add_one'", "    Assign", "visited 15 nodes; ast.walk finds 15"],
+    "05": ["@I.ir_module", "class Module:"],
+    "06": ["def nothing() -> R.Tuple:", "return R.tuple()", "does not support Assign"],
+    "07": ['one: R.Tensor((), dtype="int32") = R.const(1, "int32")', "result: R.Tensor", "R.add(one"],
+    "08": ["@one_plus_one:", "call  add", "array(2, dtype=int32)"],
+    "09": ["the TVM view reads 42.0", "cannot hold data of shape (3, 3)",
+           "tensor(2, dtype=torch.int32)"],
+    "10": ["R.add(a, b)", "@T.prim_func", "T.grid(T.int64(2), T.int64(3))", "R.call_tir(cls.add"],
+    "11": ['thread="blockIdx.x"', 'thread="threadIdx.x"', "tirx.is_scheduled"],
+    "12": ['extern "C" __global__', "add_kernel(", "threadIdx.x"],
+    "13": ["after ConvertToDataflow", "after LegalizeOps", "after AnnotateTIROpPattern", "after FuseOps",
+           "after FuseTIR", "def fused_add_add(", "fused_add_add_kernel(", "matches torch"],
+}
+
+
+def chapter_id(path):
+    return path.stem
+
+
+def run(path, cwd):
+    return subprocess.run([sys.executable, str(path.relative_to(cwd))], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_chapters_are_numbered_01_to_13():
+    assert [p.name[:2] for p in CHAPTERS] == sorted(ARTEFACTS)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=chapter_id)
+def test_chapter_runs_and_prints_its_artefact(path):
+    result = run(path, ROOT)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    for artefact in ARTEFACTS[path.name[:2]]:
+        assert artefact in result.stdout, f"{path.name} did not print {artefact!r}"
+
+
+def test_a_chapter_runs_from_inside_the_chapters_folder():
+    result = run(ROOT / "chapters" / "10_tensor_params.py", ROOT / "chapters")
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+def imported_modules(tree):
+    """Every module a chapter imports, by statement or by `importlib.import_module("...")`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            yield node.module or ""
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith("import_module"):
+            yield ast.literal_eval(node.args[0])
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=chapter_id)
+def test_chapter_shape(path):
+    """Opens with its comment block, extends the chapter before it (and not the package), and its demo
+    ends on an assert."""
+    source = path.read_text()
+    tree = ast.parse(source)
+    assert source.startswith(f"# Chapter {path.name[:2]} - ")
+    imported = list(imported_modules(tree))
+    assert not [name for name in imported if name.split(".")[0] == "babytriton"]
+    chapters = [name for name in imported if name[:2].isdigit()]
+    index = CHAPTERS.index(path)
+    assert chapters == ([CHAPTERS[index - 1].stem] if index else [])
+    main = [node for node in tree.body
+            if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
+    assert len(main) == 1 and isinstance(main[0].body[-1], ast.Assert)
