@@ -20,7 +20,7 @@ from .types import (DTYPES, ArgSpec, Param, Tensor, arg_spec, check_symbolic_siz
                     params_from_signature, static_spec, torch_to_vm)
 
 OPTIONS = {"target": "cpu", "schedule": "dlight", "unroll": 16, "verbose": False, "backend": "relax",
-           "cache": True}
+           "cache": True, "trials": 16}
 BACKENDS = ("relax",)
 # Exact argument signatures remembered per function before the table is reset (symbolic shapes
 # can produce one per distinct size).
@@ -47,9 +47,10 @@ def check_options(options: dict) -> None:
         raise ValueError(f"unknown schedule {merged['schedule']!r}; use one of {', '.join(pipeline.SCHEDULES)}")
     if merged["backend"] not in BACKENDS:
         raise ValueError(f"unknown backend {merged['backend']!r}; use one of {', '.join(BACKENDS)}")
-    unroll = merged["unroll"]
-    if not isinstance(unroll, int) or isinstance(unroll, bool) or unroll < 0:
-        raise ValueError(f"unroll is a non-negative int (a loop trip count), got {unroll!r}")
+    for count in ("unroll", "trials"):
+        value = merged[count]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{count} is a non-negative int, got {value!r}")
     for flag in ("verbose", "cache"):
         if not isinstance(merged[flag], bool):
             raise TypeError(f"{flag} is True or False, got {merged[flag]!r}")
@@ -300,7 +301,7 @@ class JITFunction:
         target = self.target()
         stage = "passes"
         try:
-            mod = pipeline.lower(mod, target, self.options["schedule"], record)
+            mod = pipeline.lower(mod, target, self.options["schedule"], record, self.options["trials"])
             stage = "build"
             executable = pipeline.build(mod, target)
         except Exception as e:  # noqa: BLE001 - TVM's failures past code generation

@@ -1,7 +1,7 @@
 """From a Relax IRModule to a runnable VM executable, one visible sequence of stages:
 
 ConvertToDataflow -> LegalizeOps -> AnnotateTIROpPattern -> FuseOps -> FuseTIR
--> (gpu) Dlight schedule -> tvm.compile -> Relax VM. Every stage's IR is recorded.
+-> schedule (Dlight, Fallback or MetaSchedule) -> tvm.compile -> Relax VM. Every stage's IR is recorded.
 """
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Callable
 
 import tvm
 from tvm import relax
-from tvm.s_tir import dlight as dl
+
+from . import schedules
 
 TARGET_ALIASES = {"cpu": "llvm", "llvm": "llvm", "gpu": "cuda", "cuda": "cuda"}
-SCHEDULES = ("dlight", "fallback")
+SCHEDULES = schedules.SCHEDULES
 # Off a GPU, "gpu" still needs an architecture to generate CUDA for; Hopper is what we run on.
 DEFAULT_CUDA_ARCH = "sm_90"
 
@@ -48,10 +49,13 @@ def device_kind(target: tvm.target.Target) -> str:
     return "cuda" if target.kind.name == "cuda" else "cpu"
 
 
-def passes() -> list[tuple[str, tvm.transform.Pass]]:
+def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") -> list[tuple[str, tvm.transform.Pass]]:
     """The Relax passes, in order, each named as its stage."""
-    return [
-        ("ConvertToDataflow", relax.transform.ConvertToDataflow(min_size=1)),
+    sequence = [("ConvertToDataflow", relax.transform.ConvertToDataflow(min_size=1))]
+    if target is not None and target.kind.name == "cuda" and schedule == "dlight":
+        sequence.append(("MatmulToCuBLAS", tvm.transform.module_pass(
+            lambda mod, _ctx: schedules.offload_matmul(mod), opt_level=0, name="MatmulToCuBLAS")))
+    return sequence + [
         ("LegalizeOps", relax.transform.LegalizeOps()),
         ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),
         ("FuseOps", relax.transform.FuseOps()),
@@ -59,22 +63,14 @@ def passes() -> list[tuple[str, tvm.transform.Pass]]:
     ]
 
 
-def gpu_rules(schedule: str) -> list:
-    if schedule == "fallback":  # what the 2024 tutorial used: one thread per element, nothing else
-        return [dl.gpu.Fallback()]
-    return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
-
-
-def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str,
-          record: Callable[[str, str], None]) -> tvm.IRModule:
-    """Run the Relax passes and (on GPU) the Dlight schedule, recording the IR after each."""
-    for name, pass_ in passes():
+def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: Callable[[str, str], None],
+          trials: int = 16) -> tvm.IRModule:
+    """Run the Relax passes and the schedule, recording the IR after each."""
+    for name, pass_ in passes(target, schedule):
         mod = pass_(mod)
         record(name, mod.script())
-    if target.kind.name == "cuda":
-        with target:
-            mod = dl.ApplyDefaultSchedule(*gpu_rules(schedule))(mod)
-        record("schedule", mod.script())
+    mod = schedules.apply(mod, target, schedule, trials)
+    record("schedule", mod.script())
     return mod
 
 

@@ -28,7 +28,8 @@ def test_both_decorator_forms():
     ({"target": "tpu"}, ValueError, "unknown target 'tpu'"),
     ({"schedule": "magic"}, ValueError, "unknown schedule 'magic'"),
     ({"backend": "jax"}, ValueError, "unknown backend 'jax'"),
-    ({"unroll": -1}, ValueError, "non-negative int"),
+    ({"unroll": -1}, ValueError, "unroll is a non-negative int"),
+    ({"trials": 1.5}, ValueError, "trials is a non-negative int"),
     ({"verbose": "yes"}, TypeError, "verbose is True or False"),
 ])
 def test_bad_options_fail_at_decoration(options, error, words):
@@ -123,7 +124,7 @@ def test_same_types_reuse_one_compilation():
 def test_stages_in_order_and_source():
     k = bt.jit(add_mul).compile(torch.ones(2, 3), torch.ones(2, 3))
     assert list(k.stages) == ["python", "ast", "relax", "ConvertToDataflow", "LegalizeOps",
-                              "AnnotateTIROpPattern", "FuseOps", "FuseTIR", "source"]
+                              "AnnotateTIROpPattern", "FuseOps", "FuseTIR", "schedule", "source"]
     assert "def add_mul" in k.stages["python"]
     assert "FunctionDef(" in k.stages["ast"]
     assert "R.add(a, b)" in k.stages["relax"]

@@ -1,0 +1,203 @@
+"""How fused TIR kernels get a schedule: Dlight's rules plus babytriton's own, the tutorial's
+Fallback-only mode, or MetaSchedule tuning with an on-disk database that later runs reuse.
+
+On a GPU, "dlight" also hands matrix products to cuBLAS through torch (see `offload_matmul`):
+TVM's PyPI build has no cuBLAS, while torch ships it and a Relax packed call reaches it.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+from pathlib import Path
+
+import torch
+import tvm
+from tvm import relax, s_tir, tirx
+from tvm.s_tir import dlight as dl
+from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.s_tir.dlight.base import try_inline
+from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
+
+SCHEDULES = ("dlight", "fallback", "meta_schedule")
+TUNE_EXTRAS = ("psutil", "cloudpickle", "xgboost")
+BUILD_TIMEOUT_S = 300
+
+
+# --------------------------------------------------------------------------------------------------
+# babytriton's own Dlight rule
+# --------------------------------------------------------------------------------------------------
+
+class Elementwise(GPUScheduleRule):
+    """Injective kernels with a static size: each thread moves 16 bytes of every buffer with one
+    vector load/store (float4 for float32). Dlight's Fallback moves one scalar per thread, which leaves
+    a third of the memory bandwidth unused on large element-wise chains."""
+
+    def __init__(self, threads: int = 256, vector_bytes: int = 16):
+        self.threads = threads
+        self.vector_bytes = vector_bytes
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
+        if infos is None:
+            return None
+        infos = try_inline(sch, infos)
+        if len(infos) != 1 or not infos[0].is_injective():
+            return None
+        widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p)), default=4)
+        vector = max(self.vector_bytes // widest, 1)
+        fused = sch.fuse(*sch.get_loops(infos[0].block_rv))
+        extent = sch.get(fused).extent
+        if not isinstance(extent, tirx.IntImm) or int(extent) % vector or int(extent) < vector * self.threads:
+            return None  # ragged or tiny: Fallback's predicated scalar loop handles it
+        blocks, threads, lanes = sch.split(fused, [None, self.threads, vector])
+        sch.bind(blocks, "blockIdx.x")
+        sch.bind(threads, "threadIdx.x")
+        sch.vectorize(lanes)
+        return sch
+
+
+def _is_buffer(param) -> bool:
+    try:
+        param.ty.dtype
+    except AttributeError:
+        return False
+    return True
+
+
+def gpu_rules(schedule: str) -> list:
+    if schedule == "fallback":  # the 2024 tutorial: one thread per element, nothing else
+        return [dl.gpu.Fallback()]
+    return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), Elementwise(),
+            dl.gpu.Fallback()]
+
+
+def cpu_rules() -> list:
+    return [dl.cpu.GEMV(), dl.cpu.Reduction()]
+
+
+def apply(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, trials: int) -> tvm.IRModule:
+    """Schedule every TIR function of a fused module for `target`."""
+    gpu = target.kind.name == "cuda"
+    if schedule == "meta_schedule":
+        mod = meta_schedule(mod, target, trials)
+    with target:
+        # Dlight skips functions already scheduled (tuned ones); on a GPU everything left needs threads.
+        rules = gpu_rules("fallback" if schedule == "meta_schedule" else schedule) if gpu else cpu_rules()
+        return dl.ApplyDefaultSchedule(*rules)(mod)
+
+
+# --------------------------------------------------------------------------------------------------
+# matrix products through torch's cuBLAS
+# --------------------------------------------------------------------------------------------------
+
+TORCH_MATMUL = "babytriton.torch_matmul"
+
+
+@tvm.register_global_func(TORCH_MATMUL, override=True)
+def _torch_matmul(a, b, out):
+    torch.matmul(torch.from_dlpack(a), torch.from_dlpack(b), out=torch.from_dlpack(out))
+
+
+@relax.expr_functor.mutator
+class _MatmulToTorch(relax.PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.matmul":
+            a, b = call.args
+            ok = all(str(x.ty.dtype) in ("float16", "bfloat16", "float32") and x.ty.ndim >= 2 for x in (a, b))
+            if ok and call.attrs.out_dtype in ("", str(a.ty.dtype)) and str(a.ty.dtype) == str(b.ty.dtype):
+                return relax.op.call_dps_packed(relax.ExternFunc(TORCH_MATMUL), [a, b], call.ty)
+        return call
+
+
+def offload_matmul(mod: tvm.IRModule) -> tvm.IRModule:
+    """Replace float matrix products by a packed call into torch.matmul (cuBLAS), before legalization."""
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            mutator = _MatmulToTorch(mod)
+            mod[gv] = mutator.visit_expr(func)
+    return mod
+
+
+# --------------------------------------------------------------------------------------------------
+# MetaSchedule
+# --------------------------------------------------------------------------------------------------
+
+def tuning_dir() -> Path:
+    root = os.environ.get("BABYTRITON_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "babytriton")
+    return Path(root) / "meta_schedule"
+
+
+def require_tuning_extras() -> None:
+    missing = [name for name in TUNE_EXTRAS if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(f"schedule='meta_schedule' needs {', '.join(missing)}: "
+                          "pip install 'babytriton[tune]'")
+
+
+def _tuning_target(target: tvm.target.Target) -> tvm.target.Target:
+    config = dict(target.export())
+    if config["kind"] == "llvm" and "num-cores" not in config:
+        config["num-cores"] = os.cpu_count() or 1  # MetaSchedule refuses a CPU target without it
+    return tvm.target.Target(config)
+
+
+def meta_schedule(mod: tvm.IRModule, target: tvm.target.Target, trials: int) -> tvm.IRModule:
+    """Tune the kernels that the database has no record of, then apply the best records."""
+    require_tuning_extras()
+    from tvm.s_tir import meta_schedule as ms
+
+    target = _tuning_target(target)
+    work_dir = tuning_dir() / hashlib.sha256(str(target).encode()).hexdigest()[:16]
+    work_dir.mkdir(parents=True, exist_ok=True)
+    database = ms.database.JSONDatabase(work_dir=str(work_dir))
+    tasks = ms.relax_integration.extract_tasks(mod, target)
+    todo = [t for t in tasks if database.query_tuning_record(t.dispatched[0], target, "main") is None]
+    if todo:
+        contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(todo, work_dir=str(work_dir))
+        per_task = max(trials, 1)
+        progress = _progress_bar([t.task_name for t in todo], per_task)
+        # MetaSchedule logs every round to stdout; keep that in its log files and show the bar instead.
+        logger = logging.getLogger("tvm.s_tir.meta_schedule")
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
+        ms.tune_tasks(
+            tasks=contexts, task_weights=weights, work_dir=str(work_dir), database=database,
+            # each build is a fresh process importing TVM: on a busy 2-core machine that alone can take 30 s
+            builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S),
+            max_trials_global=per_task * len(todo), max_trials_per_task=per_task,
+            num_trials_per_iter=min(8, per_task), cost_model="xgb",
+            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), progress])
+        sys.stderr.write("\n")
+    with target, database:
+        return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+
+
+def _progress_bar(names: list[str], per_task: int):
+    """A one-line progress bar on stderr while MetaSchedule measures candidates."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+    @derived_object
+    class Progress(PyMeasureCallback):
+        def __init__(self):
+            self.total = per_task * len(names)
+            self.done = 0
+
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+            self.done = min(self.done + len(measure_candidates), self.total)
+            width = 30
+            filled = width * self.done // max(self.total, 1)
+            name = names[task_id] if task_id < len(names) else ""
+            sys.stderr.write(f"\r[babytriton] tuning [{'#' * filled}{'.' * (width - filled)}] "
+                             f"{self.done}/{self.total} trials  {name[:40]:40s}")
+            sys.stderr.flush()
+
+    return Progress()
