@@ -21,6 +21,8 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.base import try_inline
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
+from .errors import debug_enabled
+
 SCHEDULES = ("dlight", "fallback", "meta_schedule")
 TUNE_EXTRAS = ("psutil", "cloudpickle", "xgboost")
 BUILD_TIMEOUT_S = 300
@@ -111,7 +113,8 @@ class _MatmulToTorch(relax.PyExprMutator):
         if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.matmul":
             a, b = call.args
             ok = all(str(x.ty.dtype) in ("float16", "bfloat16", "float32") and x.ty.ndim >= 2 for x in (a, b))
-            if ok and call.attrs.out_dtype in ("", str(a.ty.dtype)) and str(a.ty.dtype) == str(b.ty.dtype):
+            out_dtype = call.attrs.out_dtype
+            if ok and out_dtype in (None, "", str(a.ty.dtype)) and str(a.ty.dtype) == str(b.ty.dtype):
                 return relax.op.call_dps_packed(relax.ExternFunc(TORCH_MATMUL), [a, b], call.ty)
         return call
 
@@ -165,9 +168,7 @@ def meta_schedule(mod: tvm.IRModule, target: tvm.target.Target, trials: int) -> 
         per_task = max(trials, 1)
         progress = _progress_bar([t.task_name for t in todo], per_task)
         # MetaSchedule logs every round to stdout; keep that in its log files and show the bar instead.
-        logger = logging.getLogger("tvm.s_tir.meta_schedule")
-        if logger.level == logging.NOTSET:
-            logger.setLevel(logging.WARNING)
+        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.DEBUG if debug_enabled() else logging.WARNING)
         ms.tune_tasks(
             tasks=contexts, task_weights=weights, work_dir=str(work_dir), database=database,
             # each build is a fresh process importing TVM: on a busy 2-core machine that alone can take 30 s

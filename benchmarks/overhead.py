@@ -39,3 +39,12 @@ def main(device="cpu"):
 
 if __name__ == "__main__":
     main(sys.argv[1] if len(sys.argv) > 1 else "cpu")
+
+
+def breakdown(device="cuda"):
+    """Where a cached call's time goes: key, argument conversion, VM call, result wrapping."""
+    a = torch.ones(2, 3, device=device)
+    v = tvm.runtime.from_dlpack(a)
+    env = dict(a=a, v=v, tvm=tvm, torch=torch)
+    for stmt in ("(a.dtype, a.shape, a.device)", "tvm.runtime.from_dlpack(a)", "torch.from_dlpack(v)"):
+        print(f"{device:5s} {stmt:48s} {per_call_us(stmt, env, 20000):7.2f} us")
