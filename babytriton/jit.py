@@ -179,7 +179,10 @@ class JITFunction:
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
-        self.signature = inspect.signature(fn)
+        try:  # `from __future__ import annotations` makes every annotation a string
+            self.signature = inspect.signature(fn, eval_str=True)
+        except Exception:  # noqa: BLE001 - a name only the closure knows: reported per parameter below
+            self.signature = inspect.signature(fn)
         self.params = params_from_signature(self.signature, self._param_error)
         self._nparams = len(self.params)
         self._constexpr = tuple(p.kind == "constexpr" for p in self.params)

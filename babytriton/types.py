@@ -143,8 +143,8 @@ def params_from_signature(sig: inspect.Signature, where) -> list[Param]:
             raise where(p.name, f"*{p.name} / **{p.name} parameters are not supported in @jit functions")
         ann = p.annotation
         if isinstance(ann, str):
-            raise where(p.name, f"parameter '{p.name}' has a string annotation {ann!r}; "
-                                "remove `from __future__ import annotations` for @jit functions")
+            raise where(p.name, f"parameter '{p.name}' has the annotation {ann!r}, which cannot be evaluated "
+                                "from the module's globals; define what it names at module level")
         if ann is inspect.Parameter.empty or ann is torch.Tensor:
             kind = "auto"
         elif isinstance(ann, Tensor):
