@@ -16,7 +16,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import relax as RB
 
 from . import pipeline
-from .errors import Diagnostic
+from .errors import CompilationError, Diagnostic
 from .types import ArgSpec, Param, unwrap
 
 # User spelling -> the device it means ("cpu" runs LLVM code, "cuda" CUDA kernels).
@@ -116,7 +116,7 @@ class Placement:
     """While compiling a function with device blocks: each device's vdevice, the block being compiled,
     the copies made so far, and the device where each variable was last assigned."""
 
-    def __init__(self, target_option, specs: dict[str, ArgSpec], scope):
+    def __init__(self, target_option, specs: dict[str, ArgSpec], scope, first_line: int = 1):
         target = pipeline.resolve_target(target_option)
         self.default = pipeline.device_kind(target)   # the device of code outside every block
         self._target = target
@@ -124,6 +124,7 @@ class Placement:
                                 if s.device.startswith("cuda:")), 0)
         self._vdevices: dict[str, relax.VDevice] = {}
         self.scope = scope
+        self.first_line = first_line     # file line of the function's first line, for messages
         self.block: tuple[str, ast.With] | None = None   # (device, node) of the block being compiled
         self.home: dict[str, str | None] = {}            # variable -> device of its last assignment's block
         self._copies: dict = {}
@@ -164,7 +165,7 @@ class Placement:
         if self.block is not None:
             outer_kind, outer = self.block
             raise Diagnostic(f"device blocks cannot be nested: this one is inside "
-                             f"`with bt.device({_SHOWN[outer_kind]!r})` (line {outer.lineno} of the function)")
+                             f"`with bt.device({_SHOWN[outer_kind]!r})` on line {self.first_line + outer.lineno - 1}")
         self.block = (kind, node)
 
     def leave(self):
@@ -240,7 +241,10 @@ def block_device(node: ast.With, evaluate, error) -> str:
     if len(node.items) != 1:
         raise error(node.items[1].context_expr, "a `with` statement in a @jit function takes one `bt.device(...)`")
     call = item.context_expr
-    func = evaluate(call.func) if isinstance(call, ast.Call) else None
+    try:
+        func = evaluate(call.func) if isinstance(call, ast.Call) else None
+    except CompilationError:  # e.g. `with open(...)`: a name @jit code does not know
+        func = None
     if func is not device:
         raise error(call, "only `with bt.device(...)` blocks are supported in @jit functions")
     if item.optional_vars is not None:

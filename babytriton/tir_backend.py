@@ -38,12 +38,17 @@ def schedule(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.PrimFunc:
     iteration. On a GPU, the other top-level statements run, in order, as one-thread kernels, and the
     top-level locals (shared by those kernels) live in GPU memory allocated by the host."""
     gpu = target.kind.name == "cuda"
+    analyzer = tvm.sym.Analyzer()
+    sizes = {dim for param in func.params if isinstance(param.ty, tirx.BufferType)
+             for dim in param.ty.shape if isinstance(dim, tirx.Var)}
+    for size in sizes:  # tensor sizes are never negative: lets max(n, 0) simplify to n
+        analyzer.bind(size, tvm.ir.Range(tirx.IntImm(size.ty.dtype, 0), tirx.IntImm(size.ty.dtype, 1 << 62)))
     statements = list(func.body.seq) if isinstance(func.body, tirx.SeqStmt) else [func.body]
     host, body, serial = [], [], []
 
     def flush():
         if serial:
-            body.append(_kernel(serial, None) if gpu else tirx.SeqStmt(list(serial)) if len(serial) > 1
+            body.append(_kernel(serial, None, analyzer) if gpu else tirx.SeqStmt(list(serial)) if len(serial) > 1
                         else serial[0])
             serial.clear()
 
@@ -54,9 +59,9 @@ def schedule(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.PrimFunc:
             flush()
             nest = _parallel_nest(stmt)
             if gpu:
-                body.append(_kernel([nest[-1].body], nest))
+                body.append(_kernel([nest[-1].body], nest, analyzer))
             elif len(nest) > 1:
-                body.append(_fused_loop(nest))
+                body.append(_fused_loop(nest, analyzer))
             else:
                 body.append(stmt)
         else:
@@ -73,8 +78,7 @@ def _parallel_nest(loop: tirx.For) -> list[tirx.For]:
     return nest
 
 
-def _extents(nest):
-    analyzer = tvm.sym.Analyzer()
+def _extents(nest, analyzer):
     extents = [analyzer.simplify(tirx.max(loop.extent, tirx.IntImm(loop.extent.ty.dtype, 0))) for loop in nest]
     total = analyzer.simplify(functools.reduce(operator.mul, extents))
     return extents, total
@@ -95,8 +99,8 @@ def _bind_nest(nest, extents, flat):
         T.Bind(value, var=loop.loop_var)
 
 
-def _fused_loop(nest):
-    extents, total = _extents(nest)
+def _fused_loop(nest, analyzer):
+    extents, total = _extents(nest, analyzer)
     with IRBuilder() as ib:
         with T.parallel(tirx.IntImm("int64", 0), total) as flat:
             IRBuilder.name("_".join(loop.loop_var.name for loop in nest), flat)
@@ -105,13 +109,13 @@ def _fused_loop(nest):
     return ib.get()
 
 
-def _kernel(stmts, nest):
+def _kernel(stmts, nest, analyzer):
     """A GPU kernel running `stmts`: once (nest None), or once per iteration of a parallel nest."""
     if nest is None:
         blocks = threads = tirx.IntImm("int32", 1)
         extents = total = None
     else:
-        extents, total = _extents(nest)
+        extents, total = _extents(nest, analyzer)
         if isinstance(total, tirx.IntImm) and total.value == 0:
             return None
         per_block = min(THREADS_PER_BLOCK, total.value) if isinstance(total, tirx.IntImm) else THREADS_PER_BLOCK
@@ -121,6 +125,8 @@ def _kernel(stmts, nest):
     with IRBuilder() as ib:
         with T.thread_binding(blocks, thread="blockIdx.x") as bx:
             with T.thread_binding(threads, thread="threadIdx.x") as tx:
+                IRBuilder.name("bx", bx)
+                IRBuilder.name("tx", tx)
                 if nest is None:
                     for stmt in stmts:
                         T.add_to_parent(stmt)

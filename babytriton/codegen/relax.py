@@ -117,7 +117,8 @@ class RelaxCodeGen(ast.NodeVisitor):
         self.user_named: set = set()   # Relax vars already given a user's name
         self.returned = None           # the value of the `return` reached, once reached
         # With `with bt.device(...)` blocks: where each value lives (None: one device, no vdevices).
-        self.placement = devices.Placement((options or {}).get("target", "cpu"), specs, self.scope) \
+        self.placement = devices.Placement((options or {}).get("target", "cpu"), specs, self.scope,
+                                           parsed.source_map.first_line) \
             if devices.uses_device_blocks(parsed.tree) else None
 
     # ------------------------------------------------------------------------------------------
