@@ -8,7 +8,6 @@ order) for several.
 """
 from __future__ import annotations
 
-import ast
 import functools
 import operator
 
@@ -22,7 +21,7 @@ from tvm.script.ir_builder import tirx as T
 from . import pipeline
 from .codegen.tir import TIRCodeGen
 from .errors import debug_enabled
-from .jit import Kernel, check_devices
+from .jit import Kernel
 from .types import TORCH_TO_NAME, ArgSpec, torch_to_vm, unwrap
 
 THREADS_PER_BLOCK = 256

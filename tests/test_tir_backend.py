@@ -228,6 +228,17 @@ def integer_ops(a: bt.Tensor((12,), "int32"), b: bt.Tensor((12,), "int32"), out:
         out[5, i] = a[i] ** 3
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.integers(-1000, 1000), min_size=12, max_size=12),
+       st.lists(st.integers(-9, 9).filter(bool), min_size=12, max_size=12))
+def test_compiled_loops_match_running_them_as_python(a, b):
+    # the undecorated function, run eagerly on torch tensors, is the reference
+    a, b = torch.tensor(a, dtype=torch.int32), torch.tensor(b, dtype=torch.int32)
+    expected = torch.empty(6, 12, dtype=torch.int32)
+    integer_ops.fn(a, b, expected)
+    torch.testing.assert_close(integer_ops(a, b, torch.empty(6, 12, dtype=torch.int32)), expected)
+
+
 def test_integer_semantics_follow_python_and_torch():
     a = torch.randint(-20, 20, (12,), dtype=torch.int32)
     b = torch.tensor([3, -3, 5, -5, 7, 2, -2, 1, -1, 4, -4, 6], dtype=torch.int32)
@@ -301,6 +312,20 @@ def test_outputs_may_not_share_memory_with_inputs():
         ro = np.zeros(6, "float32")
         ro.flags.writeable = False
         two_outputs(np.zeros(6, "float32"), np.zeros(6, "float32"), ro)
+
+
+@tir
+def doubling(x: float, k: bt.constexpr, out: bt.Tensor((2,), "float64")):
+    for i in range(3):
+        x = x * 2          # parameters changed in a loop get a run-time copy
+        k = k + 1
+    out[0] = x
+    out[1] = k
+
+
+def test_parameters_reassigned_in_loops():
+    torch.testing.assert_close(doubling(1.5, 4, torch.zeros(2, dtype=torch.float64)),
+                               torch.tensor([12.0, 7.0], dtype=torch.float64))
 
 
 def test_locals_keep_python_scoping_for_compile_time_values():
@@ -474,6 +499,10 @@ def test_errors_point_at_the_line(fn, words):
     assert words in err.message, err.message
 
 
+def test_parallel_is_range_outside_jit():
+    assert list(bt.parallel(3)) == [0, 1, 2] and list(bt.parallel(1, 7, 3)) == [1, 4]
+
+
 def test_unknown_backend_is_rejected():
     with pytest.raises(ValueError, match="unknown backend 'tvm'"):
         bt.jit(backend="tvm")
@@ -493,7 +522,7 @@ def test_gpu_runs_match_torch():
     torch.testing.assert_close(gpu_mm(x, y, torch.empty(70, 45, device="cuda")), x @ y, atol=1e-4, rtol=1e-4)
     gpu_norm = tir(normalise.fn, target="gpu")
     z = torch.rand(300, 7, device="cuda")
-    torch.testing.assert_close(gpu_norm(z, torch.empty_like(z)), z / z.sum(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(gpu_norm(z, torch.empty_like(z)), z / z.sum(), rtol=1e-4, atol=1e-6)
     gpu_rowsum = tir(rowsum.fn, target="gpu")
     w = torch.randn(9, 13, dtype=torch.float64, device="cuda")
     torch.testing.assert_close(gpu_rowsum(w, torch.empty(9, dtype=torch.float64, device="cuda")), w.sum(1))

@@ -186,10 +186,14 @@ class TIRCodeGen(ast.NodeVisitor):
         promotion of everything assigned to it, which later statements can widen)."""
         for _ in range(MAX_PASSES):
             func = self._build_once()
-            if self.seen == self.assumed:
+            learned = dict(self.assumed)   # only ever widened, so the passes settle
+            for name, note in self.seen.items():
+                old = learned.get(name)
+                learned[name] = note if old is None else Note(join(old.kind, note.kind), old.runtime or note.runtime)
+            if learned == self.assumed:
                 self.outputs = [p for p in self.specs if p in self.written]
                 return tvm.IRModule({self.parsed.name: func})
-            self.assumed = self.seen
+            self.assumed = learned
         raise self.error(self.parsed.tree, "could not settle the types of the function's variables")
 
     def _build_once(self):
@@ -352,11 +356,13 @@ class TIRCodeGen(ast.NodeVisitor):
 
     def declare_param(self, arg: ast.arg):
         spec = self.specs[arg.arg]
-        if spec.kind == "constexpr":
-            self.scope.assign(arg.arg, spec.value)
-        elif spec.kind == "scalar":
-            var = T.arg(arg.arg, tirx.Var(arg.arg, spec.dtype))
-            self.scope.assign(arg.arg, var)
+        if spec.kind in ("constexpr", "scalar"):
+            value = spec.value if spec.kind == "constexpr" else T.arg(arg.arg, tirx.Var(arg.arg, spec.dtype))
+            note = self.assumed.get(arg.arg)
+            if note is not None and note.runtime:   # the body changes it at run time: a local copy
+                self.assign_name(arg.arg, value, arg)
+            else:
+                self.scope.assign(arg.arg, value)
         else:
             shape = tuple(self.symbolic(d) if isinstance(d, str) else d for d in spec.shape)
             dims = [d if isinstance(d, tirx.Var) else tirx.IntImm(INT64, d) for d in shape]
