@@ -218,6 +218,37 @@ def test_while_loop():
 
 
 @tir
+def searches(a: bt.Tensor(("n", "m"), "int64"), first: bt.Tensor(("n",), "int64"),
+             odd_sum: bt.Tensor(("n",), "int64")):
+    for i in range(a.shape[0]):
+        first[i] = -1
+        for j in range(a.shape[1]):
+            if a[i, j] == 0:
+                first[i] = j
+                break
+        total = 0
+        j = 0
+        while True:
+            j += 1
+            if j > a.shape[1]:
+                break
+            if a[i, j - 1] % 2 == 0:
+                continue
+            total += a[i, j - 1]
+        odd_sum[i] = total
+
+
+def test_break_and_continue():
+    a = torch.randint(0, 4, (6, 9))
+    first, odd_sum = searches(a, torch.empty(6, dtype=torch.int64), torch.empty(6, dtype=torch.int64))
+    expected_first, expected_sum = torch.empty(6, dtype=torch.int64), torch.empty(6, dtype=torch.int64)
+    searches.fn(a, expected_first, expected_sum)
+    torch.testing.assert_close(first, expected_first)
+    torch.testing.assert_close(odd_sum, expected_sum)
+    assert "broke" in searches.compile(a, first, odd_sum).stages["tir"]
+
+
+@tir
 def integer_ops(a: bt.Tensor((12,), "int32"), b: bt.Tensor((12,), "int32"), out: bt.Tensor((6, 12), "int32")):
     for i in range(12):
         out[0, i] = a[i] // b[i]
@@ -453,7 +484,7 @@ def racy_local(a: bt.Tensor(("n",), "float32"), c: bt.Tensor((1,), "float32")):
 
 
 def breaks(c: bt.Tensor((4,), "float32")):
-    for i in range(4):
+    for i in bt.parallel(4):
         break  # error
 
 
@@ -487,7 +518,7 @@ def uses_lambda(c: bt.Tensor((4,), "float32")):
     (parallel_in_serial, "top of the function body"),
     (racy_store, "race"),
     (racy_local, "every iteration at once"),
-    (breaks, "`break` is not supported"),
+    (breaks, "`break` cannot leave a bt.parallel loop"),
     (int_power, "compile-time exponent"),
     (unknown_call, "cannot call `print`"),
     (float_index, "an index must be an integer"),

@@ -75,6 +75,8 @@ class Loop:
     node: ast.AST
     names: set = field(default_factory=set)         # its loop variable's name
     variables: list = field(default_factory=list)   # a parallel nest's loop variables, outer first
+    broke: object = None     # one-element flag buffers: `break` happened / `continue` this iteration
+    skipped: object = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,17 @@ def uses_any(expr, variables) -> bool:
         if isinstance(child, tvm.ir.Expr) and uses_any(child, variables):
             return True
     return any(uses_any(arg, variables) for arg in getattr(expr, "args", ()) if isinstance(arg, tvm.ir.Expr))
+
+
+def leaves(nodes, kinds) -> bool:
+    """Whether statements hold a `break`/`continue` (of `kinds`) of the loop they are in."""
+    for node in nodes:
+        if isinstance(node, kinds):
+            return True
+        if not isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.Lambda, ast.expr)) and \
+                leaves(ast.iter_child_nodes(node), kinds):
+            return True
+    return False
 
 
 class TIRCodeGen(ast.NodeVisitor):
@@ -381,6 +394,15 @@ class TIRCodeGen(ast.NodeVisitor):
                                            "(backend='tir')")
                 continue
             self.visit(stmt)
+            if isinstance(stmt, (ast.Break, ast.Continue)):
+                return  # what follows never runs
+            loop = self.loops[-1] if self.loops else None
+            rest = body[position + 1:]
+            if rest and loop is not None and leaves([stmt], (ast.Break, ast.Continue)):
+                with T.If(self.still_running(loop)):   # the rest of the body, unless it was left
+                    with T.Then():
+                        self.visit_body(rest)
+                return
 
     def visit_Pass(self, node):
         pass
@@ -469,6 +491,8 @@ class TIRCodeGen(ast.NodeVisitor):
         outer = self.loops[-1] if self.loops and self.loops[-1].kind == "parallel" and func is parallel else None
         frame = (T.parallel if func is parallel else T.serial)
         first, last = (start, stop) if step == 1 else (0, trips)
+        if leaves(node.body, ast.Break) and func is not parallel:
+            loop.broke = self.flag("broke")
         with frame(self.index_expr(first), self.index_expr(last)) as var:
             IRBuilder.name(name if step == 1 else f"{name}_step", var)
             if not empty:
@@ -478,7 +502,7 @@ class TIRCodeGen(ast.NodeVisitor):
             self.loops.append(loop)
             self.unreachable += empty
             try:
-                with self.runtime_block(f"the loop on line {self.line(node.lineno)}"):
+                with self.runtime_block(f"the loop on line {self.line(node.lineno)}"), self.loop_body(loop):
                     self.scope.assign(name, value)
                     self.visit_body(node.body)
                 self.gone[name] = f"the loop on line {self.line(node.lineno)} (it is its loop variable)"
@@ -525,10 +549,13 @@ class TIRCodeGen(ast.NodeVisitor):
         if cond is False:
             return
         loop = Loop("while", node)
+        if leaves(node.body, ast.Break):
+            loop.broke = self.flag("broke")
+            cond = tirx.if_then_else(loop.broke[tirx.const(0, INT64)], tirx.const(False, "bool"), self.cast(cond, "bool"))
         self.loops.append(loop)
         try:
             with T.While(cond):
-                with self.runtime_block(f"the loop on line {self.line(node.lineno)}"):
+                with self.runtime_block(f"the loop on line {self.line(node.lineno)}"), self.loop_body(loop):
                     self.visit_body(node.body)
         finally:
             self.loops.pop()
@@ -549,13 +576,43 @@ class TIRCodeGen(ast.NodeVisitor):
                     with self.analyzer.constraint_scope(tirx.Not(cond)), self.runtime_block(where):
                         self.visit_body(node.orelse)
 
+    # `break` and `continue` set a flag that guards the rest of the loop (TVM cannot compile
+    # them for CPUs): a broken `while` stops at its next test, a broken `for` runs empty iterations.
     def visit_Break(self, node):
-        raise Diagnostic("`break` is not supported in backend='tir' code (it cannot be compiled for CPUs); "
-                         "put the exit test in a `while` condition")
+        loop = self.innermost_loop("break")
+        if loop.kind == "parallel":
+            raise Diagnostic("`break` cannot leave a bt.parallel loop: its iterations run at once")
+        T.buffer_store(loop.broke, tirx.const(True, "bool"), [tirx.const(0, INT64)])
 
     def visit_Continue(self, node):
-        raise Diagnostic("`continue` is not supported in backend='tir' code; put the rest of the loop body "
-                         "under an `if`")
+        loop = self.innermost_loop("continue")
+        T.buffer_store(loop.skipped, tirx.const(True, "bool"), [tirx.const(0, INT64)])
+
+    def innermost_loop(self, word: str) -> Loop:
+        if not self.loops:
+            raise Diagnostic(f"`{word}` outside a loop")
+        return self.loops[-1]
+
+    def flag(self, name: str):
+        buffer = IRBuilder.name(name, T.alloc_buffer((1,), "bool", scope="local" if self.runtime_depth else "global"))
+        T.buffer_store(buffer, tirx.const(False, "bool"), [tirx.const(0, INT64)])
+        return buffer
+
+    def still_running(self, loop: Loop):
+        flags = [f[tirx.const(0, INT64)] for f in (loop.broke, loop.skipped) if f is not None]
+        return tirx.Not(flags[0] if len(flags) == 1 else tirx.Or(*flags))
+
+    @contextmanager
+    def loop_body(self, loop: Loop):
+        """Inside the loop: reset the `continue` flag, and skip iterations after a `break`."""
+        if leaves(loop.node.body, ast.Continue):
+            loop.skipped = self.flag("skipped")
+        if loop.broke is not None and loop.kind == "range":
+            with T.If(tirx.Not(loop.broke[tirx.const(0, INT64)])):
+                with T.Then():
+                    yield
+        else:
+            yield
 
     # ------------------------------------------------------------------------------------------
     # expressions
