@@ -322,7 +322,8 @@ def test_numpy_and_non_contiguous_outputs_are_written_in_place():
     np.testing.assert_allclose(hi, np.maximum(a, 0))
     big = torch.zeros(6, 2)
     two_outputs(torch.from_numpy(a), big[:, 0], big[:, 1])    # strided views: copied back after the call
-    torch.testing.assert_close(big, torch.stack([torch.from_numpy(a).clamp(max=0), torch.from_numpy(a).clamp(min=0)], 1))
+    t = torch.from_numpy(a)
+    torch.testing.assert_close(big, torch.stack([t.clamp(max=0), t.clamp(min=0)], 1))
 
 
 def test_no_output_returns_none():

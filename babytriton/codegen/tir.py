@@ -8,7 +8,12 @@ and writes its results into its parameters (destination passing). Values while c
 - runtime locals (`Local`): a Python variable that changes at run time (inside a loop or an `if`, or
   holding an element read from memory) lives in a one-element buffer, since TIR variables are
   immutable. Which variables need one, and their dtypes, is found by compiling the body again until
-  nothing changes (see `build`).
+  nothing changes (see `build`): a variable's dtype is the promotion (torch's rules, Python numbers
+  weak) of everything assigned to it, so `acc = 0` then `acc += x[i]` makes a float accumulator.
+Python's meaning is kept where TIR differs: `//` and `%` floor, a negative index counts from the end,
+the right side of `and`/`or` and the untaken side of `a if c else b` are not evaluated, `break` and
+`continue` work (through flags). A variable first assigned inside a loop or a run-time `if` exists
+only there.
 """
 from __future__ import annotations
 
@@ -35,7 +40,6 @@ from .source import ParsedFunction
 
 PY_SCALARS = (bool, int, float)
 PY_BUILTINS = {name: getattr(builtins, name) for name in ("abs", "min", "max", "int", "float", "bool", "round")}
-WEAK_DTYPES = {bool: "bool", int: "int64", float: "float32"}   # a Python number stored at run time
 INT64 = "int64"
 UNBOUNDED = 1 << 62      # const_int_bound reports "no bound" beyond this
 MAX_PASSES = 8
@@ -551,7 +555,8 @@ class TIRCodeGen(ast.NodeVisitor):
         loop = Loop("while", node)
         if leaves(node.body, ast.Break):
             loop.broke = self.flag("broke")
-            cond = tirx.if_then_else(loop.broke[tirx.const(0, INT64)], tirx.const(False, "bool"), self.cast(cond, "bool"))
+            cond = tirx.if_then_else(loop.broke[tirx.const(0, INT64)], tirx.const(False, "bool"),
+                                     self.cast(cond, "bool"))
         self.loops.append(loop)
         try:
             with T.While(cond):
