@@ -12,7 +12,7 @@ import torch
 import tvm
 from tvm import relax
 
-from . import pipeline
+from . import devices, pipeline
 from .codegen.relax import RelaxCodeGen
 from .codegen.source import parse_function
 from .errors import CompilationError, debug_enabled
@@ -21,7 +21,7 @@ from .types import (DTYPES, ArgSpec, Param, Tensor, arg_spec, check_symbolic_siz
 
 OPTIONS = {"target": "cpu", "schedule": "dlight", "unroll": 16, "verbose": False, "backend": "relax",
            "cache": True, "trials": 16}
-BACKENDS = ("relax",)
+BACKENDS = ("relax", "tir")
 # Exact argument signatures remembered per function before the table is reset (symbolic shapes
 # can produce one per distinct size).
 MAX_RUNNERS = 4096
@@ -70,6 +70,8 @@ class Kernel:
         self.stages = stages
         self.device_kind = pipeline.device_kind(target)
         self._vms: dict[int, Any] = {}
+        # With device blocks: the VM's devices (CPU and GPU); the arguments may be on either.
+        self.vm_devices = devices.vm_devices(module)
 
     @property
     def source(self) -> str:
@@ -79,7 +81,7 @@ class Kernel:
     def vm_function(self, device_index: int):
         if device_index not in self._vms:
             device = tvm.cuda(device_index) if self.device_kind == "cuda" else tvm.cpu()
-            self._vms[device_index] = relax.VirtualMachine(self.executable, device)[self.name]
+            self._vms[device_index] = relax.VirtualMachine(self.executable, self.vm_devices or device)[self.name]
         return self._vms[device_index]
 
     def runner(self, args: tuple):
@@ -91,7 +93,7 @@ class Kernel:
             if spec.kind == "constexpr":
                 continue
             if spec.kind == "scalar":
-                converters.append((position, _scalar_converter(spec.dtype, self.device_kind)))
+                converters.append((position, _scalar_converter(spec.dtype, spec.device or self.device_kind)))
                 continue
             data = value.data if isinstance(value, Tensor) else value
             if isinstance(data, np.ndarray):
@@ -115,10 +117,13 @@ class Kernel:
         if len(args) != len(self.params):
             raise TypeError(f"{self.name}() takes {len(self.params)} arguments, got {len(args)}")
         specs = tuple(arg_spec(p, a, self.name) for p, a in zip(self.params, args))
+        if self.vm_devices is not None:
+            specs = devices.with_devices(self.params, specs, args, self.name, self.device_kind)
         if specs != self.specs:
             raise TypeError(f"{self.name}(): these arguments need another compiled version "
                             "(call the @jit function itself to get one)")
-        check_devices(self.params, args, self.device_kind, self.name)
+        if self.vm_devices is None:
+            check_devices(self.params, args, self.device_kind, self.name)
         check_symbolic_sizes(self.params, list(args), self.name)
         return self.runner(args)(args)
 
@@ -186,6 +191,7 @@ class JITFunction:
         self.params = params_from_signature(self.signature, self._param_error)
         self._nparams = len(self.params)
         self._constexpr = tuple(p.kind == "constexpr" for p in self.params)
+        self.heterogeneous = devices.uses_device_blocks(self.parsed.tree)   # `with bt.device(...)` blocks
         self._runners: dict[tuple, Any] = {}
         self._kernels: dict[tuple, Kernel] = {}
         self._lock = threading.RLock()
@@ -241,7 +247,8 @@ class JITFunction:
     def _prepare(self, args, key):
         """First call with these exact argument types: check them, find or compile, make a runner."""
         specs = self._specs(args)
-        check_devices(self.params, args, pipeline.device_kind(self.target()), self.__name__)
+        if not self.heterogeneous:  # device blocks take arguments from either device
+            check_devices(self.params, args, pipeline.device_kind(self.target()), self.__name__)
         run = self._kernel(specs).runner(args)
         if key is not None:
             with self._lock:
@@ -253,7 +260,12 @@ class JITFunction:
     def _specs(self, args) -> tuple[ArgSpec, ...]:
         specs = tuple(arg_spec(p, a, self.__name__) for p, a in zip(self.params, args))
         check_symbolic_sizes(self.params, list(args), self.__name__)
+        if self.heterogeneous:
+            specs = devices.with_devices(self.params, specs, args, self.__name__, self._device_kind())
         return specs
+
+    def _device_kind(self) -> str:
+        return pipeline.device_kind(self.target())
 
     # -- compiling ----------------------------------------------------------------------------
     def compile(self, *args, **kwargs) -> Kernel:
@@ -261,6 +273,8 @@ class JITFunction:
         if not args and not kwargs and self.params:
             specs = tuple(static_spec(p) if p.kind != "constexpr" or p.default is inspect.Parameter.empty
                           else ArgSpec("constexpr", value=p.default) for p in self.params)
+            if self.heterogeneous:
+                specs = devices.with_devices(self.params, specs, None, self.__name__, self._device_kind())
         else:
             if kwargs or len(args) != self._nparams:
                 args = self._bind(args, kwargs)
@@ -298,6 +312,9 @@ class JITFunction:
 
         record("python", self.parsed.source)
         record("ast", ast.dump(self.parsed.tree, indent=2))
+        if self.options["backend"] == "tir":  # loop-level code straight to a TIR PrimFunc, no Relax
+            from . import tir_backend
+            return tir_backend.build(self, specs, record, stages)
         named = dict(zip((p.name for p in self.params), specs))
         mod = RelaxCodeGen(self.parsed, named, self.options).build()
         record("relax", mod.script())
@@ -313,7 +330,7 @@ class JITFunction:
                 raise self.parsed.source_map.error(self.parsed.tree, f"{message}\n[BABYTRITON_DEBUG] {e}") from e
             raise self.parsed.source_map.error(
                 self.parsed.tree, message + "; set BABYTRITON_DEBUG=1 to see the cause") from None
-        record("source", pipeline.generated_source(executable, target))
+        record("source", pipeline.generated_source(executable, target, both="vdevice" in mod.global_infos))
         return Kernel(self.__name__, self.params, specs, target, executable, mod, stages)
 
     def cache_info(self) -> dict:

@@ -2,6 +2,8 @@
 
 ConvertToDataflow -> LegalizeOps -> AnnotateTIROpPattern -> FuseOps -> FuseTIR
 -> schedule (Dlight, Fallback or MetaSchedule) -> tvm.compile -> Relax VM. Every stage's IR is recorded.
+A module with vdevices (`with bt.device(...)` blocks) starts with RealizeVDevice and, after fusion,
+gets each kernel's target and inputs on its device (PlaceOnDevices).
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Callable
 
 import tvm
 from tvm import relax
+from tvm.s_tir import dlight as dl
 
 from . import schedules
 
@@ -66,25 +69,84 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
 def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: Callable[[str, str], None],
           trials: int = 16) -> tvm.IRModule:
     """Run the Relax passes and the schedule, recording the IR after each."""
-    for name, pass_ in passes(target, schedule):
+    heterogeneous = "vdevice" in mod.global_infos
+    if heterogeneous:
+        mod = relax.transform.RealizeVDevice()(mod)
+        record("RealizeVDevice", mod.script())
+    for name, pass_ in passes(None if heterogeneous else target, schedule):
         mod = pass_(mod)
         record(name, mod.script())
-    mod = schedules.apply(mod, target, schedule, trials)
+    if heterogeneous:
+        mod = place_on_devices(mod)
+        record("PlaceOnDevices", mod.script())
+        cuda = [v.target for v in mod.global_infos["vdevice"] if v.target.kind.name == "cuda"]
+        if cuda:  # each kernel carries its target: the rules schedule the CUDA ones only
+            with cuda[0]:
+                mod = dl.ApplyDefaultSchedule(*schedules.gpu_rules(schedule))(mod)
+    else:
+        mod = schedules.apply(mod, target, schedule, trials)
     record("schedule", mod.script())
     return mod
 
 
+def place_on_devices(mod: tvm.IRModule) -> tvm.IRModule:
+    """After fusion, for a module with vdevices: give every kernel the target of the device its
+    call's result lives on (FuseTIR drops it), and copy onto that device the inputs that have no
+    device (constants, which the VM keeps on the first device, the CPU)."""
+    vdevices = list(mod.global_infos["vdevice"])
+    targets = {}
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mod[gvar] = _DevicePlacer(mod, vdevices[0], targets).visit_expr(func)
+    for gvar, target in targets.items():
+        func = mod[gvar]
+        if func.attrs is None or "target" not in func.attrs:
+            mod[gvar] = func.with_attr("target", target)
+    return mod
+
+
+@relax.expr_functor.mutator
+class _DevicePlacer(relax.PyExprMutator):
+    """Records each called kernel's target and moves its device-less operands to its device."""
+
+    def __init__(self, mod, host_vdevice, targets):
+        super().__init__(mod)
+        self.host = host_vdevice
+        self.targets = targets
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if call.op != tvm.ir.Op.get("relax.call_tir"):
+            return call
+        out = call.ty_args[0]
+        vdevice = out.vdevice if isinstance(out, relax.TensorType) else out.fields[0].vdevice
+        vdevice = vdevice or self.host
+        self.targets[call.args[0]] = vdevice.target
+        if vdevice.target.kind.name == self.host.target.kind.name:
+            return call
+        operands = [self.builder_.emit(relax.op.to_vdevice(a, vdevice))
+                    if isinstance(a.ty, relax.TensorType) and a.ty.vdevice is None else a
+                    for a in call.args[1].fields]
+        return relax.Call(call.op, [call.args[0], relax.Tuple(operands)] + list(call.args[2:]),
+                          call.attrs, call.ty_args, call.span)
+
+
 def build(mod: tvm.IRModule, target: tvm.target.Target):
+    if "vdevice" in mod.global_infos:  # every kernel carries its own target
+        return tvm.compile(mod)
     return tvm.compile(mod, target=target)
 
 
-def generated_source(executable, target: tvm.target.Target) -> str:
-    """The CUDA kernels for a GPU target, the LLVM IR for a CPU one."""
-    want = "cuda" if target.kind.name == "cuda" else "llvm"
-    stack = list(executable.mod.imports)
+def generated_source(executable, target: tvm.target.Target, both: bool = False) -> str:
+    """The CUDA kernels for a GPU target, the LLVM IR for a CPU one; `both`: the LLVM IR then the CUDA
+    kernels (a function with device blocks has both)."""
+    sources = {}
+    stack = [executable.mod]
     while stack:
         module = stack.pop(0)
-        if module.kind == want:
-            return module.inspect_source() if want == "cuda" else module.inspect_source("ll")
+        if module.kind in ("cuda", "llvm") and module.kind not in sources:
+            sources[module.kind] = module.inspect_source() if module.kind == "cuda" else module.inspect_source("ll")
         stack.extend(module.imports)
-    return ""
+    if both:
+        return "\n".join(f"// ===== {kind} =====\n{sources[kind]}" for kind in ("llvm", "cuda") if kind in sources)
+    return sources.get("cuda" if target.kind.name == "cuda" else "llvm", "")

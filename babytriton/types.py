@@ -184,6 +184,7 @@ class ArgSpec:
     shape: tuple = ()         # tensor: ints and symbolic names
     dtype: str = ""           # tensor / scalar element type
     value: Any = None         # constexpr value
+    device: str = ""          # functions with device blocks: "cpu" or "cuda:<index>" ("" = the target's)
 
 
 def arg_spec(param: Param, value, fname: str) -> ArgSpec:

@@ -1,8 +1,11 @@
-"""Operator tables: each Python AST operator, its compile-time (Python) meaning and its Relax op."""
+"""Operator tables: each Python AST operator, its compile-time (Python) meaning, its Relax op and
+its TIR (TensorIR backend) form."""
 import ast
+import math
 import operator
 
-from tvm import relax
+import torch
+from tvm import relax, tirx
 
 op = relax.op
 
@@ -43,3 +46,49 @@ SYMBOL = {
     ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=",
     ast.And: "and", ast.Or: "or",
 }
+
+# --------------------------------------------------------------------------------------------------
+# The TensorIR backend: the same Python operators on scalar TIR expressions (both sides already of
+# one dtype), with Python's semantics: `//` and `%` floor, `/` is true division (on floats).
+# --------------------------------------------------------------------------------------------------
+TIR_INT_ARITH = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.FloorDiv: tirx.floordiv, ast.Mod: tirx.floormod,
+}
+TIR_FLOAT_ARITH = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: tirx.Div,
+    ast.FloorDiv: lambda a, b: tirx.floor(tirx.Div(a, b)),
+    ast.Mod: lambda a, b: a - tirx.floor(tirx.Div(a, b)) * b,     # the sign of the divisor, as in Python
+    ast.Pow: tirx.pow,
+}
+# On integers the bitwise op, on bools the logical one.
+TIR_BITWISE = {
+    ast.BitAnd: (tirx.bitwise_and, tirx.And), ast.BitOr: (tirx.bitwise_or, tirx.Or),
+    ast.BitXor: (tirx.bitwise_xor, tirx.NE),
+}
+TIR_SHIFT = {ast.LShift: tirx.shift_left, ast.RShift: tirx.shift_right}
+TIR_COMPARE = {
+    ast.Lt: tirx.LT, ast.LtE: tirx.LE, ast.Gt: tirx.GT, ast.GtE: tirx.GE, ast.Eq: tirx.EQ, ast.NotEq: tirx.NE,
+}
+
+# Math functions callable in TIR-backend code -> (TIR intrinsic, rule). Rules: "float": integer
+# arguments become float32 (as torch does), the result is a float; "same": the argument's dtype;
+# "int": floor/ceil/trunc as Python's math module does, to an int64; "bool": a predicate.
+_MATH = [
+    ("exp", tirx.exp, "float"), ("exp2", tirx.exp2, "float"), ("log", tirx.log, "float"),
+    ("log2", tirx.log2, "float"), ("log10", tirx.log10, "float"), ("log1p", tirx.log1p, "float"),
+    ("sqrt", tirx.sqrt, "float"), ("sin", tirx.sin, "float"), ("cos", tirx.cos, "float"),
+    ("tan", tirx.tan, "float"), ("sinh", tirx.sinh, "float"), ("cosh", tirx.cosh, "float"),
+    ("tanh", tirx.tanh, "float"), ("asin", tirx.asin, "float"), ("acos", tirx.acos, "float"),
+    ("atan", tirx.atan, "float"), ("erf", tirx.erf, "float"), ("atan2", tirx.atan2, "float"),
+    ("pow", tirx.pow, "float"), ("hypot", tirx.hypot, "float"), ("copysign", tirx.copysign, "float"),
+    ("isnan", tirx.isnan, "bool"), ("isinf", tirx.isinf, "bool"), ("isfinite", tirx.isfinite, "bool"),
+]
+TIR_MATH = {getattr(math, name): (fn, rule) for name, fn, rule in _MATH if hasattr(math, name)}
+TIR_MATH.update({math.fabs: (tirx.abs, "float"), math.floor: (tirx.floor, "int"),
+                 math.ceil: (tirx.ceil, "int"), math.trunc: (tirx.trunc, "int")})
+TIR_MATH.update({getattr(torch, name): (fn, rule) for name, fn, rule in _MATH if hasattr(torch, name)})
+TIR_MATH.update({torch.sigmoid: (tirx.sigmoid, "float"), torch.rsqrt: (tirx.rsqrt, "float"),
+                 torch.abs: (tirx.abs, "same"), abs: (tirx.abs, "same"), torch.floor: (tirx.floor, "same"),
+                 torch.ceil: (tirx.ceil, "same"), torch.trunc: (tirx.trunc, "same"),
+                 torch.round: (tirx.nearbyint, "same")})

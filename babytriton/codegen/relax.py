@@ -22,6 +22,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import relax as RB
 
+from .. import devices
 from ..errors import CompilationError, Diagnostic, debug_enabled
 from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, format_shape
 from . import ops
@@ -139,6 +140,10 @@ class RelaxCodeGen(ast.NodeVisitor):
         self.sym_vars: dict[str, tirx.Var] = {}
         self.user_named: set = set()   # Relax vars already given a user's name
         self.returned = None           # the value of the `return` reached, once reached
+        # With `with bt.device(...)` blocks: where each value lives (None: one device, no vdevices).
+        self.placement = devices.Placement((options or {}).get("target", "cpu"), specs, self.scope,
+                                           parsed.source_map.first_line) \
+            if devices.uses_device_blocks(parsed.tree) else None
 
     # ------------------------------------------------------------------------------------------
     # driver and the one error path
@@ -149,6 +154,8 @@ class RelaxCodeGen(ast.NodeVisitor):
                 self.ib = ib
                 with I.ir_module():
                     self.visit(self.parsed.tree)
+                    if self.placement is not None:
+                        I.module_global_infos({"vdevice": self.placement.used()})
         except BaseException:
             # A builder abandoned mid-function warns from C++ when freed; free it now, quietly.
             self.ib = ib = None
@@ -185,7 +192,11 @@ class RelaxCodeGen(ast.NodeVisitor):
     # helpers
     # ------------------------------------------------------------------------------------------
     def emit(self, expr: relax.Expr) -> relax.Var:
-        return RB.emit(expr)
+        if self.placement is None:
+            return RB.emit(expr)
+        if isinstance(expr, relax.Call):  # operands move to the device of the block being compiled
+            expr = self.placement.place_call(expr, self.emit)
+        return self.placement.settle(RB.emit(expr))
 
     def const(self, value, dtype: str | None = None) -> relax.Expr:
         """A Python value as a 0-d Relax constant; default dtypes follow torch (int64, float32)."""
@@ -230,6 +241,8 @@ class RelaxCodeGen(ast.NodeVisitor):
             self.ib.name(name, value)
             self.user_named.add(value)
         self.scope.assign(name, value)
+        if self.placement is not None:
+            self.placement.assigned(name)
 
     def _is_param(self, var) -> bool:
         return var in self.params
@@ -258,7 +271,8 @@ class RelaxCodeGen(ast.NodeVisitor):
             self.scope.assign(arg.arg, spec.value)
             return
         shape = tuple(self.symbolic(d) if isinstance(d, str) else d for d in spec.shape)
-        var = RB.arg(arg.arg, relax.TensorType(list(shape), spec.dtype))
+        vdevice = self.placement.param_vdevice(spec) if self.placement is not None else None
+        var = RB.arg(arg.arg, relax.TensorType(list(shape), spec.dtype, vdevice=vdevice))
         self.params.add(var)
         self.scope.assign(arg.arg, var)
 
@@ -271,10 +285,21 @@ class RelaxCodeGen(ast.NodeVisitor):
 
     def visit_Return(self, node: ast.Return):
         value = self.visit(node.value) if node.value is not None else None
+        if self.placement is not None and value is not None:
+            value = self.placement.result(node.value, value, self.to_expr)
         self.returned = value if value is not None else ()
 
     def visit_Pass(self, node):
         pass
+
+    def visit_With(self, node: ast.With):
+        # `with bt.device(...)`: the block's operations run on that device (see babytriton.devices).
+        kind = devices.block_device(node, self.visit, self.error)
+        self.placement.enter(kind, node)
+        try:
+            self.visit_body(node.body)
+        finally:
+            self.placement.leave()
 
     def visit_Expr(self, node: ast.Expr):
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
