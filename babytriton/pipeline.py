@@ -64,11 +64,14 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
 
 
 def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: Callable[[str, str], None],
-          trials: int = 16) -> tvm.IRModule:
-    """Run the Relax passes and the schedule, recording the IR after each."""
+          trials: int = 16, modules: dict | None = None) -> tvm.IRModule:
+    """Run the Relax passes and the schedule, recording the IR after each (and, into `modules`,
+    the module itself: the fusion map reads them)."""
     for name, pass_ in passes(target, schedule):
         mod = pass_(mod)
         record(name, mod.script())
+        if modules is not None:
+            modules[name] = mod
     mod = schedules.apply(mod, target, schedule, trials)
     record("schedule", mod.script())
     return mod

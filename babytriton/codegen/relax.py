@@ -139,6 +139,10 @@ class RelaxCodeGen(ast.NodeVisitor):
         self.sym_vars: dict[str, tirx.Var] = {}
         self.user_named: set = set()   # Relax vars already given a user's name
         self.returned = None           # the value of the `return` reached, once reached
+        # Which source line (relative to the parsed def) produced each emitted binding: the
+        # fusion map relates fused kernels back to them (babytriton/fusion.py).
+        self.binding_lines: dict[relax.Var, int] = {}
+        self.lineno = None             # line of the innermost node being compiled
 
     # ------------------------------------------------------------------------------------------
     # driver and the one error path
@@ -158,6 +162,8 @@ class RelaxCodeGen(ast.NodeVisitor):
         return ib.get()
 
     def visit(self, node):
+        outer_line = self.lineno
+        self.lineno = getattr(node, "lineno", outer_line)
         try:
             return super().visit(node)
         except CompilationError:
@@ -173,6 +179,8 @@ class RelaxCodeGen(ast.NodeVisitor):
                 raise self.error(node, message) from e
             message += " (set BABYTRITON_DEBUG=1 to see the cause)"
             raise self.error(node, message) from None
+        finally:
+            self.lineno = outer_line
 
     def error(self, node, message: str) -> CompilationError:
         return self.parsed.source_map.error(node, message)
@@ -185,7 +193,10 @@ class RelaxCodeGen(ast.NodeVisitor):
     # helpers
     # ------------------------------------------------------------------------------------------
     def emit(self, expr: relax.Expr) -> relax.Var:
-        return RB.emit(expr)
+        var = RB.emit(expr)
+        if self.lineno is not None:
+            self.binding_lines[var] = self.lineno
+        return var
 
     def const(self, value, dtype: str | None = None) -> relax.Expr:
         """A Python value as a 0-d Relax constant; default dtypes follow torch (int64, float32)."""
