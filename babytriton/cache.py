@@ -349,9 +349,12 @@ def load(path: Path, key: CacheKey) -> Entry | None:
     """The entry at `path`, None when there is none; Corrupt when there is one that can't be used."""
     try:
         raw = (path / "meta.json").read_bytes()
+        library = (path / "lib.so").read_bytes()
     except FileNotFoundError:
         if path.exists():  # entries appear whole (renamed into place): this one was damaged
-            raise Corrupt("its metadata is missing") from None
+            raise Corrupt("a file of it is missing") from None
+        return None
+    except OSError:  # an unreadable cache folder: a miss (writing it will say what is wrong)
         return None
     try:
         meta = json.loads(raw)
@@ -360,20 +363,15 @@ def load(path: Path, key: CacheKey) -> Entry | None:
         stages = meta["stages"]
         if not isinstance(stages, dict) or not all(isinstance(v, str) for v in stages.values()):
             raise Corrupt("its stage texts are malformed")
-        library = path / "lib.so"
-        if hashlib.sha256(library.read_bytes()).hexdigest() != meta["lib_sha256"]:
+        if hashlib.sha256(library).hexdigest() != meta["lib_sha256"]:
             raise Corrupt("its library does not match its checksum")
-        executable = relax.VMExecutable(tvm.runtime.load_module(str(library)))
-    except Corrupt:
-        raise
-    except FileNotFoundError:
-        if not path.exists():  # replaced under our feet by another process: a plain miss
-            return None
-        raise Corrupt("a file is missing") from None
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise Corrupt(f"its metadata is unreadable ({type(e).__name__})") from None
+    try:
+        executable = relax.VMExecutable(tvm.runtime.load_module(str(path / "lib.so")))
     except Exception as e:  # noqa: BLE001 - TVM's loader raises several kinds for a bad library
-        raise Corrupt(f"its library does not load ({_clip(str(e).splitlines()[0] if str(e) else type(e).__name__)})") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise Corrupt(f"its library does not load: {_clip(first, 120)}") from None
     return Entry(path, executable, stages, meta.get("fusion"))
 
 

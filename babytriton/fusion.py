@@ -410,4 +410,4 @@ _GLOBAL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w
 
 
 def cuda_kernel_names(source: str) -> list[str]:
-    return _GLOBAL.findall(source) if source else []
+    return list(dict.fromkeys(_GLOBAL.findall(source))) if source else []  # declared, then defined

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import inspect
 import threading
 from typing import Any
@@ -88,7 +89,7 @@ class Kernel:
             self._module = self._module_loader()
         return self._module
 
-    @property
+    @functools.cached_property
     def fusion(self) -> fusion_.FusionMap:
         """Each kernel after FuseTIR: the Relax ops it fused, their source lines, its CUDA kernels."""
         cuda = self.stages.get("source", "") if self.device_kind == "cuda" else ""
@@ -288,14 +289,15 @@ class JITFunction:
     # -- compiling ----------------------------------------------------------------------------
     def compile(self, *args, **kwargs) -> Kernel:
         """The compiled version for these arguments; with none, for the annotations alone."""
+        return self._kernel(self._specs_for(args, kwargs))
+
+    def _specs_for(self, args, kwargs) -> tuple[ArgSpec, ...]:
         if not args and not kwargs and self.params:
-            specs = tuple(static_spec(p) if p.kind != "constexpr" or p.default is inspect.Parameter.empty
-                          else ArgSpec("constexpr", value=p.default) for p in self.params)
-        else:
-            if kwargs or len(args) != self._nparams:
-                args = self._bind(args, kwargs)
-            specs = self._specs(args)
-        return self._kernel(specs)
+            return tuple(static_spec(p) if p.kind != "constexpr" or p.default is inspect.Parameter.empty
+                         else ArgSpec("constexpr", value=p.default) for p in self.params)
+        if kwargs or len(args) != self._nparams:
+            args = self._bind(args, kwargs)
+        return self._specs(args)
 
     def _kernel(self, specs: tuple[ArgSpec, ...]) -> Kernel:
         key = (specs,)
@@ -373,16 +375,15 @@ class JITFunction:
         extra = {"key.txt": explanation.text + "\n", "fusion.txt": str(kernel.fusion) + "\n"}
         folder = dump.version_folder(self.__name__, self.params, kernel.specs, key.digest)
         try:
-            dump.write(root, folder, kernel.stages, kernel.device_kind, extra)
+            dump.write(root, folder, kernel.stages, kernel.target.kind.name, extra)
         except OSError as e:
             cache.warn(f"babytriton: could not write the stage dump under {root} ({e})")
 
     def explain(self, *args, **kwargs) -> explaining.Explanation:
         """Print and return the cache key's parts for these arguments, whether a compiled version
-        exists in memory or on disk, and how it differs from the nearest existing version."""
-        if kwargs or len(args) != self._nparams:
-            args = self._bind(args, kwargs)
-        specs = self._specs(args)
+        exists in memory or on disk, and how it differs from the nearest existing version.
+        With no arguments, for the annotations alone (as compile())."""
+        specs = self._specs_for(args, kwargs)
         result = explaining.explain(self, specs, cache.make_key(self, specs, self.target()))
         print(result.text)
         return result
