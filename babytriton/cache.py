@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import sys
+import time
 import types
 import uuid
 import warnings
@@ -39,6 +40,9 @@ FORMAT = 1  # the layout of an entry; bump it when what is stored changes
 # Options that only change how a result is reported or stored, not the generated code.
 NOT_IN_KEY = ("verbose", "cache", "target")
 OFF_VALUES = ("0", "false", "no", "off")
+FUSION_KEYS = {"params", "ops", "outputs", "kernels", "kernel_outputs"}
+# Temporary folders older than this were left by a process that died while writing.
+STALE_SECONDS = 3600
 
 
 class CacheWarning(UserWarning):
@@ -282,7 +286,7 @@ def _canon_array(value, seen):
 
 def _canon_jit(value, seen):
     if id(value) in seen:
-        return f"recursive @jit {value.__qualname__}", f"@jit {value.__name__}"
+        return f"recursive @jit {value.parsed.fn.__qualname__}", f"@jit {value.__name__}"
     seen = seen | {id(value)}
     inner = [_source_part(value)]
     for path, dep in global_uses(value):
@@ -365,6 +369,9 @@ def load(path: Path, key: CacheKey) -> Entry | None:
             raise Corrupt("its stage texts are malformed")
         if hashlib.sha256(library).hexdigest() != meta["lib_sha256"]:
             raise Corrupt("its library does not match its checksum")
+        fusion = meta["fusion"]
+        if fusion is not None and not (isinstance(fusion, dict) and FUSION_KEYS <= fusion.keys()):
+            raise Corrupt("its fusion record is malformed")
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise Corrupt(f"its metadata is unreadable ({type(e).__name__})") from None
     try:
@@ -372,13 +379,14 @@ def load(path: Path, key: CacheKey) -> Entry | None:
     except Exception as e:  # noqa: BLE001 - TVM's loader raises several kinds for a bad library
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise Corrupt(f"its library does not load: {_clip(first, 120)}") from None
-    return Entry(path, executable, stages, meta.get("fusion"))
+    return Entry(path, executable, stages, fusion)
 
 
 def store(path: Path, key: CacheKey, executable, stages: dict[str, str], fusion: dict | None,
           module: tvm.IRModule | None, replace: bool = False) -> bool:
     """Write an entry atomically; False when another process already wrote it (then theirs stays)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(path.parent)
     tmp = path.parent / f".tmp-{key.digest[:12]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
@@ -409,6 +417,13 @@ def store(path: Path, key: CacheKey, executable, stages: dict[str, str], fusion:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _remove_stale(folder: Path) -> None:
+    now = time.time()
+    for leftover in folder.glob(".t*-*"):
+        if leftover.name.startswith((".tmp-", ".trash-")) and now - _mtime(leftover) > STALE_SECONDS:
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def load_module_json(path: Path) -> tvm.IRModule | None:

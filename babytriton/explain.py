@@ -59,6 +59,16 @@ class Explanation:
         printer.text(self.text)
 
 
+def key_text(key: cache.CacheKey, why: list[str]) -> str:
+    """The key of one version as a table, and why it was compiled beside others (for dumps)."""
+    width = max(len(p.label) for p in key.parts)
+    lines = [f"cache key {key.digest}"] + [f"  {p.label:<{width}}  {p.shown}" for p in key.parts]
+    if why:
+        lines.append("compiled beside other versions; it differs from the nearest in:")
+        lines += [f"  {d}" for d in why]
+    return "\n".join(lines) + "\n"
+
+
 def explain(jitfn, specs, key: cache.CacheKey) -> Explanation:
     kernel = jitfn._kernels.get((specs,))
     disk, path = "off", None

@@ -98,6 +98,7 @@ class Matcher:
 
     def __init__(self, earlier: list[relax.Binding]):
         self.known = {b.var.id_ for b in earlier}
+        self.used: set[int] = set()
         self.index: dict[tuple, list[int]] = {}
         for binding in earlier:
             sig = self.signature(binding.value, {})
@@ -119,7 +120,9 @@ class Matcher:
             origin = env.get(expr.id_)
             if origin is None:
                 return ("var", expr.id_)
-            return ("var",) + tuple(origin) if len(origin) != 1 else ("var", origin[-1])
+            if not origin:  # not related to the earlier module: matches nothing there
+                return ("unrelated", expr.id_)
+            return ("var", origin[-1])
         if isinstance(expr, relax.Tuple):
             return ("()",) + tuple(self.ref(f, env) for f in expr.fields)
         return ("expr", tvm_ffi.structural_hash(expr))
@@ -128,11 +131,13 @@ class Matcher:
         """The earlier var ids this binding stands for (empty when unknown)."""
         var_id = binding.var.id_
         if var_id in self.known:
+            self.used.add(var_id)
             return [var_id]
         sig = self.signature(binding.value, env)
-        candidates = self.index.get(sig) if sig is not None else None
-        if candidates:
-            return [candidates.pop(0)]
+        for candidate in self.index.get(sig, []) if sig is not None else []:
+            if candidate not in self.used:
+                self.used.add(candidate)
+                return [candidate]
         return []
 
 
@@ -204,7 +209,6 @@ def analyse(generated: tvm.IRModule, binding_lines: dict, modules: dict[str, tvm
 
     # legalized -> fused groups: a group is the bindings inside one Primitive function.
     group_ops: dict[int, list[int]] = {}  # FuseOps var id -> op indices
-    group_name: dict[int, str] = {}
     legal_matcher = Matcher([b for _, fn in user_functions(legal) for b in bindings(fn)])
     fused_funcs = {gv.name_hint: fn for gv, fn in fused.functions.items()
                    if isinstance(fn, relax.Function) and _is_primitive(fn)}
@@ -224,7 +228,6 @@ def analyse(generated: tvm.IRModule, binding_lines: dict, modules: dict[str, tvm
                     inner_env[inner.var.id_] = matched
                     members.extend(matched)
                 env[binding.var.id_] = members[-1:]
-                group_name[binding.var.id_] = callee
             else:
                 members = legal_matcher.match(binding, env)
                 env[binding.var.id_] = members
@@ -248,8 +251,7 @@ def analyse(generated: tvm.IRModule, binding_lines: dict, modules: dict[str, tvm
             members = group_ops.get(origin, [])
             name = _callee(value)
             made[binding.var.id_] = [["kernel", len(kernels)]]
-            kernels.append({"name": name, "ops": members, "inputs": inputs,
-                            "fused": origin in group_name or len(members) > 1})
+            kernels.append({"name": name, "ops": members, "inputs": inputs, "fused": len(members) > 1})
     kernel_outputs = [ref for _, fn in user_functions(final) for ref in _inputs(fn.body.body, made)]
     return {"params": _unique_list(params), "ops": ops, "outputs": outputs, "kernels": kernels,
             "kernel_outputs": kernel_outputs}

@@ -371,8 +371,7 @@ class JITFunction:
         root = dump.directory()
         if root is None:
             return
-        explanation = explaining.explain(self, kernel.specs, key)
-        extra = {"key.txt": explanation.text + "\n", "fusion.txt": str(kernel.fusion) + "\n"}
+        extra = {"key.txt": explaining.key_text(key, kernel.why), "fusion.txt": str(kernel.fusion) + "\n"}
         folder = dump.version_folder(self.__name__, self.params, kernel.specs, key.digest)
         try:
             dump.write(root, folder, kernel.stages, kernel.target.kind.name, extra)

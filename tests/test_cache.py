@@ -208,6 +208,12 @@ def _wrong_metadata(entry: Path):
     (entry / "meta.json").write_text(json.dumps(meta))
 
 
+def _wrong_fusion_record(entry: Path):
+    meta = json.loads((entry / "meta.json").read_text())
+    meta["fusion"] = {"kernels": "?"}
+    (entry / "meta.json").write_text(json.dumps(meta))
+
+
 def _delete_library(entry: Path):
     (entry / "lib.so").unlink()
 
@@ -217,7 +223,7 @@ def _delete_metadata(entry: Path):
 
 
 @pytest.mark.parametrize("damage", [_truncate_library, _garbage_library, _truncate_metadata, _wrong_metadata,
-                                    _delete_library, _delete_metadata])
+                                    _wrong_fusion_record, _delete_library, _delete_metadata])
 def test_a_corrupt_entry_is_recompiled_and_replaced(cache_dir, damage):
     bt.jit(add_add).compile()
     (entry,) = entries(cache_dir)
@@ -260,6 +266,19 @@ def test_a_second_writer_of_an_entry_leaves_the_first_in_place(cache_dir):
     assert (path / "meta.json").stat().st_mtime_ns == before
     assert [p.name for p in path.parent.iterdir()] == [path.name]   # no temporary folder left
     assert cache.load(path, key).stages == k.stages
+
+
+def test_folders_left_by_a_dead_writer_are_cleaned_up(cache_dir):
+    f = bt.jit(add_add_any)
+    f(torch.ones(2), torch.ones(2))
+    folder = entries(cache_dir)[0].parent
+    old, fresh = folder / ".tmp-0123-99-dead", folder / ".tmp-0123-98-busy"
+    old.mkdir()
+    fresh.mkdir()
+    os.utime(old, (1, 1))
+    f(torch.ones(3), torch.ones(3))     # writing the next entry removes what a dead writer left
+    assert not old.exists() and fresh.exists()
+    assert len(entries(cache_dir)) == 2
 
 
 def test_threads_calling_one_function_compile_it_once(cache_dir):

@@ -191,3 +191,54 @@ def test_gpu_fusion_map_names_the_cuda_kernels():
     (kernel,) = gpu_add_add.compile(a, b).fusion
     assert kernel.cuda_kernels == ("fused_add_add_kernel",)
     assert kernel.lines == [line_of(gpu_add_add, "c = a + b"), line_of(gpu_add_add, "d = c + a")]
+
+
+def test_the_analysis_follows_ops_into_if_branches():
+    """Control flow (built here with the IRBuilder directly): every op inside either branch is found
+    in exactly one kernel, with the line recorded for it."""
+    import tvm
+    from tvm import relax
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.script.ir_builder import ir as I
+    from tvm.script.ir_builder import relax as RB
+
+    from babytriton import fusion, pipeline
+
+    lines = {}
+
+    def emit(ib, name, expr, line):
+        var = ib.name(name, RB.emit(expr))
+        lines[var] = line
+        return var
+
+    t23 = relax.TensorType([2, 3], "float32")
+    with IRBuilder() as ib:
+        with I.ir_module():
+            with RB.function():
+                RB.func_name("branchy")
+                x = RB.arg("x", t23)
+                total = emit(ib, "total", relax.op.sum(x), 2)
+                cond = emit(ib, "cond", relax.op.greater(total, relax.const(0.0, "float32")), 3)
+                with RB.If(cond) as frame:
+                    with RB.Then():
+                        t = emit(ib, "t", relax.op.multiply(x, relax.const(2.0, "float32")), 4)
+                        t2 = emit(ib, "t2", relax.op.add(t, x), 5)
+                        ib.name("res", RB.emit(relax.Tuple([t2])))
+                    with RB.Else():
+                        e = emit(ib, "e", relax.op.negative(x), 7)
+                        ib.name("res", RB.emit(relax.Tuple([e])))
+                out = emit(ib, "out", relax.op.exp(RB.emit(relax.TupleGetItem(frame.var, 0))), 8)
+                RB.func_ret_value(out)
+    generated = ib.get()
+    modules = {}
+    lowered = pipeline.lower(generated, tvm.target.Target("llvm"), "dlight", lambda s, t: None, modules)
+    record = fusion.analyse(generated, lines, modules)
+    ops = {op["var"]: op for op in record["ops"]}
+    assert {v: ops[v]["line"] for v in ("total", "cond", "t", "t2", "e", "out")} == \
+        {"total": 2, "cond": 3, "t": 4, "t2": 5, "e": 7, "out": 8}
+    placed = sorted(i for kernel in record["kernels"] for i in kernel["ops"])
+    assert placed == sorted(range(len(record["ops"])))          # each op in exactly one kernel
+    kernel_of = {record["ops"][i]["var"]: k for k, kernel in enumerate(record["kernels"]) for i in kernel["ops"]}
+    final = record["kernels"][kernel_of["out"]]     # reads the If's result: both branches' kernels
+    assert ["kernel", kernel_of["t2"]] in final["inputs"] and ["kernel", kernel_of["e"]] in final["inputs"]
+    assert record["kernel_outputs"] and lowered is not None
