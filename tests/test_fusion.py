@@ -231,7 +231,7 @@ def test_the_analysis_follows_ops_into_if_branches():
                 RB.func_ret_value(out)
     generated = ib.get()
     modules = {}
-    lowered = pipeline.lower(generated, tvm.target.Target("llvm"), "dlight", lambda s, t: None, modules)
+    lowered = pipeline.lower(generated, tvm.target.Target("llvm"), "dlight", lambda s, t: None, modules=modules)
     record = fusion.analyse(generated, lines, modules)
     ops = {op["var"]: op for op in record["ops"]}
     assert {v: ops[v]["line"] for v in ("total", "cond", "t", "t2", "e", "out")} == \
