@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import inspect
 import threading
 from typing import Any
@@ -12,7 +13,9 @@ import torch
 import tvm
 from tvm import relax
 
-from . import devices, pipeline
+from . import cache, devices, dump, pipeline
+from . import explain as explaining
+from . import fusion as fusion_
 from .codegen.relax import RelaxCodeGen
 from .codegen.source import parse_function
 from .errors import CompilationError, debug_enabled
@@ -60,18 +63,48 @@ class Kernel:
     """One compiled version of a @jit function: callable, with the IR of every stage."""
 
     def __init__(self, name: str, params: list[Param], specs: tuple[ArgSpec, ...], target, executable,
-                 module: tvm.IRModule, stages: dict[str, str]):
+                 module: tvm.IRModule | None, stages: dict[str, str], *, fusion: dict | None = None,
+                 source_map=None, module_loader=None):
         self.name = name
         self.params = params
         self.specs = specs
         self.target = target
         self.executable = executable
-        self.module = module
+        self._module = module
+        self._module_loader = module_loader   # a version loaded from disk reads its IR on demand
         self.stages = stages
         self.device_kind = pipeline.device_kind(target)
         self._vms: dict[int, Any] = {}
-        # With device blocks: the VM's devices (CPU and GPU); the arguments may be on either.
-        self.vm_devices = devices.vm_devices(module)
+        self.fusion_record = fusion
+        self._source_map = source_map
+        self.cache_key: cache.CacheKey | None = None
+        self.cache_path: str | None = None    # its disk cache entry, where there is one
+        self.from_disk = False
+        self.why: list[str] = []              # key parts that differed from the nearest version
+
+    @functools.cached_property
+    def vm_devices(self) -> list | None:
+        """With device blocks: the VM's devices (CPU and GPU); the arguments may be on either."""
+        return devices.vm_devices(self.module) if "RealizeVDevice" in self.stages else None
+
+    @property
+    def module(self) -> tvm.IRModule:
+        """The IRModule after the last stage (scheduled, on a GPU)."""
+        if self._module is None and self._module_loader is not None:
+            self._module = self._module_loader()
+        return self._module
+
+    @functools.cached_property
+    def fusion(self) -> fusion_.FusionMap:
+        """Each kernel after FuseTIR: the Relax ops it fused, their source lines, its CUDA kernels."""
+        cuda = self.stages.get("source", "") if self.device_kind == "cuda" else ""
+        return fusion_.fusion_map(self.fusion_record, self._source_map, cuda)
+
+    def graph(self, which: str = "both"):
+        """The dataflow graph before and/or after fusion ("before", "after", "both") as a picture:
+        shows inline in Jupyter, `.save("f.svg")` writes it."""
+        from . import graph
+        return graph.draw(self.fusion_record, self.fusion, self._source_map, self.name, which)
 
     @property
     def source(self) -> str:
@@ -196,7 +229,8 @@ class JITFunction:
         self._kernels: dict[tuple, Kernel] = {}
         self._lock = threading.RLock()
         self._target = None
-        self.stats = {"compilations": 0, "hits": 0, "misses": 0}
+        self.stats = {"compilations": 0, "hits": 0, "misses": 0, "disk_hits": 0, "disk_writes": 0}
+        self._disk_warned = False
 
     # -- errors -------------------------------------------------------------------------------
     def _param_error(self, name: str, message: str) -> CompilationError:
@@ -270,16 +304,18 @@ class JITFunction:
     # -- compiling ----------------------------------------------------------------------------
     def compile(self, *args, **kwargs) -> Kernel:
         """The compiled version for these arguments; with none, for the annotations alone."""
+        return self._kernel(self._specs_for(args, kwargs))
+
+    def _specs_for(self, args, kwargs) -> tuple[ArgSpec, ...]:
         if not args and not kwargs and self.params:
             specs = tuple(static_spec(p) if p.kind != "constexpr" or p.default is inspect.Parameter.empty
                           else ArgSpec("constexpr", value=p.default) for p in self.params)
             if self.heterogeneous:
                 specs = devices.with_devices(self.params, specs, None, self.__name__, self._device_kind())
-        else:
-            if kwargs or len(args) != self._nparams:
-                args = self._bind(args, kwargs)
-            specs = self._specs(args)
-        return self._kernel(specs)
+            return specs
+        if kwargs or len(args) != self._nparams:
+            args = self._bind(args, kwargs)
+        return self._specs(args)
 
     def _kernel(self, specs: tuple[ArgSpec, ...]) -> Kernel:
         key = (specs,)
@@ -291,10 +327,83 @@ class JITFunction:
             kernel = self._kernels.get(key)
             if kernel is None:
                 self.stats["misses"] += 1
-                kernel = self._build(specs)
-                self.stats["compilations"] += 1
+                kernel = self._obtain(specs)
                 self._kernels[key] = kernel
             return kernel
+
+    def _obtain(self, specs: tuple[ArgSpec, ...]) -> Kernel:
+        """A version not in memory: from the disk cache when it holds one, else compiled (and stored)."""
+        target = self.target()
+        key = cache.make_key(self, specs, target)
+        others = [k.cache_key.summary() for k in self._kernels.values() if k.cache_key is not None]
+        why = cache.nearest(others, key.summary())[1] if others else []
+        if why and self.options["verbose"]:
+            print(f"===== {self.__name__}: new version; differs from the nearest in: {'; '.join(why)}", flush=True)
+        use_disk = cache.disk_enabled(self.options["cache"]) and key.unstable is None
+        path = cache.entry_dir(self, key) if use_disk else None
+        kernel = None
+        replace = False
+        if use_disk and cache.loadable_here(target):
+            try:
+                entry = cache.load(path, key)
+            except cache.Corrupt as e:
+                cache.warn(f"babytriton: the disk cache entry of '{self.__name__}' at {path} is corrupt ({e}); "
+                           "recompiling and replacing it")
+                entry, replace = None, True
+            if entry is not None:
+                kernel = Kernel(self.__name__, self.params, specs, target, entry.executable, None, entry.stages,
+                                fusion=entry.fusion, source_map=self.parsed.source_map,
+                                module_loader=self._module_loader(path, specs))
+                kernel.from_disk = True
+                self.stats["disk_hits"] += 1
+                if self.options["verbose"] or dump.printing():
+                    for stage, text in entry.stages.items():
+                        dump.print_stage(self.__name__, stage, text)
+        if kernel is None:
+            kernel = self._build(specs)
+            self.stats["compilations"] += 1
+            if use_disk and (replace or not (path / "meta.json").exists()):
+                self._store(path, key, kernel, replace)
+        kernel.cache_key, kernel.why = key, why
+        kernel.cache_path = str(path) if path is not None and (path / "meta.json").exists() else None
+        self._dump(kernel, key)
+        return kernel
+
+    def _module_loader(self, path, specs):
+        def load():
+            return cache.load_module_json(path) or self._build(specs).module
+        return load
+
+    def _store(self, path, key, kernel: Kernel, replace: bool) -> None:
+        try:
+            if cache.store(path, key, kernel.executable, kernel.stages, kernel.fusion_record, kernel.module,
+                           replace):
+                self.stats["disk_writes"] += 1
+        except Exception as e:  # noqa: BLE001 - a full disk, no C compiler...: carry on without the entry
+            if not self._disk_warned:
+                self._disk_warned = True
+                cache.warn(f"babytriton: could not write the disk cache entry of '{self.__name__}' under "
+                           f"{path.parent} ({type(e).__name__}: {e}); continuing without it")
+
+    def _dump(self, kernel: Kernel, key) -> None:
+        root = dump.directory()
+        if root is None:
+            return
+        extra = {"key.txt": explaining.key_text(key, kernel.why), "fusion.txt": str(kernel.fusion) + "\n"}
+        folder = dump.version_folder(self.__name__, self.params, kernel.specs, key.digest)
+        try:
+            dump.write(root, folder, kernel.stages, kernel.target.kind.name, extra)
+        except OSError as e:
+            cache.warn(f"babytriton: could not write the stage dump under {root} ({e})")
+
+    def explain(self, *args, **kwargs) -> explaining.Explanation:
+        """Print and return the cache key's parts for these arguments, whether a compiled version
+        exists in memory or on disk, and how it differs from the nearest existing version.
+        With no arguments, for the annotations alone (as compile())."""
+        specs = self._specs_for(args, kwargs)
+        result = explaining.explain(self, specs, cache.make_key(self, specs, self.target()))
+        print(result.text)
+        return result
 
     def target(self) -> tvm.target.Target:
         if self._target is None:
@@ -303,12 +412,12 @@ class JITFunction:
 
     def _build(self, specs: tuple[ArgSpec, ...]) -> Kernel:
         stages: dict[str, str] = {}
-        verbose = self.options["verbose"]
+        verbose = self.options["verbose"] or dump.printing()
 
         def record(stage: str, text: str):
             stages[stage] = text
             if verbose:
-                print(f"===== {self.__name__}: {stage} =====\n{text}", flush=True)
+                dump.print_stage(self.__name__, stage, text)
 
         record("python", self.parsed.source)
         record("ast", ast.dump(self.parsed.tree, indent=2))
@@ -316,12 +425,14 @@ class JITFunction:
             from . import tir_backend
             return tir_backend.build(self, specs, record, stages)
         named = dict(zip((p.name for p in self.params), specs))
-        mod = RelaxCodeGen(self.parsed, named, self.options).build()
+        codegen = RelaxCodeGen(self.parsed, named, self.options)
+        generated = mod = codegen.build()
         record("relax", mod.script())
         target = self.target()
         stage = "passes"
+        modules: dict[str, tvm.IRModule] = {}
         try:
-            mod = pipeline.lower(mod, target, self.options["schedule"], record, self.options["trials"])
+            mod = pipeline.lower(mod, target, self.options["schedule"], record, self.options["trials"], modules)
             stage = "build"
             executable = pipeline.build(mod, target)
         except Exception as e:  # noqa: BLE001 - TVM's failures past code generation
@@ -331,7 +442,19 @@ class JITFunction:
             raise self.parsed.source_map.error(
                 self.parsed.tree, message + "; set BABYTRITON_DEBUG=1 to see the cause") from None
         record("source", pipeline.generated_source(executable, target, both="vdevice" in mod.global_infos))
-        return Kernel(self.__name__, self.params, specs, target, executable, mod, stages)
+        return Kernel(self.__name__, self.params, specs, target, executable, mod, stages,
+                      fusion=self._fusion_record(generated, codegen.binding_lines, modules),
+                      source_map=self.parsed.source_map)
+
+    def _fusion_record(self, generated, binding_lines, modules) -> dict | None:
+        try:
+            return fusion_.analyse(generated, binding_lines, modules)
+        except Exception as e:  # noqa: BLE001 - the map is a view; it must never break a compile
+            if debug_enabled():
+                raise
+            cache.warn(f"babytriton: could not build the fusion map of '{self.__name__}' "
+                       f"({type(e).__name__}: {e}); k.fusion will be empty")
+            return None
 
     def cache_info(self) -> dict:
         return dict(self.stats, versions=len(self._kernels))

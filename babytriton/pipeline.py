@@ -67,8 +67,9 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
 
 
 def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: Callable[[str, str], None],
-          trials: int = 16) -> tvm.IRModule:
-    """Run the Relax passes and the schedule, recording the IR after each."""
+          trials: int = 16, modules: dict | None = None) -> tvm.IRModule:
+    """Run the Relax passes and the schedule, recording the IR after each (and, into `modules`,
+    the module itself: the fusion map reads them)."""
     heterogeneous = "vdevice" in mod.global_infos
     if heterogeneous:
         mod = relax.transform.RealizeVDevice()(mod)
@@ -76,6 +77,8 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
     for name, pass_ in passes(None if heterogeneous else target, schedule):
         mod = pass_(mod)
         record(name, mod.script())
+        if modules is not None:
+            modules[name] = mod
     if heterogeneous:
         mod = place_on_devices(mod)
         record("PlaceOnDevices", mod.script())

@@ -121,6 +121,7 @@ class _MatmulToTorch(relax.PyExprMutator):
 
 def offload_matmul(mod: tvm.IRModule) -> tvm.IRModule:
     """Replace float matrix products by a packed call into torch.matmul (cuBLAS), before legalization."""
+    mod = mod.clone()  # passes must not change the module a previous stage recorded
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
             mutator = _MatmulToTorch(mod)
@@ -133,9 +134,8 @@ def offload_matmul(mod: tvm.IRModule) -> tvm.IRModule:
 # --------------------------------------------------------------------------------------------------
 
 def tuning_dir() -> Path:
-    root = os.environ.get("BABYTRITON_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "babytriton")
-    return Path(root) / "meta_schedule"
+    from .cache import cache_dir
+    return cache_dir() / "meta_schedule"
 
 
 def require_tuning_extras() -> None:

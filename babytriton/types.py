@@ -185,6 +185,18 @@ class ArgSpec:
     dtype: str = ""           # tensor / scalar element type
     value: Any = None         # constexpr value
     device: str = ""          # functions with device blocks: "cpu" or "cuda:<index>" ("" = the target's)
+    # constexpr: the value's type, so that 3, 3.0 and True (equal in Python) key different versions
+    value_type: str = ""
+
+    def __post_init__(self):
+        if self.kind == "constexpr" and not self.value_type:
+            object.__setattr__(self, "value_type", _type_signature(self.value))
+
+
+def _type_signature(value) -> str:
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__}[{','.join(_type_signature(v) for v in value)}]"
+    return type(value).__qualname__
 
 
 def arg_spec(param: Param, value, fname: str) -> ArgSpec:

@@ -118,7 +118,8 @@ def test_same_types_reuse_one_compilation():
     for _ in range(3):
         g(torch.randn(2, 3), torch.randn(2, 3))
     g.compile(torch.randn(2, 3), torch.randn(2, 3))
-    assert g.cache_info()["compilations"] == 1
+    info = g.cache_info()  # one version: compiled here, or loaded from the session's disk cache
+    assert info["misses"] == 1 and info["compilations"] + info["disk_hits"] == 1
 
 
 def test_stages_in_order_and_source():

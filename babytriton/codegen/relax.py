@@ -144,6 +144,10 @@ class RelaxCodeGen(ast.NodeVisitor):
         self.placement = devices.Placement((options or {}).get("target", "cpu"), specs, self.scope,
                                            parsed.source_map.first_line) \
             if devices.uses_device_blocks(parsed.tree) else None
+        # Which source line (relative to the parsed def) produced each emitted binding: the
+        # fusion map relates fused kernels back to them (babytriton/fusion.py).
+        self.binding_lines: dict[relax.Var, int] = {}
+        self.lineno = None             # line of the innermost node being compiled
 
     # ------------------------------------------------------------------------------------------
     # driver and the one error path
@@ -165,6 +169,8 @@ class RelaxCodeGen(ast.NodeVisitor):
         return ib.get()
 
     def visit(self, node):
+        outer_line = self.lineno
+        self.lineno = getattr(node, "lineno", outer_line)
         try:
             return super().visit(node)
         except CompilationError:
@@ -180,6 +186,8 @@ class RelaxCodeGen(ast.NodeVisitor):
                 raise self.error(node, message) from e
             message += " (set BABYTRITON_DEBUG=1 to see the cause)"
             raise self.error(node, message) from None
+        finally:
+            self.lineno = outer_line
 
     def error(self, node, message: str) -> CompilationError:
         return self.parsed.source_map.error(node, message)
@@ -192,6 +200,12 @@ class RelaxCodeGen(ast.NodeVisitor):
     # helpers
     # ------------------------------------------------------------------------------------------
     def emit(self, expr: relax.Expr) -> relax.Var:
+        var = self._emit(expr)
+        if self.lineno is not None:
+            self.binding_lines[var] = self.lineno
+        return var
+
+    def _emit(self, expr: relax.Expr) -> relax.Var:
         if self.placement is None:
             return RB.emit(expr)
         if isinstance(expr, relax.Call):  # operands move to the device of the block being compiled

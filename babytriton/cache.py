@@ -1,0 +1,467 @@
+"""The persistent cache: compiled versions kept on disk, keyed by everything that changes the code.
+
+A key is a list of labelled parts (the function's source, what its global names resolve to, each
+argument's dtype and shape, the target, the options, the versions of babytriton and TVM). Its
+digest is a SHA-256 of a canonical text of the parts, the same in every process. An entry is a
+folder `<cache dir>/<function>/<digest>/` holding the exported library (`lib.so`), the key
+(`key.json`, small, read by explain), and everything else a Kernel needs without compiling
+(`meta.json`: stage texts, fusion record; `module.json`: the lowered IRModule, read on demand).
+
+Entries are written into a temporary folder and renamed into place (atomic on one file system),
+so concurrent writers never see half an entry; a reader checks the library's checksum and the
+metadata, and treats anything unreadable as corrupt: it warns, recompiles and replaces it.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import types
+import uuid
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from .types import ArgSpec, Param, format_shape
+
+FORMAT = 1  # the layout of an entry; bump it when what is stored changes
+# Options that only change how a result is reported or stored, not the generated code.
+NOT_IN_KEY = ("verbose", "cache", "target")
+OFF_VALUES = ("0", "false", "no", "off")
+FUSION_KEYS = {"params", "ops", "outputs", "kernels", "kernel_outputs"}
+# Temporary folders older than this were left by a process that died while writing.
+STALE_SECONDS = 3600
+
+
+class CacheWarning(UserWarning):
+    """Something went wrong with the disk cache; the compiler carried on without it."""
+
+
+# --------------------------------------------------------------------------------------------------
+# where and whether
+# --------------------------------------------------------------------------------------------------
+
+def cache_dir() -> Path:
+    """`BABYTRITON_CACHE_DIR`, else `$XDG_CACHE_HOME/babytriton`, else `~/.cache/babytriton`."""
+    explicit = os.environ.get("BABYTRITON_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "babytriton"
+
+
+def disk_enabled(option: bool) -> bool:
+    """The `cache` option, unless `BABYTRITON_CACHE=0` turns the disk cache off for everyone."""
+    return option and os.environ.get("BABYTRITON_CACHE", "1").strip().lower() not in OFF_VALUES
+
+
+def loadable_here(target: tvm.target.Target) -> bool:
+    """A library with CUDA kernels loads only where TVM's CUDA runtime is present."""
+    if target.kind.name != "cuda":
+        return True
+    return tvm.get_global_func("ffi.Module.load_from_bytes.cuda", allow_missing=True) is not None
+
+
+# --------------------------------------------------------------------------------------------------
+# the key
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KeyPart:
+    """One thing the generated code depends on: `text` goes into the digest, `shown` to people."""
+    label: str
+    text: str
+    shown: str
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    parts: tuple[KeyPart, ...]
+    unstable: str | None = None   # why this version cannot be keyed on disk (None: it can)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        canonical = json.dumps([FORMAT] + [[p.label, p.text] for p in self.parts], ensure_ascii=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+    def summary(self) -> dict[str, tuple[str, str]]:
+        """label -> (fingerprint of the text, shown text): what explain compares and prints."""
+        return {p.label: (_sha(p.text)[:16], p.shown) for p in self.parts}
+
+
+def differences(old: dict[str, tuple[str, str]], new: dict[str, tuple[str, str]]) -> list[str]:
+    """`label: old → new` for every part that differs between two key summaries."""
+    out = []
+    for label in list(old) + [label for label in new if label not in old]:
+        before, after = old.get(label), new.get(label)
+        if before is not None and after is not None and before[0] == after[0]:
+            continue
+        shown_old = before[1] if before else "—"
+        shown_new = after[1] if after else "—"
+        if shown_old == shown_new:  # same short form, different text (e.g. an edited source)
+            out.append(f"{label}: changed")
+        else:
+            out.append(f"{label}: {shown_old} → {shown_new}")
+    return out
+
+
+def nearest(candidates: list[dict], new: dict) -> tuple[dict | None, list[str]]:
+    """The existing key summary that differs from `new` in the fewest parts, and those parts."""
+    best, best_diff = None, None
+    for summary in candidates:
+        diff = differences(summary, new)
+        if best_diff is None or len(diff) < len(best_diff):
+            best, best_diff = summary, diff
+    return best, best_diff or []
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _versions() -> tuple[KeyPart, ...]:
+    """babytriton (its version and a digest of its own sources: an edited compiler is another
+    compiler), TVM, tvm-ffi and Python."""
+    from . import __version__
+    package = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    sources = digest.hexdigest()[:12]
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return (KeyPart("babytriton", f"{__version__} {sources}", f"{__version__} (sources {sources[:8]})"),
+            KeyPart("tvm", tvm.__version__, tvm.__version__),
+            KeyPart("tvm-ffi", tvm_ffi.__version__, tvm_ffi.__version__),
+            KeyPart("python", python, python))
+
+
+def make_key(jitfn, specs: tuple[ArgSpec, ...], target: tvm.target.Target) -> CacheKey:
+    """Everything that changes the code compiled for `jitfn` called with arguments like `specs`."""
+    parts = [_source_part(jitfn)]
+    unstable = None
+    for path, value in global_uses(jitfn):
+        text, shown = canonical(value, set())
+        if text is None:
+            unstable = unstable or (f"the global `{path}` ({type(value).__name__}) has no stable text "
+                                    "form to key a disk entry on")
+            text = shown = f"<{type(value).__name__}>"
+        parts.append(KeyPart(f"global `{path}`", text, shown))
+    for param, spec in zip(jitfn.params, specs):
+        parts.extend(_arg_parts(param, spec))
+    parts.append(KeyPart("target", str(target), _short_target(target)))
+    for name, value in sorted(jitfn.options.items()):
+        if name not in NOT_IN_KEY:
+            parts.append(KeyPart(f"option `{name}`", repr(value), repr(value)))
+    parts.extend(_versions())
+    return CacheKey(tuple(parts), unstable)
+
+
+def _source_part(jitfn) -> KeyPart:
+    source = jitfn.parsed.source
+    lines = source.count("\n") + (not source.endswith("\n"))
+    return KeyPart(f"source of `{jitfn.__name__}`", source, f"{lines} lines, sha256 {_sha(source)[:8]}")
+
+
+def _arg_parts(param: Param, spec: ArgSpec) -> list[KeyPart]:
+    name = f"`{param.name}`"
+    if spec.kind == "constexpr":
+        text = f"{type(spec.value).__name__} {spec.value!r}"
+        return [KeyPart(f"value of {name}", text, f"{spec.value!r} ({type(spec.value).__name__})")]
+    shape = format_shape(spec.shape) if spec.kind == "tensor" else "run-time scalar"
+    return [KeyPart(f"dtype of {name}", spec.dtype, spec.dtype), KeyPart(f"shape of {name}", shape, shape)]
+
+
+def _short_target(target: tvm.target.Target) -> str:
+    config = target.export()
+    extra = [f"{k}={config[k]}" for k in ("arch", "mcpu") if config.get(k)]
+    return " ".join([target.kind.name] + extra)
+
+
+# --------------------------------------------------------------------------------------------------
+# what the function's global names resolve to
+# --------------------------------------------------------------------------------------------------
+
+def global_uses(jitfn) -> list[tuple[str, object]]:
+    """(dotted path, value) for each global or closure name the function reads, followed through
+    attribute accesses (`math.pi`, `cfg.scale`): the code generator folds these values in."""
+    fn = jitfn.parsed.fn
+    names = dict(fn.__globals__)
+    if fn.__closure__:
+        names.update(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
+    builtins_ = names.get("__builtins__", {})
+    builtins_ = vars(builtins_) if isinstance(builtins_, types.ModuleType) else builtins_
+    found: dict[str, object] = {}
+    for path in _free_paths(jitfn.parsed.tree):
+        root, *attrs = path.split(".")
+        if root in names:
+            value = names[root]
+        elif root in builtins_:
+            value = builtins_[root]
+        else:
+            continue  # undefined: the code generator reports it
+        resolved = [root]
+        for attr in attrs:
+            try:
+                value = getattr(value, attr)
+            except Exception:  # noqa: BLE001 - any failing attribute: stop where it resolves
+                break
+            resolved.append(attr)
+        found.setdefault(".".join(resolved), value)
+    return sorted(found.items())
+
+
+def _free_paths(tree: ast.FunctionDef) -> set[str]:
+    """Dotted paths (`np.float32`, `SCALE`) in the body, rooted at names the function doesn't bind.
+
+    Decorators, annotations and defaults are evaluated by Python, not compiled: their effect
+    reaches the key through the options and the argument specs instead."""
+    body = [node for stmt in tree.body for node in ast.walk(stmt)]
+    local = {a.arg for a in ast.walk(tree.args) if isinstance(a, ast.arg)}
+    local |= {n.id for n in body if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    inner = {id(n.value) for n in body if isinstance(n, ast.Attribute)}
+    paths = set()
+    for node in body:
+        if not isinstance(node, (ast.Name, ast.Attribute)) or id(node) in inner:
+            continue
+        path, base = [], node
+        while isinstance(base, ast.Attribute):
+            path.append(base.attr)
+            base = base.value
+        if isinstance(base, ast.Name) and base.id not in local:
+            paths.add(".".join([base.id] + path[::-1]))
+    return paths
+
+
+def canonical(value, seen: set) -> tuple[str | None, str]:
+    """(text to hash, short form to show) for a value the compiled code may depend on; the text is
+    None when the value has no form that is the same in every process."""
+    from .jit import JITFunction  # a cycle at import time: jit uses this module
+    if isinstance(value, JITFunction):
+        return _canon_jit(value, seen)
+    for kinds, describe in _CANONICAL:
+        if isinstance(value, kinds):
+            return describe(value, seen)
+    text = repr(value)
+    if " at 0x" in text or "object at" in text:
+        return None, f"<{type(value).__name__}>"
+    return f"{type(value).__qualname__} {text}", _clip(text)
+
+
+def _clip(text: str, width: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _canon_scalar(value, seen):
+    return f"{type(value).__name__} {value!r}", _clip(repr(value))
+
+
+def _canon_sequence(value, seen):
+    items = [canonical(v, seen) for v in value]
+    if any(text is None for text, _ in items):
+        return None, f"<{type(value).__name__}>"
+    return (f"{type(value).__name__}[{', '.join(t for t, _ in items)}]",
+            _clip(repr(value)))
+
+
+def _canon_array(value, seen):
+    array = value.detach().cpu().contiguous().numpy() if isinstance(value, torch.Tensor) else np.ascontiguousarray(value)
+    digest = hashlib.sha256(array.tobytes()).hexdigest()
+    return (f"{type(value).__name__} {array.dtype} {array.shape} {digest}",
+            f"{type(value).__name__} {array.dtype} {format_shape(array.shape)} (sha256 {digest[:8]})")
+
+
+def _canon_jit(value, seen):
+    if id(value) in seen:
+        return f"recursive @jit {value.parsed.fn.__qualname__}", f"@jit {value.__name__}"
+    seen = seen | {id(value)}
+    inner = [_source_part(value)]
+    for path, dep in global_uses(value):
+        text, shown = canonical(dep, seen)
+        if text is None:
+            return None, f"@jit {value.__name__}"
+        inner.append(KeyPart(path, text, shown))
+    options = {k: v for k, v in value.options.items() if k not in ("verbose", "cache")}
+    text = json.dumps([[p.label, p.text] for p in inner] + [repr(sorted(options.items()))])
+    return f"@jit {text}", f"@jit {value.__name__} (sha256 {_sha(text)[:8]})"
+
+
+def _canon_tvm(value, seen):
+    text = value.script()
+    return f"{type(value).__name__} {text}", f"{type(value).__name__} (sha256 {_sha(text)[:8]})"
+
+
+def _canon_named(value, seen):
+    name = f"{getattr(value, '__module__', None) or ''}.{getattr(value, '__qualname__', None) or value.__name__}"
+    return f"{type(value).__name__} {name}", name.lstrip(".")
+
+
+def _canon_module(value, seen):
+    return f"module {value.__name__}", f"module {value.__name__}"
+
+
+_CANONICAL = [
+    ((type(None), bool, int, float, complex, str, bytes, np.generic, torch.dtype, np.dtype), _canon_scalar),
+    ((tuple, list), _canon_sequence),
+    ((torch.Tensor, np.ndarray), _canon_array),
+    ((tvm.tirx.PrimFunc, tvm.IRModule, relax.Function), _canon_tvm),
+    ((types.ModuleType,), _canon_module),
+    ((types.FunctionType, types.BuiltinFunctionType, type), _canon_named),
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# entries on disk
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class Entry:
+    """What a disk hit gives back: enough to build a Kernel without compiling."""
+    path: Path
+    executable: relax.VMExecutable
+    stages: dict[str, str]
+    fusion: dict | None
+
+
+def function_dir(jitfn) -> Path:
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", jitfn.parsed.fn.__qualname__)[:100]
+    return cache_dir() / name
+
+
+def entry_dir(jitfn, key: CacheKey) -> Path:
+    return function_dir(jitfn) / key.digest
+
+
+class Corrupt(Exception):
+    """An entry that exists but cannot be used as it is."""
+
+
+def load(path: Path, key: CacheKey) -> Entry | None:
+    """The entry at `path`, None when there is none; Corrupt when there is one that can't be used."""
+    try:
+        raw = (path / "meta.json").read_bytes()
+        library = (path / "lib.so").read_bytes()
+    except FileNotFoundError:
+        if path.exists():  # entries appear whole (renamed into place): this one was damaged
+            raise Corrupt("a file of it is missing") from None
+        return None
+    except OSError:  # an unreadable cache folder: a miss (writing it will say what is wrong)
+        return None
+    try:
+        meta = json.loads(raw)
+        if meta.get("format") != FORMAT or meta.get("digest") != key.digest:
+            raise Corrupt("its metadata belongs to another key")
+        stages = meta["stages"]
+        if not isinstance(stages, dict) or not all(isinstance(v, str) for v in stages.values()):
+            raise Corrupt("its stage texts are malformed")
+        if hashlib.sha256(library).hexdigest() != meta["lib_sha256"]:
+            raise Corrupt("its library does not match its checksum")
+        fusion = meta["fusion"]
+        if fusion is not None and not (isinstance(fusion, dict) and FUSION_KEYS <= fusion.keys()):
+            raise Corrupt("its fusion record is malformed")
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise Corrupt(f"its metadata is unreadable ({type(e).__name__})") from None
+    try:
+        executable = relax.VMExecutable(tvm.runtime.load_module(str(path / "lib.so")))
+    except Exception as e:  # noqa: BLE001 - TVM's loader raises several kinds for a bad library
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise Corrupt(f"its library does not load: {_clip(first, 120)}") from None
+    return Entry(path, executable, stages, fusion)
+
+
+def store(path: Path, key: CacheKey, executable, stages: dict[str, str], fusion: dict | None,
+          module: tvm.IRModule | None, replace: bool = False) -> bool:
+    """Write an entry atomically; False when another process already wrote it (then theirs stays)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(path.parent)
+    tmp = path.parent / f".tmp-{key.digest[:12]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        library = tmp / "lib.so"
+        executable.export_library(str(library))
+        meta = {"format": FORMAT, "digest": key.digest, "stages": stages, "fusion": fusion,
+                "lib_sha256": hashlib.sha256(library.read_bytes()).hexdigest()}
+        (tmp / "meta.json").write_text(json.dumps(meta))
+        (tmp / "key.json").write_text(json.dumps({"digest": key.digest, "summary": key.summary()}))
+        if module is not None:
+            try:
+                (tmp / "module.json").write_text(tvm.ir.save_json(module))
+            except Exception:  # noqa: BLE001 - an IR TVM cannot serialise: the entry is still usable
+                pass
+        if replace and path.exists():
+            trash = path.parent / f".trash-{tmp.name}"
+            try:
+                os.rename(path, trash)
+            except OSError:
+                pass  # someone else moved it first
+            else:
+                shutil.rmtree(trash, ignore_errors=True)
+        try:
+            os.rename(tmp, path)
+        except OSError:  # the folder exists: another process finished first
+            return False
+        return True
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _remove_stale(folder: Path) -> None:
+    now = time.time()
+    for leftover in folder.glob(".t*-*"):
+        if leftover.name.startswith((".tmp-", ".trash-")) and now - _mtime(leftover) > STALE_SECONDS:
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def load_module_json(path: Path) -> tvm.IRModule | None:
+    try:
+        return tvm.ir.load_json((path / "module.json").read_text())
+    except Exception:  # noqa: BLE001 - missing or unreadable: the caller recompiles for it
+        return None
+
+
+def existing_summaries(jitfn, limit: int = 64) -> list[tuple[Path, dict]]:
+    """The key summaries of this function's entries on disk, newest first."""
+    folder = function_dir(jitfn)
+    try:
+        entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    except OSError:
+        return []
+    entries.sort(key=lambda p: _mtime(p), reverse=True)
+    out = []
+    for path in entries[:limit]:
+        try:
+            summary = json.loads((path / "key.json").read_text())["summary"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        out.append((path, {label: tuple(v) for label, v in summary.items()}))
+    return out
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def warn(message: str) -> None:
+    """Warn, pointing at the first caller outside babytriton (the user's call or compile)."""
+    package = str(Path(__file__).parent)
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, CacheWarning, stacklevel=level)

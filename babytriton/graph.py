@@ -1,0 +1,321 @@
+"""`k.graph()`: the dataflow graph before and after fusion as an SVG picture.
+
+Before fusion the nodes are the Relax ops, each labelled with its source line, and a box around
+the ops of each kernel; after fusion the nodes are the kernels. Where graphviz's `dot` program and
+its Python package are installed, graphviz lays the picture out; elsewhere a small layered layout
+(ranks by longest path, one band of columns per kernel so boxes never overlap) is drawn with
+xml.etree, so the picture needs no system package.
+"""
+from __future__ import annotations
+
+import functools
+import shutil
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SVG_NS = "http://www.w3.org/2000/svg"
+WHICH = ("both", "before", "after")
+# The pure-Python layout's geometry (pixels) and look.
+CHAR_W, LINE_H, PAD, RANK_GAP, COL_GAP, BOX_PAD = 7.2, 15, 8, 46, 18, 10
+STYLE = {"param": ("#e8f0fe", "#3b6fd8"), "op": ("#ffffff", "#444444"), "kernel": ("#fff4e0", "#c77800"),
+         "output": ("#eaf6ea", "#2e7d32")}
+
+
+@dataclass
+class Node:
+    id: str
+    label: list[str]
+    kind: str                     # "param" | "op" | "kernel" | "output"
+    box: int | None = None        # the kernel box it is drawn in (before fusion)
+
+
+@dataclass
+class Graph:
+    title: str
+    nodes: list[Node]
+    edges: list[tuple[str, str]]
+    boxes: dict[int, str] = field(default_factory=dict)   # box index -> its title
+
+
+# --------------------------------------------------------------------------------------------------
+# the graphs, from a fusion record
+# --------------------------------------------------------------------------------------------------
+
+def _where(fmap, kernel_index: int, op_position: int) -> str | None:
+    op = fmap[kernel_index].ops[op_position]
+    if op.line is None:
+        return None
+    return f"line {op.line}: {_clip(op.source or '', 28)}"
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def before_fusion(record: dict, fmap) -> Graph:
+    """Ops as nodes, each kernel's ops in a box titled with the kernel's name."""
+    kernel_of = {}
+    for k, kernel in enumerate(record["kernels"]):
+        for position, op in enumerate(kernel["ops"]):
+            kernel_of[op] = (k, position)
+    nodes = [Node(f"p_{p}", [p], "param") for p in record["params"]]
+    for index, op in enumerate(record["ops"]):
+        label = [f"{op['op']} → {op['var']}"]
+        box = None
+        if index in kernel_of:
+            box, position = kernel_of[index]
+            where = _where(fmap, box, position)
+        else:
+            where = f"line {op['line']}" if op["line"] is not None else None
+        nodes.append(Node(f"o_{index}", label + ([where] if where else []), "op", box))
+    nodes.append(Node("out", ["return"], "output"))
+    edges = [(_id(ref), f"o_{i}") for i, op in enumerate(record["ops"]) for ref in op["inputs"]]
+    edges += [(_id(ref), "out") for ref in record["outputs"]]
+    boxes = {k: kernel["name"] for k, kernel in enumerate(record["kernels"]) if kernel["ops"]}
+    return Graph("before fusion", nodes, _existing(nodes, edges), boxes)
+
+
+def after_fusion(record: dict, fmap) -> Graph:
+    """Kernels as nodes, labelled with the ops they fused and the source lines those came from."""
+    nodes = [Node(f"p_{p}", [p], "param") for p in record["params"]]
+    for k, kernel in enumerate(fmap):
+        label = [kernel.name]
+        if kernel.fused:
+            label.append(_clip(" + ".join(op.op for op in kernel.ops), 40))
+        if kernel.lines:
+            label.append(("lines " if len(kernel.lines) > 1 else "line ") + ", ".join(map(str, kernel.lines)))
+        if kernel.cuda_kernels:
+            label.append("CUDA " + ", ".join(kernel.cuda_kernels))
+        nodes.append(Node(f"k_{k}", label, "kernel"))
+    nodes.append(Node("out", ["return"], "output"))
+    edges = [(_id(ref), f"k_{k}") for k, kernel in enumerate(record["kernels"]) for ref in kernel["inputs"]]
+    edges += [(_id(ref), "out") for ref in record["kernel_outputs"]]
+    return Graph("after fusion", nodes, _existing(nodes, edges))
+
+
+def _id(ref) -> str:
+    kind, what = ref[0], ref[-1]
+    return {"param": "p", "op": "o", "kernel": "k"}[kind] + f"_{what}"
+
+
+def _existing(nodes: list[Node], edges: list) -> list:
+    ids = {n.id for n in nodes}
+    return list(dict.fromkeys(e for e in edges if e[0] in ids and e[1] in ids))
+
+
+# --------------------------------------------------------------------------------------------------
+# the picture
+# --------------------------------------------------------------------------------------------------
+
+class Picture:
+    """An SVG drawing: inline in Jupyter, `.save(path)` to keep it (`.svg`; `.dot` when graphviz drew it)."""
+
+    def __init__(self, svg: str, graphs: list[Graph], dot: str | None = None):
+        self.svg = svg
+        self.graphs = graphs
+        self.dot = dot
+
+    def _repr_svg_(self) -> str:
+        return self.svg
+
+    def save(self, path) -> Path:
+        path = Path(path)
+        if path.suffix == "":
+            path = path.with_suffix(".svg")
+        if path.suffix == ".svg":
+            path.write_text(self.svg)
+        elif path.suffix in (".dot", ".gv") and self.dot is not None:
+            path.write_text(self.dot)
+        else:
+            kinds = ".svg" + (" or .dot/.gv" if self.dot is not None else "")
+            raise ValueError(f"cannot save the graph as {path.suffix!r}; use {kinds}")
+        return path
+
+    def __repr__(self) -> str:
+        return f"<babytriton graph: {', '.join(g.title for g in self.graphs)}; .save('f.svg') to keep it>"
+
+
+def draw(record: dict | None, fmap, source_map, name: str, which: str = "both") -> Picture:
+    if which not in WHICH:
+        raise ValueError(f"graph(which) is one of {', '.join(map(repr, WHICH))}, got {which!r}")
+    if record is None:
+        raise ValueError(f"'{name}' has no fusion record to draw (it did not go through the Relax fusion passes)")
+    graphs = []
+    if which in ("both", "before"):
+        graphs.append(before_fusion(record, fmap))
+    if which in ("both", "after"):
+        graphs.append(after_fusion(record, fmap))
+    if graphviz_available():
+        return _graphviz_picture(graphs, name)
+    return Picture(_svg(graphs, name), graphs)
+
+
+@functools.lru_cache(maxsize=1)
+def graphviz_available() -> bool:
+    try:
+        import graphviz  # noqa: F401
+    except ImportError:
+        return False
+    return shutil.which("dot") is not None
+
+
+def _graphviz_picture(graphs: list[Graph], name: str) -> Picture:
+    import graphviz
+    dot = graphviz.Digraph(name, graph_attr={"rankdir": "TB", "fontname": "monospace", "label": name,
+                                             "labelloc": "t"},
+                           node_attr={"fontname": "monospace", "fontsize": "11", "shape": "box",
+                                      "style": "rounded,filled"})
+    for g_index, graph in enumerate(graphs):
+        with dot.subgraph(name=f"cluster_{g_index}") as panel:
+            panel.attr(label=graph.title, style="dashed", color="#999999")
+            boxes = {b: panel.subgraph(name=f"cluster_{g_index}_{b}") for b in graph.boxes}
+            for box, context in boxes.items():
+                with context as sub:
+                    sub.attr(label=graph.boxes[box], style="rounded,filled", fillcolor="#fff4e0",
+                             color=STYLE["kernel"][1])
+                    for node in graph.nodes:
+                        if node.box == box:
+                            _gv_node(sub, g_index, node)
+            for node in graph.nodes:
+                if node.box is None or node.box not in graph.boxes:
+                    _gv_node(panel, g_index, node)
+            for src, dst in graph.edges:
+                panel.edge(f"{g_index}/{src}", f"{g_index}/{dst}")
+    return Picture(dot.pipe(format="svg").decode(), graphs, dot.source)
+
+
+def _gv_node(where, g_index: int, node: Node) -> None:
+    fill, line = STYLE[node.kind]
+    shape = {"param": "ellipse", "output": "ellipse"}.get(node.kind, "box")
+    where.node(f"{g_index}/{node.id}", "\n".join(node.label), shape=shape, fillcolor=fill, color=line)
+
+
+# --------------------------------------------------------------------------------------------------
+# the pure-Python layout and SVG
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class _Placed:
+    node: Node
+    x: float = 0.0
+    y: float = 0.0
+    w: float = 0.0
+    h: float = 0.0
+
+
+def _layout(graph: Graph) -> tuple[dict[str, _Placed], dict[int, tuple[float, float, float, float]], float, float]:
+    """Rank nodes by longest path from the inputs; give every kernel box its own band of columns
+    over the ranks it spans (bands reuse columns where ranks don't overlap); place nodes in them."""
+    preds: dict[str, list[str]] = {n.id: [] for n in graph.nodes}
+    for src, dst in graph.edges:
+        preds[dst].append(src)
+    rank: dict[str, int] = {}
+
+    def rank_of(node_id: str) -> int:  # the graph is a DAG in binding order
+        if node_id not in rank:
+            rank[node_id] = 1 + max((rank_of(p) for p in preds[node_id]), default=-1)
+        return rank[node_id]
+
+    for node in graph.nodes:
+        rank_of(node.id)
+    if "out" in rank:  # the return at the bottom, below ops whose results nothing reads
+        rank["out"] = max(rank["out"], 1 + max((r for n, r in rank.items() if n != "out"), default=-1))
+    # Groups: a kernel box's nodes, or a single node.
+    groups: list[list[Node]] = []
+    by_box: dict[int, list[Node]] = {}
+    for node in graph.nodes:
+        if node.box is not None and node.box in graph.boxes:
+            if node.box not in by_box:
+                by_box[node.box] = []
+                groups.append(by_box[node.box])
+            by_box[node.box].append(node)
+        else:
+            groups.append([node])
+    placed = {n.id: _Placed(n, w=max(len(s) for s in n.label) * CHAR_W + 2 * PAD,
+                            h=len(n.label) * LINE_H + PAD) for n in graph.nodes}
+    inner = max(p.w for p in placed.values())
+    col_w = inner + 2 * BOX_PAD + COL_GAP
+    row_h = max(p.h for p in placed.values()) + RANK_GAP
+    groups.sort(key=lambda g: min(rank[n.id] for n in g))
+    busy: dict[int, list[tuple[int, int]]] = {}   # column -> occupied rank spans
+    for group in groups:
+        lo, hi = min(rank[n.id] for n in group), max(rank[n.id] for n in group)
+        width = max(sum(1 for n in group if rank[n.id] == r) for r in range(lo, hi + 1))
+        col = 0
+        while any(not (hi < a or lo > b) for c in range(col, col + width) for a, b in busy.get(c, [])):
+            col += 1
+        for c in range(col, col + width):
+            busy.setdefault(c, []).append((lo, hi))
+        slots: dict[int, int] = {}
+        for node in group:
+            r = rank[node.id]
+            p = placed[node.id]
+            p.x = (col + slots.get(r, 0)) * col_w + BOX_PAD + (inner - p.w) / 2
+            p.y = r * row_h + BOX_PAD + LINE_H * 2
+            slots[r] = slots.get(r, 0) + 1
+    boxes = {}
+    for box, members in by_box.items():
+        members = [placed[n.id] for n in members]
+        x0 = min(p.x for p in members) - BOX_PAD
+        x1 = max(p.x + p.w for p in members) + BOX_PAD
+        y0 = min(p.y for p in members) - BOX_PAD - LINE_H
+        y1 = max(p.y + p.h for p in members) + BOX_PAD
+        boxes[box] = (x0, y0, x1 - x0, y1 - y0)
+    width = (max(busy) + 1) * col_w + 2 * BOX_PAD if busy else col_w
+    height = (max(rank.values(), default=0) + 1) * row_h + LINE_H * 2 + BOX_PAD
+    return placed, boxes, width, height
+
+
+def _svg(graphs: list[Graph], name: str) -> str:
+    ET.register_namespace("", SVG_NS)
+    layouts = [_layout(g) for g in graphs]
+    gap = 30
+    total_w = sum(w for _, _, w, _ in layouts) + gap * (len(layouts) - 1) + 20
+    total_h = max(h for _, _, _, h in layouts) + LINE_H * 2 + 10
+    svg = ET.Element(f"{{{SVG_NS}}}svg", width=f"{total_w:.0f}", height=f"{total_h:.0f}",
+                     viewBox=f"0 0 {total_w:.0f} {total_h:.0f}", attrib={"font-family": "monospace",
+                                                                          "font-size": "12"})
+    ET.SubElement(svg, f"{{{SVG_NS}}}title").text = f"{name}: dataflow before and after fusion"
+    defs = ET.SubElement(svg, f"{{{SVG_NS}}}defs")
+    marker = ET.SubElement(defs, f"{{{SVG_NS}}}marker", id="arrow", viewBox="0 0 10 10", refX="10", refY="5",
+                           markerWidth="7", markerHeight="7", orient="auto-start-reverse")
+    ET.SubElement(marker, f"{{{SVG_NS}}}path", d="M 0 0 L 10 5 L 0 10 z", fill="#555555")
+    _text(svg, 10, LINE_H + 2, [name], weight="bold")
+    x_offset = 10.0
+    for graph, (placed, boxes, width, height) in zip(graphs, layouts):
+        panel = ET.SubElement(svg, f"{{{SVG_NS}}}g", transform=f"translate({x_offset:.1f},{LINE_H * 2})",
+                              attrib={"class": "panel"})
+        _text(panel, 0, LINE_H, [graph.title], weight="bold")
+        for box, (x, y, w, h) in boxes.items():
+            group = ET.SubElement(panel, f"{{{SVG_NS}}}g", attrib={"class": "kernel-box"})
+            ET.SubElement(group, f"{{{SVG_NS}}}rect", x=f"{x:.1f}", y=f"{y:.1f}", width=f"{w:.1f}",
+                          height=f"{h:.1f}", rx="8", fill=STYLE["kernel"][0], stroke=STYLE["kernel"][1],
+                          attrib={"stroke-dasharray": "5,3"})
+            _text(group, x + 6, y + LINE_H - 2, [graph.boxes[box]], fill=STYLE["kernel"][1])
+        for src, dst in graph.edges:
+            a, b = placed[src], placed[dst]
+            x1, y1, x2, y2 = a.x + a.w / 2, a.y + a.h, b.x + b.w / 2, b.y
+            mid = (y1 + y2) / 2
+            ET.SubElement(panel, f"{{{SVG_NS}}}path", d=f"M {x1:.1f} {y1:.1f} C {x1:.1f} {mid:.1f}, "
+                          f"{x2:.1f} {mid:.1f}, {x2:.1f} {y2:.1f}", fill="none", stroke="#555555",
+                          attrib={"marker-end": "url(#arrow)", "class": "edge"})
+        for p in placed.values():
+            fill, line = STYLE[p.node.kind]
+            group = ET.SubElement(panel, f"{{{SVG_NS}}}g", attrib={"class": f"node {p.node.kind}"})
+            ET.SubElement(group, f"{{{SVG_NS}}}title").text = "\n".join(p.node.label)
+            ET.SubElement(group, f"{{{SVG_NS}}}rect", x=f"{p.x:.1f}", y=f"{p.y:.1f}", width=f"{p.w:.1f}",
+                          height=f"{p.h:.1f}", rx=f"{p.h / 2 if p.node.kind in ('param', 'output') else 4:.1f}",
+                          fill=fill, stroke=line)
+            _text(group, p.x + PAD, p.y + LINE_H, p.node.label)
+        x_offset += width + gap
+    return ET.tostring(svg, encoding="unicode")
+
+
+def _text(parent, x: float, y: float, lines: list[str], weight: str = "normal", fill: str = "#222222"):
+    text = ET.SubElement(parent, f"{{{SVG_NS}}}text", x=f"{x:.1f}", y=f"{y:.1f}", fill=fill,
+                         attrib={"font-weight": weight})
+    for i, line in enumerate(lines):
+        span = ET.SubElement(text, f"{{{SVG_NS}}}tspan", x=f"{x:.1f}", dy="0" if i == 0 else str(LINE_H))
+        span.text = line
+    return text
