@@ -12,11 +12,13 @@ import contextlib
 import difflib
 import functools
 import gc
+import inspect
 import os
 import sys
 
 import torch
 import tvm
+import tvm_ffi
 from tvm import relax, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
@@ -24,8 +26,8 @@ from tvm.script.ir_builder import relax as RB
 
 from .. import devices
 from ..errors import CompilationError, Diagnostic, debug_enabled
-from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, format_shape
-from . import ops
+from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, Tensor, format_shape
+from . import inline, kernels, library, ops
 from .scope import Scope
 from .source import ParsedFunction
 
@@ -111,6 +113,13 @@ def promote(lhs, rhs) -> str:
     return TORCH_TO_NAME[torch.result_type(_torch_operand(lhs), _torch_operand(rhs))]
 
 
+def same_size(a, b) -> bool:
+    """Whether two sizes are known to be equal at compile time (ints, or the same symbolic size)."""
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    return tvm_ffi.structural_equal(a, b)
+
+
 def broadcast(a: tuple, b: tuple) -> tuple | None:
     """Broadcast two shapes; None when static sizes disagree. Symbolic sizes are trusted to match."""
     out = []
@@ -148,6 +157,8 @@ class RelaxCodeGen(ast.NodeVisitor):
         # fusion map relates fused kernels back to them (babytriton/fusion.py).
         self.binding_lines: dict[relax.Var, int] = {}
         self.lineno = None             # line of the innermost node being compiled
+        self.kernels: list = []        # (user's PrimFunc, kernels.Declared) added to the module
+        self.inline_chain: list = [fn]  # the @jit functions being compiled, outermost first
 
     # ------------------------------------------------------------------------------------------
     # driver and the one error path
@@ -167,6 +178,19 @@ class RelaxCodeGen(ast.NodeVisitor):
                 gc.collect()
             raise
         return ib.get()
+
+    def share(self, caller: "RelaxCodeGen", chain: list) -> None:
+        """Emit into `caller`'s function and module (for inlining a @jit function it calls)."""
+        self.ib, self.params, self.user_named = caller.ib, caller.params, caller.user_named
+        self.sym_vars, self.kernels, self.inline_chain = caller.sym_vars, caller.kernels, chain
+
+    def inline(self, values: dict):
+        """Compile this function's body in place with its parameters bound to `values`; its value."""
+        with self.scope.frame():
+            for name, value in values.items():
+                self.scope.assign(name, value)
+            self.visit_body(self.parsed.tree.body)
+        return None if self.returned == () else self.returned
 
     def visit(self, node):
         outer_line = self.lineno
@@ -377,9 +401,11 @@ class RelaxCodeGen(ast.NodeVisitor):
             return self.python_value(name, self.py_names[name])
         if name in PY_BUILTINS or name == "len":
             return getattr(builtins, name)
-        known = self.scope.names() | set(self.py_names) | set(PY_BUILTINS)
-        hint = difflib.get_close_matches(name, known, n=1)
-        raise Diagnostic(f"name '{name}' is not defined" + (f"; did you mean '{hint[0]}'?" if hint else ""))
+        op = library.lookup(name)  # a Relax operator the function doesn't bind: sigmoid(x)
+        if op is not None:
+            return op
+        known = self.scope.names() | set(self.py_names) | set(PY_BUILTINS) | library.names()
+        raise Diagnostic(f"name '{name}' is not defined{library.did_you_mean(name, known)}")
 
     def python_value(self, name: str, value):
         """A name from the function's globals or closure, read once at compile time."""
@@ -465,6 +491,9 @@ class RelaxCodeGen(ast.NodeVisitor):
         if isinstance(k_a, int) and isinstance(k_b, int) and k_a != k_b:
             raise Diagnostic(f"`@` shapes {format_shape(a)} and {format_shape(b)} don't match: "
                              f"inner sizes {k_a} and {k_b} differ")
+        dtype = dtype_of(lhs)
+        if dtype in ("float16", "bfloat16"):  # accumulate in float32 as torch does; round once at the end
+            return self.emit(relax.op.astype(relax.op.matmul(lhs, rhs, out_dtype="float32"), dtype))
         return self.emit(relax.op.matmul(lhs, rhs))
 
     def visit_UnaryOp(self, node: ast.UnaryOp):
@@ -557,7 +586,9 @@ class RelaxCodeGen(ast.NodeVisitor):
         try:
             return getattr(value, node.attr)
         except AttributeError:
-            raise Diagnostic(f"{describe(value)} has no attribute '{node.attr}'") from None
+            what = f"`{ast.unparse(node.value)}`" if inspect.ismodule(value) else describe(value)
+            hint = library.did_you_mean(node.attr, [n for n in dir(value) if not n.startswith("_")])
+            raise Diagnostic(f"{what} has no attribute '{node.attr}'{hint}") from None
 
     def tensor_attribute(self, value, attr: str):
         if attr == "shape":
@@ -566,7 +597,15 @@ class RelaxCodeGen(ast.NodeVisitor):
             return dtype_of(value)
         if attr == "ndim":
             return value.ty.ndim
-        raise Diagnostic(f"tensors have no attribute '{attr}' here (available: shape, dtype, ndim)")
+        prop = library.tensor_property(self, value, attr)  # x.T
+        if prop is not None:
+            return prop
+        method = library.method(value, attr)  # x.sum, called by visit_Call
+        if method is not None:
+            return method
+        available = ["shape", "dtype", "ndim", *library.tensor_attributes()]
+        raise Diagnostic(f"tensors have no attribute '{attr}' here{library.did_you_mean(attr, available)} "
+                         f"(available: {', '.join(available)})")
 
     def visit_Subscript(self, node: ast.Subscript):
         value = self.visit(node.value)
@@ -581,24 +620,69 @@ class RelaxCodeGen(ast.NodeVisitor):
             raise Diagnostic("indexing or slicing tensors is not supported in the Relax backend")
         raise Diagnostic(f"{describe(value)} cannot be indexed")
 
+    # ------------------------------------------------------------------------------------------
+    # calls: builtins, library ops, tensor methods, TensorIR kernels, other @jit functions
+    # ------------------------------------------------------------------------------------------
     def visit_Call(self, node: ast.Call):
         func = self.visit(node.func)
         args = [self.visit(a) for a in node.args]
+        if any(kw.arg is None for kw in node.keywords):
+            raise Diagnostic("`**kwargs` in calls is not supported in @jit functions")
         kwargs = {kw.arg: self.visit(kw.value) for kw in node.keywords}
-        if func is len:
-            if len(args) != 1 or kwargs:
-                raise Diagnostic("len() takes exactly one argument")
-            (value,) = args
-            if is_tensor(value):
-                if value.ty.ndim == 0:
-                    raise Diagnostic("len() of a 0-d tensor is undefined")
-                return shape_of(value)[0]
-            return len(value)
-        if func in PY_BUILTINS.values() or getattr(func, "__module__", None) == "math":
-            if all(is_python_scalar(a) for a in args) and all(is_python_scalar(v) for v in kwargs.values()):
-                return func(*args, **kwargs)
-            raise Diagnostic(f"{func.__name__}() works on compile-time numbers only, got "
-                             f"{', '.join(describe(a) for a in args)}")
         name = ast.unparse(node.func)
-        raise Diagnostic(f"cannot call `{name}` ({describe(func)}) from a @jit function")
+        if func is len:
+            return self.call_len(args, kwargs)
+        if func in PY_BUILTINS.values() or getattr(func, "__module__", None) == "math":
+            return self.call_python(func, name, args, kwargs)
+        if isinstance(func, library.Method):
+            return library.call_method(self, func, args, kwargs)
+        op = library.resolve(func)
+        if op is not None:
+            return library.call(self, op, args, kwargs)
+        if func is Tensor:  # a type to give a kernel's output: kernel(x, bt.Tensor((n, 4), "float32"))
+            try:
+                return Tensor(*args, **kwargs)
+            except (TypeError, ValueError) as e:
+                raise Diagnostic(f"bt.Tensor(shape, dtype): {e}") from None
+        if kernels.is_kernel(func):
+            return kernels.call(self, func, name, args, kwargs)
+        if inline.is_jit_function(func):
+            return inline.call(self, func, args, kwargs, self.parsed.source_map.first_line + node.lineno - 1)
+        raise Diagnostic(self.cannot_call(func, name))
 
+    def cannot_call(self, func, name: str) -> str:
+        what = "Python function" if inspect.isfunction(func) else "function" if callable(func) else describe(func)
+        message = (f"cannot call `{name}` (a {what}) from a @jit function: @jit code calls Relax operators "
+                   "(e.g. sigmoid(x), bt.softmax(x)), TensorIR kernels and other @jit functions")
+        fname = getattr(func, "__name__", "")
+        op_name = fname if fname in library.names() else library.OTHER_NAMES.get(fname)
+        if op_name:  # torch.sigmoid, numpy.exp, ...
+            return message + f"; did you mean the operator '{op_name}'?"
+        if inspect.isfunction(func):
+            return message + "; decorate it with @bt.jit to call it here"
+        return message
+
+    def call_len(self, args: list, kwargs: dict):
+        if len(args) != 1 or kwargs:
+            raise Diagnostic("len() takes exactly one argument")
+        (value,) = args
+        if is_tensor(value):
+            if value.ty.ndim == 0:
+                raise Diagnostic("len() of a 0-d tensor is undefined")
+            return shape_of(value)[0]
+        return len(value)
+
+    def call_python(self, func, name: str, args: list, kwargs: dict):
+        """A builtin (abs, min, max, round, ...) or math function: folded on compile-time numbers;
+        on tensors, the library op of the same name (`max(x, axis=1)` is Relax's max)."""
+        if all(is_python_scalar(a) for a in args) and all(is_python_scalar(v) for v in kwargs.values()):
+            return func(*args, **kwargs)
+        if func in (builtins.max, builtins.min) and len(args) > 1 and is_tensor(args[1]):
+            wide = "maximum" if func is builtins.max else "minimum"
+            raise Diagnostic(f"{func.__name__}(a, b) of tensors: use {wide}(a, b) for the element-wise "
+                             f"{wide}; {func.__name__}(x, axis=...) reduces along axes")
+        op = library.lookup(func.__name__)
+        if op is not None and any(is_tensor(a) for a in [*args, *kwargs.values()]):
+            return library.call(self, op, args, kwargs)
+        raise Diagnostic(f"{func.__name__}() works on compile-time numbers only, got "
+                         f"{', '.join(describe(a) for a in args)}")

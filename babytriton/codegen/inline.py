@@ -1,0 +1,102 @@
+"""@jit functions calling @jit functions: the callee is inlined into the caller.
+
+A call `g(x)` inside @jit `f` compiles g's body in place, inside f's Relax function, with g's
+parameters bound to the caller's values. Inlining rather than calling a second Relax function is
+what lets fusion see through the call: FuseOps only groups operators within one function's dataflow
+blocks, so `exp(g(x)) + 1` becomes one kernel. g's annotations are checked against the arguments at
+the call; g's own options (target, schedule) don't apply, the caller's do. Recursion cannot be
+inlined and is rejected at the call that closes the cycle.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from ..errors import CompilationError, Diagnostic
+from ..types import SCALAR_TYPES, format_shape
+from . import relax as core  # relax.py imports this module too; `core` is only read at call time
+
+SCALAR_KINDS = {"bool": (bool,), "int64": (int,), "float64": (int, float)}
+
+
+def is_jit_function(value) -> bool:
+    from ..jit import JITFunction  # jit.py imports the code generator
+    return isinstance(value, JITFunction)
+
+
+def call(cg, callee, args: list, kwargs: dict, call_line: int | None):
+    """Compile `callee(*args, **kwargs)` into the function `cg` is building; return its value."""
+    chain = [*cg.inline_chain, callee.fn]
+    if callee.fn in cg.inline_chain:
+        cycle = " -> ".join(f.__name__ for f in chain[cg.inline_chain.index(callee.fn):])
+        raise Diagnostic(f"recursive call ({cycle}): @jit functions called from @jit code are inlined, so "
+                         "they cannot call themselves; write the recursion as a loop")
+    values = bind(cg, callee, args, kwargs)
+    child = type(cg)(callee.parsed, {}, cg.options)
+    child.share(cg, chain)
+    try:
+        return child.inline(values)
+    except CompilationError as e:
+        where = f"{cg.parsed.source_map.filename}:{call_line}" if call_line else cg.parsed.name
+        raise CompilationError(f"{e.message} (in '{callee.__name__}', called from {where})", e.filename,
+                               e.lineno, e.col, e.source_line, e.end_col) from None
+
+
+def bind(cg, callee, args: list, kwargs: dict) -> dict:
+    """The callee's parameters bound to the caller's values, each checked against its annotation."""
+    try:
+        bound = callee.signature.bind(*args, **kwargs)
+    except TypeError as e:
+        names = ", ".join(p.name for p in callee.params)
+        raise Diagnostic(f"{callee.__name__}({names}): {e}") from None
+    bound.apply_defaults()
+    sizes: dict[str, object] = {}
+    return {p.name: check(cg, callee.__name__, p, bound.arguments[p.name], sizes) for p in callee.params}
+
+
+def check(cg, fname: str, param, value, sizes: dict):
+    where = f"{fname}(): parameter '{param.name}'"
+    if param.kind == "constexpr":
+        if core.is_tensor(value) or core.is_symbolic(value):
+            raise Diagnostic(f"{where} is bt.constexpr, so it needs a compile-time value, got {core.describe(value)}")
+        return value
+    if param.kind == "auto":
+        if core.is_tensor(value) or core.is_python_scalar(value):
+            return value
+        raise Diagnostic(f"{where} expects a tensor or a number, got {core.describe(value)}")
+    if param.kind == "scalar":
+        return check_scalar(cg, where, param, value)
+    annotation = param.annotation  # a bt.Tensor
+    if not core.is_tensor(value):
+        raise Diagnostic(f"{where} expects a tensor, got {core.describe(value)}")
+    shape, dtype = core.shape_of(value), core.dtype_of(value)
+    if len(shape) != annotation.ndim or dtype != annotation.dtype:
+        raise Diagnostic(f"{where} expects a {annotation.dtype} tensor of shape {format_shape(annotation.shape)}, "
+                         f"got {core.describe(value)}")
+    for axis, (want, got) in enumerate(zip(annotation.shape, shape)):
+        if isinstance(want, str):
+            known = sizes.setdefault(want, got)
+            if not core.same_size(known, got):
+                raise Diagnostic(f"{where}: dimension '{want}' is {known} in an earlier parameter but {got} here "
+                                 f"(axis {axis})")
+        elif got != want:
+            raise Diagnostic(f"{where} expects shape {format_shape(annotation.shape)}, got {core.describe(value)}")
+    return value
+
+
+def check_scalar(cg, where: str, param, value):
+    """A run-time scalar parameter takes a Python number (folded in) or a 0-d tensor of its kind,
+    cast to the dtype a direct call would pass (int64, float64, bool)."""
+    dtype = SCALAR_TYPES[param.annotation]
+    if core.is_python_scalar(value):
+        if isinstance(value, bool) and param.annotation is not bool or not isinstance(value, SCALAR_KINDS[dtype]):
+            raise Diagnostic(f"{where} is annotated {param.annotation.__name__}, got {core.describe(value)}")
+        return value
+    if core.is_tensor(value) and value.ty.ndim == 0:
+        got = core.dtype_of(value)
+        kind_ok = {"bool": got == "bool", "int64": got.startswith(("int", "uint")),
+                   "float64": got.startswith(("int", "uint", "float", "bfloat"))}[dtype]
+        if kind_ok:
+            return value if got == dtype else cg.emit(relax.op.astype(value, dtype))
+    raise Diagnostic(f"{where} is annotated {param.annotation.__name__}, got {core.describe(value)}")
+

@@ -1,0 +1,460 @@
+"""The Relax operator library as @jit code sees it: one table of names -> TVM's Relax op functions.
+
+The table holds every public function of `tvm.relax.op` and `tvm.relax.op.nn`, less Relax's runtime
+plumbing (`call_tir`, closures, printing, shapes as values). A bare name the function does not bind
+(`sigmoid(x)`), a Relax function reached through the globals (`R.sigmoid`, `relax.op.nn.softmax`,
+`from tvm.relax.op import exp`), babytriton's re-exports (`bt.softmax`) and the tensor methods
+(`x.sum(axis=-1)`, `x.T`) all resolve to an entry of this table and are called the same way.
+
+How each argument is read comes from the op's own Python signature: a parameter annotated as a
+Relax expression takes tensors, and Python numbers there take the tensors' dtype; `*dtype`
+parameters take names or torch dtypes; shapes take tuples of sizes; anything else is a compile-time
+Python value checked against its annotation. Library ops keep Relax's semantics where they differ
+from torch: `max(x, axis=...)` returns the values only (torch returns values and indices), integer
+`divide` truncates, `std`/`variance` are population statistics. Python operators follow torch.
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import re
+import types
+import typing
+from dataclasses import dataclass
+
+import torch
+import tvm
+from tvm import relax
+
+from ..errors import Diagnostic
+from ..types import DTYPES, TORCH_TO_NAME, dtype_name
+from . import relax as core  # relax.py imports this module too; `core` is only read at call time
+
+NAMESPACES = (relax.op, relax.op.nn)
+# Relax's runtime plumbing lives in one module of relax.op: calls into other functions, closures,
+# printing, asserts, shapes as values, devices. None of it is tensor math.
+PLUMBING_MODULE = "tvm.relax.op.base"
+NOT_OPS = {"wrap_param"}  # marks a constant as a parameter; no tensor computation
+
+# Ops whose tensor operands follow torch's type promotion, as Python's operators do here: the
+# element-wise binary family (every operand) and `where`'s two value operands.
+BINARY_MODULE = "tvm.relax.op.binary"
+PROMOTED = {"where": ("x1", "x2")}
+# Ops that mean the same as a Python operator when called with its operands only: they compile as
+# the operator does (`matmul(a, b)` is `a @ b`, which accumulates float16 in float32 like torch).
+SAME_AS_OPERATOR = {"matmul": ("matmul", ("x1", "x2"))}
+# Parameters annotated as expressions that Relax takes as scalars (TIR values), not tensors.
+SCALAR_PARAMS = {"clip": ("min", "max")}
+# torch spellings of keyword arguments, accepted wherever the op has the Relax spelling.
+KEYWORD_ALIASES = {"dim": "axis", "keepdim": "keepdims"}
+# torch / numpy names of ops that Relax spells otherwise: only for "did you mean" hints.
+OTHER_NAMES = {
+    "cat": "concat", "concatenate": "concat", "transpose": "permute_dims", "permute": "permute_dims",
+    "clamp": "clip", "pow": "power", "sub": "subtract", "mul": "multiply", "div": "divide",
+    "neg": "negative", "amax": "max", "amin": "min", "var": "variance", "unsqueeze": "expand_dims",
+    "expand": "broadcast_to", "view": "reshape", "to": "astype", "type": "astype", "mm": "matmul",
+    "bmm": "matmul", "dot": "matmul", "logsumexp": "log_add_exp", "hardtanh": "clip",
+}
+
+# Tensor methods: method name -> (op name, the parameter that collects extra positional arguments,
+# so that `x.reshape(2, 3)` means `reshape(x, (2, 3))` as in torch).
+METHODS = {
+    "sum": ("sum", None), "mean": ("mean", None), "max": ("max", None), "min": ("min", None),
+    "prod": ("prod", None), "argmax": ("argmax", None), "argmin": ("argmin", None),
+    "reshape": ("reshape", "shape"), "astype": ("astype", None), "permute_dims": ("permute_dims", "axes"),
+}
+# Tensor properties computed by an op: `x.T` reverses the axes (numpy's and torch's meaning).
+PROPERTIES = {"T": "permute_dims"}
+
+Expr = tvm.ir.Expr
+_NONE = type(None)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One entry of the table: a Relax op function and how to read each of its parameters."""
+    name: str
+    fn: typing.Callable
+    signature: inspect.Signature
+    kinds: dict  # parameter name -> "tensor" | "optional tensor" | "tensors" | "shape" | "dtype" | "scalar" | "value"
+    promoted: tuple  # parameters whose operands are promoted to one dtype
+
+    @property
+    def display(self) -> str:
+        """The signature without annotations, e.g. `sum(x, axis=None, keepdims=False)`."""
+        params = [p.replace(annotation=inspect.Parameter.empty) for p in self.signature.parameters.values()]
+        return f"{self.name}({', '.join(str(p) for p in params)})"
+
+    def __repr__(self):
+        return f"<library op {self.display}>"
+
+
+@dataclass(frozen=True)
+class Method:
+    """`x.sum` before it is called: a library op with the tensor as its first argument."""
+    op: Op
+    tensor: relax.Expr
+    name: str
+    varargs: str | None
+
+    def __repr__(self):
+        return f"<tensor method .{self.name}()>"
+
+
+# ----------------------------------------------------------------------------------------------
+# the table
+# ----------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def table() -> dict[str, Op]:
+    ops = {}
+    for namespace in NAMESPACES:
+        for name in dir(namespace):
+            fn = getattr(namespace, name)
+            if name.startswith("_") or not inspect.isfunction(fn) or name in NOT_OPS or name in ops:
+                continue
+            if not fn.__module__.startswith("tvm.relax.op") or fn.__module__ == PLUMBING_MODULE:
+                continue
+            ops[name] = _make_op(name, fn)
+    return ops
+
+
+@functools.lru_cache(maxsize=None)
+def _by_function() -> dict[int, Op]:
+    return {id(op.fn): op for op in table().values()}
+
+
+def _make_op(name: str, fn) -> Op:
+    signature = inspect.signature(fn)
+    kinds = {p.name: _param_kind(name, p) for p in signature.parameters.values()}
+    if fn.__module__ == BINARY_MODULE:
+        promoted = tuple(p for p, kind in kinds.items() if kind == "tensor")
+    else:
+        promoted = PROMOTED.get(name, ())
+    return Op(name, fn, signature, kinds, promoted)
+
+
+def _options(annotation) -> tuple:
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
+def _param_kind(op_name: str, param: inspect.Parameter) -> str:
+    if param.name in SCALAR_PARAMS.get(op_name, ()):
+        return "scalar"
+    if param.name.endswith("dtype"):
+        return "dtype"
+    options = _options(param.annotation)
+    if Expr not in options:
+        return "value"
+    rest = [o for o in options if o is not Expr]
+    if not rest:
+        return "tensor"
+    if rest == [_NONE]:
+        return "optional tensor"
+    if all(typing.get_origin(o) in (list, tuple) for o in rest):
+        inner = {a for o in rest for a in typing.get_args(o)}
+        return "tensors" if inner <= {Expr, Ellipsis} else "shape"
+    return "value"
+
+
+def names() -> set[str]:
+    return set(table())
+
+
+def lookup(name: str) -> Op | None:
+    """The op for a bare name, if the library has one."""
+    return table().get(name)
+
+
+def resolve(value) -> Op | None:
+    """The op a compile-time value stands for: a Relax op function (`R.sigmoid`), a babytriton
+    re-export (`bt.sigmoid`), or an Op already."""
+    if isinstance(value, Op):
+        return value
+    exported = getattr(value, "__babytriton_op__", None)
+    if isinstance(exported, str):
+        return table().get(exported)
+    try:
+        return _by_function().get(id(value))
+    except TypeError:
+        return None
+
+
+def suggest(name: str, candidates) -> str | None:
+    """The closest candidate to a misspelt name (or Relax's name for a torch one), if any."""
+    if name in OTHER_NAMES:
+        return OTHER_NAMES[name]
+    hint = difflib.get_close_matches(name, sorted(candidates), n=1)
+    return hint[0] if hint else None
+
+
+def did_you_mean(name: str, candidates) -> str:
+    """A "; did you mean 'x'?" ending for a message (empty when nothing is close)."""
+    hint = suggest(name, candidates)
+    return f"; did you mean '{hint}'?" if hint else ""
+
+
+def method(tensor, attr: str) -> Method | None:
+    if attr not in METHODS:
+        return None
+    op_name, varargs = METHODS[attr]
+    return Method(table()[op_name], tensor, attr, varargs)
+
+
+def tensor_property(cg, tensor, attr: str):
+    if attr not in PROPERTIES:
+        return None
+    return call(cg, table()[PROPERTIES[attr]], [tensor], {})
+
+
+def tensor_attributes() -> list[str]:
+    return sorted([*METHODS, *PROPERTIES])
+
+
+# ----------------------------------------------------------------------------------------------
+# calling an op
+# ----------------------------------------------------------------------------------------------
+def call_method(cg, bound: Method, args: list, kwargs: dict):
+    if bound.varargs and len(args) > 1 and all(_is_size(a) for a in args) and bound.varargs not in kwargs:
+        args = [tuple(args)]  # x.reshape(2, 3) == x.reshape((2, 3))
+    return call(cg, bound.op, [bound.tensor, *args], kwargs)
+
+
+def call(cg, op: Op, args: list, kwargs: dict):
+    """Check the arguments against the op's signature, convert them, emit the op."""
+    arguments = bind(op, args, kwargs)
+    if op.name in SAME_AS_OPERATOR:
+        method, operands = SAME_AS_OPERATOR[op.name]
+        if set(arguments) == set(operands):
+            return getattr(cg, method)(*(arguments[n] for n in operands))
+    values = {}
+    for name, value in arguments.items():
+        values[name] = _convert(cg, op, name, value, arguments)
+    promoted = [n for n in op.promoted if n in values]
+    if promoted:
+        dtype = common_dtype([values[n] for n in promoted])
+        for n in promoted:
+            values[n] = cg.as_tensor(values[n], dtype)
+    else:
+        dtype = common_dtype([v for n, v in values.items() if op.kinds[n] in ("tensor", "optional tensor")])
+        for name, value in values.items():
+            if op.kinds[name] in ("tensor", "optional tensor") and core.is_python_scalar(value):
+                values[name] = cg.const(value, dtype)
+    try:
+        result = cg.emit(op.fn(**values))
+    except Diagnostic:
+        raise
+    except Exception as e:  # noqa: BLE001 - TVM's type inference raises several types
+        raise Diagnostic(rejected(op, e, values)) from None
+    if not isinstance(result.ty, (relax.TensorType, relax.TupleType)):
+        raise Diagnostic(f"{op.name}() does not compute a tensor, so it cannot be used in @jit code")
+    return result
+
+
+def bind(op: Op, args: list, kwargs: dict) -> dict:
+    params = op.signature.parameters
+    renamed = {}
+    for key, value in kwargs.items():
+        if key not in params and KEYWORD_ALIASES.get(key) in params:
+            key = KEYWORD_ALIASES[key]
+        if key not in params:
+            hint = suggest(key, params)
+            raise Diagnostic(f"{op.name}() has no parameter '{key}'" + (f" (did you mean '{hint}'?)" if hint else "")
+                             + f"; expected {op.display}")
+        if key in renamed:
+            raise Diagnostic(f"{op.name}() got '{key}' twice; expected {op.display}")
+        renamed[key] = value
+    try:
+        bound = op.signature.bind(*args, **renamed)
+    except TypeError as e:
+        raise Diagnostic(f"{op.name}(): {e}; expected {op.display}") from None
+    return dict(bound.arguments)
+
+
+def _convert(cg, op: Op, name: str, value, arguments: dict):
+    kind = op.kinds[name]
+    param = op.signature.parameters[name]
+    where = f"{op.name}(): argument '{name}'"
+    if kind in ("tensor", "optional tensor"):
+        if value is None and kind == "optional tensor":
+            return None
+        return cg.operand(value)
+    if kind == "tensors":
+        if core.is_tensor(value) or isinstance(value, relax.Expr) and isinstance(value.ty, relax.TupleType):
+            return value
+        if isinstance(value, (tuple, list)) and value and all(core.is_tensor(v) for v in value):
+            return list(value)
+        raise Diagnostic(f"{where} takes a tuple of tensors, got {core.describe(value)}")
+    if kind == "shape":
+        sizes = (value,) if _is_size(value) else value
+        if isinstance(sizes, (tuple, list)) and all(_is_size(s) for s in sizes):
+            return list(sizes)
+        raise Diagnostic(f"{where} takes a shape (a tuple of sizes), got {core.describe(value)}")
+    if kind == "dtype":
+        if value is None and param.default is None:
+            return None
+        try:
+            return dtype_name(value)
+        except ValueError:
+            hint = suggest(value, DTYPES) if isinstance(value, str) else None
+            raise Diagnostic(f"{where} takes a dtype such as 'float32' or torch.float16, got {value!r}"
+                             + (f" (did you mean '{hint}'?)" if hint else "") + f"; supported: {', '.join(DTYPES)}"
+                             ) from None
+    if kind == "scalar":
+        tensor = next((v for v in arguments.values() if core.is_tensor(v)), None)
+        if not core.is_python_scalar(value):
+            raise Diagnostic(f"{where} takes a compile-time number, got {core.describe(value)}")
+        if tensor is not None and not core.dtype_of(tensor).startswith(("float", "bfloat")) \
+                and isinstance(value, float) and not value.is_integer():
+            raise Diagnostic(f"{where} is {value!r}, which an {core.dtype_of(tensor)} tensor cannot hold")
+        return value if tensor is None else tvm.tirx.const(value, core.dtype_of(tensor))
+    # a compile-time Python value, checked against the annotation
+    if core.is_tensor(value) or isinstance(value, relax.Expr) and not core.is_symbolic(value):
+        raise Diagnostic(f"{where} must be a compile-time value ({_type_text(param.annotation)}), "
+                         f"got {core.describe(value)}")
+    if not _accepts(param.annotation, value):
+        raise Diagnostic(f"{where} must be {_type_text(param.annotation)}, got {core.describe(value)}")
+    return _to_lists(value)
+
+
+def _is_size(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) or core.is_symbolic(value)
+
+
+def _accepts(annotation, value) -> bool:
+    """Whether a compile-time value fits a parameter annotation (Relax ops' annotations only use
+    ints, floats, bools, strings, None, lists/tuples of those, and expressions)."""
+    if annotation is inspect.Parameter.empty:
+        return True
+    for option in _options(annotation):
+        origin = typing.get_origin(option)
+        if option is _NONE and value is None:
+            return True
+        if option is bool and isinstance(value, bool):
+            return True
+        if option is int and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True
+        if option is str and isinstance(value, str):
+            return True
+        if isinstance(option, type) and issubclass(option, Expr) and core.is_symbolic(value):
+            return True
+        if origin in (list, tuple) and isinstance(value, (list, tuple)):
+            inner = [a for a in typing.get_args(option) if a is not Ellipsis]
+            if all(any(_accepts(a, v) for a in inner) for v in value):
+                return True
+    return False
+
+
+def _type_text(annotation) -> str:
+    """An annotation in the user's words: `int | list[int] | None` -> "an int, a tuple of ints or None"."""
+    words = {int: "an int", float: "a number", bool: "a bool", str: "a string", _NONE: "None"}
+    parts = []
+    for option in _options(annotation):
+        if option in words:
+            parts.append(words[option])
+        elif typing.get_origin(option) in (list, tuple):
+            inner = [a for a in typing.get_args(option) if a is not Ellipsis]
+            parts.append("a tuple of " + " or ".join(_plural(a) for a in inner))
+        elif isinstance(option, type) and issubclass(option, Expr):
+            parts.append("a symbolic size")
+        else:
+            parts.append(getattr(option, "__name__", str(option)))
+    unique = list(dict.fromkeys(parts))
+    return unique[0] if len(unique) == 1 else ", ".join(unique[:-1]) + " or " + unique[-1]
+
+
+def _plural(option) -> str:
+    return {int: "ints", float: "numbers", bool: "bools", str: "strings"}.get(
+        option, "sizes" if isinstance(option, type) and issubclass(option, Expr) else "values")
+
+
+def _to_lists(value):
+    if isinstance(value, (tuple, list)):
+        return [_to_lists(v) for v in value]
+    return value
+
+
+def common_dtype(values: list) -> str:
+    """The dtype that numbers and tensors combine to, by torch's promotion: dimensioned tensors
+    outrank 0-d tensors, which outrank Python numbers. Bool tensors (conditions) count only when
+    nothing else is there."""
+    tensors = [v for v in values if core.is_tensor(v)]
+    if any(core.dtype_of(t) != "bool" for t in tensors):
+        tensors = [t for t in tensors if core.dtype_of(t) != "bool"]
+    operands = [torch.empty((1,) if t.ty.ndim else (), dtype=DTYPES[core.dtype_of(t)]) for t in tensors]
+    operands += [v for v in values if core.is_python_scalar(v)]
+    if not operands:
+        return TORCH_TO_NAME[torch.get_default_dtype()]
+    acc = operands[0]
+    for value in operands[1:]:
+        dtype = torch.result_type(acc, value)
+        if isinstance(acc, torch.Tensor) or isinstance(value, torch.Tensor):
+            dimensioned = any(isinstance(v, torch.Tensor) and v.dim() for v in (acc, value))
+            acc = torch.empty((1,) if dimensioned else (), dtype=dtype)
+        else:  # two Python numbers: the higher kind stands for both (bool < int < float)
+            acc = max(acc, value, key=lambda v: (isinstance(v, float), not isinstance(v, bool)))
+    return TORCH_TO_NAME[acc.dtype if isinstance(acc, torch.Tensor) else torch.result_type(acc, acc)]
+
+
+# ----------------------------------------------------------------------------------------------
+# TVM's complaint, in the user's words
+# ----------------------------------------------------------------------------------------------
+_REWRITES = [
+    (re.compile(r"Check failed: \(.*?\) is false: "), ""),
+    (re.compile(r'R\.Tensor\(\(([^()]*)\), dtype="(\w+)"\)'), r"a \2 tensor of shape (\1)"),
+    (re.compile(r"R\.shape\(\[([^\[\]]*)\]\)"), r"(\1)"),
+    (re.compile(r"T\.u?int\d+\((-?\d+)\)"), r"\1"),
+    (re.compile(r"T\.((?:u?int|float|bfloat)\d+|bool)\b"), r"\1"),
+]
+_INTERNALS = re.compile(r"tvm|relax|tirx|ffi|Traceback|\.cc\b|\bir\.|\bR\.|\bT\.|InternalError", re.I)
+
+
+def explain(op: Op, exc: Exception) -> str | None:
+    """TVM's reason for rejecting a call, rewritten without IR syntax; None if it can't be."""
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return None
+    text = lines[-1]
+    text = _strip_op_repr(text, op.name)
+    for pattern, replacement in _REWRITES:
+        text = pattern.sub(replacement, text)
+    text = text.strip()
+    if not text or _INTERNALS.search(text):
+        return None
+    return text
+
+
+def _strip_op_repr(text: str, name: str) -> str:
+    """Replace TVM's printed operator object `ir.Op(...)` (nested parentheses) by the op's name."""
+    start = text.find("ir.Op(")
+    if start < 0:
+        return text
+    depth, end = 0, start + len("ir.Op")
+    for end in range(start + len("ir.Op"), len(text)):
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+        if depth == 0:
+            break
+    return text[:start] + f"`{name}`" + text[end + 1:]
+
+
+def rejected(op: Op, exc: Exception, values: dict) -> str:
+    reason = explain(op, exc)
+    got = ", ".join(f"{k}={_short(v)}" for k, v in values.items())
+    message = f"{op.name}() rejected its arguments"
+    if reason:
+        message += f": {reason}"
+    return f"{message} (called as {op.name}({got}); expected {op.display})"
+
+
+def _short(value) -> str:
+    if core.is_tensor(value):
+        return f"<{core.dtype_of(value)} tensor {tuple(core.shape_of(value))}>"
+    if isinstance(value, list):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    if isinstance(value, relax.Expr) and not core.is_symbolic(value):
+        return f"<{type(value).__name__}>"
+    return repr(value) if not core.is_symbolic(value) else str(value)
