@@ -1,0 +1,394 @@
+"""Relax library ops in @jit code: every family against torch, every way of naming an op, and the
+errors for misspelt ops and wrong arguments."""
+import inspect
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tvm import relax
+from tvm.relax.op import exp as relax_exp
+from tvm.script import relax as R
+
+import babytriton as bt
+from babytriton.codegen import library
+
+INTERNALS = ("Traceback", "tvm", "TVM", ".cc", "babytriton/", "InternalError", "relax.", "ir.Op", "T.int64")
+
+
+def compile_error(fn, *args) -> bt.CompilationError:
+    with pytest.raises(bt.CompilationError) as info:
+        bt.jit(fn)(*args)
+    err = info.value
+    text = str(err).replace(err.source_line or "", "")
+    for word in INTERNALS:
+        assert word not in text, (word, text)
+    return err
+
+
+def line_of(fn, marker: str) -> int:
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if marker in line)
+
+
+def rand(*shape, dtype=torch.float32):
+    return torch.randn(*shape).to(dtype)
+
+
+# -- element-wise families ------------------------------------------------------------------------
+POSITIVE = {"log", "sqrt", "rsqrt"}
+UNARY = {
+    "abs": torch.abs, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
+    "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
+    "floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "sign": torch.sign, "negative": torch.neg,
+    "square": torch.square, "isnan": torch.isnan, "isinf": torch.isinf, "isfinite": torch.isfinite,
+    "relu": torch.relu, "gelu": F.gelu, "silu": F.silu,
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_ops_match_torch(name):
+    op = getattr(bt, name)
+
+    @bt.jit
+    def f(x):
+        return op(x)
+
+    x = rand(4, 6) * 3
+    x = x.abs() + 0.1 if name in POSITIVE else x
+    if name == "round":
+        x = torch.tensor([[-2.5, -1.5, -0.5, 0.5, 1.5, 2.5], [0.49, 0.51, -0.49, -0.51, 3.2, -3.7]])
+    if name.startswith("is"):
+        x[0, 0], x[1, 1], x[2, 2] = float("nan"), float("inf"), -float("inf")
+    torch.testing.assert_close(f(x), UNARY[name](x), rtol=1e-5, atol=1e-5)
+
+
+def test_every_way_of_naming_an_op():
+    @bt.jit
+    def f(x):
+        return sigmoid(x) + R.sigmoid(x) + bt.sigmoid(x) + relax.op.sigmoid(x) + relax_exp(x) \
+            + relax.op.nn.softmax(x, axis=-1) + R.nn.softmax(x) + softmax(x)
+
+    x = rand(3, 5)
+    torch.testing.assert_close(f(x), 4 * torch.sigmoid(x) + torch.exp(x) + 3 * torch.softmax(x, -1))
+
+
+def test_a_name_the_function_binds_wins_over_the_library():
+    @bt.jit
+    def f(x, exp: float):
+        sum = x * exp
+        return sum + 1
+
+    x = rand(3)
+    torch.testing.assert_close(f(x, 2.0), x * 2 + 1)
+
+
+def test_binary_ops_promote_like_torch():
+    @bt.jit
+    def f(x, i, c):
+        return maximum(x, 0.0), minimum(i, 2), maximum(i, 1.5), power(x, 2), where(c, x, 0), where(c, 1.0, i)
+
+    x, i, c = rand(3, 4), torch.randint(-5, 5, (3, 4), dtype=torch.int32), torch.rand(3, 4) > 0.5
+    got = f(x, i, c)
+    want = (torch.clamp_min(x, 0.0), torch.minimum(i, torch.tensor(2)), torch.maximum(i, torch.tensor(1.5)),
+            torch.pow(x, 2), torch.where(c, x, 0), torch.where(c, 1.0, i))
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype, (g.dtype, w.dtype)
+        torch.testing.assert_close(g, w)
+
+
+@settings(max_examples=12, deadline=None)
+@given(a=st.sampled_from(["float32", "float16", "int32", "int64"]),
+       b=st.sampled_from(["float32", "float16", "int32", "int64", 3, 2.5, "0d-float64"]),
+       shape=st.sampled_from([((2, 3), (2, 3)), ((2, 3), (3,)), ((4, 1), (1, 5))]))
+def test_maximum_promotion_and_broadcasting(a, b, shape):
+    @bt.jit
+    def f(x, y):
+        return maximum(x, y)
+
+    x = torch.randint(-9, 9, shape[0]).to(getattr(torch, a))
+    if isinstance(b, (int, float)):  # a run-time scalar: a 0-d int64 / float64 tensor
+        y, torch_y = b, torch.tensor(b, dtype=torch.float64 if isinstance(b, float) else torch.int64)
+    elif b == "0d-float64":
+        y = torch_y = torch.tensor(1.25, dtype=torch.float64)
+    else:
+        y = torch_y = torch.randint(-9, 9, shape[1]).to(getattr(torch, b))
+    want = torch.maximum(x, torch_y)
+    got = f(x, y)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want)
+
+
+def test_clip_takes_compile_time_bounds():
+    @bt.jit
+    def f(x, i):
+        return clip(x, -0.5, 0.5), clip(i, 0, 3)
+
+    x, i = rand(4, 4), torch.arange(-4, 4, dtype=torch.int32)
+    a, b = f(x, i)
+    torch.testing.assert_close(a, x.clamp(-0.5, 0.5))
+    torch.testing.assert_close(b, i.clamp(0, 3))
+
+
+# -- reductions ---------------------------------------------------------------------------------
+def test_reductions_with_axis_forms_and_keepdims():
+    @bt.jit
+    def f(x):
+        return (sum(x), sum(x, axis=1), sum(x, axis=(0, 2), keepdims=True), mean(x, -1), max(x, axis=0),
+                min(x, [1, 2]), prod(x, axis=2, keepdims=True), argmax(x, axis=1), argmin(x, axis=-1),
+                cumsum(x, axis=1), std(x, axis=1), variance(x))
+
+    x = rand(3, 4, 5)
+    want = (x.sum(), x.sum(1), x.sum((0, 2), keepdim=True), x.mean(-1), x.amax(0), x.amin((1, 2)),
+            x.prod(2, keepdim=True), x.argmax(1), x.argmin(-1), x.cumsum(1), x.std(1, unbiased=False),
+            x.var(unbiased=False))
+    for g, w in zip(f(x), want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_tensor_methods_and_torch_keywords():
+    @bt.jit
+    def f(x):
+        a = x.sum() + x.sum(axis=-1, keepdims=True).sum(dim=1, keepdim=True)
+        b = x.mean(axis=0) + x.max(axis=0) - x.min(0) + x.prod(dim=0)
+        c = x.T.reshape(2, -1) + x.reshape((2, 6)).astype("float16").astype(torch.float32)
+        return a, b, c, x.argmax(axis=1), x.permute_dims(1, 0)
+
+    x = rand(3, 4)
+    a, b, c, d, e = f(x)
+    torch.testing.assert_close(a, x.sum() + x.sum(-1, keepdim=True).sum(1, keepdim=True))
+    torch.testing.assert_close(b, x.mean(0) + x.amax(0) - x.amin(0) + x.prod(0))
+    torch.testing.assert_close(c, x.T.reshape(2, -1) + x.reshape(2, 6).half().float())
+    torch.testing.assert_close(d, x.argmax(1))
+    torch.testing.assert_close(e, x.T)
+
+
+def test_builtins_on_tensors_are_the_library_ops():
+    @bt.jit
+    def f(x):
+        return abs(x) + round(x) + max(x, axis=1, keepdims=True) + min(x) + max(2, 3)
+
+    x = rand(3, 4) * 4
+    torch.testing.assert_close(f(x), x.abs() + x.round() + x.amax(1, keepdim=True) + x.min() + 3)
+
+
+# -- nn, shapes, creation, matmul -------------------------------------------------------------
+def test_nn_ops():
+    @bt.jit
+    def f(x, g, b):
+        return (softmax(x, axis=-1), log_softmax(x, axis=0), layer_norm(x, g, b, axes=-1),
+                layer_norm(x, g, b, axes=[-1], epsilon=1e-3), rms_norm(x, g, axes=-1), gelu(x), silu(x))
+
+    x, g, b = rand(5, 8), rand(8), rand(8)
+    want = (torch.softmax(x, -1), torch.log_softmax(x, 0), F.layer_norm(x, (8,), g, b),
+            F.layer_norm(x, (8,), g, b, eps=1e-3), x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-5) * g,
+            F.gelu(x), F.silu(x))
+    for got, w in zip(f(x, g, b), want):
+        torch.testing.assert_close(got, w, rtol=1e-4, atol=1e-5)
+
+
+def test_shape_ops_and_creation():
+    @bt.jit
+    def f(x: bt.Tensor((2, 3), "float32")):
+        return (reshape(x, (3, 2)), permute_dims(x, [1, 0]), concat((x, x), axis=1), stack((x, x), axis=0),
+                squeeze(expand_dims(x, 0), axis=0), broadcast_to(x, (4, 2, 3)), flatten(x), tril(x),
+                triu(x, 1), zeros((2, 2), "float32"), ones((3,), torch.int32), full((2,), 7.5),
+                zeros_like(x), full_like(x, 2, dtype="int64"), astype(x, "int32"))
+
+    x = rand(2, 3) * 3
+    want = (x.reshape(3, 2), x.T, torch.cat((x, x), 1), torch.stack((x, x)), x, x.expand(4, 2, 3), x.flatten(),
+            x.tril(), x.triu(1), torch.zeros(2, 2), torch.ones(3, dtype=torch.int32), torch.full((2,), 7.5),
+            torch.zeros_like(x), torch.full_like(x, 2, dtype=torch.int64), x.to(torch.int32))
+    for got, w in zip(f(x), want):
+        assert got.dtype == w.dtype, (got.dtype, w.dtype)
+        torch.testing.assert_close(got, w)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_matmul_and_operator_agree(dtype):
+    @bt.jit
+    def f(a, b):
+        return matmul(a, b), a @ b, matmul(a, b, out_dtype="float32")
+
+    a, b = rand(64, 256, dtype=dtype), rand(256, 32, dtype=dtype)
+    reference = a.float() @ b.float()
+    by_name, by_operator, wide = f(a, b)
+    # float16 accumulates in float32, as torch does: one rounding at the end
+    tol = {"rtol": 1e-3, "atol": 2e-3} if dtype == torch.float16 else {"rtol": 1e-5, "atol": 1e-4}
+    torch.testing.assert_close(by_name, reference.to(dtype), **tol)
+    torch.testing.assert_close(by_operator, reference.to(dtype), **tol)
+    assert wide.dtype == torch.float32
+    torch.testing.assert_close(wide, reference, rtol=1e-3, atol=1e-2)
+
+
+def test_benchmark_shapes_on_cpu():
+    @bt.jit
+    def rows(x: bt.Tensor((4096, 4096), "float32"), g: bt.Tensor((4096,), "float32"),
+             b: bt.Tensor((4096,), "float32")):
+        return softmax(x, axis=-1), layer_norm(x, g, b, axes=[-1], epsilon=1e-5), x.sum(axis=-1)
+
+    x, g, b = rand(4096, 4096), rand(4096), rand(4096)
+    s, ln, total = rows(x, g, b)
+    torch.testing.assert_close(s, torch.softmax(x, -1))
+    torch.testing.assert_close(ln, F.layer_norm(x, (4096,), g, b, eps=1e-5), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(total, x.sum(-1), rtol=1e-4, atol=1e-3)
+
+
+def test_ops_fuse_with_arithmetic():
+    @bt.jit
+    def f(x):
+        return sigmoid(x * 2.0) + exp(x)
+
+    k = f.compile(rand(8, 8))
+    assert "fused_multiply_tir_sigmoid_tir_exp_add" in k.stages["FuseTIR"]
+
+
+def test_symbolic_shapes_through_ops():
+    @bt.jit
+    def f(x: bt.Tensor(("n", 4), "float32")):
+        return x.reshape(x.shape[0] * 2, 2).sum(axis=1), softmax(x)
+
+    for n in (1, 5):
+        x = rand(n, 4)
+        a, b = f(x)
+        torch.testing.assert_close(a, x.reshape(n * 2, 2).sum(1))
+        torch.testing.assert_close(b, torch.softmax(x, -1))
+    assert f.cache_info()["compilations"] == 1
+
+
+def test_an_op_is_a_value():
+    @bt.jit
+    def f(x):
+        act = relu
+        return act(x)
+
+    x = rand(5)
+    torch.testing.assert_close(f(x), torch.relu(x))
+
+
+# -- errors -------------------------------------------------------------------------------------
+def misspelt_op(x):
+    return sigmod(x)  # error  # noqa: F821
+
+
+def misspelt_attr(x):
+    return R.sigmod(x)  # error
+
+
+def torch_name(x):
+    return cat((x, x))  # error  # noqa: F821
+
+
+def method_typo(x):
+    return x.summ()  # error
+
+
+def unknown_keyword(x):
+    return sum(x, axs=1)  # error
+
+
+def missing_argument(x):
+    return layer_norm(x, x)  # error
+
+
+def axis_not_int(x):
+    return x.sum(axis=1.5)  # error
+
+
+def axis_is_tensor(x):
+    return sum(x, x)  # error
+
+
+def axis_out_of_range(x):
+    return softmax(x, axis=3)  # error
+
+
+def bad_reshape(x):
+    return x.reshape(5, 5)  # error
+
+
+def bad_dtype(x):
+    return x.astype("floot32")  # error
+
+
+def exp_of_ints(x):
+    return exp(x.astype("int32"))  # error
+
+
+def max_of_two_tensors(x):
+    return max(x, x)  # error
+
+
+def torch_function(x):
+    return torch.sigmoid(x)  # error
+
+
+def helper(x):
+    return x
+
+
+def plain_function(x):
+    return helper(x)  # error
+
+
+@pytest.mark.parametrize("fn, words", [
+    (misspelt_op, "name 'sigmod' is not defined; did you mean 'sigmoid'?"),
+    (misspelt_attr, "`R` has no attribute 'sigmod'; did you mean 'sigmoid'?"),
+    (torch_name, "did you mean 'concat'?"),
+    (method_typo, "did you mean 'sum'?"),
+    (unknown_keyword, "no parameter 'axs' (did you mean 'axis'?); expected sum(x, axis=None, keepdims=False)"),
+    (missing_argument, "missing a required argument: 'beta'; expected layer_norm(data, gamma, beta, axes"),
+    (axis_not_int, "argument 'axis' must be an int, a tuple of ints or None, got float 1.5"),
+    (axis_is_tensor, "argument 'axis' must be a compile-time value"),
+    (axis_out_of_range, "the input axis 3 is out of range. The input tensor has 2 dimensions"),
+    (bad_reshape, "the old shape is (2, 3), with product 6, while the new shape is (5, 5)"),
+    (bad_dtype, "got 'floot32' (did you mean 'float32'?)"),
+    (exp_of_ints, "`exp` requires the input tensor to have float dtype. However, the given input dtype is int32"),
+    (max_of_two_tensors, "use maximum(a, b)"),
+    (torch_function, "did you mean the operator 'sigmoid'?"),
+    (plain_function, "decorate it with @bt.jit"),
+])
+def test_errors_point_at_the_call(fn, words):
+    err = compile_error(fn, torch.ones(2, 3))
+    assert err.lineno == line_of(fn, "# error"), str(err)
+    assert words in err.message, err.message
+    assert err.source_line.strip().startswith("return")
+    assert err.col == err.source_line.index(err.source_line.strip()[len("return "):])
+
+
+def test_tvm_rejections_name_the_signature():
+    err = compile_error(bad_reshape, torch.ones(2, 3))
+    assert err.message.startswith("reshape() rejected its arguments")
+    assert "expected reshape(x, shape)" in err.message
+
+
+# -- the table and the re-exports ---------------------------------------------------------------
+def test_table_holds_relax_ops_and_no_plumbing():
+    names = library.names()
+    assert {"sigmoid", "exp", "tanh", "sqrt", "maximum", "where", "matmul", "sum", "mean", "max", "softmax",
+            "layer_norm", "relu", "gelu", "reshape", "permute_dims", "concat", "astype"} <= names
+    assert not {"call_tir", "call_dps_packed", "print", "make_closure", "shape_of", "nn"} & names
+    assert library.lookup("softmax").fn is relax.op.nn.softmax
+    assert library.lookup("sigmoid").fn is relax.op.sigmoid
+
+
+@pytest.mark.parametrize("name", bt.ops.__all__)
+def test_reexports_mirror_the_relax_signature(name):
+    stub = getattr(bt, name)
+    op = library.resolve(stub)
+    assert op is not None and op.name == name
+    theirs = [(p.name, p.default) for p in op.signature.parameters.values()]
+    ours = [(p.name, p.default) for p in inspect.signature(stub).parameters.values()]
+    assert ours == theirs
+    assert stub.__doc__
+
+
+def test_reexports_refuse_to_run_outside_jit():
+    with pytest.raises(RuntimeError, match="inside a @bt.jit function"):
+        bt.softmax(np.ones(3))
+    namespace = {}
+    exec("from babytriton import *", namespace)  # must not shadow Python's sum, max, abs, ...
+    assert not {"sum", "max", "min", "abs", "round"} & set(namespace)
