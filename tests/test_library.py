@@ -1,11 +1,13 @@
 """Relax library ops in @jit code: every family against torch, every way of naming an op, and the
 errors for misspelt ops and wrong arguments."""
 import inspect
+import re
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+import tvm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm import relax
@@ -235,6 +237,43 @@ def test_benchmark_shapes_on_cpu():
     torch.testing.assert_close(s, torch.softmax(x, -1))
     torch.testing.assert_close(ln, F.layer_norm(x, (4096,), g, b, eps=1e-5), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(total, x.sum(-1), rtol=1e-4, atol=1e-3)
+
+
+def test_benchmark_ops_are_scheduled_for_cuda():
+    @bt.jit(target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+    def rows(x: bt.Tensor((4096, 4096), "float32"), g: bt.Tensor((4096,), "float32"),
+             b: bt.Tensor((4096,), "float32")):
+        return softmax(x, axis=-1), layer_norm(x, g, b, axes=-1), x.sum(axis=-1)
+
+    k = rows.compile()
+    assert set(re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)", k.source)) == {
+        "softmax_kernel", "layer_norm_kernel", "sum_kernel"}
+    assert k.stages["schedule"].count('"tirx.is_scheduled": True') == 3
+
+
+@pytest.mark.gpu
+def test_benchmark_ops_on_the_gpu():
+    @bt.jit(target="gpu")
+    def rows(x: bt.Tensor(("n", 4096), "float32"), g: bt.Tensor((4096,), "float32"),
+             b: bt.Tensor((4096,), "float32")):
+        return softmax(x, axis=-1), layer_norm(x, g, b, axes=[-1], epsilon=1e-5), x.sum(axis=-1)
+
+    @bt.jit(target="gpu")
+    def mm(a, b):
+        return a @ b, matmul(a, b)
+
+    x, g, b = rand(4096, 4096).cuda(), rand(4096).cuda(), rand(4096).cuda()
+    s, ln, total = rows(x, g, b)
+    torch.testing.assert_close(s, torch.softmax(x, -1))
+    torch.testing.assert_close(ln, F.layer_norm(x, (4096,), g, b, eps=1e-5), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(total, x.sum(-1), rtol=1e-4, atol=1e-3)
+    for dtype in (torch.float32, torch.float16):
+        a, w = rand(512, 1024, dtype=dtype).cuda(), rand(1024, 256, dtype=dtype).cuda()
+        reference = (a.double() @ w.double()).to(dtype)
+        tol = {"rtol": 2e-3, "atol": 2e-2}  # fp16 is accumulated in fp32 and rounded once: within an ulp
+        for out in mm(a, w):
+            assert out.dtype == dtype and out.is_cuda
+            torch.testing.assert_close(out, reference, **tol)
 
 
 def test_ops_fuse_with_arithmetic():

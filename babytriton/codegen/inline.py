@@ -3,13 +3,13 @@
 A call `g(x)` inside @jit `f` compiles g's body in place, inside f's Relax function, with g's
 parameters bound to the caller's values. Inlining rather than calling a second Relax function is
 what lets fusion see through the call: FuseOps only groups operators within one function's dataflow
-blocks, so `exp(g(x)) + 1` becomes one kernel. g's annotations are checked against the arguments at
+blocks. `exp(swish(x + 1)) * 2` with swish(x) = x * sigmoid(x) compiles to one fused kernel inlined,
+and to three (add; sigmoid-multiply; exp-multiply) as a call to a second Relax function. g's annotations are checked against the arguments at
 the call; g's own options (target, schedule) don't apply, the caller's do. Recursion cannot be
 inlined and is rejected at the call that closes the cycle.
 """
 from __future__ import annotations
 
-import tvm
 from tvm import relax
 
 from ..errors import CompilationError, Diagnostic

@@ -6,10 +6,12 @@ signature, with its symbolic sizes bound from the inputs. The tutorial's form, w
 the output (`kernel(x, y, like)`: a tensor or a `bt.Tensor(shape, dtype)`), also works; the trailing
 arguments that stand for buffers the kernel writes are taken as output placeholders.
 
-Before a kernel joins the module it is made private, so that dead-code elimination can drop it once
-fused, and the static sizes of its buffers are widened to int64: `T.Buffer((2, 3), ...)` declares
-int32 sizes where LegalizeOps writes int64 ones, and FuseTIR refuses to fuse buffers whose types
-differ. Kernels fuse with their neighbours when their `op_pattern` (given or inferred) allows it.
+Kernels fuse with their neighbouring Relax ops when their `op_pattern` (given, or inferred by
+AnnotateTIROpPattern) allows it. FuseTIR only fuses buffers whose types equal their neighbours', so
+before a kernel joins the module babytriton (1) specialises its symbolic sizes to the caller's, as
+LegalizeOps does for Relax's own ops, and (2) widens its static sizes to int64: `T.Buffer((2, 3), ...)`
+declares int32 sizes where LegalizeOps writes int64 ones. It is also made private, so that dead-code
+elimination can drop it once fused.
 """
 from __future__ import annotations
 

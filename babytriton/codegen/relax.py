@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
-import difflib
 import functools
 import gc
 import inspect
@@ -157,7 +156,7 @@ class RelaxCodeGen(ast.NodeVisitor):
         # fusion map relates fused kernels back to them (babytriton/fusion.py).
         self.binding_lines: dict[relax.Var, int] = {}
         self.lineno = None             # line of the innermost node being compiled
-        self.kernels: list = []        # (user's PrimFunc, kernels.Declared) added to the module
+        self.kernels: list = []        # kernels.Declared: the TensorIR kernels added to the module
         self.inline_chain: list = [fn]  # the @jit functions being compiled, outermost first
 
     # ------------------------------------------------------------------------------------------
@@ -633,7 +632,7 @@ class RelaxCodeGen(ast.NodeVisitor):
         if func is len:
             return self.call_len(args, kwargs)
         if func in PY_BUILTINS.values() or getattr(func, "__module__", None) == "math":
-            return self.call_python(func, name, args, kwargs)
+            return self.call_python(func, args, kwargs)
         if isinstance(func, library.Method):
             return library.call_method(self, func, args, kwargs)
         op = library.resolve(func)
@@ -672,7 +671,7 @@ class RelaxCodeGen(ast.NodeVisitor):
             return shape_of(value)[0]
         return len(value)
 
-    def call_python(self, func, name: str, args: list, kwargs: dict):
+    def call_python(self, func, args: list, kwargs: dict):
         """A builtin (abs, min, max, round, ...) or math function: folded on compile-time numbers;
         on tensors, the library op of the same name (`max(x, axis=1)` is Relax's max)."""
         if all(is_python_scalar(a) for a in args) and all(is_python_scalar(v) for v in kwargs.values()):
