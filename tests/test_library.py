@@ -123,6 +123,22 @@ def test_maximum_promotion_and_broadcasting(a, b, shape):
     torch.testing.assert_close(got, want)
 
 
+def test_bools_and_integers_follow_torch():
+    @bt.jit
+    def f(a, b, i):
+        p, q = a > 0, b > 0
+        return (equal(p, q), less(p, True), maximum(p, q), min(p), argmax(q), sum(p), q.sum(axis=0), prod(i),
+                cumsum(p, axis=0), logical_and(i, p), logical_not(a), power(i, 3), abs(p))
+
+    a, b, i = rand(16), rand(16), torch.randint(-3, 4, (16,), dtype=torch.int32)
+    p, q = a > 0, b > 0
+    want = (p == q, p < True, torch.maximum(p, q), p.min(), q.int().argmax(), p.sum(), q.sum(0), i.prod(),
+            p.cumsum(0), torch.logical_and(i, p), torch.logical_not(a), i ** 3, p)
+    for got, w in zip(f(a, b, i), want):
+        assert got.dtype == w.dtype, (got.dtype, w.dtype)
+        assert torch.equal(got, w)
+
+
 def test_clip_takes_compile_time_bounds():
     @bt.jit
     def f(x, i):
@@ -361,6 +377,18 @@ def max_of_two_tensors(x):
     return max(x, x)  # error
 
 
+def add_bools(x):
+    return add(x > 0, x > 0)  # error
+
+
+def bitwise_floats(x):
+    return bitwise_and(x, x)  # error
+
+
+def atan2_ints(x):
+    return atan2(x.astype("int32"), x.astype("int32"))  # error
+
+
 def torch_function(x):
     return torch.sigmoid(x)  # error
 
@@ -387,6 +415,9 @@ def plain_function(x):
     (bad_dtype, "got 'floot32' (did you mean 'float32'?)"),
     (exp_of_ints, "`exp` requires the input tensor to have float dtype. However, the given input dtype is int32"),
     (max_of_two_tensors, "use maximum(a, b)"),
+    (add_bools, "add() on bool tensors is not supported; convert with .astype() first"),
+    (bitwise_floats, "bitwise_and() needs integer or bool tensors"),
+    (atan2_ints, "atan2() needs float tensors"),
     (torch_function, "did you mean the operator 'sigmoid'?"),
     (plain_function, "decorate it with @bt.jit"),
 ])

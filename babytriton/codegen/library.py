@@ -15,6 +15,7 @@ from torch: `max(x, axis=...)` returns the values only (torch returns values and
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
 import inspect
@@ -29,6 +30,7 @@ from tvm import relax
 
 from ..errors import Diagnostic
 from ..types import DTYPES, TORCH_TO_NAME, dtype_name
+from . import ops
 from . import relax as core  # relax.py imports this module too; `core` is only read at call time
 
 NAMESPACES = (relax.op, relax.op.nn)
@@ -41,9 +43,31 @@ NOT_OPS = {"wrap_param"}  # marks a constant as a parameter; no tensor computati
 # element-wise binary family (every operand) and `where`'s two value operands.
 BINARY_MODULE = "tvm.relax.op.binary"
 PROMOTED = {"where": ("x1", "x2")}
-# Ops that mean the same as a Python operator when called with its operands only: they compile as
-# the operator does (`matmul(a, b)` is `a @ b`, which accumulates float16 in float32 like torch).
-SAME_AS_OPERATOR = {"matmul": ("matmul", ("x1", "x2"))}
+# Ops that mean the same as a Python operator when called with their two operands only: they
+# compile as the operator does (`matmul(a, b)` is `a @ b`, which accumulates float16 in float32 like
+# torch; `power(a, 3)` is `a ** 3`, exact on integers).
+SAME_AS_OPERATOR = {
+    "matmul": lambda cg, x1, x2: cg.matmul(x1, x2),
+    "power": lambda cg, x1, x2: cg.binary(ast.Pow(), x1, x2),
+}
+# Float-only binary ops (TVM would miscompile integers): refused on integer and bool tensors, like
+# exp or sqrt, whose Relax type rules refuse them.
+FLOAT_ONLY = {"atan2", "log_add_exp"}
+# Bool tensors. TVM's code generators mishandle bool operands of most arithmetic (relax.py compares
+# bools as int8 for the same reason), so: comparisons, max/min and sign-like ops compute bools as
+# int8 (a value result converts back to bool); arithmetic on bools is refused, as Python's operators
+# refuse it here; sums and products of bools and integers accumulate in int64, as in torch.
+BOOL_AS_INT8 = {fn.__name__ for fn in ops.COMPARE.values()} | {
+    "maximum", "minimum", "max", "min", "argmax", "argmin", "abs", "negative", "sign", "square", "relu",
+    "relu6", "isfinite", "isinf", "isnan"}
+BOOL_REFUSED = {fn.__name__ for fn in ops.ARITH.values()} | {
+    "mod", "log_add_exp", "atan2", "left_shift", "right_shift"}
+INT64_ACCUMULATE = {"sum", "prod", "cumsum", "cumprod"}
+# Logical ops take any tensor as "nonzero" (torch's rule; TVM would miscompile non-bools); bitwise
+# ops need integers or bools.
+LOGICAL = {"logical_and", "logical_or", "logical_xor", "logical_not"}
+BITWISE = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "left_shift", "right_shift"}
+TENSOR_KINDS = ("tensor", "optional tensor")
 # Parameters annotated as expressions that Relax takes as scalars (TIR values), not tensors.
 SCALAR_PARAMS = {"clip": ("min", "max")}
 # torch spellings of keyword arguments, accepted wherever the op has the Relax spelling.
@@ -225,23 +249,20 @@ def call_method(cg, bound: Method, args: list, kwargs: dict):
 def call(cg, op: Op, args: list, kwargs: dict):
     """Check the arguments against the op's signature, convert them, emit the op."""
     arguments = bind(op, args, kwargs)
-    if op.name in SAME_AS_OPERATOR:
-        method, operands = SAME_AS_OPERATOR[op.name]
-        if set(arguments) == set(operands):
-            return getattr(cg, method)(*(arguments[n] for n in operands))
-    values = {}
-    for name, value in arguments.items():
-        values[name] = _convert(cg, op, name, value, arguments)
+    if op.name in SAME_AS_OPERATOR and set(arguments) == {"x1", "x2"}:
+        return SAME_AS_OPERATOR[op.name](cg, arguments["x1"], arguments["x2"])
+    values = {name: _convert(cg, op, name, value, arguments) for name, value in arguments.items()}
     promoted = [n for n in op.promoted if n in values]
     if promoted:
         dtype = common_dtype([values[n] for n in promoted])
         for n in promoted:
             values[n] = cg.as_tensor(values[n], dtype)
     else:
-        dtype = common_dtype([v for n, v in values.items() if op.kinds[n] in ("tensor", "optional tensor")])
+        dtype = common_dtype([v for n, v in values.items() if op.kinds[n] in TENSOR_KINDS])
         for name, value in values.items():
-            if op.kinds[name] in ("tensor", "optional tensor") and core.is_python_scalar(value):
+            if op.kinds[name] in TENSOR_KINDS and core.is_python_scalar(value):
                 values[name] = cg.const(value, dtype)
+    as_int8 = _widen_bools_and_ints(cg, op, values)
     try:
         result = cg.emit(op.fn(**values))
     except Diagnostic:
@@ -250,7 +271,39 @@ def call(cg, op: Op, args: list, kwargs: dict):
         raise Diagnostic(rejected(op, e, values)) from None
     if not isinstance(result.ty, (relax.TensorType, relax.TupleType)):
         raise Diagnostic(f"{op.name}() does not compute a tensor, so it cannot be used in @jit code")
+    if as_int8 and core.is_tensor(result) and core.dtype_of(result) == "int8":
+        result = cg.emit(relax.op.astype(result, "bool"))
     return result
+
+
+def _widen_bools_and_ints(cg, op: Op, values: dict) -> bool:
+    """Apply the dtype rules above to the tensor operands, in place; whether bools went in as int8."""
+    operands = [n for n in values if op.kinds[n] in TENSOR_KINDS and core.is_tensor(values[n])]
+    if op.name in INT64_ACCUMULATE and values.get("dtype") is None:
+        for n in operands:
+            if not core.dtype_of(values[n]).startswith(("float", "bfloat", "int64")):
+                values[n] = cg.as_tensor(values[n], "int64")
+        return False
+    if op.name in FLOAT_ONLY and not all(core.dtype_of(values[n]).startswith(("float", "bfloat")) for n in operands):
+        raise Diagnostic(f"{op.name}() needs float tensors, got "
+                         f"{', '.join(core.describe(values[n]) for n in operands)}; convert with .astype()")
+    if op.name in LOGICAL:
+        for n in operands:
+            values[n] = cg.as_tensor(values[n], "bool")
+        return False
+    if op.name in BITWISE and any(core.dtype_of(values[n]).startswith(("float", "bfloat")) for n in operands):
+        raise Diagnostic(f"{op.name}() needs integer or bool tensors, got "
+                         f"{', '.join(core.describe(values[n]) for n in operands)}")
+    bools = [n for n in operands if core.dtype_of(values[n]) == "bool"]
+    if not bools:
+        return False
+    if op.name in BOOL_REFUSED:
+        raise Diagnostic(f"{op.name}() on bool tensors is not supported; convert with .astype() first")
+    if op.name not in BOOL_AS_INT8:
+        return False
+    for n in bools:
+        values[n] = cg.as_tensor(values[n], "int8")
+    return True
 
 
 def bind(op: Op, args: list, kwargs: dict) -> dict:
