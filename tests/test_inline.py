@@ -78,6 +78,21 @@ def test_scalars_from_numbers_and_0d_tensors():
     torch.testing.assert_close(f(x, s), ref_swish(x, 0.5) + ref_swish(x, 2.0) + ref_swish(x, 0.0))
 
 
+def test_numbers_reach_the_callee_as_a_direct_call_passes_them():
+    @bt.jit
+    def scale_by(x, s):
+        return x * s
+
+    @bt.jit
+    def caller(x):
+        return scale_by(x, 2.5)
+
+    x = torch.arange(4, dtype=torch.int32)
+    direct, inlined = scale_by(x, 2.5), caller(x)
+    assert inlined.dtype == direct.dtype == torch.float64  # a 0-d float64 scalar, by torch's rules
+    torch.testing.assert_close(inlined, direct)
+
+
 def test_callee_sees_its_own_globals_and_kernels():
     from test_kernels import custom_add_twice
 

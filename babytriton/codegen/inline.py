@@ -61,8 +61,10 @@ def check(cg, fname: str, param, value, sizes: dict):
             raise Diagnostic(f"{where} is bt.constexpr, so it needs a compile-time value, got {core.describe(value)}")
         return value
     if param.kind == "auto":
-        if core.is_tensor(value) or core.is_python_scalar(value):
+        if core.is_tensor(value):
             return value
+        if core.is_python_scalar(value):  # what a direct call would pass: a 0-d int64/float64/bool tensor
+            return cg.const(value, SCALAR_TYPES[type(value)])
         raise Diagnostic(f"{where} expects a tensor or a number, got {core.describe(value)}")
     if param.kind == "scalar":
         return check_scalar(cg, where, param, value)
@@ -79,19 +81,19 @@ def check(cg, fname: str, param, value, sizes: dict):
             if not core.same_size(known, got):
                 raise Diagnostic(f"{where}: dimension '{want}' is {known} in an earlier parameter but {got} here "
                                  f"(axis {axis})")
-        elif got != want:
+        elif not core.same_size(got, want):
             raise Diagnostic(f"{where} expects shape {format_shape(annotation.shape)}, got {core.describe(value)}")
     return value
 
 
 def check_scalar(cg, where: str, param, value):
-    """A run-time scalar parameter takes a Python number (folded in) or a 0-d tensor of its kind,
-    cast to the dtype a direct call would pass (int64, float64, bool)."""
+    """A run-time scalar parameter takes a number or a 0-d tensor of its kind, as the 0-d tensor a
+    direct call would pass (int64, float64, bool), so that dtypes promote the same either way."""
     dtype = SCALAR_TYPES[param.annotation]
     if core.is_python_scalar(value):
         if isinstance(value, bool) and param.annotation is not bool or not isinstance(value, SCALAR_KINDS[dtype]):
             raise Diagnostic(f"{where} is annotated {param.annotation.__name__}, got {core.describe(value)}")
-        return value
+        return cg.const(value, dtype)
     if core.is_tensor(value) and value.ty.ndim == 0:
         got = core.dtype_of(value)
         kind_ok = {"bool": got == "bool", "int64": got.startswith(("int", "uint")),

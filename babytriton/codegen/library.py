@@ -9,9 +9,11 @@ plumbing (`call_tir`, closures, printing, shapes as values). A bare name the fun
 How each argument is read comes from the op's own Python signature: a parameter annotated as a
 Relax expression takes tensors, and Python numbers there take the tensors' dtype; `*dtype`
 parameters take names or torch dtypes; shapes take tuples of sizes; anything else is a compile-time
-Python value checked against its annotation. Library ops keep Relax's semantics where they differ
-from torch: `max(x, axis=...)` returns the values only (torch returns values and indices), integer
-`divide` truncates, `std`/`variance` are population statistics. Python operators follow torch.
+Python value checked against its annotation. Element-wise binary ops promote dtypes as torch does,
+and bools and integers follow torch where TVM would go wrong (the tables below). Otherwise library
+ops keep Relax's semantics where they differ from torch: `max(x, axis=...)` returns the values only
+(torch returns values and indices), integer `divide` truncates, `std`/`variance` are population
+statistics. Python's operators follow torch.
 """
 from __future__ import annotations
 
@@ -95,7 +97,7 @@ Expr = tvm.ir.Expr
 _NONE = type(None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Op:
     """One entry of the table: a Relax op function and how to read each of its parameters."""
     name: str
@@ -114,7 +116,7 @@ class Op:
         return f"<library op {self.display}>"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Method:
     """`x.sum` before it is called: a library op with the tensor as its first argument."""
     op: Op
@@ -200,10 +202,7 @@ def resolve(value) -> Op | None:
     exported = getattr(value, "__babytriton_op__", None)
     if isinstance(exported, str):
         return table().get(exported)
-    try:
-        return _by_function().get(id(value))
-    except TypeError:
-        return None
+    return _by_function().get(id(value))
 
 
 def suggest(name: str, candidates) -> str | None:

@@ -189,7 +189,7 @@ class RelaxCodeGen(ast.NodeVisitor):
             for name, value in values.items():
                 self.scope.assign(name, value)
             self.visit_body(self.parsed.tree.body)
-        return None if self.returned == () else self.returned
+        return None if isinstance(self.returned, tuple) and not self.returned else self.returned
 
     def visit(self, node):
         outer_line = self.lineno
