@@ -33,6 +33,16 @@ def scale(A: T.Buffer((4, 8), "float32"), C: T.Buffer((4, 8), "float32")):
             C[vi, vj] = A[vi, vj] * T.float32(3)
 
 
+# Injective (op_pattern 2): each output element reads one input element, elsewhere.
+@T.prim_func(s_tir=True)
+def flip_rows(A: T.Buffer((4, 8), "float32"), C: T.Buffer((4, 8), "float32")):
+    T.func_attr({"op_pattern": 2})
+    for i, j in T.grid(4, 8):
+        with T.sblock("C"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            C[vi, vj] = A[3 - vi, vj]
+
+
 @T.prim_func(s_tir=True)
 def double_rows(a: T.handle, c: T.handle):
     n = T.int64()
@@ -42,6 +52,19 @@ def double_rows(a: T.handle, c: T.handle):
         with T.sblock("C"):
             vi, vj = T.axis.remap("SS", [i, j])
             C[vi, vj] = A[vi, vj] * T.float32(2)
+
+
+# The output's size m is not known from the input: the call passes a placeholder.
+@T.prim_func(s_tir=True)
+def repeat_first(a: T.handle, c: T.handle):
+    n = T.int64()
+    m = T.int64()
+    A = T.match_buffer(a, (n,), "float32")
+    C = T.match_buffer(c, (m,), "float32")
+    for i in range(m):
+        with T.sblock("C"):
+            vi = T.axis.remap("S", [i])
+            C[vi] = A[T.int64(0)]
 
 
 @T.prim_func(s_tir=True)
@@ -154,6 +177,16 @@ def test_inferred_op_pattern_fuses_too():
     assert functions(f.compile(x)) == ["f", "fused_add_scale_multiply"]
 
 
+def test_injective_kernel_fuses():
+    @bt.jit
+    def f(x: X48):
+        return exp(flip_rows(x * 2.0))
+
+    x = rand(4, 8)
+    torch.testing.assert_close(f(x), torch.exp(x.flip(0) * 2))
+    assert functions(f.compile(x)) == ["f", "fused_multiply_flip_rows_tir_exp"]
+
+
 def test_symbolic_kernel_from_symbolic_and_static_callers():
     @bt.jit
     def f(x: bt.Tensor(("m", 8), "float32")):
@@ -170,6 +203,15 @@ def test_symbolic_kernel_from_symbolic_and_static_callers():
     x = rand(3, 8)
     torch.testing.assert_close(g(x), x * 2 + torch.exp(x) * 2)
     assert functions(g.compile(x)) == ["fused_double_rows_tir_exp_double_rows_add", "g"]
+
+
+def test_a_placeholder_gives_sizes_the_inputs_cannot():
+    @bt.jit
+    def f(x: bt.Tensor(("n",), "float32")):
+        return repeat_first(x, bt.Tensor((5,), "float32")) + 1.0
+
+    x = rand(3)
+    torch.testing.assert_close(f(x), x[0].expand(5) + 1)
 
 
 def test_two_outputs_and_a_reduction():
@@ -294,6 +336,10 @@ def scalar_param(x):
     return with_scalar(x)  # error
 
 
+def unknown_output_size(x):
+    return repeat_first(x)  # error
+
+
 def static_kernel_symbolic_call(x: bt.Tensor(("n", 8), "float32")):
     return scale(x)  # error
 
@@ -312,6 +358,7 @@ def int32_size_symbolic_call(x: bt.Tensor(("n",), "float32")):
     (keywords, (4, 8), "takes its buffers positionally"),
     (scalar_param, (4,), "scalar parameter 'alpha'"),
     (static_kernel_symbolic_call, (3, 8), "has size n on axis 0"),
+    (unknown_output_size, (3,), "cannot infer the size 'm' of kernel `repeat_first`'s output 'C'"),
     (int32_size_symbolic_call, (3,), "declare it with T.int64()"),
 ])
 def test_kernel_call_errors(fn, arg, words):
