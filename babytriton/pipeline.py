@@ -55,7 +55,7 @@ def device_kind(target: tvm.target.Target) -> str:
 def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") -> list[tuple[str, tvm.transform.Pass]]:
     """The Relax passes, in order, each named as its stage."""
     sequence = [("ConvertToDataflow", relax.transform.ConvertToDataflow(min_size=1))]
-    if target is not None and target.kind.name == "cuda" and schedule == "dlight":
+    if schedules.offloads_matmul(target, schedule):
         sequence.append(("MatmulToCuBLAS", tvm.transform.module_pass(
             lambda mod, _ctx: schedules.offload_matmul(mod), opt_level=0, name="MatmulToCuBLAS")))
     return sequence + [

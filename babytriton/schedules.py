@@ -119,6 +119,11 @@ class _MatmulToTorch(relax.PyExprMutator):
         return call
 
 
+def offloads_matmul(target: tvm.target.Target | None, schedule: str) -> bool:
+    """Whether the pipeline hands float matrix products to cuBLAS (which accumulates float16 in float32)."""
+    return target is not None and target.kind.name == "cuda" and schedule == "dlight"
+
+
 def offload_matmul(mod: tvm.IRModule) -> tvm.IRModule:
     """Replace float matrix products by a packed call into torch.matmul (cuBLAS), before legalization."""
     mod = mod.clone()  # passes must not change the module a previous stage recorded

@@ -1,9 +1,11 @@
 """@jit functions calling @jit functions: inlined into the caller, checked at the call, fused
 across the call; recursion refused."""
 import inspect
+import re
 
 import pytest
 import torch
+import tvm
 
 import babytriton as bt
 
@@ -180,3 +182,46 @@ def test_recursion_is_refused():
         return itself(x)
 
     assert "recursive call (itself -> itself)" in call_error(itself, torch.ones(2)).message
+
+
+# -- with device blocks and the fusion map ----------------------------------------------------------
+def test_inlined_code_runs_on_the_device_of_the_block_it_is_called_in():
+    cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+
+    @bt.jit(target=cuda)
+    def f(x: bt.Tensor((4, 8), "float32")):
+        with bt.device("cpu"):
+            y = swish(x)
+        with bt.device("gpu"):
+            z = swish(y) + 1.0
+        return z
+
+    k = f.compile()
+    kernels = re.findall(r"R\.call_tir\(cls\.(\w+)", k.stages["PlaceOnDevices"].split("@R.function")[-1])
+    assert len(kernels) == 2 and kernels[0].endswith("_llvm") and kernels[1].endswith("_cuda"), kernels
+
+
+def test_a_callee_with_device_blocks_needs_a_caller_with_them():
+    @bt.jit
+    def on_cpu(x):
+        with bt.device("cpu"):
+            y = x * 2.0
+        return y
+
+    @bt.jit
+    def plain(x):
+        return on_cpu(x)
+
+    assert "can only be called from @jit code that has device blocks" in call_error(plain, torch.ones(2)).message
+
+
+def test_the_fusion_map_points_at_the_call():
+    @bt.jit
+    def f(x: bt.Tensor((4, 8), "float32")):
+        y = x + 1.0
+        return swish(y)  # the call
+
+    k = f.compile()
+    call_line = line_of(f.fn, "# the call")
+    (kernel,) = k.fusion
+    assert {op.line for op in kernel.ops} == {call_line - 1, call_line}, str(k.fusion)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from tvm import relax
 
+from .. import devices
 from ..errors import CompilationError, Diagnostic
 from ..types import SCALAR_TYPES, format_shape
 from . import relax as core  # relax.py imports this module too; `core` is only read at call time
@@ -31,15 +32,22 @@ def call(cg, callee, args: list, kwargs: dict, call_line: int | None):
         cycle = " -> ".join(f.__name__ for f in chain[cg.inline_chain.index(callee.fn):])
         raise Diagnostic(f"recursive call ({cycle}): @jit functions called from @jit code are inlined, so "
                          "they cannot call themselves; write the recursion as a loop")
+    if cg.placement is None and devices.uses_device_blocks(callee.parsed.tree):
+        raise Diagnostic(f"{callee.__name__}() has `with bt.device(...)` blocks, so it can only be called from "
+                         "@jit code that has device blocks too (its vdevices belong to the caller's module)")
     values = bind(cg, callee, args, kwargs)
     child = type(cg)(callee.parsed, {}, cg.options)
     child.share(cg, chain)
     try:
-        return child.inline(values)
+        result = child.inline(values)
     except CompilationError as e:
         where = f"{cg.parsed.source_map.filename}:{call_line}" if call_line else cg.parsed.name
         raise CompilationError(f"{e.message} (in '{callee.__name__}', called from {where})", e.filename,
                                e.lineno, e.col, e.source_line, e.end_col) from None
+    # the fusion map relates kernels to the caller's lines: the callee's bindings are this call's
+    for var in child.binding_lines:
+        cg.binding_lines[var] = cg.lineno
+    return result
 
 
 def bind(cg, callee, args: list, kwargs: dict) -> dict:

@@ -23,7 +23,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import relax as RB
 
-from .. import devices
+from .. import devices, pipeline, schedules
 from ..errors import CompilationError, Diagnostic, debug_enabled
 from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, Tensor, format_shape
 from . import inline, kernels, library, ops
@@ -179,9 +179,11 @@ class RelaxCodeGen(ast.NodeVisitor):
         return ib.get()
 
     def share(self, caller: "RelaxCodeGen", chain: list) -> None:
-        """Emit into `caller`'s function and module (for inlining a @jit function it calls)."""
+        """Emit into `caller`'s function and module (for inlining a @jit function it calls), on the
+        device of the block the call is in."""
         self.ib, self.params, self.user_named = caller.ib, caller.params, caller.user_named
         self.sym_vars, self.kernels, self.inline_chain = caller.sym_vars, caller.kernels, chain
+        self.placement = caller.placement
 
     def inline(self, values: dict):
         """Compile this function's body in place with its parameters bound to `values`; its value."""
@@ -491,9 +493,16 @@ class RelaxCodeGen(ast.NodeVisitor):
             raise Diagnostic(f"`@` shapes {format_shape(a)} and {format_shape(b)} don't match: "
                              f"inner sizes {k_a} and {k_b} differ")
         dtype = dtype_of(lhs)
-        if dtype in ("float16", "bfloat16"):  # accumulate in float32 as torch does; round once at the end
+        # float16 products accumulate in float32, as torch does: cuBLAS does so where the pipeline
+        # hands matmuls to it; elsewhere the product is computed in float32 and rounded once.
+        if dtype in ("float16", "bfloat16") and not self.matmul_offloaded():
             return self.emit(relax.op.astype(relax.op.matmul(lhs, rhs, out_dtype="float32"), dtype))
         return self.emit(relax.op.matmul(lhs, rhs))
+
+    def matmul_offloaded(self) -> bool:
+        options = self.options or {}
+        target = None if self.placement is not None else pipeline.resolve_target(options.get("target", "cpu"))
+        return schedules.offloads_matmul(target, options.get("schedule", "dlight"))
 
     def visit_UnaryOp(self, node: ast.UnaryOp):
         value = self.visit(node.operand)
