@@ -112,6 +112,8 @@ def test_gpu_schedules_agree_with_torch(schedule):
 
 @pytest.mark.gpu
 def test_gpu_meta_schedule(tmp_path, monkeypatch):
+    for extra in schedules.TUNE_EXTRAS:
+        pytest.importorskip(extra)
     monkeypatch.setenv("BABYTRITON_CACHE_DIR", str(tmp_path))
     f = bt.jit(target="gpu", schedule="meta_schedule", trials=8)(tuned)
     a, b = torch.randn(32, 32, device="cuda"), torch.randn(32, 32, device="cuda")
