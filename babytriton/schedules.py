@@ -22,6 +22,7 @@ from tvm.s_tir.dlight.base import try_inline
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
 from .errors import debug_enabled
+from .types import vm_to_torch
 
 SCHEDULES = ("dlight", "fallback", "meta_schedule")
 TUNE_EXTRAS = ("psutil", "cloudpickle", "xgboost")
@@ -103,7 +104,7 @@ TORCH_MATMUL = "babytriton.torch_matmul"
 
 @tvm.register_global_func(TORCH_MATMUL, override=True)
 def _torch_matmul(a, b, out):
-    torch.matmul(torch.from_dlpack(a), torch.from_dlpack(b), out=torch.from_dlpack(out))
+    torch.matmul(vm_to_torch(a), vm_to_torch(b), out=vm_to_torch(out))
 
 
 @relax.expr_functor.mutator
