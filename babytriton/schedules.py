@@ -30,8 +30,20 @@ BUILD_TIMEOUT_S = 300
 
 
 # --------------------------------------------------------------------------------------------------
-# babytriton's own Dlight rule
+# babytriton's own Dlight rules
 # --------------------------------------------------------------------------------------------------
+
+def _single_block(rule: GPUScheduleRule, func, target):
+    """A schedule of `func` and its one block after inlining, or (None, None) when the rule can't apply."""
+    if not isinstance(func, tirx.PrimFunc) or not rule.is_target_available(target):
+        return None, None
+    sch = s_tir.Schedule(func)
+    infos = normalize_prim_func(sch)
+    if infos is None:
+        return None, None
+    infos = try_inline(sch, infos)
+    return (sch, infos[0]) if len(infos) == 1 else (None, None)
+
 
 class Elementwise(GPUScheduleRule):
     """Injective kernels with a static size: each thread moves 16 bytes of every buffer with one
@@ -43,18 +55,12 @@ class Elementwise(GPUScheduleRule):
         self.vector_bytes = vector_bytes
 
     def apply(self, func, target, _tunable):
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
-            return None
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if infos is None:
-            return None
-        infos = try_inline(sch, infos)
-        if len(infos) != 1 or not infos[0].is_injective():
+        sch, info = _single_block(self, func, target)
+        if sch is None or not info.is_injective():
             return None
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p)), default=4)
         vector = max(self.vector_bytes // widest, 1)
-        fused = sch.fuse(*sch.get_loops(infos[0].block_rv))
+        fused = sch.fuse(*sch.get_loops(info.block_rv))
         extent = sch.get(fused).extent
         if not isinstance(extent, tirx.IntImm) or int(extent) % vector or int(extent) < vector * self.threads:
             return None  # ragged or tiny: Fallback's predicated scalar loop handles it
@@ -75,19 +81,13 @@ class RowReduction(GPUScheduleRule):
         self.unroll = unroll
 
     def apply(self, func, target, _tunable):
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+        sch, info = _single_block(self, func, target)
+        if sch is None or not info.is_reduction():
             return None
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if infos is None:
-            return None
-        infos = try_inline(sch, infos)
-        if len(infos) != 1 or not infos[0].is_reduction():
-            return None
-        dom = infos[0].dom_kind()
+        dom = info.dom_kind()
         if len(dom) < 2 or not dom.endswith("R") or dom.count("R") != 1:
             return None
-        block = infos[0].block_rv
+        block = info.block_rv
         if not _reduces_innermost_axis(sch.get(block)):
             return None
         *spatial, r = sch.get_loops(block)
