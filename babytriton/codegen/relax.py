@@ -25,7 +25,7 @@ from tvm.script.ir_builder import relax as RB
 from ..errors import CompilationError, Diagnostic, debug_enabled
 from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, format_shape
 from . import ops
-from .scope import Scope
+from .scope import Scope, Undefined
 from .source import ParsedFunction
 
 PY_SCALARS = (bool, int, float)
@@ -40,9 +40,7 @@ _SYNTAX_NAMES = {
     "With": "`with` blocks", "Raise": "`raise`", "Assert": "`assert`", "Delete": "`del`",
     "Import": "imports", "ImportFrom": "imports", "Yield": "`yield`", "YieldFrom": "`yield from`",
     "Await": "`await`", "Starred": "star-expressions (*args)", "Dict": "dict literals", "Set": "set literals",
-    "NamedExpr": "the walrus operator `:=`", "Slice": "slices", "If": "`if` statements",
-    "For": "`for` loops", "While": "`while` loops", "Break": "`break`", "Continue": "`continue`",
-    "Match": "`match` statements", "AsyncFor": "`async for`", "AsyncWith": "`async with`",
+    "NamedExpr": "the walrus operator `:=`", "Slice": "slices", "Match": "`match` statements", "AsyncFor": "`async for`", "AsyncWith": "`async with`",
 }
 
 
@@ -138,7 +136,9 @@ class RelaxCodeGen(ast.NodeVisitor):
         self.ib: IRBuilder | None = None
         self.sym_vars: dict[str, tirx.Var] = {}
         self.user_named: set = set()   # Relax vars already given a user's name
-        self.returned = None           # the value of the `return` reached, once reached
+        self.returned = None           # the value the function returns, once its end is compiled
+        from .control import Flow      # control flow builds on this module's helpers
+        self.flow = Flow(self)
 
     # ------------------------------------------------------------------------------------------
     # driver and the one error path
@@ -263,15 +263,25 @@ class RelaxCodeGen(ast.NodeVisitor):
         self.scope.assign(arg.arg, var)
 
     def visit_body(self, body: list[ast.stmt]):
-        """Compile statements in order until a `return` is reached; what follows it never runs."""
-        for stmt in body:
-            self.visit(stmt)
-            if self.returned is not None:
-                return
+        """Compile the function's statements in order; `return`, `if` and loops steer (control.py)."""
+        self.flow.run_body(body)
 
     def visit_Return(self, node: ast.Return):
-        value = self.visit(node.value) if node.value is not None else None
-        self.returned = value if value is not None else ()
+        self.flow.visit_return(node)
+
+    def visit_If(self, node: ast.If):
+        self.flow.visit_if(node)
+
+    def visit_For(self, node: ast.For):
+        self.flow.loops.visit_for(node)
+
+    def visit_While(self, node: ast.While):
+        self.flow.loops.visit_while(node)
+
+    def visit_Break(self, node: ast.Break):
+        self.flow.visit_exit(node)
+
+    visit_Continue = visit_Break
 
     def visit_Pass(self, node):
         pass
@@ -333,7 +343,10 @@ class RelaxCodeGen(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name):
         name = node.id
         if name in self.scope:
-            return self.scope.lookup(name)
+            value = self.scope.lookup(name)
+            if isinstance(value, Undefined):
+                raise Diagnostic(value.message)
+            return value
         if name in self.py_names:
             return self.python_value(name, self.py_names[name])
         if name in PY_BUILTINS or name == "len":
