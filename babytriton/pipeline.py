@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from . import schedules
@@ -75,7 +76,24 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
 
 
 def build(mod: tvm.IRModule, target: tvm.target.Target):
-    return tvm.compile(mod, target=target)
+    if not has_branches(mod):
+        return tvm.compile(mod, target=target)
+    # TVM's StaticPlanBlockMemory lets code after one branch of an `If` reuse storage first allocated
+    # inside that branch, which is unallocated when the other branch ran: a segfault (apache/tvm#17348).
+    # Modules with branches build without it; the VM's pooled allocator still recycles freed memory.
+    ctx = tvm.transform.PassContext.current()
+    with tvm.transform.PassContext(opt_level=ctx.opt_level, required_pass=list(ctx.required_pass),
+                                   disabled_pass=[*ctx.disabled_pass, "StaticPlanBlockMemory"],
+                                   instruments=list(ctx.instruments), config=dict(ctx.config)):
+        return tvm.compile(mod, target=target)
+
+
+def has_branches(mod: tvm.IRModule) -> bool:
+    found = []
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            tvm_ffi.structural_walk(func, (relax.If, found.append))
+    return bool(found)
 
 
 def generated_source(executable, target: tvm.target.Target) -> str:

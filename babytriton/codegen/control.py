@@ -254,10 +254,15 @@ def scalar_dtype(*values) -> str:
     return "int64"
 
 
+def type_dtype(ty) -> str:
+    """A TensorType's dtype as a name ("float32")."""
+    return str(ty.dtype)
+
+
 def describe_type(ty) -> str:
     if isinstance(ty, relax.TensorType):
         shape = tuple(int(d) if isinstance(d, tirx.IntImm) else d for d in ty.shape.values)
-        return f"a {ty.dtype} tensor of shape {format_shape(shape)}"
+        return f"a {type_dtype(ty)} tensor of shape {format_shape(shape)}"
     return str(ty)
 
 
@@ -390,7 +395,7 @@ class Flow:
         if boundary == FunctionEnd.key:
             return {RETURN}
         if boundary is not None and boundary[0] == "break" and boundary[1] in self.leaves:
-            return self.leaves[boundary[1]].live
+            return self.leaves[boundary[1]].live | set(self.pending)
         return None
 
     def outer(self, name):
@@ -423,6 +428,8 @@ class Flow:
                 ty = self.merged_type(name, x, y)
                 if ty is None:
                     parts.append(("same", x))
+                elif x is True and y is False and is_tensor(cond):
+                    parts.append(("same", cond))  # a flag that is the condition itself
                 else:
                     parts.append(("slot", len(slots)))
                     slots.append((name, ty, x, y))
@@ -444,18 +451,18 @@ class Flow:
         with RB.SeqExpr() as else_fix:
             else_out = [self.coerce(y, ty) for _, ty, _, y in slots]
 
-        def branch(seq, fix, values):
-            return relax.SeqExpr([*seq.binding_blocks, *fix.binding_blocks], pack(values))
-        var = self.cg.emit(relax.If(cond, branch(then_seq, then_fix, then_out),
-                                    branch(else_seq, else_fix, else_out)))
+        var = self.cg.emit(relax.If(cond, branch([*then_seq.binding_blocks, *then_fix.binding_blocks], pack(then_out)),
+                                    branch([*else_seq.binding_blocks, *else_fix.binding_blocks], pack(else_out))))
         names = list(dict.fromkeys(self.display(name, quoted=False) for name, *_ in slots))
         self.cg.ib.name("_".join(names[:3]) + ("_etc" if len(names) > 3 else ""), var)
         return self.unpack(var, len(slots))
 
-    def unpack(self, value, count: int) -> list:
+    def unpack(self, value, count: int, wanted=None) -> list:
+        """The parts of a value that packs `count` (emitting only the `wanted` indices; None elsewhere)."""
         if count == 1:
             return [value]
-        return [self.cg.emit(relax.TupleGetItem(value, k)) for k in range(count)]
+        return [self.cg.emit(relax.TupleGetItem(value, k)) if wanted is None or k in wanted else None
+                for k in range(count)]
 
     def set(self, name: str, value):
         if name.startswith("<"):
@@ -525,9 +532,9 @@ class Flow:
         if not isinstance(ty, relax.TensorType):
             return value
         if is_python_scalar(value):
-            return self.cg.const(value, ty.dtype)
-        if is_tensor(value) and dtype_of(value) != ty.dtype:
-            return self.cg.emit(relax.op.astype(value, ty.dtype))
+            return self.cg.const(value, type_dtype(ty))
+        if is_tensor(value) and dtype_of(value) != type_dtype(ty):
+            return self.cg.emit(relax.op.astype(value, type_dtype(ty)))
         return value
 
     def emit_if(self, cond, then_fn, else_fn, name: str):
@@ -536,8 +543,8 @@ class Flow:
             then_value = then_fn()
         with RB.SeqExpr() as else_seq:
             else_value = else_fn()
-        var = self.cg.emit(relax.If(cond, relax.SeqExpr(list(then_seq.binding_blocks), then_value),
-                                    relax.SeqExpr(list(else_seq.binding_blocks), else_value)))
+        var = self.cg.emit(relax.If(cond, branch(then_seq.binding_blocks, then_value),
+                                    branch(else_seq.binding_blocks, else_value)))
         return self.cg.ib.name(name, var)
 
     # ------------------------------------------------------------------------------------------
@@ -582,15 +589,44 @@ class Flow:
                 and scope.lookup(n) is not False]
 
     def resolve_pending(self, key, node):
+        """Finish an exit some merged paths started: where it lands, or at the end of this branch."""
         name = f"<{key[0]}ing:{id(key[1])}>"
         value = self.cg.scope.lookup(name) if name in self.cg.scope else False
         if value is False:
             return
-        self.cg.scope.assign(name, False)
-        if value is True:
-            self.exit(key)
-        else:
-            self.split(node, value, [Exit(key)], [], [key])
+        stream = self.stream
+        index, found = stream.find(key)
+        if found:
+            self.cg.scope.assign(name, False)
+            if value is True:
+                self.exit(key)
+            else:
+                self.split(node, value, [Exit(key)], [], [key])
+            return
+        # It lands beyond this branch: skip the rest of the branch on the paths that exit.
+        tail = stream.items[stream.pos:index]
+        if value is True or not tail:
+            stream.pos = index
+            return
+        stream.pos = index
+        boundary = stream.items[index].key if index < len(stream.items) else None
+        self.runtime_if(node, value, [SetName(name, True)], [SetName(name, False), *tail], boundary)
+
+
+def branch(blocks, result) -> relax.SeqExpr:
+    """One branch of an `If`, without the bindings its result does not need (all are pure). Besides
+    tidier IR: TVM's FuseOps fails on a binding nothing uses inside an `If` branch."""
+    live = set(relax.analysis.free_vars(result))
+    kept_blocks = []
+    for block in reversed(list(blocks)):
+        kept = []
+        for binding in reversed(list(block.bindings)):
+            if binding.var in live:
+                kept.append(binding)
+                live.update(relax.analysis.free_vars(binding.value))
+        if kept:
+            kept_blocks.append(type(block)(kept[::-1]))
+    return relax.SeqExpr(kept_blocks[::-1], result)
 
 
 def pack(values: list):

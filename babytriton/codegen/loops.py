@@ -30,7 +30,7 @@ from ..errors import Diagnostic
 from ..types import DTYPES, TORCH_TO_NAME, format_shape
 from .control import (Jump, LoopEnd, IterEnd, Marker, SetName, SetTarget, Stream, assigned_names,
                       describe_type, exit_keys, leaves, loaded_names, pack, rebuild, same_type, same_value,
-                      scalar_dtype, structure, symbolic_vars)
+                      scalar_dtype, structure, symbolic_vars, type_dtype)
 from .relax import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, shape_of
 from .scope import Undefined
 
@@ -158,7 +158,7 @@ class Loops:
         value = self.cg.visit(node)
         if isinstance(value, bool):
             return int(value)
-        if isinstance(value, int) or is_symbolic(value) and value.ty.dtype.startswith("int"):
+        if isinstance(value, int) or is_symbolic(value) and str(value.ty.dtype).startswith("int"):
             return value
         if is_tensor(value) and value.ty.ndim == 0 and dtype_of(value).startswith(("int", "uint", "bool")):
             return value if dtype_of(value) == "int64" else self.cg.emit(relax.op.astype(value, "int64"))
@@ -402,9 +402,9 @@ class RecursiveLoop:
         ty = spec.ty
         if is_python_scalar(end):
             if isinstance(ty, relax.TensorType) and ty.ndim == 0:
-                return Slot(relax.TensorType([], promote_type(ty.dtype, end)))
+                return Slot(relax.TensorType([], promote_type(type_dtype(ty), end)))
         elif is_tensor(end) and isinstance(ty, relax.TensorType):
-            if dtype_of(end) != ty.dtype:
+            if dtype_of(end) != type_dtype(ty):
                 raise Diagnostic(f"'{name}' changes from {describe_type(ty)} to {describe(end)} in {loop}; a "
                                  "carried variable keeps one dtype (convert with .astype())")
             if not same_type(end.ty.shape, ty.shape):
@@ -495,14 +495,15 @@ class RecursiveLoop:
             def halves():
                 mid = cg.ib.name("mid", cg.emit(relax.op.add(lo, relax.op.floor_divide(span, cg.const(2, "int64")))))
                 first = cg.ib.name("first", cg.emit(relax.Call(fn, [lo, mid, *extra, *slot_args, *passed_args])))
-                values = flow.unpack(first, len(outputs))
+                stop_at = None if self.stop is None else len(slots) + self.flags.index(self.stop)
+                values = flow.unpack(first, len(outputs), {*range(len(slots)), stop_at})
 
                 def second():
                     return cg.ib.name("second", cg.emit(relax.Call(fn, [mid, hi, *extra, *values[:len(slots)],
                                                                        *passed_args])))
                 if self.stop is None:
                     return second()
-                stopped = values[len(slots) + self.flags.index(self.stop)]
+                stopped = values[stop_at]
                 return flow.emit_if(stopped, lambda: first, second, "rest")
             RB.func_ret_value(flow.emit_if(single, one, halves, "state"))
         call_extra = [relax.ShapeExpr(missing)] if missing else []
