@@ -103,7 +103,7 @@ class SetTarget(Marker):
     """Bind an unrolled loop's target for one iteration."""
 
     def __init__(self, loop, value):
-        self.loop, self.value = loop, value
+        self.loop, self.value, self.node = loop, value, loop.target
 
     def run(self, flow):
         flow.cg.assign(self.loop.target, self.value)
@@ -307,11 +307,22 @@ class Flow:
                 item = stream.items[stream.pos]
                 stream.pos += 1
                 if isinstance(item, Marker):
-                    item.run(self)
+                    self.run_marker(item)
                 else:
                     self.cg.visit(item)
         finally:
             self.stream = saved
+
+    def run_marker(self, marker: Marker):
+        """Markers are not AST nodes; their errors point at the statement they stand for."""
+        node = getattr(marker, "node", None)
+        if node is None:
+            marker.run(self)
+            return
+        try:
+            marker.run(self)
+        except Diagnostic as e:
+            raise self.cg.error(node, str(e)) from None
 
     def line(self, node) -> int:
         return self.cg.parsed.source_map.first_line + node.lineno - 1

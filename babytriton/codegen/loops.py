@@ -17,6 +17,9 @@ fails (`f_loop0_grow`); `break` stops the halves through a flag the function als
 from __future__ import annotations
 
 import ast
+import gc
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 import tvm
@@ -31,6 +34,7 @@ from ..types import DTYPES, TORCH_TO_NAME, format_shape
 from .control import (Jump, LoopEnd, IterEnd, Marker, SetName, SetTarget, Stream, assigned_names,
                       describe_type, exit_keys, leaves, loaded_names, pack, rebuild, same_type, same_value,
                       scalar_dtype, structure, symbolic_vars, type_dtype)
+from .relax import _quiet_stderr as quiet_stderr
 from .relax import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, shape_of
 from .scope import Undefined
 
@@ -80,7 +84,7 @@ class WhileGuard(Marker):
     """First step of a `while` loop's iteration: stop when the condition fails."""
 
     def __init__(self, loop: "RecursiveLoop"):
-        self.loop = loop
+        self.loop, self.node = loop, loop.node
 
     def run(self, flow):
         self.loop.guard()
@@ -94,6 +98,20 @@ class WhileTest(Marker):
 
     def run(self, flow):
         flow.loops.while_test(self.node, self.count)
+
+
+class RangeRest(Marker):
+    """The iterations of a peeled `for` loop after its first."""
+
+    def __init__(self, node, start: int, stop: int, step: int):
+        self.node, self.bounds = node, (start, stop, step)
+
+    def run(self, flow):
+        flow.loops.for_range(self.node, *self.bounds)
+
+
+class ShapeChange(Diagnostic):
+    """A carried number that becomes a tensor with dimensions: fixable by peeling an iteration."""
 
 
 class Loops:
@@ -118,16 +136,30 @@ class Loops:
                 raise Diagnostic("iterating over a tensor is not supported in @jit functions; loop over "
                                  "indices instead, e.g. `for i in range(n)`")
             raise Diagnostic(f"cannot loop over {describe(items)}; a @jit `for` runs over range(...) or a tuple")
-        start, stop, step = bounds
+        self.for_range(node, *bounds)
+
+    def for_range(self, node: ast.For, start, stop, step: int):
         if isinstance(start, int) and isinstance(stop, int):
             count = len(range(start, stop, step))
             if count <= self.unroll:
                 self.unrolled(node, list(range(start, stop, step)))
                 return
-            reason = f"its trip count {count} is above unroll={self.unroll}"
-        else:
-            reason = "its trip count is only known at run time"
-        RecursiveLoop(self, node, reason).lower_for(start, stop, step)
+            loop = RecursiveLoop(self, node, f"its trip count {count} is above unroll={self.unroll}")
+            if loop.needs_peeling():
+                self.peeled(node, start, stop, step)
+                return
+            try:
+                loop.lower_for(start, stop, step)
+            except ShapeChange:  # e.g. `acc = 0` becoming a vector: its first iteration settles it
+                self.peeled(node, start, stop, step)
+            return
+        RecursiveLoop(self, node, "its trip count is only known at run time").lower_for(start, stop, step)
+
+    def peeled(self, node: ast.For, start: int, stop: int, step: int):
+        """Run the first iteration unrolled, the rest as a loop: as Python would, the first iteration
+        defines what the body assigns and fixes the shapes of what it changes."""
+        self.flow.stream.splice([SetTarget(node, start), *node.body, IterEnd(node),
+                                 RangeRest(node, start + step, stop, step), LoopEnd(node)])
 
     def unrolled(self, node: ast.For, values: list):
         items = []
@@ -181,6 +213,18 @@ class Loops:
             RecursiveLoop(self, node, reason).lower_while()
 
 
+@dataclass
+class LoopFunction:
+    """A loop function being built: its GlobalVar, its size substitution and its parameters."""
+    gv: object
+    subst: object
+    head: list
+    shape: list
+    slots: list
+    passed: list
+    count: int  # how many values it returns
+
+
 class RecursiveLoop:
     """One loop compiled as recursive Relax functions (see the module docstring)."""
 
@@ -211,6 +255,21 @@ class RecursiveLoop:
     def line(self) -> int:
         return self.flow.line(self.node)
 
+    def needs_peeling(self) -> bool:
+        """Whether code outside the loop reads a name that only the loop's body assigns."""
+        if not self.locals:
+            return False
+        outside = set()
+        stack = [self.cg.parsed.tree]
+        while stack:
+            item = stack.pop()
+            if item is self.node:
+                continue
+            if isinstance(item, ast.Name) and isinstance(item.ctx, ast.Load):
+                outside.add(item.id)
+            stack.extend(ast.iter_child_nodes(item))
+        return bool(outside & set(self.locals))
+
     # ------------------------------------------------------------------------------------------
     # the two kinds of loop
     # ------------------------------------------------------------------------------------------
@@ -233,11 +292,11 @@ class RecursiveLoop:
         if not slots:
             self.after(specs, [], trips)  # the body changes nothing that outlives an iteration
             return
-        fn, args = self.declare(specs, slots)
+        fn, shape, passed = self.declare(specs, slots)
 
         def call():
-            return cg.emit(relax.Call(fn, [cg.const(0, "int64"), cg.as_tensor(trips, "int64"),
-                                           *self.initial(specs), *args]))
+            return cg.emit(relax.Call(fn, [cg.const(0, "int64"), cg.as_tensor(trips, "int64"), *shape,
+                                           *self.initial(specs), *passed]))
         if isinstance(trips, int):
             out = call()
         else:
@@ -257,9 +316,9 @@ class RecursiveLoop:
                                  "would run never or forever")
             self.after(specs, [], None)  # it only decides when to stop, which changes nothing
             return
-        chunk, args = self.declare(specs, slots)
-        grow = self.declare_grow(chunk, specs, slots)
-        out = cg.emit(relax.Call(grow, [cg.const(1, "int64"), *self.initial(specs), *args]))
+        chunk, shape, passed = self.declare(specs, slots)
+        grow = self.declare_grow(chunk)
+        out = cg.emit(relax.Call(grow, [cg.const(1, "int64"), *shape, *self.initial(specs), *passed]))
         count = len(slots) + (1 if self.broke else 0)
         self.after(specs, self.flow.unpack(out, count) if count else [], None)
 
@@ -357,8 +416,9 @@ class RecursiveLoop:
     def trial(self, specs: dict) -> dict:
         """One iteration compiled in a scratch module that is thrown away: only its types matter."""
         saved = self.flow.loop_count
+        scratch = IRBuilder()
         try:
-            with IRBuilder(), I.ir_module(), RB.function():
+            with scratch, I.ir_module(), RB.function():
                 RB.func_name("trial")
                 lo = RB.arg("lo", INDEX)
                 self.cg.params.add(lo)
@@ -369,6 +429,11 @@ class RecursiveLoop:
                     self.cg.params.update(a for a in leaves(carried[name]) if isinstance(a, relax.Var))
                 end = self.iteration(lo, carried, None)
                 RB.func_ret_value(relax.Tuple([]))
+        except BaseException:
+            with quiet_stderr():  # an abandoned builder warns from C++ when freed
+                del scratch
+                gc.collect()
+            raise
         finally:
             self.flow.loop_count = saved
         return end
@@ -394,7 +459,7 @@ class RecursiveLoop:
             if is_python_scalar(start) and is_tensor(end):
                 if end.ty.ndim == 0:
                     return Slot(relax.TensorType([], promote_type(dtype_of(end), start)))
-                raise Diagnostic(f"'{name}' starts as the number {start!r} and becomes {describe(end)} in {loop}; "
+                raise ShapeChange(f"'{name}' starts as the number {start!r} and becomes {describe(end)} in {loop}; "
                                  f"a variable it carries keeps one shape: start '{name}' as a tensor of that "
                                  f"shape (e.g. `{name} = x * 0`)")
             raise Diagnostic(f"'{name}' is {describe(start)} before {loop} and {describe(end)} after an "
@@ -437,108 +502,126 @@ class RecursiveLoop:
     # the functions
     # ------------------------------------------------------------------------------------------
     def declare(self, specs, slots):
-        """Build the loop function; return its GlobalVar and the extra arguments a call passes."""
+        """Build the loop's functions (body and halves); return the halves' GlobalVar and the
+        arguments after the carried values that a call from here passes."""
         cg, flow = self.cg, self.flow
-        name = f"{cg.parsed.name}_loop{flow.loop_count}"
+        self.name = f"{cg.parsed.name}_loop{flow.loop_count}"
         flow.loop_count += 1
-        self.name = name
         self.final = True
         scope = cg.scope
         inputs = [(n, scope.lookup(n)) for n in self.inputs]
         if is_tensor(self.start):
             inputs.append(("<start>", self.start))
-        passed = [(n, leaf) for n, value in inputs for leaf in leaves(value)
-                  if isinstance(leaf, relax.Expr) and not is_symbolic(leaf)]
+        self.passed = [(n, leaf) for n, value in inputs for leaf in leaves(value)
+                       if isinstance(leaf, relax.Expr) and not is_symbolic(leaf)]
         consts = [s.value for n in self.carried for s in leaves(specs[n]) if isinstance(s, Const)]
         consts += [leaf for _, value in inputs for leaf in leaves(value) if is_symbolic(leaf)]
-        types = [ty for _, ty in slots] + [leaf.ty for _, leaf in passed]
+        types = [ty for _, ty in slots] + [leaf.ty for _, leaf in self.passed]
         sizes = [d for ty in types if isinstance(ty, relax.TensorType) for d in ty.shape.values
                  if not isinstance(d, tirx.IntImm)]
-        originals = symbolic_vars(sizes + [c for c in consts if is_symbolic(c)])
-        fresh = {v: tirx.Var(v.name, v.ty.dtype) for v in originals}
+        self.symbols = symbolic_vars(sizes + [c for c in consts if is_symbolic(c)])
+        bare = [d for ty in types if isinstance(ty, relax.TensorType) for d in ty.shape.values
+                if isinstance(d, tvm.ir.Var)]
+        # sizes no tensor argument has as a dimension of its own come in as a shape argument
+        self.unbound = [v for v in self.symbols if not any(v.same_as(d) for d in bare)]
+        self.slot_types = [ty for _, ty in slots]
+        self.slot_names = [display(n) for n, _ in slots]
+        body = self.declare_body(specs, inputs)
+        halves = self.declare_halves(body)
+        return halves, self.pass_on(lambda v: v), [leaf for _, leaf in self.passed]
+
+    def pass_on(self, subst) -> list:
+        """The shape argument, if the functions take one, as the caller (with `subst`) spells it."""
+        return [relax.ShapeExpr([subst(v) for v in self.unbound])] if self.unbound else []
+
+    @contextmanager
+    def function(self, name: str, head: list, flags: list):
+        """Declare one loop function taking `head`, the sizes, the carried slots and the passed
+        tensors, returning the slots and `flags`; build its body in the `with`. Each function gets
+        its own symbolic sizes: Relax lets a size variable belong to one function only."""
+        fresh = {v: tirx.Var(v.name, v.ty.dtype) for v in self.symbols}
 
         def subst(x):
             return tvm_ffi.structural_map(x, (tvm.ir.Var, lambda v: fresh.get(v, v)), order="post")
-        bare = [d for ty in types if isinstance(ty, relax.TensorType) for d in ty.shape.values
-                if isinstance(d, tvm.ir.Var)]
-        missing = [v for v in originals if not any(v.same_as(d) for d in bare)]
-        head = [("lo", INDEX), ("hi", INDEX)]
-        if missing:
-            head.append(("sizes", relax.ShapeType([fresh[v] for v in missing])))
-        params = head + [(display(n), subst(ty)) for n, ty in slots] + \
-            [(display(n), subst(leaf.ty)) for n, leaf in passed]
-        outputs = [subst(ty) for _, ty in slots] + [FLAG] * len(self.flags)
+        params = list(head)
+        if self.unbound:
+            params.append(("sizes", relax.ShapeType([fresh[v] for v in self.unbound])))
+        params += [(n, subst(ty)) for n, ty in zip(self.slot_names, self.slot_types)]
+        params += [(display(n), subst(leaf.ty)) for n, leaf in self.passed]
+        outputs = [subst(ty) for ty in self.slot_types] + [FLAG] * len(flags)
         ret = outputs[0] if len(outputs) == 1 else relax.TupleType(outputs)
-        fn = I.decl_function(name, relax.Function.create_empty([relax.Var(n, t) for n, t in params], ret))
-        self.param_types, self.ret = params, ret
-
+        gv = I.decl_function(name, relax.Function.create_empty([relax.Var(n, t) for n, t in params], ret))
         with RB.function(is_private=True):
             RB.func_name(name)
             args = [RB.arg(n, t) for n, t in params]
-            cg.params.update(args)
-            lo, hi, rest = args[0], args[1], args[2:]
-            extra = rest[:len(head) - 2]
-            slot_args, passed_args = rest[len(head) - 2:len(head) - 2 + len(slots)], rest[len(head) - 2 + len(slots):]
+            self.cg.params.update(args)
+            n_head, n_shape, n_slots = len(head), len(self.pass_on(subst)), len(self.slot_types)
+            yield LoopFunction(gv, subst, args[:n_head], args[n_head:n_head + n_shape],
+                               args[n_head + n_shape:n_head + n_shape + n_slots],
+                               args[n_head + n_shape + n_slots:], len(outputs))
+
+    def declare_body(self, specs, inputs):
+        """One iteration as a function of its own: Relax fuses operators only at a function's top
+        level, not inside an `If` branch, so the body keeps its fusion here."""
+        head = [("i" if self.simple_index() else "iteration", INDEX)] if self.is_for else []
+        with self.function(f"{self.name}_body", head, self.flags) as f:
+            values = iter(f.slots)
+            carried = {n: rebuild(specs[n], (next(values) if isinstance(s, Slot) else subst_value(s.value, f.subst)
+                                             for s in leaves(specs[n]))) for n in self.carried}
+            given = iter(f.passed)
+            bound = {n: rebuild(v, (next(given) if isinstance(leaf, relax.Expr) and not is_symbolic(leaf)
+                                    else subst_value(leaf, f.subst) for leaf in leaves(v))) for n, v in inputs}
+            end = self.iteration(f.head[0] if f.head else None, carried, bound)
+            RB.func_ret_value(pack(self.outputs(specs, end, f.subst)))
+        return f.gv
+
+    def simple_index(self) -> bool:
+        return isinstance(self.start, int) and self.start == 0 and self.step == 1
+
+    def declare_halves(self, body):
+        """f(lo, hi, ...): iteration lo by the body when one is left, else the two halves in turn."""
+        cg, flow = self.cg, self.flow
+        with self.function(self.name, [("lo", INDEX), ("hi", INDEX)], self.flags) as f:
+            (lo, hi), n_slots = f.head, len(f.slots)
             span = cg.ib.name("span", cg.emit(relax.op.subtract(hi, lo)))
             single = cg.ib.name("single", cg.emit(relax.op.equal(span, cg.const(1, "int64"))))
 
             def one():
-                values = iter(slot_args)
-                carried = {n: rebuild(specs[n], (next(values) if isinstance(s, Slot) else subst_value(s.value, subst)
-                                                 for s in leaves(specs[n]))) for n in self.carried}
-                given = iter(passed_args)
-                bound = {n: rebuild(v, (next(given) if isinstance(leaf, relax.Expr) and not is_symbolic(leaf)
-                                        else subst_value(leaf, subst) for leaf in leaves(v))) for n, v in inputs}
-                end = self.iteration(lo, carried, bound)
-                return pack(self.outputs(specs, end, subst))
+                index = [lo] if self.is_for else []
+                return cg.ib.name("step", cg.emit(relax.Call(body, [*index, *f.shape, *f.slots, *f.passed])))
 
             def halves():
-                mid = cg.ib.name("mid", cg.emit(relax.op.add(lo, relax.op.floor_divide(span, cg.const(2, "int64")))))
-                first = cg.ib.name("first", cg.emit(relax.Call(fn, [lo, mid, *extra, *slot_args, *passed_args])))
-                stop_at = None if self.stop is None else len(slots) + self.flags.index(self.stop)
-                values = flow.unpack(first, len(outputs), {*range(len(slots)), stop_at})
+                half = relax.op.floor_divide(span, cg.const(2, "int64"))
+                mid = cg.ib.name("mid", cg.emit(relax.op.add(lo, half)))
+                first = cg.ib.name("first", cg.emit(relax.Call(f.gv, [lo, mid, *f.shape, *f.slots, *f.passed])))
+                stop_at = None if self.stop is None else n_slots + self.flags.index(self.stop)
+                values = flow.unpack(first, f.count, {*range(n_slots), stop_at})
 
                 def second():
-                    return cg.ib.name("second", cg.emit(relax.Call(fn, [mid, hi, *extra, *values[:len(slots)],
-                                                                       *passed_args])))
+                    return cg.ib.name("second", cg.emit(relax.Call(f.gv, [mid, hi, *f.shape, *values[:n_slots],
+                                                                         *f.passed])))
                 if self.stop is None:
                     return second()
-                stopped = values[stop_at]
-                return flow.emit_if(stopped, lambda: first, second, "rest")
+                return flow.emit_if(values[stop_at], lambda: first, second, "rest")
             RB.func_ret_value(flow.emit_if(single, one, halves, "state"))
-        call_extra = [relax.ShapeExpr(missing)] if missing else []
-        self.call_extra = call_extra
-        self.head = head
-        return fn, call_extra + [leaf for _, leaf in passed]
+        return f.gv
 
-    def declare_grow(self, chunk, specs, slots):
+    def declare_grow(self, chunk):
         """A `while` loop's driver: chunks of 1, 2, 4, ... iterations until the condition fails."""
         cg, flow = self.cg, self.flow
-        name = f"{self.name}_grow"
-        params = [("size", INDEX)] + self.param_types[2:]
-        outputs = [ty for _, ty in params[1 + len(self.head) - 2:1 + len(self.head) - 2 + len(slots)]]
-        outputs += [FLAG] if self.broke else []
-        ret = outputs[0] if len(outputs) == 1 else relax.TupleType(outputs)
-        fn = I.decl_function(name, relax.Function.create_empty([relax.Var(n, t) for n, t in params], ret))
-        with RB.function(is_private=True):
-            RB.func_name(name)
-            args = [RB.arg(n, t) for n, t in params]
-            cg.params.update(args)
-            size, rest = args[0], args[1:]
-            extra = rest[:len(self.head) - 2]
-            slot_args = rest[len(extra):len(extra) + len(slots)]
-            passed_args = rest[len(extra) + len(slots):]
-            out = cg.ib.name("chunk", cg.emit(relax.Call(chunk, [cg.const(0, "int64"), size, *extra, *slot_args,
-                                                                  *passed_args])))
-            values = flow.unpack(out, len(slots) + len(self.flags))
-            carried, done = values[:len(slots)], values[len(slots)]
+        with self.function(f"{self.name}_grow", [("size", INDEX)], [self.broke] if self.broke else []) as f:
+            (size,), n_slots = f.head, len(f.slots)
+            out = cg.ib.name("chunk", cg.emit(relax.Call(chunk, [cg.const(0, "int64"), size, *f.shape, *f.slots,
+                                                                  *f.passed])))
+            values = flow.unpack(out, n_slots + len(self.flags))
+            carried, done = values[:n_slots], values[n_slots]
             result = carried + ([values[-1]] if self.broke else [])
 
             def more():
                 bigger = cg.emit(relax.op.multiply(size, cg.const(2, "int64")))
-                return cg.ib.name("more", cg.emit(relax.Call(fn, [bigger, *extra, *carried, *passed_args])))
+                return cg.ib.name("more", cg.emit(relax.Call(f.gv, [bigger, *f.shape, *carried, *f.passed])))
             RB.func_ret_value(flow.emit_if(done, lambda: pack(result), more, "state"))
-        return fn
+        return f.gv
 
     def outputs(self, specs, end: dict, subst) -> list:
         """An iteration's results as the function returns them: the carried slots, then the flags."""
@@ -561,8 +644,9 @@ class RecursiveLoop:
     def as_tensor(self, value):
         """A loop bound as the loop function takes it: ints stay Python ints, sizes become tensors."""
         if is_symbolic(value):
-            return self.cg.ib.name("size", RB.emit_te(lambda v: te.compute((), lambda: v, name="size"), value,
-                                                      primfunc_name_hint="size_to_tensor"))
+            call = RB.emit_te(lambda v: te.compute((), lambda: v, name="size"), value,
+                              primfunc_name_hint="size_to_tensor")
+            return self.cg.ib.name("size", self.cg.emit(call))
         return value
 
 

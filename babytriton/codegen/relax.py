@@ -40,7 +40,8 @@ _SYNTAX_NAMES = {
     "With": "`with` blocks", "Raise": "`raise`", "Assert": "`assert`", "Delete": "`del`",
     "Import": "imports", "ImportFrom": "imports", "Yield": "`yield`", "YieldFrom": "`yield from`",
     "Await": "`await`", "Starred": "star-expressions (*args)", "Dict": "dict literals", "Set": "set literals",
-    "NamedExpr": "the walrus operator `:=`", "Slice": "slices", "Match": "`match` statements", "AsyncFor": "`async for`", "AsyncWith": "`async with`",
+    "NamedExpr": "the walrus operator `:=`", "Slice": "slices", "Match": "`match` statements",
+    "AsyncFor": "`async for`", "AsyncWith": "`async with`",
 }
 
 
@@ -151,8 +152,8 @@ class RelaxCodeGen(ast.NodeVisitor):
                     self.visit(self.parsed.tree)
         except BaseException:
             # A builder abandoned mid-function warns from C++ when freed; free it now, quietly.
-            self.ib = ib = None
             with _quiet_stderr():
+                self.ib = ib = None
                 gc.collect()
             raise
         return ib.get()
@@ -226,7 +227,8 @@ class RelaxCodeGen(ast.NodeVisitor):
 
     def bind(self, name: str, value) -> None:
         """Give a freshly computed Relax var the user's name (once), and record it in the scope."""
-        if isinstance(value, relax.Var) and value not in self.user_named and not self._is_param(value):
+        if isinstance(value, relax.Var) and not is_symbolic(value) and value not in self.user_named \
+                and not self._is_param(value):
             self.ib.name(name, value)
             self.user_named.add(value)
         self.scope.assign(name, value)
