@@ -260,14 +260,16 @@ class RecursiveLoop:
         if not self.locals:
             return False
         outside = set()
-        stack = [self.cg.parsed.tree]
+        stack = [(self.cg.parsed.tree, frozenset())]
         while stack:
-            item = stack.pop()
+            item, bound = stack.pop()
             if item is self.node:
                 continue
-            if isinstance(item, ast.Name) and isinstance(item.ctx, ast.Load):
+            if isinstance(item, ast.Name) and isinstance(item.ctx, ast.Load) and item.id not in bound:
                 outside.add(item.id)
-            stack.extend(ast.iter_child_nodes(item))
+            if isinstance(item, ast.For):  # another loop that binds the name reads its own value
+                bound = bound | set(assigned_names([item.target]))
+            stack.extend((child, bound) for child in ast.iter_child_nodes(item))
         return bool(outside & set(self.locals))
 
     # ------------------------------------------------------------------------------------------
