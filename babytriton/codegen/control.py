@@ -374,6 +374,8 @@ class Flow:
                              f"{describe(cond)}; reduce it first, e.g. `x.sum() > 0`")
         if dtype_of(cond) != "bool":  # Python truthiness: nonzero is true
             cond = self.cg.emit(relax.op.not_equal(cond, self.cg.const(0, dtype_of(cond))))
+        if isinstance(cond, relax.Var) and cond not in self.cg.user_named and not self.cg._is_param(cond):
+            self.cg.ib.name("cond", cond)
         return cond
 
     # ------------------------------------------------------------------------------------------

@@ -306,7 +306,8 @@ class RecursiveLoop:
             out = self.flow.emit_if(runs, call, lambda: pack([*self.initial(specs),
                                                                *[cg.const(False)] * len(self.flags)]),
                                     self.out_name())
-        self.after(specs, self.flow.unpack(out, len(slots) + len(self.flags)), trips)
+        wanted = {*range(len(slots)), len(slots) + len(self.flags) - 1 if self.broke and self.node.orelse else None}
+        self.after(specs, self.flow.unpack(out, len(slots) + len(self.flags), wanted), trips)
 
     def lower_while(self):
         cg = self.cg
@@ -585,16 +586,16 @@ class RecursiveLoop:
         cg, flow = self.cg, self.flow
         with self.function(self.name, [("lo", INDEX), ("hi", INDEX)], self.flags) as f:
             (lo, hi), n_slots = f.head, len(f.slots)
-            span = cg.ib.name("span", cg.emit(relax.op.subtract(hi, lo)))
-            single = cg.ib.name("single", cg.emit(relax.op.equal(span, cg.const(1, "int64"))))
+            # Both up front, each one fused kernel: FuseOps does not reach into an If's branches.
+            one = cg.const(1, "int64")
+            single = cg.ib.name("single", cg.emit(relax.op.equal(relax.op.add(lo, one), hi)))
+            mid = cg.ib.name("mid", cg.emit(relax.op.floor_divide(relax.op.add(lo, hi), cg.const(2, "int64"))))
 
             def one():
                 index = [lo] if self.is_for else []
                 return cg.ib.name("step", cg.emit(relax.Call(body, [*index, *f.shape, *f.slots, *f.passed])))
 
             def halves():
-                half = relax.op.floor_divide(span, cg.const(2, "int64"))
-                mid = cg.ib.name("mid", cg.emit(relax.op.add(lo, half)))
                 first = cg.ib.name("first", cg.emit(relax.Call(f.gv, [lo, mid, *f.shape, *f.slots, *f.passed])))
                 stop_at = None if self.stop is None else n_slots + self.flags.index(self.stop)
                 values = flow.unpack(first, f.count, {*range(n_slots), stop_at})
