@@ -15,10 +15,9 @@ import ast
 
 import torch
 import tvm_ffi
-from tvm import relax
+from tvm import relax, tirx
 from tvm.script.ir_builder import relax as RB
 from tvm.sym import Analyzer
-from tvm import tirx
 
 from ..errors import Diagnostic
 from ..types import TORCH_TO_NAME, format_shape
@@ -42,6 +41,8 @@ MISSING = object()        # a name not defined on a path
 # markers: where an exit lands, and small steps the compiler inserts into a stream
 # ----------------------------------------------------------------------------------------------
 class Marker:
+    """A step in a stream that is not a statement of the user's."""
+
     key = None  # the exit that lands here: ("break", loop), ("continue", loop) or ("return", None)
 
     def run(self, flow: "Flow"):
@@ -49,16 +50,22 @@ class Marker:
 
 
 class IterEnd(Marker):
+    """The end of one iteration: where `continue` lands."""
+
     def __init__(self, loop):
         self.key = ("continue", loop)
 
 
 class LoopEnd(Marker):
+    """The end of a loop (after its `else`): where `break` lands."""
+
     def __init__(self, loop):
         self.key = ("break", loop)
 
 
 class FunctionEnd(Marker):
+    """Where `return` lands: the function returns what the paths that reach it hold."""
+
     key = ("return", None)
 
     def run(self, flow):
@@ -74,6 +81,8 @@ class BranchEnd(Marker):
 
 
 class Exit(Marker):
+    """`break`, `continue` or `return` that the compiler inserts."""
+
     def __init__(self, key):
         self.key_to = key
 
@@ -92,6 +101,8 @@ class Jump(Marker):
 
 
 class SetName(Marker):
+    """Set a scope slot (a flag) on this path."""
+
     def __init__(self, name, value):
         self.name, self.value = name, value
 
@@ -143,7 +154,7 @@ class Stream:
         """The index of the marker `key` lands on (found), or of the branch end that stops the search."""
         for index in range(self.pos, len(self.items)):
             item = self.items[index]
-            if isinstance(item, Marker) and item.key == key and not isinstance(item, (Exit, Jump, PendingExit)):
+            if isinstance(item, Marker) and item.key == key:
                 return index, True
             if isinstance(item, BranchEnd):
                 return index, False
@@ -296,7 +307,7 @@ class Flow:
         self.cg = cg
         self.owners = loop_owners(cg.parsed.tree)
         self.stream: Stream | None = None
-        self.leaves: dict = {}     # loop node -> its Leaf while a recursive loop's body compiles
+        self.leaves: dict = {}     # loop node -> its RecursiveLoop while that loop's body compiles
         self.pending: dict = {}    # pending-exit slot name -> exit key
         self.loop_count = 0        # recursive loops so far (names their functions)
         from .loops import Loops   # loops.py builds on this module
@@ -478,8 +489,9 @@ class Flow:
         with RB.SeqExpr() as else_fix:
             else_out = [self.coerce(y, ty) for _, ty, _, y in slots]
 
-        var = self.cg.emit(relax.If(cond, branch([*then_seq.binding_blocks, *then_fix.binding_blocks], pack(then_out)),
-                                    branch([*else_seq.binding_blocks, *else_fix.binding_blocks], pack(else_out))))
+        then_branch = branch([*then_seq.binding_blocks, *then_fix.binding_blocks], pack(then_out))
+        else_branch = branch([*else_seq.binding_blocks, *else_fix.binding_blocks], pack(else_out))
+        var = self.cg.emit(relax.If(cond, then_branch, else_branch))
         names = list(dict.fromkeys(self.display(name, quoted=False) for name, *_ in slots))
         self.cg.ib.name("_".join(names[:3]) + ("_etc" if len(names) > 3 else ""), var)
         return self.unpack(var, len(slots))

@@ -6,13 +6,14 @@ int in each. Every other loop becomes a recursive Relax function that carries th
 reassigns, and takes the tensors the body reads as arguments:
 
     f_loop0(lo, hi, <carried>, <inputs>) runs iterations lo .. hi-1 and returns <carried>:
-        if hi - lo == 1: the body, once, with i = start + lo * step
+        if lo + 1 == hi: f_loop0_body(lo, <carried>, <inputs>), the body once, i = start + lo * step
         else:            f_loop0(lo, mid, ...), then f_loop0(mid, hi, ...) on its results
 
 Halving the range keeps the VM's call depth at log2(trip count): the Relax VM recurses on the C++
 stack, and one nested call per iteration overflows it (a segfault) after a few thousand iterations.
+The body is a function of its own because FuseOps fuses operators only at a function's top level.
 A `while` loop runs chunks of 1, 2, 4, ... iterations through such a function until its condition
-fails (`f_loop0_grow`); `break` stops the halves through a flag the function also returns.
+fails (`f_loop0_grow`); `break` stops the halves through a flag the functions also return.
 """
 from __future__ import annotations
 
