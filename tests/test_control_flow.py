@@ -696,3 +696,7 @@ def test_branch_and_recursive_loop_on_the_gpu():
         out = f(x, torch.tensor(s, device="cuda"), n)
         assert out.is_cuda
         torch.testing.assert_close(out, f.__wrapped__(x, torch.tensor(s, device="cuda"), n))
+    growing = bt.jit(target="gpu")(doubling.__wrapped__)
+    for s in (1.0, 200.0):
+        x, start = torch.randn(4, device="cuda"), torch.tensor(s, device="cuda")
+        same(growing(x, start), growing.__wrapped__(x, start))
