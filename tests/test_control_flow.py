@@ -177,6 +177,29 @@ def test_merged_numbers_become_tensors_as_torch_would_type_them():
     assert out[1].dtype == torch.int64 and out[2].dtype == torch.float32
 
 
+def test_conditions_from_reductions():
+    @bt.jit
+    def sign_flip(x: V4):
+        if x.sum() > 0:
+            y = x * 2
+        else:
+            y = -x
+        return y
+
+    @bt.jit
+    def shrink(x: bt.Tensor(("n",), "float32")):
+        k = 0
+        while (x * x).sum() > 1e-3:
+            x = x * 0.5
+            k += 1
+        return x, k
+
+    for x in (X, -X - 1):
+        check(sign_flip, x)
+    for x in (torch.randn(5), torch.zeros(3)):
+        check(shrink, x)
+
+
 def test_symbolic_shape_condition_is_decided_at_run_time():
     @bt.jit
     def f(x: bt.Tensor(("n",), "float32")):
