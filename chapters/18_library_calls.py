@@ -143,7 +143,7 @@ if __name__ == "__main__":
     @jit
     def assorted(x: Tensor((4, 8), "float32")):
         return relax.op.nn.softmax(x, axis=-1), maximum(x, 0.5), relax.op.nn.relu(x - 0.5), \
-            relax.op.mean(x, axis=0), relax.op.astype(x, "float16"), tanh(x)
+            relax.op.mean(x, axis=0), relax.op.astype(x, "float16"), tanh(x)  # noqa: F821 - found by name
 
     softmax_kernels = ch17.ch16.kernels_called(softmax_rows.lower(softmax_rows.codegen()), "softmax_rows")
     print("\nkernels of the row softmax after fusion:", softmax_kernels)
