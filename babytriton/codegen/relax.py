@@ -164,19 +164,27 @@ class RelaxCodeGen(ast.NodeVisitor):
     # driver and the one error path
     # ------------------------------------------------------------------------------------------
     def build(self):
+        # A builder abandoned mid-function warns from C++ as its frames are torn down, which starts
+        # as the error leaves the visitor: stderr is silenced from there until they are gone.
+        teardown = contextlib.ExitStack()
         try:
             with IRBuilder() as ib:
                 self.ib = ib
                 with I.ir_module():
-                    self.visit(self.parsed.tree)
+                    try:
+                        self.visit(self.parsed.tree)
+                    except BaseException:
+                        teardown.enter_context(_quiet_stderr())
+                        raise
                     if self.placement is not None:
                         I.module_global_infos({"vdevice": self.placement.used()})
         except BaseException:
-            # A builder abandoned mid-function warns from C++ when freed; free it now, quietly.
-            with _quiet_stderr():
+            with _quiet_stderr():  # what is still alive of the builder goes now, quietly
                 self.ib = ib = None
                 gc.collect()
             raise
+        finally:
+            teardown.close()
         return ib.get()
 
     def share(self, caller: "RelaxCodeGen", chain: list) -> None:
