@@ -13,7 +13,7 @@ import torch
 import tvm
 from tvm import relax
 
-from . import cache, devices, dump, pipeline
+from . import cache, devices, dump, eager, pipeline
 from . import explain as explaining
 from . import fusion as fusion_
 from .codegen.relax import RelaxCodeGen
@@ -231,6 +231,9 @@ class JITFunction:
         self._target = None
         self.stats = {"compilations": 0, "hits": 0, "misses": 0, "disk_hits": 0, "disk_writes": 0}
         self._disk_warned = False
+        # BABYTRITON_INTERPRET=1 at decoration: every call runs eagerly. Read here, once, so that
+        # the cached call path costs one attribute test, not an environment lookup.
+        self._interpret = eager.interpret_requested()
 
     # -- errors -------------------------------------------------------------------------------
     def _param_error(self, name: str, message: str) -> CompilationError:
@@ -240,6 +243,8 @@ class JITFunction:
 
     # -- calling ------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        if self._interpret:
+            return eager.run(self, args, kwargs)
         if kwargs or len(args) != self._nparams:
             args = self._bind(args, kwargs)
         key = self._call_key(args)
@@ -250,6 +255,12 @@ class JITFunction:
         except TypeError:  # an unhashable argument: _prepare explains which
             run = self._prepare(args, None)
         return run(args)
+
+    def eager(self, *args, **kwargs):
+        """Run the original Python function on torch (the reference the compiled version must match):
+        library ops run as their torch equivalents, kernels through TVM on their own; `print` and
+        `breakpoint()` work. Arguments are checked, and results returned, as a compiled call's."""
+        return eager.run(self, args, kwargs)
 
     def _call_key(self, args) -> tuple:
         key = []

@@ -433,12 +433,13 @@ def _to_lists(value):
 def common_dtype(values: list) -> str:
     """The dtype that numbers and tensors combine to, by torch's promotion: dimensioned tensors
     outrank 0-d tensors, which outrank Python numbers. Bool tensors (conditions) count only when
-    nothing else is there."""
-    tensors = [v for v in values if core.is_tensor(v)]
-    if any(core.dtype_of(t) != "bool" for t in tensors):
-        tensors = [t for t in tensors if core.dtype_of(t) != "bool"]
-    operands = [torch.empty((1,) if t.ty.ndim else (), dtype=DTYPES[core.dtype_of(t)]) for t in tensors]
-    operands += [v for v in values if core.is_python_scalar(v)]
+    nothing else is there. Tensors are Relax tensors, or torch tensors (the eager reference)."""
+    tensors = [torch.empty((1,) if v.ty.ndim else (), dtype=DTYPES[core.dtype_of(v)]) if core.is_tensor(v)
+               else torch.empty((1,) if v.dim() else (), dtype=v.dtype)
+               for v in values if core.is_tensor(v) or isinstance(v, torch.Tensor)]
+    if any(t.dtype != torch.bool for t in tensors):
+        tensors = [t for t in tensors if t.dtype != torch.bool]
+    operands = tensors + [v for v in values if core.is_python_scalar(v)]
     if not operands:
         return TORCH_TO_NAME[torch.get_default_dtype()]
     acc = operands[0]

@@ -62,6 +62,14 @@ def _quiet_stderr():
         os.close(saved)
 
 
+def _drop_frames(error: BaseException) -> None:
+    """Forget the frames an error and the exceptions chained to it were raised through."""
+    while error is not None:
+        error.__traceback__ = None
+        chained, error.__context__, error.__cause__ = error.__context__ or error.__cause__, None, None
+        error = chained
+
+
 def is_tensor(value) -> bool:
     return isinstance(value, relax.Expr) and isinstance(value.ty, relax.TensorType)
 
@@ -73,6 +81,13 @@ def is_symbolic(value) -> bool:
 
 def is_python_scalar(value) -> bool:
     return isinstance(value, PY_SCALARS)
+
+
+def _plain(value) -> bool:
+    """A compile-time value that Python compares by itself: numbers, strings, None, tuples of them."""
+    if isinstance(value, tuple):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (*PY_SCALARS, str))
 
 
 def dtype_of(value) -> str:
@@ -170,9 +185,13 @@ class RelaxCodeGen(ast.NodeVisitor):
                     self.visit(self.parsed.tree)
                     if self.placement is not None:
                         I.module_global_infos({"vdevice": self.placement.used()})
-        except BaseException:
-            # A builder abandoned mid-function warns from C++ when freed; free it now, quietly.
+        except BaseException as e:
+            # A builder abandoned mid-function warns from C++ when freed; free it now, quietly. The
+            # error's traceback holds the visitor's frames, and they the builder's frames: a user's
+            # error drops them (BABYTRITON_DEBUG=1 keeps them, and the warning with them).
             self.ib = ib = None
+            if isinstance(e, CompilationError) and not debug_enabled():
+                _drop_frames(e)
             with _quiet_stderr():
                 gc.collect()
             raise
@@ -540,11 +559,14 @@ class RelaxCodeGen(ast.NodeVisitor):
     def compare(self, op: ast.cmpop, lhs, rhs):
         kind = type(op)
         if kind not in ops.COMPARE:
-            raise Diagnostic(f"the comparison `{ast.unparse(op) if hasattr(op, '_fields') else kind.__name__}` "
-                             "(is / in) is not supported")
+            word = {ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}.get(kind, kind.__name__)
+            raise Diagnostic(f"the comparison `{word}` is not supported in @jit code; compare values with "
+                             "==, !=, <, <=, >, >=")
         if not (is_tensor(lhs) or is_tensor(rhs)):
             if is_python_scalar(lhs) and is_python_scalar(rhs) or is_symbolic(lhs) \
                     or is_symbolic(rhs):
+                return ops.PY_COMPARE[kind](lhs, rhs)
+            if _plain(lhs) and _plain(rhs):  # dtype names, shapes, None: `x.dtype == "float16"`
                 return ops.PY_COMPARE[kind](lhs, rhs)
         lhs, rhs = self.operand(lhs), self.operand(rhs)
         dtype = promote(lhs, rhs)
