@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 import tvm
 
-from . import devices, pipeline
+from . import devices, pipeline, schedules
 from .codegen import kernels, library
 from .codegen.relax import PY_BUILTINS
 from .errors import Diagnostic
@@ -202,7 +202,7 @@ def function(jitfn):
             namespace[name] = translate(fn.__globals__[name])
         elif name in BUILTINS:
             namespace[name] = BUILTINS[name]
-        elif name not in vars(builtins) and library.lookup(name) is not None:
+        elif library.lookup(name) is not None:  # as compiled: `sum` is the library's, not Python's
             namespace[name] = op_function(library.lookup(name))
     exec(code, namespace)  # defines the maker: no user code runs here
     cells = [translate(c.cell_contents) for c in fn.__closure__ or ()]
@@ -479,6 +479,9 @@ def call_op(op: library.Op, args: list, kwargs: dict):
         raise TypeError(str(e)) from None
     if op.name in SAME_AS_OPERATOR and set(arguments) == {"x1", "x2"}:
         return SAME_AS_OPERATOR[op.name](arguments["x1"], arguments["x2"])
+    for name, param in op.signature.parameters.items():  # the Relax op's own defaults
+        if name not in arguments and param.default is not param.empty:
+            arguments[name] = param.default
     values = {name: _convert(op, name, value, arguments) for name, value in arguments.items()}
     promoted = [n for n in op.promoted if n in values]
     if promoted:
@@ -613,15 +616,6 @@ def _prod(x, dim, keepdim):
         x = x.reshape([n for i, n in enumerate(x.shape) if i not in {a % max(x.dim(), 1) for a in axes}]) \
             if x.dim() else x
     return x
-
-
-def _mean(x, dim, keepdim):
-    """Relax's mean keeps integer dtypes: the sum divided by the count, truncated."""
-    if x.dtype.is_floating_point:
-        return torch.mean(x, dim=dim, keepdim=keepdim)
-    axes = range(x.dim()) if dim is None else (dim,) if isinstance(dim, int) else dim
-    count = math.prod(x.shape[a] for a in axes)
-    return torch.div(torch.sum(x, dim=dim, keepdim=keepdim), count, rounding_mode="trunc").to(x.dtype)
 
 
 def _extreme(fn):
@@ -768,7 +762,7 @@ _BINARY = {
     "log_add_exp": torch.logaddexp, "outer": torch.outer,
 }
 _REDUCTIONS = {
-    "sum": torch.sum, "mean": _mean, "max": _extreme(torch.amax), "min": _extreme(torch.amin), "prod": _prod,
+    "sum": torch.sum, "mean": torch.mean, "max": _extreme(torch.amax), "min": _extreme(torch.amin), "prod": _prod,
     "argmax": _arg(torch.argmax), "argmin": _arg(torch.argmin),
     "std": functools.partial(torch.std, correction=0), "variance": functools.partial(torch.var, correction=0),
 }
@@ -881,7 +875,7 @@ def _built_kernel(kernel, name: str, sizes: dict, device: torch.device):
                     from tvm.s_tir import dlight
                     mod = tvm.IRModule({"main": func})
                     with target:
-                        mod = dlight.ApplyDefaultSchedule(*pipeline.gpu_rules("dlight"))(mod)
+                        mod = dlight.ApplyDefaultSchedule(*schedules.gpu_rules("dlight"))(mod)
                     func = mod["main"]
             elif kernels.binds_threads(func):
                 raise Diagnostic(f"kernel `{name}` binds GPU threads, so it runs on CUDA tensors only")

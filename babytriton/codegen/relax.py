@@ -14,6 +14,7 @@ import gc
 import inspect
 import os
 import sys
+import threading
 
 import torch
 import tvm
@@ -48,18 +49,37 @@ _SYNTAX_NAMES = {
 }
 
 
+_STDERR_LOCK = threading.Lock()
+_stderr_state = {"users": 0, "saved": None}
+
+
 @contextlib.contextmanager
 def _quiet_stderr():
-    """Silence the process's C-level stderr (fd 2), where TVM's C++ logging writes."""
-    sys.stderr.flush()
-    saved = os.dup(2)
+    """Silence the process's C-level stderr (fd 2), where TVM's C++ logging writes. Threads
+    compiling at once share one redirection: the first in makes it, the last out restores fd 2."""
+    with _STDERR_LOCK:
+        if _stderr_state["users"] == 0:
+            sys.stderr.flush()
+            _stderr_state["saved"] = os.dup(2)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        _stderr_state["users"] += 1
     try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
+        yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        with _STDERR_LOCK:
+            _stderr_state["users"] -= 1
+            if _stderr_state["users"] == 0:
+                sys.stderr.flush()
+                os.dup2(_stderr_state["saved"], 2)
+                os.close(_stderr_state["saved"])
+
+
+def quiet_tvm():
+    """TVM's C++ warnings (dead code before FuseOps, pow exponents, abandoned builders) speak of
+    TVM's internals, not the user's code: silenced, unless BABYTRITON_DEBUG=1."""
+    return contextlib.nullcontext() if debug_enabled() else _quiet_stderr()
 
 
 def _drop_frames(error: BaseException) -> None:
@@ -173,28 +193,31 @@ class RelaxCodeGen(ast.NodeVisitor):
         self.lineno = None             # line of the innermost node being compiled
         self.kernels: list = []        # kernels.Declared: the TensorIR kernels added to the module
         self.inline_chain: list = [fn]  # the @jit functions being compiled, outermost first
+        # (symbolic size, the size it was matched to, where): checked at each call (see `aligned`)
+        self.size_checks: list = []
 
     # ------------------------------------------------------------------------------------------
     # driver and the one error path
     # ------------------------------------------------------------------------------------------
     def build(self):
-        try:
-            with IRBuilder() as ib:
-                self.ib = ib
-                with I.ir_module():
-                    self.visit(self.parsed.tree)
-                    if self.placement is not None:
-                        I.module_global_infos({"vdevice": self.placement.used()})
-        except BaseException as e:
-            # A builder abandoned mid-function warns from C++ when freed; free it now, quietly. The
-            # error's traceback holds the visitor's frames, and they the builder's frames: a user's
-            # error drops them (BABYTRITON_DEBUG=1 keeps them, and the warning with them).
-            self.ib = ib = None
-            if isinstance(e, CompilationError) and not debug_enabled():
-                _drop_frames(e)
-            with _quiet_stderr():
+        # TVM warns from C++ about the builders that its failed checks abandon (a user's error):
+        # quiet while compiling, and while the builder of a failed compile is freed.
+        with quiet_tvm():
+            try:
+                with IRBuilder() as ib:
+                    self.ib = ib
+                    with I.ir_module():
+                        self.visit(self.parsed.tree)
+                        if self.placement is not None:
+                            I.module_global_infos({"vdevice": self.placement.used()})
+            except BaseException as e:
+                # The error's traceback holds the visitor's frames, and they the builder's: a
+                # user's error drops them (BABYTRITON_DEBUG=1 keeps them, and the warnings).
+                self.ib = ib = None
+                if isinstance(e, CompilationError) and not debug_enabled():
+                    _drop_frames(e)
                 gc.collect()
-            raise
+                raise
         return ib.get()
 
     def share(self, caller: "RelaxCodeGen", chain: list) -> None:
@@ -203,6 +226,7 @@ class RelaxCodeGen(ast.NodeVisitor):
         self.ib, self.params, self.user_named = caller.ib, caller.params, caller.user_named
         self.sym_vars, self.kernels, self.inline_chain = caller.sym_vars, caller.kernels, chain
         self.placement = caller.placement
+        self.size_checks = caller.size_checks
 
     def inline(self, values: dict):
         """Compile this function's body in place with its parameters bound to `values`; its value."""
@@ -471,13 +495,57 @@ class RelaxCodeGen(ast.NodeVisitor):
             return self.matmul(lhs, rhs)
         if kind is ast.Pow and not dtype.startswith(("float", "bfloat")):
             return self.integer_power(lhs, rhs, dtype)
+        if kind is ast.Pow and dtype == "bfloat16":  # TVM's pow has no bfloat16: float32, rounded once
+            return self.emit(relax.op.astype(self.emit_binary(relax.op.power, lhs, rhs, "float32", sym), dtype))
         return self.emit_binary(ops.ARITH[kind], lhs, rhs, dtype, sym)
 
     def emit_binary(self, relax_op, lhs, rhs, dtype: str, sym: str):
         if is_tensor(lhs) and is_tensor(rhs) and broadcast(shape_of(lhs), shape_of(rhs)) is None:
             raise Diagnostic(f"shapes {format_shape(shape_of(lhs))} and {format_shape(shape_of(rhs))} "
                              f"cannot be broadcast together for `{sym}`")
-        return self.emit(relax_op(self.as_tensor(lhs, dtype), self.as_tensor(rhs, dtype)))
+        return self.emit(relax_op(*self.aligned(self.as_tensor(lhs, dtype), self.as_tensor(rhs, dtype))))
+
+    def aligned(self, *operands) -> list:
+        """Operands of an element-wise op, each symbolic size that meets a static size on its axis
+        (`n` against 4) matched to it: Relax cannot infer the result's shape otherwise. The sizes
+        are trusted to match (see `broadcast`); the match is checked at each call. Two different
+        symbolic sizes on one axis (`n` against `m`) are refused: nothing says they are equal."""
+        tensors = [v for v in operands if is_tensor(v) and v.ty.shape is not None]
+        if len(tensors) < 2 or all(isinstance(d, int) for t in tensors for d in shape_of(t)):
+            return list(operands)
+        ndim = max(t.ty.ndim for t in tensors)
+        target = [1] * ndim
+        for t in tensors:
+            for axis, size in enumerate(shape_of(t), ndim - t.ty.ndim):
+                if isinstance(target[axis], int) and target[axis] == 1 or \
+                        isinstance(size, int) and size != 1 and not isinstance(target[axis], int):
+                    target[axis] = size  # a static size wins over a symbolic one
+        result = []
+        for value in operands:
+            if any(value is t for t in tensors):
+                shape = list(shape_of(value))
+                offset = ndim - len(shape)
+                for axis, size in enumerate(shape):
+                    want = target[axis + offset]
+                    if not isinstance(size, int) and not (isinstance(want, int) and want == 1) \
+                            and not same_size(size, want):
+                        if not isinstance(want, int):
+                            raise Diagnostic(f"the sizes {size} and {want} meet on one axis here, and nothing says "
+                                             "they are equal: give them one name in the annotations (or a static "
+                                             "size), or reshape one")
+                        shape[axis] = want
+                        self.record_size_check(size, want)
+                if shape != list(shape_of(value)):
+                    value = RB.emit_match_cast(value, relax.TensorType(shape, dtype_of(value),
+                                                                      vdevice=value.ty.vdevice))
+            result.append(value)
+        return result
+
+    def record_size_check(self, size, want) -> None:
+        if isinstance(size, tirx.Var) and isinstance(want, (int, tirx.Var)):
+            source = self.parsed.source_map
+            where = f"line {source.first_line + (self.lineno or 1) - 1} of {os.path.basename(source.filename)}"
+            self.size_checks.append((size.name, want if isinstance(want, int) else want.name, where))
 
     def integer_power(self, base, exponent, dtype: str):
         """TVM's power is float-only: a constant exponent multiplies by squaring (exact); a tensor
@@ -605,7 +673,7 @@ class RelaxCodeGen(ast.NodeVisitor):
             raise Diagnostic(f"the condition must be a bool tensor, got {describe(cond)}")
         a, b = self.operand(self.visit(node.body)), self.operand(self.visit(node.orelse))
         dtype = promote(a, b)
-        return self.emit(relax.op.where(cond, self.as_tensor(a, dtype), self.as_tensor(b, dtype)))
+        return self.emit(relax.op.where(*self.aligned(cond, self.as_tensor(a, dtype), self.as_tensor(b, dtype))))
 
     def visit_Attribute(self, node: ast.Attribute):
         value = self.visit(node.value)
