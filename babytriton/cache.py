@@ -181,7 +181,10 @@ def _arg_parts(param: Param, spec: ArgSpec) -> list[KeyPart]:
         text = f"{type(spec.value).__name__} {spec.value!r}"
         return [KeyPart(f"value of {name}", text, f"{spec.value!r} ({type(spec.value).__name__})")]
     shape = format_shape(spec.shape) if spec.kind == "tensor" else "run-time scalar"
-    return [KeyPart(f"dtype of {name}", spec.dtype, spec.dtype), KeyPart(f"shape of {name}", shape, shape)]
+    parts = [KeyPart(f"dtype of {name}", spec.dtype, spec.dtype), KeyPart(f"shape of {name}", shape, shape)]
+    if spec.device:  # functions with device blocks compile per argument placement
+        parts.append(KeyPart(f"device of {name}", spec.device, spec.device))
+    return parts
 
 
 def _short_target(target: tvm.target.Target) -> str:

@@ -21,7 +21,7 @@ from .codegen.relax import RelaxCodeGen, quiet_tvm
 from .codegen.source import parse_function
 from .errors import CompilationError, debug_enabled
 from .types import (DTYPES, ArgSpec, Param, Tensor, arg_spec, check_symbolic_sizes, numpy_to_vm,
-                    params_from_signature, static_spec, torch_to_vm, unwrap)
+                    params_from_signature, static_spec, torch_to_vm, unwrap, vm_to_torch)
 
 OPTIONS = {"target": "cpu", "schedule": "dlight", "unroll": 16, "verbose": False, "backend": "relax",
            "cache": True, "trials": 16}
@@ -197,7 +197,7 @@ def _scalar_converter(dtype: str, device_kind: str):
 
 def _to_torch(out):
     if isinstance(out, tvm.runtime.Tensor):
-        return torch.from_dlpack(out)
+        return vm_to_torch(out)
     if len(out) == 0:
         return None
     return tuple(_to_torch(o) for o in out)

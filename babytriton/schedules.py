@@ -22,6 +22,7 @@ from tvm.s_tir.dlight.base import try_inline
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
 from .errors import debug_enabled
+from .types import vm_to_torch
 
 SCHEDULES = ("dlight", "fallback", "meta_schedule")
 TUNE_EXTRAS = ("psutil", "cloudpickle", "xgboost")
@@ -29,8 +30,20 @@ BUILD_TIMEOUT_S = 300
 
 
 # --------------------------------------------------------------------------------------------------
-# babytriton's own Dlight rule
+# babytriton's own Dlight rules
 # --------------------------------------------------------------------------------------------------
+
+def _single_block(rule: GPUScheduleRule, func, target):
+    """A schedule of `func` and its one block after inlining, or (None, None) when the rule can't apply."""
+    if not isinstance(func, tirx.PrimFunc) or not rule.is_target_available(target):
+        return None, None
+    sch = s_tir.Schedule(func)
+    infos = normalize_prim_func(sch)
+    if infos is None:
+        return None, None
+    infos = try_inline(sch, infos)
+    return (sch, infos[0]) if len(infos) == 1 else (None, None)
+
 
 class Elementwise(GPUScheduleRule):
     """Injective kernels with a static size: each thread moves 16 bytes of every buffer with one
@@ -42,18 +55,12 @@ class Elementwise(GPUScheduleRule):
         self.vector_bytes = vector_bytes
 
     def apply(self, func, target, _tunable):
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
-            return None
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if infos is None:
-            return None
-        infos = try_inline(sch, infos)
-        if len(infos) != 1 or not infos[0].is_injective():
+        sch, info = _single_block(self, func, target)
+        if sch is None or not info.is_injective():
             return None
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p)), default=4)
         vector = max(self.vector_bytes // widest, 1)
-        fused = sch.fuse(*sch.get_loops(infos[0].block_rv))
+        fused = sch.fuse(*sch.get_loops(info.block_rv))
         extent = sch.get(fused).extent
         if not isinstance(extent, tirx.IntImm) or int(extent) % vector or int(extent) < vector * self.threads:
             return None  # ragged or tiny: Fallback's predicated scalar loop handles it
@@ -62,6 +69,60 @@ class Elementwise(GPUScheduleRule):
         sch.bind(threads, "threadIdx.x")
         sch.vectorize(lanes)
         return sch
+
+
+class RowReduction(GPUScheduleRule):
+    """A reduction over the innermost, contiguous axis (row sum, row max): one block of `threads`
+    per row, each thread summing `unroll` coalesced loads per step, then a warp-shuffle reduction
+    over 256 partial sums. Dlight's Reduction uses 1024 threads of 4 loads and a 1024-wide tree."""
+
+    def __init__(self, threads: int = 256, unroll: int = 4):
+        self.threads = threads
+        self.unroll = unroll
+
+    def apply(self, func, target, _tunable):
+        sch, info = _single_block(self, func, target)
+        if sch is None or not info.is_reduction():
+            return None
+        dom = info.dom_kind()
+        if len(dom) < 2 or not dom.endswith("R") or dom.count("R") != 1:
+            return None
+        block = info.block_rv
+        if not _reduces_innermost_axis(sch.get(block)):
+            return None
+        *spatial, r = sch.get_loops(block)
+        extent = sch.get(r).extent
+        step = self.threads * self.unroll
+        if not isinstance(extent, tirx.IntImm) or int(extent) % step:
+            return None
+        row = sch.fuse(*spatial)
+        _, inner, lane = sch.split(r, [None, self.unroll, self.threads])
+        partial = sch.rfactor(lane, 0)  # one partial sum per thread, in a register
+        row, outer, inner, lane = sch.get_loops(partial)
+        sch.reorder(row, lane, outer, inner)
+        sch.bind(row, "blockIdx.x")
+        sch.bind(lane, "threadIdx.x")
+        sch.set_scope(partial, 0, "local")
+        sch.decompose_reduction(partial, outer)
+        sch.unroll(inner)
+        sch.reverse_compute_at(block, row, preserve_unit_loops=True)
+        _, lane, *rest = sch.get_loops(block)
+        if rest:  # the cross-thread reduction needs the thread loop innermost
+            sch.reorder(*rest, lane)
+        sch.bind(lane, "threadIdx.x")
+        return sch
+
+
+def _reduces_innermost_axis(block) -> bool:
+    """Whether every buffer the reduction reads is indexed by the reduction variable last (coalesced)."""
+    reduce_vars = [iv.var for iv in block.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
+    if len(reduce_vars) != 1:
+        return False
+    var = reduce_vars[0]
+    written = [region.source for region in block.writes]
+    reads = [region for region in block.reads if not any(region.source.same_as(w) for w in written)]
+    return bool(reads) and all(
+        any(v.same_as(var) for v in tvm.tirx.analysis.undefined_vars(region.region[-1].min)) for region in reads)
 
 
 def _is_buffer(param) -> bool:
@@ -92,8 +153,8 @@ class Guarded(dl.ScheduleRule):
 def gpu_rules(schedule: str) -> list:
     if schedule == "fallback":  # the 2024 tutorial: one thread per element, nothing else
         return [dl.gpu.Fallback()]
-    return [Guarded(r) for r in (dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-                                 Elementwise())] + [dl.gpu.Fallback()]
+    return [Guarded(r) for r in (dl.gpu.Matmul(), dl.gpu.GEMV(), RowReduction(), dl.gpu.Reduction(),
+                                 dl.gpu.GeneralReduction(), Elementwise())] + [dl.gpu.Fallback()]
 
 
 def cpu_rules() -> list:
@@ -120,7 +181,7 @@ TORCH_MATMUL = "babytriton.torch_matmul"
 
 @tvm.register_global_func(TORCH_MATMUL, override=True)
 def _torch_matmul(a, b, out):
-    torch.matmul(torch.from_dlpack(a), torch.from_dlpack(b), out=torch.from_dlpack(out))
+    torch.matmul(vm_to_torch(a), vm_to_torch(b), out=vm_to_torch(out))
 
 
 @relax.expr_functor.mutator

@@ -293,6 +293,13 @@ def torch_to_vm(t: torch.Tensor):
         return tvm.runtime.from_dlpack(t.contiguous() if not t.is_contiguous() else t.clone())
 
 
+def vm_to_torch(t) -> torch.Tensor:
+    """A VM tensor as a torch tensor sharing its memory. Handing torch the DLPack capsule skips the
+    stream handshake of `torch.from_dlpack(t)`, which costs 5 µs per CUDA tensor; TVM and torch both
+    launch on the default stream, so no synchronisation is needed."""
+    return torch.from_dlpack(t.__dlpack__())
+
+
 def numpy_to_vm(a: np.ndarray):
     return torch_to_vm(torch.from_numpy(np.ascontiguousarray(a)) if a.flags.writeable else torch.tensor(a))
 

@@ -84,7 +84,7 @@ def run_script(tmp_path: Path, name: str, *extra, env=None) -> subprocess.Popen:
     script = tmp_path / "script.py"
     if not script.exists():
         script.write_text(SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **(env or {})}
     return subprocess.Popen([sys.executable, str(script), str(tmp_path / name), *map(str, extra)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -443,7 +443,7 @@ def test_gpu_second_process_loads_from_disk(tmp_path, cache_dir):
         json.dump({"info": f.cache_info(), "cuda": [list(x.cuda_kernels) for x in k.fusion],
                    "stages": list(k.stages)}, open(sys.argv[1], "w"))
     '''))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     outs = []
     for name in ("1.json", "2.json"):
         subprocess.run([sys.executable, str(script), str(tmp_path / name)], env=env, check=True, timeout=300)
@@ -453,3 +453,18 @@ def test_gpu_second_process_loads_from_disk(tmp_path, cache_dir):
     assert outs[1]["stages"] == outs[0]["stages"] and outs[1]["cuda"] == outs[0]["cuda"]
     (kernels,) = outs[1]["cuda"]
     assert len(kernels) == 1 and kernels[0].startswith("fused_add_multiply")
+
+
+def test_argument_placement_is_part_of_the_disk_key():
+    # functions with device blocks compile one version per argument device; the disk must not mix them
+    from babytriton import cache
+    from babytriton.types import ArgSpec
+
+    @bt.jit(target="cpu")
+    def g(a):
+        return a + 1
+
+    on_cpu = (ArgSpec("tensor", shape=(2,), dtype="float32", device="cpu"),)
+    on_gpu = (ArgSpec("tensor", shape=(2,), dtype="float32", device="cuda:0"),)
+    target = g.target()
+    assert cache.make_key(g, on_cpu, target).digest != cache.make_key(g, on_gpu, target).digest

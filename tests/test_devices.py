@@ -255,7 +255,7 @@ def test_chains_and_result_devices_on_the_gpu():
     href = (x + w) * 2.0 * 1.5
     g = href * x + 1.0
     g = g * g + href
-    torch.testing.assert_close(h, href)
+    torch.testing.assert_close(h.cuda(), href)
     torch.testing.assert_close(y, torch.where(g > 0, g, 0.0) * 3.0)
     assert y.is_cuda and not h.is_cuda               # h was last assigned in the CPU block
     r = bt.jit(results, target="cpu")

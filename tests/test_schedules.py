@@ -112,7 +112,32 @@ def test_gpu_schedules_agree_with_torch(schedule):
 
 @pytest.mark.gpu
 def test_gpu_meta_schedule(tmp_path, monkeypatch):
+    for extra in schedules.TUNE_EXTRAS:
+        pytest.importorskip(extra)
     monkeypatch.setenv("BABYTRITON_CACHE_DIR", str(tmp_path))
     f = bt.jit(target="gpu", schedule="meta_schedule", trials=8)(tuned)
     a, b = torch.randn(32, 32, device="cuda"), torch.randn(32, 32, device="cuda")
     torch.testing.assert_close(f(a, b), a @ b + 1.0, rtol=1e-3, atol=1e-3)
+
+
+def row_sum(x: bt.Tensor((512, 2048), "float32")):
+    return x.sum(axis=-1)
+
+
+def column_sum(x: bt.Tensor((512, 2048), "float32")):
+    return x.sum(axis=0)
+
+
+def test_row_reduction_rule_takes_contiguous_row_reductions_only():
+    rows = bt.jit(target=SM90)(row_sum).compile()
+    assert 'T.int64(256), thread="threadIdx.x"' in rows.stages["schedule"]
+    assert "T.unroll(T.int64(4))" in rows.stages["schedule"] and "__shfl_down_sync" in rows.source
+    columns = bt.jit(target=SM90)(column_sum).compile()
+    assert "T.unroll(T.int64(4))" not in columns.stages["schedule"]
+
+
+@pytest.mark.gpu
+def test_gpu_row_reductions_agree_with_torch():
+    x = torch.randn(512, 2048, device="cuda")
+    torch.testing.assert_close(bt.jit(target="gpu")(row_sum)(x), x.sum(-1), rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(bt.jit(target="gpu")(column_sum)(x), x.sum(0), rtol=1e-4, atol=1e-3)
