@@ -252,6 +252,16 @@ def _helper_call(name: str, node: ast.AST, args: list) -> ast.Call:
 class _Rewrite(ast.NodeTransformer):
     """Where the compiler's meaning differs from Python's, call a helper that has the compiler's."""
 
+    def visit_AugAssign(self, node: ast.AugAssign):
+        # `x += y` is `x = x + y`, as compiled: torch's `+=` would update x's memory in place
+        # (and with it any tensor x is a view of, such as an argument).
+        self.generic_visit(node)
+        if not isinstance(node.target, ast.Name):
+            return node
+        load = ast.copy_location(ast.Name(node.target.id, ast.Load()), node.target)
+        return ast.copy_location(ast.Assign([node.target], ast.copy_location(ast.BinOp(load, node.op, node.value),
+                                                                              node)), node)
+
     def visit_Attribute(self, node: ast.Attribute):
         self.generic_visit(node)
         if not isinstance(node.ctx, ast.Load):
@@ -312,8 +322,9 @@ def tensor_attribute(tensor: torch.Tensor, name: str):
         method.__name__ = name
         return method
     available = ["shape", "dtype", "ndim", *library.tensor_attributes()]
-    raise AttributeError(f"tensors have no attribute '{name}' in @jit code{library.did_you_mean(name, available)} "
-                         f"(available: {', '.join(available)})")
+    hint = f"; call the operator instead: {name}(x)" if name in library.names() else \
+        library.did_you_mean(name, available)
+    raise AttributeError(f"tensors have no attribute '{name}' in @jit code{hint} (available: {', '.join(available)})")
 
 
 def _is_size(value) -> bool:

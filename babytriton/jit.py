@@ -303,6 +303,11 @@ class JITFunction:
         return tuple(key)
 
     def _bind(self, args, kwargs) -> tuple:
+        unknown = [k for k in kwargs if k not in self.signature.parameters]
+        if unknown:  # before any missing argument: the misspelt keyword is the mistake
+            hint = difflib.get_close_matches(unknown[0], self.signature.parameters, n=1)
+            raise TypeError(f"{self.__name__}({', '.join(p.name for p in self.params)}): got an unexpected keyword "
+                            f"argument {unknown[0]!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:

@@ -35,16 +35,26 @@ PY_SCALARS = (bool, int, float)
 # Python builtins that make sense on compile-time values inside @jit code.
 PY_BUILTINS = {name: getattr(builtins, name) for name in ("abs", "min", "max", "int", "float", "bool", "round")}
 
+# Python builtins for watching a run, which compiled code cannot call: eager mode runs them.
+_EAGER_HINT = ("compiled code does not run Python; to watch values, run the function eagerly: f.eager(...), or "
+               "set BABYTRITON_INTERPRET=1")
+PYTHON_ONLY = {"print": f"print() cannot be called from @jit code: {_EAGER_HINT}",
+               "breakpoint": f"breakpoint() cannot be called from @jit code: {_EAGER_HINT}",
+               "input": "input() cannot be called from @jit code: pass values in as parameters",
+               "open": "open() cannot be called from @jit code: read files before the call and pass tensors in"}
+
 _SYNTAX_NAMES = {
     "Lambda": "lambda expressions", "ListComp": "list comprehensions", "SetComp": "set comprehensions",
     "DictComp": "dict comprehensions", "GeneratorExp": "generator expressions", "ClassDef": "class definitions",
-    "FunctionDef": "nested function definitions", "Try": "try/except", "TryStar": "try/except*",
+    "FunctionDef": "nested function definitions", "Try": "try/except blocks", "TryStar": "try/except* blocks",
     "Global": "`global` statements", "Nonlocal": "`nonlocal` statements", "JoinedStr": "f-strings",
-    "With": "`with` blocks", "Raise": "`raise`", "Assert": "`assert`", "Delete": "`del`",
-    "Import": "imports", "ImportFrom": "imports", "Yield": "`yield`", "YieldFrom": "`yield from`",
-    "Await": "`await`", "Starred": "star-expressions (*args)", "Dict": "dict literals", "Set": "set literals",
-    "NamedExpr": "the walrus operator `:=`", "Slice": "slices", "If": "`if` statements",
-    "For": "`for` loops", "While": "`while` loops", "Break": "`break`", "Continue": "`continue`",
+    "With": "`with` blocks", "Raise": "`raise` statements", "Assert": "`assert` statements",
+    "Delete": "`del` statements", "Import": "imports", "ImportFrom": "imports", "Yield": "`yield` expressions",
+    "YieldFrom": "`yield from` expressions", "Await": "`await` expressions", "Starred": "star-expressions (*args)",
+    "Dict": "dict literals", "Set": "set literals", "NamedExpr": "assignment expressions (`:=`)",
+    "Slice": "slices", "If": "`if` statements",
+    "For": "`for` loops", "While": "`while` loops", "Break": "`break` statements",
+    "Continue": "`continue` statements",
     "Match": "`match` statements", "AsyncFor": "`async for`", "AsyncWith": "`async with`",
 }
 
@@ -317,6 +327,15 @@ class RelaxCodeGen(ast.NodeVisitor):
             return relax.Tuple([])
         raise Diagnostic(f"cannot return {describe(value)} from a @jit function")
 
+    def check_returnable(self, value) -> None:
+        """What `to_expr` can return (checked at the `return`, so that the error points there)."""
+        if isinstance(value, tuple):
+            for item in value:
+                self.check_returnable(item)
+        elif not (value is None or isinstance(value, relax.Expr) or is_python_scalar(value)):
+            raise Diagnostic(f"cannot return {describe(value)} from a @jit function; return tensors, numbers or "
+                             "tuples of them")
+
     def bind(self, name: str, value) -> None:
         """Give a freshly computed Relax var the user's name (once), and record it in the scope."""
         if isinstance(value, relax.Var) and value not in self.user_named and not self._is_param(value):
@@ -338,6 +357,9 @@ class RelaxCodeGen(ast.NodeVisitor):
     # statements
     # ------------------------------------------------------------------------------------------
     def visit_FunctionDef(self, node: ast.FunctionDef):
+        if node is not self.parsed.tree:
+            raise Diagnostic(f"nested function definitions are not supported in @jit functions; define "
+                             f"`{node.name}` at module level (decorated with @bt.jit) and call it")
         with RB.function():
             RB.func_name(node.name)
             with self.scope.frame():
@@ -367,6 +389,7 @@ class RelaxCodeGen(ast.NodeVisitor):
 
     def visit_Return(self, node: ast.Return):
         value = self.visit(node.value) if node.value is not None else None
+        self.check_returnable(value)
         if self.placement is not None and value is not None:
             value = self.placement.result(node.value, value, self.to_expr)
         self.returned = value if value is not None else ()
@@ -448,8 +471,12 @@ class RelaxCodeGen(ast.NodeVisitor):
         op = library.lookup(name)  # a Relax operator the function doesn't bind: sigmoid(x)
         if op is not None:
             return op
+        if name in PYTHON_ONLY:
+            raise Diagnostic(PYTHON_ONLY[name])
         known = self.scope.names() | set(self.py_names) | set(PY_BUILTINS) | library.names()
-        raise Diagnostic(f"name '{name}' is not defined{library.did_you_mean(name, known)}")
+        hint = library.did_you_mean(name, known) or \
+            "; assign it before this line, pass it as a parameter, or define it at module level"
+        raise Diagnostic(f"name '{name}' is not defined{hint}")
 
     def python_value(self, name: str, value):
         """A name from the function's globals or closure, read once at compile time."""
@@ -530,7 +557,7 @@ class RelaxCodeGen(ast.NodeVisitor):
                     if not isinstance(size, int) and not (isinstance(want, int) and want == 1) \
                             and not same_size(size, want):
                         if not isinstance(want, int):
-                            raise Diagnostic(f"the sizes {size} and {want} meet on one axis here, and nothing says "
+                            raise Diagnostic(f"the sizes {want} and {size} meet on one axis here, and nothing says "
                                              "they are equal: give them one name in the annotations (or a static "
                                              "size), or reshape one")
                         shape[axis] = want
@@ -702,8 +729,9 @@ class RelaxCodeGen(ast.NodeVisitor):
         if method is not None:
             return method
         available = ["shape", "dtype", "ndim", *library.tensor_attributes()]
-        raise Diagnostic(f"tensors have no attribute '{attr}' here{library.did_you_mean(attr, available)} "
-                         f"(available: {', '.join(available)})")
+        hint = f"; call the operator instead: {attr}(x)" if attr in library.names() else \
+            library.did_you_mean(attr, available)
+        raise Diagnostic(f"tensors have no attribute '{attr}' here{hint} (available: {', '.join(available)})")
 
     def visit_Subscript(self, node: ast.Subscript):
         value = self.visit(node.value)
@@ -715,7 +743,8 @@ class RelaxCodeGen(ast.NodeVisitor):
                 raise Diagnostic(f"index {index} is out of range for a tuple of {len(value)} values")
             return value[index]
         if is_tensor(value):
-            raise Diagnostic("indexing or slicing tensors is not supported in the Relax backend")
+            raise Diagnostic("indexing or slicing tensors is not supported in the Relax backend; element access "
+                             "works in @bt.jit(backend='tir') functions")
         raise Diagnostic(f"{describe(value)} cannot be indexed")
 
     # ------------------------------------------------------------------------------------------
@@ -782,5 +811,7 @@ class RelaxCodeGen(ast.NodeVisitor):
         op = library.lookup(func.__name__)
         if op is not None and any(is_tensor(a) for a in [*args, *kwargs.values()]):
             return library.call(self, op, args, kwargs)
+        convert = f"; convert a tensor with .astype('{ {int: 'int64', float: 'float32', bool: 'bool'}[func] }')" \
+            if func in (int, float, bool) else ""
         raise Diagnostic(f"{func.__name__}() works on compile-time numbers only, got "
-                         f"{', '.join(describe(a) for a in args)}")
+                         f"{', '.join(describe(a) for a in args)}{convert}")

@@ -246,6 +246,7 @@ class Generator:
         self.pool: list[V] = []     # values the next expressions may use
         self.lines: list[str] = []
         self.tokens = 0
+        self.helpers: set[str] = set()   # the @jit helper functions the program calls
         self.ops = [(w, getattr(self, name)) for name, w in OPS]
 
     # -- parameters --------------------------------------------------------------------------
@@ -284,6 +285,36 @@ class Generator:
             self.params.append(Param("k", "constexpr", "bt.constexpr", ("constexpr", value)))
             dtype = "bool" if isinstance(value, bool) else "int" if isinstance(value, int) else "float"
             self.pool.append(V("k", dtype, None, max(abs(value), 1), 1))
+
+    # -- statements ------------------------------------------------------------------------------
+    def statement(self, name: str) -> list[str]:
+        """One statement: `name = expr`, `a, b = e1, e2`, or `v += expr` on an earlier variable."""
+        rng = self.rng
+        locals_ = [v for v in self.pool if v.code.startswith("v") and not v.py and v.numeric]
+        choice = rng.random()
+        if locals_ and choice < 0.15:
+            target = rng.choice(locals_)
+            e = self.expr(rng.randint(0, 2))
+            op = rng.choice("+-*")
+            try:
+                result = e is not None and e.numeric and self.combine(op, target, e)
+            except Unfit:
+                result = None
+            if result and result.dtype == target.dtype and result.shape == target.shape and \
+                    dims_of(result) == dims_of(target):
+                self.pool = [v for v in self.pool if v is not target]
+                self.pool.append(dataclasses.replace(result, code=target.code))
+                return [f"    {target.code} {op}= {e.code}"]
+        if choice < 0.25:
+            first, second = self.expr(rng.randint(1, 2)), self.expr(rng.randint(1, 2))
+            if first is not None and second is not None:
+                self.pool += [dataclasses.replace(first, code=f"{name}a"), dataclasses.replace(second, code=f"{name}b")]
+                return [f"    {name}a, {name}b = {first.code}, {second.code}"]
+        v = self.expr(rng.randint(1, 3))
+        if v is None:
+            return []
+        self.pool.append(dataclasses.replace(v, code=name))
+        return [f"    {name} = {v.code}"]
 
     # -- choosing operands ---------------------------------------------------------------------
     def literal(self, kind: str | None = None) -> V:
@@ -353,7 +384,10 @@ class Generator:
         a, b = self.operand(depth), self.operand(depth)
         if not (a.numeric and b.numeric) or a.py and b.py and self.rng.random() < 0.7:
             return None
-        op = self.rng.choice("+-*")
+        return self.combine(self.rng.choice("+-*"), a, b)
+
+    def combine(self, op: str, a: V, b: V) -> V | None:
+        """`a op b` for op in + - *."""
         dtype = promote(a, b)
         ea, eb = converted_err(a, dtype), converted_err(b, dtype)
         if op == "*":
@@ -478,6 +512,23 @@ class Generator:
         mag = max(a.mag, b.mag)
         return V(f"{paren(a)} if {k.code} > 1 else {paren(b)}", taken.dtype, taken.shape, mag, max(a.gran, b.gran),
                  a.exact and b.exact, max(a.err, b.err), a.dims if a.dims == b.dims else None)
+
+    def call_helper(self, depth):
+        """A call of another @jit function (inlined when compiled); numbers reach it as the 0-d
+        int64/float64 tensors a direct call passes."""
+        a, b = self.operand(depth), self.operand(depth)
+        if not (a.numeric and b.numeric):
+            return None
+        a, b = as_argument(a), as_argument(b)
+        name = self.rng.choice(sorted(HELPERS))
+        body, model = HELPERS[name]
+        result = model(a, b)
+        if result is None:
+            return None
+        mag, gran, exact, err = result
+        self.helpers.add(name)
+        return finish(f"{name}({a.code}, {b.code})", promote(a, b), broadcast(a.shape, b.shape), mag, gran, exact,
+                      err, broadcast_dims(a, b), ulps=2)
 
     # -- library ops ---------------------------------------------------------------------------
     def fresh(self) -> str:
@@ -705,6 +756,35 @@ class Generator:
         return None
 
 
+def as_argument(v: V) -> V:
+    """A value as a @jit callee's unannotated parameter sees it: numbers become 0-d tensors."""
+    if not v.py:
+        return v
+    dtype = {"bool": "bool", "int": "int64", "float": "float64"}[v.dtype]
+    return V(v.code, dtype, (), v.mag, v.gran, v.exact, v.err)
+
+
+def _mul_add(a: V, b: V):
+    return a.mag * b.mag + a.mag, a.gran + b.gran, a.exact and b.exact, a.mag * b.err + b.mag * a.err + a.err
+
+
+def _max_sub(a: V, b: V):
+    return a.mag + 2 * b.mag, max(a.gran, b.gran), a.exact and b.exact, a.err + 2 * b.err
+
+
+def _select(a: V, b: V):
+    if not (a.exact and b.exact):
+        return None  # the comparison must not flip
+    return max(a.mag, b.mag), max(a.gran, b.gran), True, 0.0
+
+
+# @jit functions a program may call: name -> (body, model of the result: mag, gran, exact, err)
+HELPERS = {
+    "mul_add": ("a * b + a", _mul_add),
+    "max_sub": ("maximum(a, b) - b", _max_sub),
+    "select": ("where(a > b, a, b)", _select),
+}
+
 # name -> (argument rule, |derivative| bound, ulps of error)
 UNARY_FLOAT = {
     "exp": ("any", 0, 4), "log": ("at-least-1", 1, 4), "sqrt": ("at-least-1", 0.5, 2), "rsqrt": ("at-least-1", 0.5, 4),
@@ -714,7 +794,7 @@ UNARY_FLOAT = {
 BT_OPS = {"abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf", "floor", "ceil", "round",
           "sign", "negative", "square", "maximum", "minimum", "where", "clip", "sum", "mean", "max", "min", "prod",
           "argmax", "argmin", "relu", "gelu", "silu", "softmax", "log_softmax", "astype"}
-OPS = [("arith", 10), ("divide", 3), ("floor_div_mod", 3), ("power", 2), ("negate", 1), ("compare", 4),
+OPS = [("call_helper", 1), ("arith", 10), ("divide", 3), ("floor_div_mod", 3), ("power", 2), ("negate", 1), ("compare", 4),
        ("logical", 2), ("bitwise", 2), ("ifexp", 3), ("compile_time_branch", 1), ("unary_float", 6),
        ("unary_exact", 3), ("binary_op", 2), ("reduction", 6), ("softmax", 2), ("astype", 3), ("matmul", 2),
        ("shape_op", 4)]
@@ -740,19 +820,16 @@ def generate(seed: int) -> Program:
     gen.make_params()
     lines = []
     for i in range(gen.rng.randint(1, 5)):
-        v = gen.expr(gen.rng.randint(1, 3))
-        if v is None:
-            continue
-        name = f"v{i}"
-        lines.append(f"    {name} = {v.code}")
-        gen.pool.append(dataclasses.replace(v, code=name))
+        lines += gen.statement(f"v{i}")
     locals_ = [v for v in gen.pool if v.code.startswith("v")]
     results = locals_[-1:] if locals_ else [gen.pool[0]]
     extra = [v for v in gen.pool if v not in results]
     results += gen.rng.sample(extra, min(len(extra), gen.rng.choice((0, 0, 1, 2))))
     lines.append(f"    return {', '.join(v.code for v in results)}")
     signature = ", ".join(p.name + (f": {p.annotation}" if p.annotation else "") for p in gen.params)
-    source = f"@bt.jit(cache=False)\ndef f({signature}):\n" + "\n".join(lines) + "\n"
+    helpers = "".join(f"@bt.jit(cache=False)\ndef {name}(a, b):\n    return {HELPERS[name][0]}\n\n\n"
+                      for name in sorted(gen.helpers))
+    source = helpers + f"@bt.jit(cache=False)\ndef f({signature}):\n" + "\n".join(lines) + "\n"
     tolerances = [(0.0, 0.0) if v.exact else (4 * v.err + 1e-12, 0.0) for v in results]
     return Program(seed, source, gen.params, tolerances)
 
@@ -929,7 +1006,7 @@ def _run_text(text: str, workdir: Path) -> Outcome:
 def _candidates(text: str):
     """Smaller variants of a program file's text, largest cuts first."""
     module = ast.parse(text)
-    fn_index = next(i for i, n in enumerate(module.body) if isinstance(n, ast.FunctionDef))
+    fn_index = next(i for i, n in enumerate(module.body) if isinstance(n, ast.FunctionDef) and n.name == "f")
     fn = module.body[fn_index]
     body = fn.body
     # drop one statement (never the return)
