@@ -781,7 +781,6 @@ TORCH = {
     **{name: _t(fn, "x") if "x" in library.table()[name].kinds else _t(fn, "data") for name, fn in _UNARY.items()},
     **{name: _t(fn, "x1", "x2") for name, fn in _BINARY.items()},
     **{name: _reduce(fn) for name, fn in _REDUCTIONS.items()},
-    "ewise_fma": lambda x1, x2, x3: x1 * x2 + x3,
     "where": lambda condition, x1, x2: torch.where(condition.bool(), x1, x2),
     "clip": _t(torch.clamp, "x", "min", "max"),
     "cumsum": _cumulative(torch.cumsum), "cumprod": _cumulative(torch.cumprod),
