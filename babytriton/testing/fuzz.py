@@ -458,14 +458,26 @@ class Generator:
                          dims=broadcast_dims(a, b, c))
         return V(f"{paren(a)} {op} {paren(b)}", "bool", broadcast(a.shape, b.shape), dims=broadcast_dims(a, b))
 
+    def condition(self, depth) -> V | None:
+        """A bool tensor: one at hand, or a comparison."""
+        a = self.tensor_operand(depth, lambda v: v.is_bool) if self.rng.random() < 0.5 else None
+        for _ in range(4):
+            if a is not None and not a.py:
+                return a
+            try:
+                a = self.compare(depth)
+            except Unfit:
+                a = None
+        return None
+
     def logical(self, depth):
-        a = self.tensor_operand(depth, lambda v: v.is_bool)
+        a = self.condition(depth)
         if a is None:
             return None
         if self.rng.random() < 0.25:
             return V(f"not {paren(a)}", "bool", a.shape, dims=a.dims)
-        b = self.operand(depth)
-        if not b.is_bool:
+        b = self.condition(depth) if self.rng.random() < 0.8 else self.literal("bool")
+        if b is None:
             return None
         op = self.rng.choice(("and", "or"))
         return V(f"{paren(a)} {op} {paren(b)}", "bool", broadcast(a.shape, b.shape), dims=broadcast_dims(a, b))
@@ -484,7 +496,7 @@ class Generator:
                       broadcast_dims(a, b))
 
     def ifexp(self, depth):
-        cond = self.tensor_operand(depth, lambda v: v.is_bool)
+        cond = self.condition(depth)
         if cond is None:
             return None
         a, b = self.operand(depth), self.operand(depth)
