@@ -8,7 +8,6 @@ import traceback
 import numpy as np
 import pytest
 import torch
-import tvm
 from tvm import relax
 from tvm.relax.op import exp as relax_exp
 from tvm.script import relax as R
