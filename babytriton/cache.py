@@ -337,6 +337,8 @@ class Entry:
     executable: relax.VMExecutable
     stages: dict[str, str]
     fusion: dict | None
+    size_checks: tuple = ()   # Kernel.size_checks
+
 
 
 def function_dir(jitfn) -> Path:
@@ -382,11 +384,12 @@ def load(path: Path, key: CacheKey) -> Entry | None:
     except Exception as e:  # noqa: BLE001 - TVM's loader raises several kinds for a bad library
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise Corrupt(f"its library does not load: {_clip(first, 120)}") from None
-    return Entry(path, executable, stages, fusion)
+    checks = tuple(tuple(c) for c in meta.get("size_checks", ()))
+    return Entry(path, executable, stages, fusion, checks)
 
 
 def store(path: Path, key: CacheKey, executable, stages: dict[str, str], fusion: dict | None,
-          module: tvm.IRModule | None, replace: bool = False) -> bool:
+          module: tvm.IRModule | None, replace: bool = False, size_checks: tuple = ()) -> bool:
     """Write an entry atomically; False when another process already wrote it (then theirs stays)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(path.parent)
@@ -396,7 +399,7 @@ def store(path: Path, key: CacheKey, executable, stages: dict[str, str], fusion:
         library = tmp / "lib.so"
         executable.export_library(str(library))
         meta = {"format": FORMAT, "digest": key.digest, "stages": stages, "fusion": fusion,
-                "lib_sha256": hashlib.sha256(library.read_bytes()).hexdigest()}
+                "size_checks": list(size_checks), "lib_sha256": hashlib.sha256(library.read_bytes()).hexdigest()}
         (tmp / "meta.json").write_text(json.dumps(meta))
         (tmp / "key.json").write_text(json.dumps({"digest": key.digest, "summary": key.summary()}))
         if module is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
+import gc
 import inspect
 import threading
 from typing import Any
@@ -13,14 +14,14 @@ import torch
 import tvm
 from tvm import relax
 
-from . import cache, devices, dump, pipeline
+from . import cache, devices, dump, eager, pipeline
 from . import explain as explaining
 from . import fusion as fusion_
-from .codegen.relax import RelaxCodeGen
+from .codegen.relax import RelaxCodeGen, quiet_tvm
 from .codegen.source import parse_function
 from .errors import CompilationError, debug_enabled
 from .types import (DTYPES, ArgSpec, Param, Tensor, arg_spec, check_symbolic_sizes, numpy_to_vm,
-                    params_from_signature, static_spec, torch_to_vm, vm_to_torch)
+                    params_from_signature, static_spec, torch_to_vm, unwrap, vm_to_torch)
 
 OPTIONS = {"target": "cpu", "schedule": "dlight", "unroll": 16, "verbose": False, "backend": "relax",
            "cache": True, "trials": 16}
@@ -81,6 +82,7 @@ class Kernel:
         self.cache_path: str | None = None    # its disk cache entry, where there is one
         self.from_disk = False
         self.why: list[str] = []              # key parts that differed from the nearest version
+        self.size_checks: tuple = ()          # symbolic sizes the code matched to others (codegen.aligned)
 
     @functools.cached_property
     def vm_devices(self) -> list | None:
@@ -146,6 +148,25 @@ class Kernel:
             return wrap(fn(*[convert(args[i]) for i, convert in converters]))
         return run
 
+    def check_sizes(self, args) -> None:
+        """Each symbolic size that the code combines element-wise with another size must equal it
+        (only a static 1 broadcasts): checked before the VM's own check, to name the line."""
+        if not self.size_checks:
+            return
+        sizes = {}
+        for param, value in zip(self.params, args):
+            if param.kind == "tensor":
+                for name, size in zip(param.annotation.shape, unwrap(value).shape):
+                    if isinstance(name, str):
+                        sizes.setdefault(name, (size, param.name))
+        for name, want, where in self.size_checks:
+            got, param = sizes.get(name, (None, None))
+            expected = want if isinstance(want, int) else sizes.get(want, (None,))[0]
+            if got is not None and expected is not None and got != expected:
+                raise ValueError(f"{self.name}(): size '{name}' of parameter '{param}' is {got}, but {where} "
+                                 f"combines it element-wise with a size of {expected}; a symbolic size must equal "
+                                 "the sizes it meets (only a static 1 broadcasts)")
+
     def __call__(self, *args):
         if len(args) != len(self.params):
             raise TypeError(f"{self.name}() takes {len(self.params)} arguments, got {len(args)}")
@@ -158,6 +179,7 @@ class Kernel:
         if self.vm_devices is None:
             check_devices(self.params, args, self.device_kind, self.name)
         check_symbolic_sizes(self.params, list(args), self.name)
+        self.check_sizes(args)
         return self.runner(args)(args)
 
     def __repr__(self):
@@ -231,6 +253,9 @@ class JITFunction:
         self._target = None
         self.stats = {"compilations": 0, "hits": 0, "misses": 0, "disk_hits": 0, "disk_writes": 0}
         self._disk_warned = False
+        # BABYTRITON_INTERPRET=1 at decoration: every call runs eagerly. Read here, once, so that
+        # the cached call path costs one attribute test, not an environment lookup.
+        self._interpret = eager.interpret_requested()
 
     # -- errors -------------------------------------------------------------------------------
     def _param_error(self, name: str, message: str) -> CompilationError:
@@ -240,6 +265,8 @@ class JITFunction:
 
     # -- calling ------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        if self._interpret:
+            return eager.run(self, args, kwargs)
         if kwargs or len(args) != self._nparams:
             args = self._bind(args, kwargs)
         key = self._call_key(args)
@@ -250,6 +277,12 @@ class JITFunction:
         except TypeError:  # an unhashable argument: _prepare explains which
             run = self._prepare(args, None)
         return run(args)
+
+    def eager(self, *args, **kwargs):
+        """Run the original Python function on torch (the reference the compiled version must match):
+        library ops run as their torch equivalents, kernels through TVM on their own; `print` and
+        `breakpoint()` work. Arguments are checked, and results returned, as a compiled call's."""
+        return eager.run(self, args, kwargs)
 
     def _call_key(self, args) -> tuple:
         key = []
@@ -270,6 +303,11 @@ class JITFunction:
         return tuple(key)
 
     def _bind(self, args, kwargs) -> tuple:
+        unknown = [k for k in kwargs if k not in self.signature.parameters]
+        if unknown:  # before any missing argument: the misspelt keyword is the mistake
+            hint = difflib.get_close_matches(unknown[0], self.signature.parameters, n=1)
+            raise TypeError(f"{self.__name__}({', '.join(p.name for p in self.params)}): got an unexpected keyword "
+                            f"argument {unknown[0]!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -283,7 +321,9 @@ class JITFunction:
         specs = self._specs(args)
         if not self.heterogeneous:  # device blocks take arguments from either device
             check_devices(self.params, args, pipeline.device_kind(self.target()), self.__name__)
-        run = self._kernel(specs).runner(args)
+        kernel = self._kernel(specs)
+        kernel.check_sizes(args)
+        run = kernel.runner(args)
         if key is not None:
             with self._lock:
                 if len(self._runners) >= MAX_RUNNERS:
@@ -355,6 +395,7 @@ class JITFunction:
                                 fusion=entry.fusion, source_map=self.parsed.source_map,
                                 module_loader=self._module_loader(path, specs))
                 kernel.from_disk = True
+                kernel.size_checks = entry.size_checks
                 self.stats["disk_hits"] += 1
                 if self.options["verbose"] or dump.printing():
                     for stage, text in entry.stages.items():
@@ -377,7 +418,7 @@ class JITFunction:
     def _store(self, path, key, kernel: Kernel, replace: bool) -> None:
         try:
             if cache.store(path, key, kernel.executable, kernel.stages, kernel.fusion_record, kernel.module,
-                           replace):
+                           replace, kernel.size_checks):
                 self.stats["disk_writes"] += 1
         except Exception as e:  # noqa: BLE001 - a full disk, no C compiler...: carry on without the entry
             if not self._disk_warned:
@@ -431,20 +472,27 @@ class JITFunction:
         target = self.target()
         stage = "passes"
         modules: dict[str, tvm.IRModule] = {}
-        try:
-            mod = pipeline.lower(mod, target, self.options["schedule"], record, self.options["trials"], modules)
-            stage = "build"
-            executable = pipeline.build(mod, target)
-        except Exception as e:  # noqa: BLE001 - TVM's failures past code generation
-            message = f"TVM failed to compile '{self.__name__}' (during {stage} after {list(stages)[-1]})"
-            if debug_enabled():
-                raise self.parsed.source_map.error(self.parsed.tree, f"{message}\n[BABYTRITON_DEBUG] {e}") from e
-            raise self.parsed.source_map.error(
-                self.parsed.tree, message + "; set BABYTRITON_DEBUG=1 to see the cause") from None
+        failed = None
+        with quiet_tvm():
+            try:
+                mod = pipeline.lower(mod, target, self.options["schedule"], record, self.options["trials"], modules)
+                stage = "build"
+                executable = pipeline.build(mod, target)
+            except Exception as e:  # noqa: BLE001 - TVM's failures past code generation
+                message = f"TVM failed to compile '{self.__name__}' (during {stage} after {list(stages)[-1]})"
+                if debug_enabled():
+                    raise self.parsed.source_map.error(self.parsed.tree, f"{message}\n[BABYTRITON_DEBUG] {e}") from e
+                failed = message + "; set BABYTRITON_DEBUG=1 to see the cause"
+            if failed:  # TVM's objects in the failed passes are freed here, their warnings silenced
+                gc.collect()
+        if failed:
+            raise self.parsed.source_map.error(self.parsed.tree, failed)
         record("source", pipeline.generated_source(executable, target, both="vdevice" in mod.global_infos))
-        return Kernel(self.__name__, self.params, specs, target, executable, mod, stages,
-                      fusion=self._fusion_record(generated, codegen.binding_lines, modules),
-                      source_map=self.parsed.source_map)
+        kernel = Kernel(self.__name__, self.params, specs, target, executable, mod, stages,
+                        fusion=self._fusion_record(generated, codegen.binding_lines, modules),
+                        source_map=self.parsed.source_map)
+        kernel.size_checks = tuple(codegen.size_checks)
+        return kernel
 
     def _fusion_record(self, generated, binding_lines, modules) -> dict | None:
         try:

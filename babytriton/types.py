@@ -154,7 +154,8 @@ def params_from_signature(sig: inspect.Signature, where) -> list[Param]:
         elif ann in SCALAR_TYPES:
             kind = "scalar"
         else:
-            raise where(p.name, f"parameter '{p.name}' has annotation {ann!r}; use bt.Tensor(shape, dtype), "
+            shown = ann.__name__ if isinstance(ann, type) else repr(ann)
+            raise where(p.name, f"parameter '{p.name}' has the annotation {shown}; use bt.Tensor(shape, dtype), "
                                 "int, float, bool or bt.constexpr")
         params.append(Param(p.name, kind, ann, p.default))
     return params

@@ -104,7 +104,7 @@ def test_unsupported_annotation_is_reported_at_the_parameter():
     def h(x: list):
         return x
 
-    with pytest.raises(bt.CompilationError, match="parameter 'x' has annotation") as info:
+    with pytest.raises(bt.CompilationError, match="parameter 'x' has the annotation") as info:
         bt.jit(h)
     assert info.value.lineno == h.__code__.co_firstlineno
 

@@ -45,6 +45,8 @@ NOT_OPS = {"wrap_param"}  # marks a constant as a parameter; no tensor computati
 # element-wise binary family (every operand) and `where`'s two value operands.
 BINARY_MODULE = "tvm.relax.op.binary"
 PROMOTED = {"where": ("x1", "x2")}
+# Element-wise ops beyond the binary family: their operands broadcast together.
+ELEMENTWISE = {"where", "ewise_fma"}
 # Ops that mean the same as a Python operator when called with their two operands only: they
 # compile as the operator does (`matmul(a, b)` is `a @ b`, which accumulates float16 in float32 like
 # torch; `power(a, 3)` is `a ** 3`, exact on integers).
@@ -54,7 +56,7 @@ SAME_AS_OPERATOR = {
 }
 # Float-only binary ops (TVM would miscompile integers): refused on integer and bool tensors, like
 # exp or sqrt, whose Relax type rules refuse them.
-FLOAT_ONLY = {"atan2", "log_add_exp"}
+FLOAT_ONLY = {"atan2", "log_add_exp", "mean", "std", "variance"}
 # Bool tensors. TVM's code generators mishandle bool operands of most arithmetic (relax.py compares
 # bools as int8 for the same reason), so: comparisons, max/min and sign-like ops compute bools as
 # int8 (a value result converts back to bool); arithmetic on bools is refused, as Python's operators
@@ -63,8 +65,10 @@ BOOL_AS_INT8 = {fn.__name__ for fn in ops.COMPARE.values()} | {
     "maximum", "minimum", "max", "min", "argmax", "argmin", "abs", "negative", "sign", "square", "relu",
     "relu6", "isfinite", "isinf", "isnan"}
 BOOL_REFUSED = {fn.__name__ for fn in ops.ARITH.values()} | {
-    "mod", "log_add_exp", "atan2", "left_shift", "right_shift"}
+    "mod", "log_add_exp", "atan2", "left_shift", "right_shift", "floor", "ceil", "round", "trunc"}
 INT64_ACCUMULATE = {"sum", "prod", "cumsum", "cumprod"}
+# TVM cannot build these on bfloat16: they run on float32 copies (exact, so the same order and ties).
+BFLOAT16_AS_FLOAT32 = {"argmax", "argmin"}
 # Logical ops take any tensor as "nonzero" (torch's rule; TVM would miscompile non-bools); bitwise
 # ops need integers or bools.
 LOGICAL = {"logical_and", "logical_or", "logical_xor", "logical_not"}
@@ -261,6 +265,9 @@ def call(cg, op: Op, args: list, kwargs: dict):
         for name, value in values.items():
             if op.kinds[name] in TENSOR_KINDS and core.is_python_scalar(value):
                 values[name] = cg.const(value, dtype)
+    if op.fn.__module__ == BINARY_MODULE or op.name in ELEMENTWISE:
+        operands = [n for n in values if op.kinds[n] in TENSOR_KINDS and core.is_tensor(values[n])]
+        values.update(zip(operands, cg.aligned(*[values[n] for n in operands])))
     as_int8 = _widen_bools_and_ints(cg, op, values)
     try:
         result = cg.emit(op.fn(**values))
@@ -278,6 +285,10 @@ def call(cg, op: Op, args: list, kwargs: dict):
 def _widen_bools_and_ints(cg, op: Op, values: dict) -> bool:
     """Apply the dtype rules above to the tensor operands, in place; whether bools went in as int8."""
     operands = [n for n in values if op.kinds[n] in TENSOR_KINDS and core.is_tensor(values[n])]
+    if op.name in BFLOAT16_AS_FLOAT32:
+        for n in operands:
+            if core.dtype_of(values[n]) == "bfloat16":
+                values[n] = cg.as_tensor(values[n], "float32")
     if op.name in INT64_ACCUMULATE and values.get("dtype") is None:
         for n in operands:
             if not core.dtype_of(values[n]).startswith(("float", "bfloat", "int64")):
@@ -433,12 +444,13 @@ def _to_lists(value):
 def common_dtype(values: list) -> str:
     """The dtype that numbers and tensors combine to, by torch's promotion: dimensioned tensors
     outrank 0-d tensors, which outrank Python numbers. Bool tensors (conditions) count only when
-    nothing else is there."""
-    tensors = [v for v in values if core.is_tensor(v)]
-    if any(core.dtype_of(t) != "bool" for t in tensors):
-        tensors = [t for t in tensors if core.dtype_of(t) != "bool"]
-    operands = [torch.empty((1,) if t.ty.ndim else (), dtype=DTYPES[core.dtype_of(t)]) for t in tensors]
-    operands += [v for v in values if core.is_python_scalar(v)]
+    nothing else is there. Tensors are Relax tensors, or torch tensors (the eager reference)."""
+    tensors = [torch.empty((1,) if v.ty.ndim else (), dtype=DTYPES[core.dtype_of(v)]) if core.is_tensor(v)
+               else torch.empty((1,) if v.dim() else (), dtype=v.dtype)
+               for v in values if core.is_tensor(v) or isinstance(v, torch.Tensor)]
+    if any(t.dtype != torch.bool for t in tensors):
+        tensors = [t for t in tensors if t.dtype != torch.bool]
+    operands = tensors + [v for v in values if core.is_python_scalar(v)]
     if not operands:
         return TORCH_TO_NAME[torch.get_default_dtype()]
     acc = operands[0]

@@ -14,6 +14,7 @@ import gc
 import inspect
 import os
 import sys
+import threading
 
 import torch
 import tvm
@@ -34,31 +35,67 @@ PY_SCALARS = (bool, int, float)
 # Python builtins that make sense on compile-time values inside @jit code.
 PY_BUILTINS = {name: getattr(builtins, name) for name in ("abs", "min", "max", "int", "float", "bool", "round")}
 
+# Python builtins for watching a run, which compiled code cannot call: eager mode runs them.
+_EAGER_HINT = ("compiled code does not run Python; to watch values, run the function eagerly: f.eager(...), or "
+               "set BABYTRITON_INTERPRET=1")
+PYTHON_ONLY = {"print": f"print() cannot be called from @jit code: {_EAGER_HINT}",
+               "breakpoint": f"breakpoint() cannot be called from @jit code: {_EAGER_HINT}",
+               "input": "input() cannot be called from @jit code: pass values in as parameters",
+               "open": "open() cannot be called from @jit code: read files before the call and pass tensors in"}
+
 _SYNTAX_NAMES = {
     "Lambda": "lambda expressions", "ListComp": "list comprehensions", "SetComp": "set comprehensions",
     "DictComp": "dict comprehensions", "GeneratorExp": "generator expressions", "ClassDef": "class definitions",
-    "FunctionDef": "nested function definitions", "Try": "try/except", "TryStar": "try/except*",
+    "FunctionDef": "nested function definitions", "Try": "try/except blocks", "TryStar": "try/except* blocks",
     "Global": "`global` statements", "Nonlocal": "`nonlocal` statements", "JoinedStr": "f-strings",
-    "With": "`with` blocks", "Raise": "`raise`", "Assert": "`assert`", "Delete": "`del`",
-    "Import": "imports", "ImportFrom": "imports", "Yield": "`yield`", "YieldFrom": "`yield from`",
-    "Await": "`await`", "Starred": "star-expressions (*args)", "Dict": "dict literals", "Set": "set literals",
-    "NamedExpr": "the walrus operator `:=`", "Slice": "slices", "Match": "`match` statements",
-    "AsyncFor": "`async for`", "AsyncWith": "`async with`",
+    "With": "`with` blocks", "Raise": "`raise` statements", "Assert": "`assert` statements",
+    "Delete": "`del` statements", "Import": "imports", "ImportFrom": "imports", "Yield": "`yield` expressions",
+    "YieldFrom": "`yield from` expressions", "Await": "`await` expressions", "Starred": "star-expressions (*args)",
+    "Dict": "dict literals", "Set": "set literals", "NamedExpr": "assignment expressions (`:=`)",
+    "Slice": "slices",
+    "Match": "`match` statements", "AsyncFor": "`async for`", "AsyncWith": "`async with`",
 }
+
+
+_STDERR_LOCK = threading.Lock()
+_stderr_state = {"users": 0, "saved": None}
 
 
 @contextlib.contextmanager
 def _quiet_stderr():
-    """Silence the process's C-level stderr (fd 2), where TVM's C++ logging writes."""
-    sys.stderr.flush()
-    saved = os.dup(2)
+    """Silence the process's C-level stderr (fd 2), where TVM's C++ logging writes. Threads
+    compiling at once share one redirection: the first in makes it, the last out restores fd 2."""
+    with _STDERR_LOCK:
+        if _stderr_state["users"] == 0:
+            sys.stderr.flush()
+            _stderr_state["saved"] = os.dup(2)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        _stderr_state["users"] += 1
     try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
+        yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        with _STDERR_LOCK:
+            _stderr_state["users"] -= 1
+            if _stderr_state["users"] == 0:
+                sys.stderr.flush()
+                os.dup2(_stderr_state["saved"], 2)
+                os.close(_stderr_state["saved"])
+
+
+def quiet_tvm():
+    """TVM's C++ warnings (dead code before FuseOps, pow exponents, abandoned builders) speak of
+    TVM's internals, not the user's code: silenced, unless BABYTRITON_DEBUG=1."""
+    return contextlib.nullcontext() if debug_enabled() else _quiet_stderr()
+
+
+def _drop_frames(error: BaseException) -> None:
+    """Forget the frames an error and the exceptions chained to it were raised through."""
+    while error is not None:
+        error.__traceback__ = None
+        chained, error.__context__, error.__cause__ = error.__context__ or error.__cause__, None, None
+        error = chained
 
 
 def is_tensor(value) -> bool:
@@ -72,6 +109,13 @@ def is_symbolic(value) -> bool:
 
 def is_python_scalar(value) -> bool:
     return isinstance(value, PY_SCALARS)
+
+
+def _plain(value) -> bool:
+    """A compile-time value that Python compares by itself: numbers, strings, None, tuples of them."""
+    if isinstance(value, tuple):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (*PY_SCALARS, str))
 
 
 def dtype_of(value) -> str:
@@ -159,32 +203,31 @@ class RelaxCodeGen(ast.NodeVisitor):
         self.inline_chain: list = [fn]  # the @jit functions being compiled, outermost first
         from .control import Flow      # control flow builds on this module's helpers
         self.flow = Flow(self)
+        # (symbolic size, the size it was matched to, where): checked at each call (see `aligned`)
+        self.size_checks: list = []
 
     # ------------------------------------------------------------------------------------------
     # driver and the one error path
     # ------------------------------------------------------------------------------------------
     def build(self):
-        # A builder abandoned mid-function warns from C++ as its frames are torn down, which starts
-        # as the error leaves the visitor: stderr is silenced from there until they are gone.
-        teardown = contextlib.ExitStack()
-        try:
-            with IRBuilder() as ib:
-                self.ib = ib
-                with I.ir_module():
-                    try:
+        # TVM warns from C++ about the builders that its failed checks abandon (a user's error):
+        # quiet while compiling, and while the builder of a failed compile is freed.
+        with quiet_tvm():
+            try:
+                with IRBuilder() as ib:
+                    self.ib = ib
+                    with I.ir_module():
                         self.visit(self.parsed.tree)
-                    except BaseException:
-                        teardown.enter_context(_quiet_stderr())
-                        raise
-                    if self.placement is not None:
-                        I.module_global_infos({"vdevice": self.placement.used()})
-        except BaseException:
-            with _quiet_stderr():  # what is still alive of the builder goes now, quietly
+                        if self.placement is not None:
+                            I.module_global_infos({"vdevice": self.placement.used()})
+            except BaseException as e:
+                # The error's traceback holds the visitor's frames, and they the builder's: a
+                # user's error drops them (BABYTRITON_DEBUG=1 keeps them, and the warnings).
                 self.ib = ib = None
+                if isinstance(e, CompilationError) and not debug_enabled():
+                    _drop_frames(e)
                 gc.collect()
-            raise
-        finally:
-            teardown.close()
+                raise
         return ib.get()
 
     def share(self, caller: "RelaxCodeGen", chain: list) -> None:
@@ -193,6 +236,7 @@ class RelaxCodeGen(ast.NodeVisitor):
         self.ib, self.params, self.user_named = caller.ib, caller.params, caller.user_named
         self.sym_vars, self.kernels, self.inline_chain = caller.sym_vars, caller.kernels, chain
         self.placement = caller.placement
+        self.size_checks = caller.size_checks
 
     def inline(self, values: dict):
         """Compile this function's body in place with its parameters bound to `values`; its value."""
@@ -283,6 +327,15 @@ class RelaxCodeGen(ast.NodeVisitor):
             return relax.Tuple([])
         raise Diagnostic(f"cannot return {describe(value)} from a @jit function")
 
+    def check_returnable(self, value) -> None:
+        """What `to_expr` can return (checked at the `return`, so that the error points there)."""
+        if isinstance(value, tuple):
+            for item in value:
+                self.check_returnable(item)
+        elif not (value is None or isinstance(value, relax.Expr) or is_python_scalar(value)):
+            raise Diagnostic(f"cannot return {describe(value)} from a @jit function; return tensors, numbers or "
+                             "tuples of them")
+
     def bind(self, name: str, value) -> None:
         """Give a freshly computed Relax var the user's name (once), and record it in the scope."""
         if isinstance(value, relax.Var) and not is_symbolic(value) and value not in self.user_named \
@@ -305,6 +358,9 @@ class RelaxCodeGen(ast.NodeVisitor):
     # statements
     # ------------------------------------------------------------------------------------------
     def visit_FunctionDef(self, node: ast.FunctionDef):
+        if node is not self.parsed.tree:
+            raise Diagnostic(f"nested function definitions are not supported in @jit functions; define "
+                             f"`{node.name}` at module level (decorated with @bt.jit) and call it")
         with RB.function():
             RB.func_name(node.name)
             with self.scope.frame():
@@ -335,6 +391,7 @@ class RelaxCodeGen(ast.NodeVisitor):
     def return_value(self, node: ast.Return):
         """The value a `return` gives back; with device blocks, on the device the placement rules say."""
         value = self.visit(node.value) if node.value is not None else None
+        self.check_returnable(value)
         if self.placement is not None and value is not None:
             value = self.placement.result(node.value, value, self.to_expr)
         return value
@@ -430,8 +487,12 @@ class RelaxCodeGen(ast.NodeVisitor):
         op = library.lookup(name)  # a Relax operator the function doesn't bind: sigmoid(x)
         if op is not None:
             return op
+        if name in PYTHON_ONLY:
+            raise Diagnostic(PYTHON_ONLY[name])
         known = self.scope.names() | set(self.py_names) | set(PY_BUILTINS) | library.names()
-        raise Diagnostic(f"name '{name}' is not defined{library.did_you_mean(name, known)}")
+        hint = library.did_you_mean(name, known) or \
+            "; assign it before this line, pass it as a parameter, or define it at module level"
+        raise Diagnostic(f"name '{name}' is not defined{hint}")
 
     def python_value(self, name: str, value):
         """A name from the function's globals or closure, read once at compile time."""
@@ -477,13 +538,57 @@ class RelaxCodeGen(ast.NodeVisitor):
             return self.matmul(lhs, rhs)
         if kind is ast.Pow and not dtype.startswith(("float", "bfloat")):
             return self.integer_power(lhs, rhs, dtype)
+        if kind is ast.Pow and dtype == "bfloat16":  # TVM's pow has no bfloat16: float32, rounded once
+            return self.emit(relax.op.astype(self.emit_binary(relax.op.power, lhs, rhs, "float32", sym), dtype))
         return self.emit_binary(ops.ARITH[kind], lhs, rhs, dtype, sym)
 
     def emit_binary(self, relax_op, lhs, rhs, dtype: str, sym: str):
         if is_tensor(lhs) and is_tensor(rhs) and broadcast(shape_of(lhs), shape_of(rhs)) is None:
             raise Diagnostic(f"shapes {format_shape(shape_of(lhs))} and {format_shape(shape_of(rhs))} "
                              f"cannot be broadcast together for `{sym}`")
-        return self.emit(relax_op(self.as_tensor(lhs, dtype), self.as_tensor(rhs, dtype)))
+        return self.emit(relax_op(*self.aligned(self.as_tensor(lhs, dtype), self.as_tensor(rhs, dtype))))
+
+    def aligned(self, *operands) -> list:
+        """Operands of an element-wise op, each symbolic size that meets a static size on its axis
+        (`n` against 4) matched to it: Relax cannot infer the result's shape otherwise. The sizes
+        are trusted to match (see `broadcast`); the match is checked at each call. Two different
+        symbolic sizes on one axis (`n` against `m`) are refused: nothing says they are equal."""
+        tensors = [v for v in operands if is_tensor(v) and v.ty.shape is not None]
+        if len(tensors) < 2 or all(isinstance(d, int) for t in tensors for d in shape_of(t)):
+            return list(operands)
+        ndim = max(t.ty.ndim for t in tensors)
+        target = [1] * ndim
+        for t in tensors:
+            for axis, size in enumerate(shape_of(t), ndim - t.ty.ndim):
+                if isinstance(target[axis], int) and target[axis] == 1 or \
+                        isinstance(size, int) and size != 1 and not isinstance(target[axis], int):
+                    target[axis] = size  # a static size wins over a symbolic one
+        result = []
+        for value in operands:
+            if any(value is t for t in tensors):
+                shape = list(shape_of(value))
+                offset = ndim - len(shape)
+                for axis, size in enumerate(shape):
+                    want = target[axis + offset]
+                    if not isinstance(size, int) and not (isinstance(want, int) and want == 1) \
+                            and not same_size(size, want):
+                        if not isinstance(want, int):
+                            raise Diagnostic(f"the sizes {want} and {size} meet on one axis here, and nothing says "
+                                             "they are equal: give them one name in the annotations (or a static "
+                                             "size), or reshape one")
+                        shape[axis] = want
+                        self.record_size_check(size, want)
+                if shape != list(shape_of(value)):
+                    value = RB.emit_match_cast(value, relax.TensorType(shape, dtype_of(value),
+                                                                      vdevice=value.ty.vdevice))
+            result.append(value)
+        return result
+
+    def record_size_check(self, size, want) -> None:
+        if isinstance(size, tirx.Var) and isinstance(want, (int, tirx.Var)):
+            source = self.parsed.source_map
+            where = f"line {source.first_line + (self.lineno or 1) - 1} of {os.path.basename(source.filename)}"
+            self.size_checks.append((size.name, want if isinstance(want, int) else want.name, where))
 
     def integer_power(self, base, exponent, dtype: str):
         """TVM's power is float-only: a constant exponent multiplies by squaring (exact); a tensor
@@ -565,11 +670,14 @@ class RelaxCodeGen(ast.NodeVisitor):
     def compare(self, op: ast.cmpop, lhs, rhs):
         kind = type(op)
         if kind not in ops.COMPARE:
-            raise Diagnostic(f"the comparison `{ast.unparse(op) if hasattr(op, '_fields') else kind.__name__}` "
-                             "(is / in) is not supported")
+            word = {ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}.get(kind, kind.__name__)
+            raise Diagnostic(f"the comparison `{word}` is not supported in @jit code; compare values with "
+                             "==, !=, <, <=, >, >=")
         if not (is_tensor(lhs) or is_tensor(rhs)):
             if is_python_scalar(lhs) and is_python_scalar(rhs) or is_symbolic(lhs) \
                     or is_symbolic(rhs):
+                return ops.PY_COMPARE[kind](lhs, rhs)
+            if _plain(lhs) and _plain(rhs):  # dtype names, shapes, None: `x.dtype == "float16"`
                 return ops.PY_COMPARE[kind](lhs, rhs)
         lhs, rhs = self.operand(lhs), self.operand(rhs)
         dtype = promote(lhs, rhs)
@@ -608,7 +716,7 @@ class RelaxCodeGen(ast.NodeVisitor):
             raise Diagnostic(f"the condition must be a bool tensor, got {describe(cond)}")
         a, b = self.operand(self.visit(node.body)), self.operand(self.visit(node.orelse))
         dtype = promote(a, b)
-        return self.emit(relax.op.where(cond, self.as_tensor(a, dtype), self.as_tensor(b, dtype)))
+        return self.emit(relax.op.where(*self.aligned(cond, self.as_tensor(a, dtype), self.as_tensor(b, dtype))))
 
     def visit_Attribute(self, node: ast.Attribute):
         value = self.visit(node.value)
@@ -637,8 +745,9 @@ class RelaxCodeGen(ast.NodeVisitor):
         if method is not None:
             return method
         available = ["shape", "dtype", "ndim", *library.tensor_attributes()]
-        raise Diagnostic(f"tensors have no attribute '{attr}' here{library.did_you_mean(attr, available)} "
-                         f"(available: {', '.join(available)})")
+        hint = f"; call the operator instead: {attr}(x)" if attr in library.names() else \
+            library.did_you_mean(attr, available)
+        raise Diagnostic(f"tensors have no attribute '{attr}' here{hint} (available: {', '.join(available)})")
 
     def visit_Subscript(self, node: ast.Subscript):
         value = self.visit(node.value)
@@ -650,7 +759,8 @@ class RelaxCodeGen(ast.NodeVisitor):
                 raise Diagnostic(f"index {index} is out of range for a tuple of {len(value)} values")
             return value[index]
         if is_tensor(value):
-            raise Diagnostic("indexing or slicing tensors is not supported in the Relax backend")
+            raise Diagnostic("indexing or slicing tensors is not supported in the Relax backend; element access "
+                             "works in @bt.jit(backend='tir') functions")
         raise Diagnostic(f"{describe(value)} cannot be indexed")
 
     # ------------------------------------------------------------------------------------------
@@ -717,5 +827,7 @@ class RelaxCodeGen(ast.NodeVisitor):
         op = library.lookup(func.__name__)
         if op is not None and any(is_tensor(a) for a in [*args, *kwargs.values()]):
             return library.call(self, op, args, kwargs)
+        convert = f"; convert a tensor with .astype('{ {int: 'int64', float: 'float32', bool: 'bool'}[func] }')" \
+            if func in (int, float, bool) else ""
         raise Diagnostic(f"{func.__name__}() works on compile-time numbers only, got "
-                         f"{', '.join(describe(a) for a in args)}")
+                         f"{', '.join(describe(a) for a in args)}{convert}")

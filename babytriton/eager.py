@@ -1,0 +1,446 @@
+"""Eager reference mode: a @jit function's own Python, run by torch (`f.eager(*args)`).
+
+The undecorated function is the reference implementation of what the compiler builds. It runs on the
+arguments the compiled version sees (runtime scalars as 0-d int64/float64/bool tensors, constexprs as
+Python values), so dtypes promote the same way, and its results come back as the compiled call's do.
+Every name the compiler resolves is mapped to torch:
+- library ops (`sigmoid(x)`, `R.nn.softmax`, `bt.sum`, `x.sum(axis=1)`, `x.T`) through one table,
+  Relax op name -> torch function, after the compiler's own argument rules (eager_ops.py);
+- TensorIR kernels are compiled alone by TVM and run on the tensors (DLPack, no copies);
+- other @jit functions run eagerly too, their arguments bound as the inliner binds them.
+
+How: where Python's meaning differs from the compiler's, the function's AST is rewritten, then
+compiled again against the user's file and line numbers, so `print`, `breakpoint()` and tracebacks
+show the user's code:
+- `a.b` -> `_bt_attr(a, "b")`: tensor attributes as @jit code has them (`x.dtype` is a name,
+  `x.shape` a tuple, the methods and `x.T` library ops), and anything reached through a module
+  translated as a global would be;
+- `a and b`, `a or b`, `not a`, `a if c else b`, `a < b < c`: element-wise on tensors, as compiled;
+  Python's meaning (short-circuiting) on Python values.
+The function runs with a fresh namespace that holds the translated names it uses: neither the module's
+globals nor any torch class is changed. `backend="tir"` functions are loop code over elements, which
+Python already runs as compiled: they run unchanged, writing into their tensor arguments.
+`with bt.device(...)` blocks don't move data in eager mode: operations run where their operands are.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import functools
+import math
+import operator
+import os
+import threading
+import weakref
+
+import numpy as np
+import torch
+
+from . import devices, pipeline
+from .codegen import kernels, library
+from .codegen.relax import PY_BUILTINS
+from .eager_ops import (_DEVICE, PY_SCALARS, TORCH, _as_tensor, _describe, _is_scalar, _is_size, _is_tensor,  # noqa: F401
+                        call_op, run_kernel)
+from .types import DTYPES, SCALAR_TYPES, TORCH_TO_NAME, unwrap
+
+def interpret_requested() -> bool:
+    """`BABYTRITON_INTERPRET=1`: every call of a @jit function decorated from now on runs eagerly.
+    Read once at decoration, so that the compiled call path never looks at the environment."""
+    return os.environ.get("BABYTRITON_INTERPRET", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+# ----------------------------------------------------------------------------------------------
+# calling a @jit function eagerly
+# ----------------------------------------------------------------------------------------------
+def run(jitfn, args: tuple, kwargs: dict):
+    """`jitfn.eager(*args, **kwargs)`: the arguments checked as a compiled call checks them, the
+    function run by torch, the results shaped as the compiled call returns them."""
+    if kwargs or len(args) != len(jitfn.params):
+        args = jitfn._bind(args, kwargs)
+    specs = jitfn._specs(args)                     # the compiled call's argument checks
+    target_kind = pipeline.device_kind(jitfn.target())
+    if not jitfn.heterogeneous:
+        from .jit import check_devices
+        check_devices(jitfn.params, args, target_kind, jitfn.__name__)
+    if jitfn.options["backend"] == "tir":
+        return _run_tir(jitfn, args, specs)
+    tensors = [unwrap(a) for a, s in zip(args, specs) if s.kind == "tensor"]
+    all_numpy = bool(tensors) and all(isinstance(t, np.ndarray) for t in tensors)
+    device = next((t.device for t in tensors if _is_tensor(t)), torch.device(target_kind))
+    values = []
+    for value, spec in zip(args, specs):
+        if spec.kind == "tensor":
+            data = unwrap(value)
+            values.append(torch.from_numpy(data) if isinstance(data, np.ndarray) else data)
+        elif spec.kind == "scalar":  # what the compiled call passes: a 0-d tensor
+            values.append(torch.tensor(value, dtype=DTYPES[spec.dtype], device=device))
+        else:
+            values.append(value)
+    token = _DEVICE.set(device)
+    try:
+        result = function(jitfn)(*values)
+    finally:
+        _DEVICE.reset(token)
+    return _results(result, all_numpy, jitfn.__name__, device)
+
+
+def _results(value, all_numpy: bool, fname: str, device):
+    """The returned value as the compiled call gives it: Python numbers as 0-d tensors of the
+    compiler's constant dtypes, sequences as tuples, numpy out for numpy in."""
+    if value is None:
+        return None
+    if isinstance(value, (tuple, list)):
+        return tuple(_results(v, all_numpy, fname, device) for v in value) if value else None
+    if _is_scalar(value):
+        dtype = torch.bool if isinstance(value, bool) else torch.int64 if isinstance(value, int) else torch.float32
+        value = torch.tensor(value, dtype=dtype, device=device)
+    if not _is_tensor(value):
+        raise TypeError(f"{fname}() returned {_describe(value)}; @jit functions return tensors, numbers "
+                        "and tuples of them")
+    return value.numpy(force=True) if all_numpy else value
+
+
+def _run_tir(jitfn, args: tuple, specs):
+    """A backend="tir" function: loop code that Python runs as compiled, element by element; it
+    writes into its tensor arguments and returns the ones it writes."""
+    values = []
+    for value, spec in zip(args, specs):
+        if spec.kind == "tensor":
+            data = unwrap(value)
+            values.append(torch.from_numpy(data) if isinstance(data, np.ndarray) else data)
+        elif spec.kind == "scalar":
+            values.append({"bool": bool, "int64": int, "float64": float}[spec.dtype](value))
+        else:
+            values.append(value)
+    jitfn.fn(*values)
+    written = written_parameters(jitfn.parsed.tree)
+    outputs = tuple(args[i] for i, p in enumerate(jitfn.params) if p.name in written)
+    if not outputs:
+        return None
+    return outputs[0] if len(outputs) == 1 else outputs
+
+
+def written_parameters(tree: ast.FunctionDef) -> set[str]:
+    """The names whose elements a function assigns (`out[i] = ...`, `out[i] += ...`)."""
+    names = set()
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            for sub in ast.walk(target):
+                if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name):
+                    names.add(sub.value.id)
+    return names
+
+
+def call_nested(callee, *args, **kwargs):
+    """A @jit function called from eager code: its parameters bound as the inliner binds them
+    (numbers become the 0-d tensors a direct call passes), its value returned as it is."""
+    try:
+        bound = callee.signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"{callee.__name__}({', '.join(p.name for p in callee.params)}): {e}") from None
+    bound.apply_defaults()
+    values = []
+    for param in callee.params:
+        value = bound.arguments[param.name]
+        if param.kind in ("auto", "scalar") and _is_scalar(value):
+            dtype = SCALAR_TYPES[param.annotation if param.kind == "scalar" else type(value)]
+            value = torch.tensor(value, dtype=DTYPES[dtype], device=_DEVICE.get())
+        elif param.kind == "scalar" and _is_tensor(value) and value.dim() == 0:
+            value = value.to(DTYPES[SCALAR_TYPES[param.annotation]])
+        values.append(value)
+    if callee.options["backend"] == "tir":
+        callee.fn(*values)
+        return None
+    return function(callee)(*values)
+
+
+# ----------------------------------------------------------------------------------------------
+# the rewritten function
+# ----------------------------------------------------------------------------------------------
+_COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_COMPILED_LOCK = threading.Lock()
+MAKER = "_bt_make"
+
+
+def function(jitfn):
+    """The user's function, rewritten and re-created in a namespace of translated names."""
+    with _COMPILED_LOCK:
+        compiled = _COMPILED.get(jitfn)
+        if compiled is None:
+            compiled = _COMPILED[jitfn] = _compile(jitfn.parsed)
+    code, names = compiled
+    fn = jitfn.fn
+    namespace = {"__builtins__": builtins, **HELPERS}
+    for name in names:
+        if name in fn.__globals__:
+            namespace[name] = translate(fn.__globals__[name])
+        elif name in BUILTINS:
+            namespace[name] = BUILTINS[name]
+        elif library.lookup(name) is not None:  # as compiled: `sum` is the library's, not Python's
+            namespace[name] = op_function(library.lookup(name))
+    exec(code, namespace)  # defines the maker: no user code runs here
+    cells = [translate(c.cell_contents) for c in fn.__closure__ or ()]
+    made = namespace[MAKER](*cells)
+    made.__defaults__, made.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
+    return made
+
+
+def _compile(parsed):
+    """The function's AST, rewritten, wrapped in a maker taking its closure's cells, compiled with
+    the user's file name and line numbers."""
+    tree = _Rewrite().visit(copy.deepcopy(parsed.tree))
+    tree.decorator_list = []
+    tree.returns = None
+    args = tree.args
+    for arg in args.posonlyargs + args.args + args.kwonlyargs:
+        arg.annotation = None
+    args.defaults, args.kw_defaults = [], [None] * len(args.kwonlyargs)  # set from the function itself
+    freevars = parsed.fn.__code__.co_freevars
+    maker = ast.FunctionDef(name=MAKER, args=ast.arguments(posonlyargs=[], args=[ast.arg(v) for v in freevars],
+                                                           kwonlyargs=[], kw_defaults=[], defaults=[]),
+                            body=[tree, ast.Return(ast.Name(tree.name, ast.Load()))], decorator_list=[])
+    module = ast.Module([maker], [])
+    ast.copy_location(maker, tree)
+    ast.fix_missing_locations(module)
+    source_map = parsed.source_map
+    ast.increment_lineno(module, source_map.first_line - 1)
+    if source_map.indent:
+        for node in ast.walk(tree):
+            if hasattr(node, "col_offset"):
+                node.col_offset += source_map.indent
+                if getattr(node, "end_col_offset", None) is not None:
+                    node.end_col_offset += source_map.indent
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return compile(module, source_map.filename, "exec"), names
+
+
+def _thunk(node: ast.expr) -> ast.Lambda:
+    arguments = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[])
+    return ast.copy_location(ast.Lambda(arguments, node), node)
+
+
+def _helper_call(name: str, node: ast.AST, args: list) -> ast.Call:
+    return ast.copy_location(ast.Call(ast.Name(name, ast.Load()), args, []), node)
+
+
+class _Rewrite(ast.NodeTransformer):
+    """Where the compiler's meaning differs from Python's, call a helper that has the compiler's."""
+
+    def visit_AugAssign(self, node: ast.AugAssign):
+        # `x += y` is `x = x + y`, as compiled: torch's `+=` would update x's memory in place
+        # (and with it any tensor x is a view of, such as an argument).
+        self.generic_visit(node)
+        if not isinstance(node.target, ast.Name):
+            return node
+        load = ast.copy_location(ast.Name(node.target.id, ast.Load()), node.target)
+        return ast.copy_location(ast.Assign([node.target], ast.copy_location(ast.BinOp(load, node.op, node.value),
+                                                                              node)), node)
+
+    def visit_Attribute(self, node: ast.Attribute):
+        self.generic_visit(node)
+        if not isinstance(node.ctx, ast.Load):
+            return node
+        return _helper_call("_bt_attr", node, [node.value, ast.Constant(node.attr)])
+
+    def visit_BoolOp(self, node: ast.BoolOp):
+        self.generic_visit(node)
+        kind = ast.Constant("and" if isinstance(node.op, ast.And) else "or")
+        return _helper_call("_bt_boolop", node, [kind, node.values[0], *map(_thunk, node.values[1:])])
+
+    def visit_UnaryOp(self, node: ast.UnaryOp):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Not):
+            return _helper_call("_bt_not", node, [node.operand])
+        return node
+
+    def visit_IfExp(self, node: ast.IfExp):
+        self.generic_visit(node)
+        return _helper_call("_bt_ifexp", node, [node.test, _thunk(node.body), _thunk(node.orelse)])
+
+    def visit_Compare(self, node: ast.Compare):
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            return node
+        pairs = [ast.Tuple([ast.Constant(type(op).__name__), _thunk(c)], ast.Load())
+                 for op, c in zip(node.ops, node.comparators)]
+        return _helper_call("_bt_compare", node, [node.left, *pairs])
+
+
+# ----------------------------------------------------------------------------------------------
+# the helpers the rewritten code calls
+# ----------------------------------------------------------------------------------------------
+def _attr(value, name: str):
+    if _is_tensor(value):
+        return tensor_attribute(value, name)
+    return translate(getattr(value, name))
+
+
+def tensor_attribute(tensor: torch.Tensor, name: str):
+    """A tensor's attribute as @jit code has it."""
+    if name == "shape":
+        return tuple(tensor.shape)
+    if name == "dtype":
+        return TORCH_TO_NAME[tensor.dtype]
+    if name == "ndim":
+        return tensor.dim()
+    if name in library.PROPERTIES:
+        return call_op(library.table()[library.PROPERTIES[name]], [tensor], {})
+    if name in library.METHODS:
+        op_name, varargs = library.METHODS[name]
+        op = library.table()[op_name]
+
+        def method(*args, **kwargs):
+            if varargs and len(args) > 1 and all(_is_size(a) for a in args) and varargs not in kwargs:
+                args = [tuple(args)]  # x.reshape(2, 3) == x.reshape((2, 3))
+            return call_op(op, [tensor, *args], kwargs)
+        method.__name__ = name
+        return method
+    available = ["shape", "dtype", "ndim", *library.tensor_attributes()]
+    hint = f"; call the operator instead: {name}(x)" if name in library.names() else \
+        library.did_you_mean(name, available)
+    raise AttributeError(f"tensors have no attribute '{name}' in @jit code{hint} (available: {', '.join(available)})")
+
+
+def _logical(kind: str, lhs, rhs):
+    if not (_is_tensor(lhs) or _is_tensor(rhs)):
+        return (lhs and rhs) if kind == "and" else (lhs or rhs)
+    for v in (lhs, rhs):
+        if _is_tensor(v) and v.dtype != torch.bool or not _is_tensor(v) and not isinstance(v, bool):
+            raise TypeError(f"`{kind}` needs bool tensors, got {_describe(v)}; compare first, e.g. "
+                            "`(x > 0) and (y > 0)`")
+    lhs, rhs = (v if _is_tensor(v) else torch.tensor(v, device=_DEVICE.get()) for v in (lhs, rhs))
+    return (torch.logical_and if kind == "and" else torch.logical_or)(lhs, rhs)
+
+
+def _boolop(kind: str, first, *rest):
+    """`a and b and ...`: Python values short-circuit as in Python; tensors combine element-wise."""
+    result = first
+    for thunk in rest:
+        if not _is_tensor(result):
+            if kind == "and" and not result or kind == "or" and result:
+                return result
+            result = thunk()
+            continue
+        result = _logical(kind, result, thunk())
+    return result
+
+
+def _not(value):
+    if not _is_tensor(value):
+        return not value
+    if value.dtype != torch.bool:
+        raise TypeError(f"`not` needs a bool tensor, got {_describe(value)}; compare it first, e.g. `x == 0`")
+    return torch.logical_not(value)
+
+
+def _promote(a, b) -> torch.dtype:
+    return torch.result_type(a, b)
+
+
+def _ifexp(cond, body, orelse):
+    """`a if c else b`: on a tensor condition, element-wise (both sides computed), as compiled."""
+    if not _is_tensor(cond):
+        return body() if cond else orelse()
+    if cond.dtype != torch.bool:
+        raise TypeError(f"the condition must be a bool tensor, got {_describe(cond)}")
+    a, b = body(), orelse()
+    for v in (a, b):
+        if not (_is_tensor(v) or _is_scalar(v)):
+            raise TypeError(f"expected a tensor or a number, got {_describe(v)}")
+    dtype = _promote(a, b)
+    return torch.where(cond, _as_tensor(a, dtype), _as_tensor(b, dtype))
+
+
+_COMPARE = {"Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt, "GtE": operator.ge,
+            "Eq": operator.eq, "NotEq": operator.ne, "Is": operator.is_, "IsNot": operator.is_not,
+            "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b}
+
+
+def _compare(left, *pairs):
+    """`a < b < c` means `(a < b) and (b < c)`, each comparison element-wise on tensors."""
+    result = None
+    for op, thunk in pairs:
+        right = thunk()
+        part = _COMPARE[op](left, right)
+        result = part if result is None else _logical("and", result, part)
+        left = right
+    return result
+
+
+HELPERS = {"_bt_attr": _attr, "_bt_boolop": _boolop, "_bt_not": _not, "_bt_ifexp": _ifexp,
+           "_bt_compare": _compare}
+
+
+# ----------------------------------------------------------------------------------------------
+# names: what each value the function reaches means in eager mode
+# ----------------------------------------------------------------------------------------------
+class _EagerDevice:
+    """`with bt.device(...)` in eager mode: no data moves; operations run where their operands are."""
+
+    def __init__(self, name):
+        self.kind = devices._normalise(name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def translate(value):
+    """A value the function reaches (a global, a closure cell, a module attribute), as eager code
+    uses it: library ops as torch functions, kernels and @jit functions as runnable callables."""
+    if isinstance(value, (torch.Tensor, np.ndarray, *PY_SCALARS, str, tuple, type(None))):
+        return value
+    op = library.resolve(value)
+    if op is not None:
+        return op_function(op)
+    from .jit import JITFunction
+    if isinstance(value, JITFunction):
+        return functools.partial(call_nested, value)
+    if kernels.is_kernel(value):
+        return functools.partial(run_kernel, value, getattr(value, "__name__", "kernel"))
+    if value is devices.device:
+        return _EagerDevice
+    python = _PYTHON_FUNCTIONS.get(id(value))
+    if python is not None:
+        return python
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def op_function(op: library.Op):
+    def call(*args, **kwargs):
+        return call_op(op, list(args), kwargs)
+    call.__name__ = call.__qualname__ = op.name
+    call.__doc__ = f"The library op {op.display}, run by torch (babytriton's eager mode)."
+    return call
+
+
+def _python_or_op(func):
+    """A builtin or math function as @jit code has it: Python's on numbers; on tensors, the library
+    op of the same name (`max(x, axis=1)`, `abs(x)`)."""
+    name = func.__name__
+
+    def call(*args, **kwargs):
+        if all(_is_scalar(a) for a in args) and all(_is_scalar(v) for v in kwargs.values()):
+            return func(*args, **kwargs)
+        if func in (builtins.max, builtins.min) and len(args) > 1 and _is_tensor(args[1]):
+            wide = "maximum" if func is builtins.max else "minimum"
+            raise TypeError(f"{name}(a, b) of tensors: use {wide}(a, b) for the element-wise {wide}; "
+                            f"{name}(x, axis=...) reduces along axes")
+        op = library.lookup(name)
+        if op is not None and any(_is_tensor(a) for a in [*args, *kwargs.values()]):
+            return call_op(op, list(args), kwargs)
+        raise TypeError(f"{name}() works on compile-time numbers only, got {', '.join(_describe(a) for a in args)}")
+    call.__name__ = name
+    return call
+
+
+BUILTINS = {name: _python_or_op(fn) for name, fn in PY_BUILTINS.items()}
+_PYTHON_FUNCTIONS = {id(fn): BUILTINS[name] for name, fn in PY_BUILTINS.items()}
+_PYTHON_FUNCTIONS.update({id(fn): _python_or_op(fn) for name, fn in vars(math).items()
+                          if callable(fn) and not name.startswith("_")})

@@ -1,0 +1,469 @@
+"""The eager reference's library: each Relax op the compiler resolves, as torch computes it, after
+the compiler's own argument rules (library.bind, promotion, the bool and integer rules); and user
+TensorIR kernels, compiled alone by TVM and run on the tensors.
+
+TORCH is the table, Relax op name -> a torch function called with the op's arguments by their Relax
+names (defaults filled in); `_t` builds the entries that only rename arguments (axis -> dim, ...).
+Where Relax's meaning differs from torch's (`max(x, axis=1)` gives the values only, integer `divide`
+truncates, `std` is the population's), the entry has Relax's.
+"""
+from __future__ import annotations
+
+import contextvars
+import functools
+import operator
+import threading
+
+import torch
+import torch.nn.functional as F
+import tvm
+
+from . import pipeline, schedules
+from .codegen import kernels, library
+from .errors import Diagnostic
+from .types import DTYPES, TORCH_TO_NAME, Tensor, dtype_name, format_shape, torch_to_vm
+
+# The device that values made from nothing (constants, zeros(...)) go to during an eager call.
+_DEVICE: contextvars.ContextVar[torch.device] = contextvars.ContextVar("babytriton_eager_device",
+                                                                       default=torch.device("cpu"))
+PY_SCALARS = (bool, int, float)
+
+
+def _is_tensor(value) -> bool:
+    return isinstance(value, torch.Tensor)
+
+
+def _is_scalar(value) -> bool:
+    return isinstance(value, PY_SCALARS)
+
+
+def _describe(value) -> str:
+    if _is_tensor(value):
+        return f"a {TORCH_TO_NAME.get(value.dtype, value.dtype)} tensor of shape {format_shape(tuple(value.shape))}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _is_size(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _as_tensor(value, dtype: torch.dtype) -> torch.Tensor:
+    if _is_tensor(value):
+        return value.to(dtype)
+    return torch.tensor(value, dtype=dtype, device=_DEVICE.get())
+
+
+# ----------------------------------------------------------------------------------------------
+# library ops: the compiler's argument rules, then torch
+# ----------------------------------------------------------------------------------------------
+def call_op(op: library.Op, args: list, kwargs: dict):
+    """`op(*args, **kwargs)` with the compiler's rules (library.call), computed by torch."""
+    try:
+        arguments = library.bind(op, args, kwargs)
+    except Diagnostic as e:
+        raise TypeError(str(e)) from None
+    if op.name in SAME_AS_OPERATOR and set(arguments) == {"x1", "x2"}:
+        return SAME_AS_OPERATOR[op.name](arguments["x1"], arguments["x2"])
+    for name, param in op.signature.parameters.items():  # the Relax op's own defaults
+        if name not in arguments and param.default is not param.empty:
+            arguments[name] = param.default
+    values = {name: _convert(op, name, value, arguments) for name, value in arguments.items()}
+    promoted = [n for n in op.promoted if n in values]
+    if promoted:
+        dtype = DTYPES[library.common_dtype([values[n] for n in promoted])]
+        for n in promoted:
+            values[n] = _as_tensor(values[n], dtype)
+    else:
+        dtype = DTYPES[library.common_dtype([v for n, v in values.items() if op.kinds[n] in library.TENSOR_KINDS])]
+        for name, value in values.items():
+            if op.kinds[name] in library.TENSOR_KINDS and _is_scalar(value):
+                values[name] = torch.tensor(value, dtype=dtype, device=_DEVICE.get())
+    as_int8 = _widen_bools_and_ints(op, values)
+    fn = TORCH.get(op.name)
+    if fn is None:
+        raise NotImplementedError(f"{op.name}() has no torch equivalent in babytriton's eager mode yet; "
+                                  "run the compiled function instead")
+    result = fn(**values)
+    if as_int8 and _is_tensor(result) and result.dtype == torch.int8:
+        result = result.bool()
+    return result
+
+
+def _widen_bools_and_ints(op: library.Op, values: dict) -> bool:
+    """library._widen_bools_and_ints on torch tensors: the same refusals and conversions."""
+    operands = [n for n in values if op.kinds[n] in library.TENSOR_KINDS and _is_tensor(values[n])]
+    floating = [values[n].dtype.is_floating_point for n in operands]
+    if op.name in library.INT64_ACCUMULATE and values.get("dtype") is None:
+        for n in operands:
+            if not values[n].dtype.is_floating_point and values[n].dtype != torch.int64:
+                values[n] = values[n].to(torch.int64)
+        return False
+    described = ", ".join(_describe(values[n]) for n in operands)
+    if op.name in library.FLOAT_ONLY and not all(floating):
+        raise TypeError(f"{op.name}() needs float tensors, got {described}; convert with .astype()")
+    if op.name in library.LOGICAL:
+        for n in operands:
+            values[n] = values[n].bool()
+        return False
+    if op.name in library.BITWISE and any(floating):
+        raise TypeError(f"{op.name}() needs integer or bool tensors, got {described}")
+    bools = [n for n in operands if values[n].dtype == torch.bool]
+    if not bools:
+        return False
+    if op.name in library.BOOL_REFUSED:
+        raise TypeError(f"{op.name}() on bool tensors is not supported; convert with .astype() first")
+    if op.name not in library.BOOL_AS_INT8:
+        return False
+    for n in bools:
+        values[n] = values[n].to(torch.int8)
+    return True
+
+
+def _convert(op: library.Op, name: str, value, arguments: dict):
+    kind = op.kinds[name]
+    where = f"{op.name}(): argument '{name}'"
+    if kind in ("tensor", "optional tensor"):
+        if value is None and kind == "optional tensor" or _is_tensor(value) or _is_scalar(value):
+            return value
+        raise TypeError(f"{where}: expected a tensor or a number, got {_describe(value)}")
+    if kind == "tensors":
+        if isinstance(value, (tuple, list)) and value and all(_is_tensor(v) for v in value):
+            return list(value)
+        raise TypeError(f"{where} takes a tuple of tensors, got {_describe(value)}")
+    if kind == "shape":
+        sizes = (value,) if _is_size(value) else value
+        if isinstance(sizes, (tuple, list)) and all(_is_size(s) for s in sizes):
+            return tuple(sizes)
+        raise TypeError(f"{where} takes a shape (a tuple of sizes), got {_describe(value)}")
+    if kind == "dtype":
+        if value is None and op.signature.parameters[name].default is None:
+            return None
+        try:
+            return DTYPES[dtype_name(value)]
+        except ValueError:
+            raise TypeError(f"{where} takes a dtype such as 'float32' or torch.float16, got {value!r}") from None
+    if kind == "scalar":
+        tensor = next((v for v in arguments.values() if _is_tensor(v)), None)
+        if not _is_scalar(value):
+            raise TypeError(f"{where} takes a compile-time number, got {_describe(value)}")
+        if tensor is not None and not tensor.dtype.is_floating_point:
+            if isinstance(value, float) and not value.is_integer():
+                raise TypeError(f"{where} is {value!r}, which an {TORCH_TO_NAME[tensor.dtype]} tensor cannot hold")
+            return int(value)
+        return value
+    if _is_tensor(value):
+        raise TypeError(f"{where} must be a compile-time value, got {_describe(value)}")
+    return _to_tuples(value)
+
+
+def _to_tuples(value):
+    return tuple(_to_tuples(v) for v in value) if isinstance(value, (tuple, list)) else value
+
+
+def _matmul(a, b):
+    """`a @ b` as compiled: one dtype; float16/bfloat16 products accumulate in float32."""
+    if not (_is_tensor(a) and _is_tensor(b)):
+        raise TypeError("`@` needs two tensors")
+    if a.dtype != b.dtype:
+        raise TypeError(f"`@` needs operands of one dtype, got {TORCH_TO_NAME[a.dtype]} and "
+                        f"{TORCH_TO_NAME[b.dtype]}; convert one with .astype()")
+    if a.dtype in (torch.float16, torch.bfloat16):
+        return torch.matmul(a.float(), b.float()).to(a.dtype)
+    return torch.matmul(a, b)
+
+
+SAME_AS_OPERATOR = {"matmul": _matmul, "power": operator.pow}
+
+
+# -- the table: Relax op name -> torch, called with the op's (converted) arguments by Relax name --
+def _t(fn, *positional, **renamed):
+    """torch's `fn` called with the op's `positional` parameters in order and the rest renamed
+    (Relax name -> torch name; a name mapped to None is dropped)."""
+    def call(**kw):
+        args = [kw.pop(p) for p in positional]
+        options = {renamed.get(k, k): v for k, v in kw.items() if renamed.get(k, k) is not None}
+        return fn(*args, **options)
+    return call
+
+
+def _reduce(fn):
+    """Relax reductions: `axis` an int, a tuple or None (all axes)."""
+    def call(x, axis=None, keepdims=False):
+        return fn(x, dim=axis, keepdim=keepdims)
+    return call
+
+
+def _prod(x, dim, keepdim):
+    axes = range(x.dim()) if dim is None else (dim,) if isinstance(dim, int) else dim
+    for axis in sorted((a % max(x.dim(), 1) for a in axes), reverse=True):
+        x = torch.prod(x, dim=axis, keepdim=True)
+    if not keepdim:
+        x = x.reshape([n for i, n in enumerate(x.shape) if i not in {a % max(x.dim(), 1) for a in axes}]) \
+            if x.dim() else x
+    return x
+
+
+def _extreme(fn):
+    def call(x, dim, keepdim):
+        return fn(x, dim=() if dim is None else dim, keepdim=keepdim)
+    return call
+
+
+def _arg(fn):
+    def call(x, dim, keepdim):
+        if dim is None and keepdim:
+            return fn(x.reshape(-1), dim=0).reshape([1] * x.dim())
+        return fn(x, dim=dim, keepdim=keepdim)
+    return call
+
+
+def _divide(x1, x2):
+    """Relax's divide: true division on floats, truncating on integers."""
+    if x1.dtype.is_floating_point:
+        return torch.div(x1, x2)
+    return torch.div(x1, x2, rounding_mode="trunc")
+
+
+def _cumulative(fn):
+    def call(data, axis=None, dtype=None, exclusive=False):
+        if axis is None:
+            data, axis = data.reshape(-1), 0
+        out = fn(data, dim=axis, dtype=dtype)
+        if exclusive:  # each position leaves its own element out
+            out = out - data.to(out.dtype) if fn is torch.cumsum else out / data.to(out.dtype)
+        return out
+    return call
+
+
+def _permute(x, axes=None):
+    return x.permute(tuple(axes) if axes is not None else tuple(reversed(range(x.dim()))))
+
+
+def _expand_dims(x, axis):
+    axes = (axis,) if isinstance(axis, int) else axis
+    rank = x.dim() + len(axes)
+    for position in sorted(a % rank for a in axes):
+        x = x.unsqueeze(position)
+    return x
+
+
+def _squeeze(x, axis=None):
+    return torch.squeeze(x) if axis is None else torch.squeeze(x, dim=axis)
+
+
+def _full(shape, fill_value, dtype=None):
+    return torch.full(shape, fill_value.item(), dtype=dtype or fill_value.dtype, device=_DEVICE.get())
+
+
+def _full_like(x, fill_value, dtype=None):
+    return torch.full_like(x, fill_value.item(), dtype=dtype or x.dtype)
+
+
+def _filled(fn):
+    def call(shape, dtype):
+        return fn(shape, dtype=dtype, device=_DEVICE.get())
+    return call
+
+
+def _norm_shape(x, axes):
+    axes = (axes,) if isinstance(axes, int) else tuple(axes)
+    return tuple(sorted(a % x.dim() for a in axes))
+
+
+def _spread(weight, x, axes):
+    """A weight laid along `axes` of x (its shape is theirs), broadcastable against x."""
+    shape = [1] * x.dim()
+    for axis, size in zip(axes, weight.shape):
+        shape[axis] = size
+    return weight.reshape(shape)
+
+
+def _layer_norm(data, gamma, beta, axes, epsilon=1e-05, center=True, scale=True):
+    axes = _norm_shape(data, axes)
+    mean = data.mean(dim=axes, keepdim=True)
+    var = ((data - mean) ** 2).mean(dim=axes, keepdim=True)
+    out = (data - mean) / torch.sqrt(var + epsilon)
+    if scale:
+        out = out * _spread(gamma, data, axes)
+    if center:
+        out = out + _spread(beta, data, axes)
+    return out
+
+
+def _rms_norm(data, weight, axes=-1, epsilon=1e-05):
+    axes = _norm_shape(data, axes)
+    return data / torch.sqrt((data * data).mean(dim=axes, keepdim=True) + epsilon) * _spread(weight, data, axes)
+
+
+def _matmul_op(x1, x2, out_dtype=None):
+    if out_dtype is not None:
+        return torch.matmul(x1.to(out_dtype), x2.to(out_dtype))
+    return torch.matmul(x1, x2)
+
+
+def _linear(data, weight, bias=None, out_dtype=None):
+    out = F.linear(data, weight, bias)
+    return out if out_dtype is None else out.to(out_dtype)
+
+
+def _take(x, indices, axis=None, mode="fast"):
+    if axis is None:
+        return torch.take(x, indices.long())
+    axis %= x.dim()
+    out = x.movedim(axis, 0)[indices.long()]
+    return out.movedim(tuple(range(indices.dim())), tuple(range(axis, axis + indices.dim())))
+
+
+def _topk(data, k=1, axis=-1, ret_type="both", largest=True, dtype=torch.int32):
+    values, indices = torch.topk(data, k, dim=axis, largest=largest)
+    indices = indices.to(dtype)
+    return {"both": (values, indices), "values": values, "indices": indices}[ret_type]
+
+
+def _eye(n, m=None, k=0, dtype=torch.float32):
+    return torch.ones(n, n if m is None else m, dtype=dtype, device=_DEVICE.get()).tril(k).triu(k)
+
+
+_UNARY = {
+    "abs": torch.abs, "acos": torch.acos, "acosh": torch.acosh, "asin": torch.asin, "asinh": torch.asinh,
+    "atan": torch.atan, "atanh": torch.atanh, "ceil": torch.ceil, "cos": torch.cos, "cosh": torch.cosh,
+    "erf": torch.erf, "exp": torch.exp, "floor": torch.floor, "isfinite": torch.isfinite, "isinf": torch.isinf,
+    "isnan": torch.isnan, "log": torch.log, "negative": torch.neg, "round": torch.round, "rsqrt": torch.rsqrt,
+    "sigmoid": torch.sigmoid, "sign": torch.sign, "sin": torch.sin, "sinh": torch.sinh, "sqrt": torch.sqrt,
+    "square": torch.square, "tan": torch.tan, "tanh": torch.tanh, "trunc": torch.trunc,
+    "logical_not": torch.logical_not, "bitwise_not": torch.bitwise_not,
+    "relu": torch.relu, "relu6": F.relu6, "silu": F.silu, "selu": F.selu, "gelu": F.gelu,
+    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"), "flatten": torch.flatten,
+    "batch_flatten": functools.partial(torch.flatten, start_dim=1),
+}
+_BINARY = {
+    "add": torch.add, "subtract": torch.sub, "multiply": torch.mul, "divide": _divide,
+    "floor_divide": torch.floor_divide, "floor_mod": torch.remainder, "mod": torch.fmod, "power": torch.pow,
+    "maximum": torch.maximum, "minimum": torch.minimum, "equal": torch.eq, "not_equal": torch.ne,
+    "less": torch.lt, "less_equal": torch.le, "greater": torch.gt, "greater_equal": torch.ge,
+    "logical_and": torch.logical_and, "logical_or": torch.logical_or, "logical_xor": torch.logical_xor,
+    "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor,
+    "left_shift": torch.bitwise_left_shift, "right_shift": torch.bitwise_right_shift, "atan2": torch.atan2,
+    "log_add_exp": torch.logaddexp, "outer": torch.outer,
+}
+_REDUCTIONS = {
+    "sum": torch.sum, "mean": torch.mean, "max": _extreme(torch.amax), "min": _extreme(torch.amin), "prod": _prod,
+    "argmax": _arg(torch.argmax), "argmin": _arg(torch.argmin),
+    "std": functools.partial(torch.std, correction=0), "variance": functools.partial(torch.var, correction=0),
+}
+TORCH = {
+    **{name: _t(fn, "x") if "x" in library.table()[name].kinds else _t(fn, "data") for name, fn in _UNARY.items()},
+    **{name: _t(fn, "x1", "x2") for name, fn in _BINARY.items()},
+    **{name: _reduce(fn) for name, fn in _REDUCTIONS.items()},
+    "where": lambda condition, x1, x2: torch.where(condition.bool(), x1, x2),
+    "clip": _t(torch.clamp, "x", "min", "max"),
+    "cumsum": _cumulative(torch.cumsum), "cumprod": _cumulative(torch.cumprod),
+    "softmax": _t(torch.softmax, "data", axis="dim"), "log_softmax": _t(torch.log_softmax, "data", axis="dim"),
+    "leakyrelu": _t(F.leaky_relu, "data", "alpha"), "softplus": _t(F.softplus, "data", "beta", "threshold"),
+    "layer_norm": _layer_norm, "rms_norm": _rms_norm, "matmul": _matmul_op, "linear": _linear,
+    "reshape": _t(torch.reshape, "x", "shape"), "permute_dims": _permute,
+    "concat": _t(torch.cat, "tensors", axis="dim"), "stack": _t(torch.stack, "tensors", axis="dim"),
+    "squeeze": _squeeze, "expand_dims": _expand_dims, "broadcast_to": _t(torch.broadcast_to, "x", "shape"),
+    "astype": lambda x, dtype: x.to(dtype),
+    "tril": _t(torch.tril, "x", k="diagonal"), "triu": _t(torch.triu, "x", k="diagonal"),
+    "zeros": _filled(torch.zeros), "ones": _filled(torch.ones), "full": _full,
+    "zeros_like": _t(torch.zeros_like, "x"), "ones_like": _t(torch.ones_like, "x"), "full_like": _full_like,
+    "eye": _eye, "eye_like": lambda x, k=0, dtype=None: _eye(x.shape[0], x.shape[1], k, dtype or x.dtype),
+    "arange": lambda start, end=None, step=1, dtype=None: (
+        torch.arange(start, dtype=dtype, device=_DEVICE.get()) if end is None
+        else torch.arange(start, end, step, dtype=dtype, device=_DEVICE.get())),
+    "tile": lambda data, repeats: torch.tile(data, (repeats,) if isinstance(repeats, int) else repeats),
+    "repeat": _t(torch.repeat_interleave, "data", "repeats", axis="dim"),
+    "take": _take, "gather_elements": lambda data, indices, axis=0: torch.gather(data, axis, indices.long()),
+    "masked_fill": lambda x, mask, value: torch.where(mask, value, x),
+    "sort": lambda x, axis=-1, descending=False: torch.sort(x, dim=axis, descending=descending, stable=True).values,
+    "argsort": lambda data, axis=-1, descending=False, dtype=torch.int32: torch.argsort(
+        data, dim=axis, descending=descending, stable=True).to(dtype),
+    "topk": _topk,
+    "split": lambda x, indices_or_sections, axis=0: torch.tensor_split(x, indices_or_sections, dim=axis),
+    "collapse_sum_like": lambda data, collapse_target: data.sum_to_size(collapse_target.shape),
+    "collapse_sum_to": lambda data, shape: data.sum_to_size(shape),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# TensorIR kernels, compiled alone and run on the tensors
+# ----------------------------------------------------------------------------------------------
+_KERNELS: dict = {}
+_KERNELS_LOCK = threading.Lock()
+
+
+def run_kernel(kernel, name: str, *args, **kwargs):
+    """`kernel(*inputs[, placeholders])` in eager code: the buffers checked as the compiled call
+    checks them, the outputs allocated, the kernel built for the inputs' device and run."""
+    try:
+        return _run_kernel(kernel, name, list(args), kwargs)
+    except Diagnostic as e:
+        raise TypeError(str(e)) from None
+
+
+def _run_kernel(kernel, name: str, args: list, kwargs: dict):
+    if kwargs:
+        raise Diagnostic(f"kernel `{name}` takes its buffers positionally, not as keywords")
+    params = list(kernel.params)
+    for param in params:
+        if not tvm.tirx.is_buffer_var(param):
+            raise Diagnostic(f"kernel `{name}` has the scalar parameter '{param.name}'; only buffer parameters "
+                             "can be passed from @jit code")
+    if len(args) > len(params):
+        raise Diagnostic(f"kernel `{name}` has {len(params)} buffers ({', '.join(p.name for p in params)}), "
+                         f"got {len(args)} arguments")
+    written = kernels.written_buffers(kernel)
+    n_inputs = len(args) - kernels._placeholder_count(written, params, args)
+    if n_inputs == len(params):
+        raise Diagnostic(f"kernel `{name}` has {len(params)} buffers and all {len(args)} are given as inputs; "
+                         "leave out its output buffers (or pass a placeholder for an output it writes)")
+    sizes: dict = {}
+    inputs = args[:n_inputs]
+    for index, (param, value) in enumerate(zip(params, inputs)):
+        if not _is_tensor(value):
+            raise Diagnostic(f"argument {index + 1} of kernel `{name}` (buffer '{param.name}') must be a tensor, "
+                             f"got {_describe(value)}")
+        kernels._match(name, param, tuple(value.shape), TORCH_TO_NAME[value.dtype], sizes, f"argument {index + 1}")
+    device = inputs[0].device if inputs else _DEVICE.get()
+    outputs = []
+    for param, value in zip(params[n_inputs:], [*args[n_inputs:], *[None] * len(params)]):
+        if param.name not in written:
+            raise Diagnostic(f"kernel `{name}`'s buffer '{param.name}' would be an output, but the kernel never "
+                             "writes it; pass it as an input")
+        if _is_tensor(value):
+            kernels._match(name, param, tuple(value.shape), TORCH_TO_NAME[value.dtype], sizes, "the placeholder")
+        elif isinstance(value, Tensor):  # bt.Tensor((n, 4), "float32"): its static sizes bind the kernel's
+            for want, got in zip(param.ty.shape, value.shape):
+                if isinstance(want, tvm.tirx.Var) and isinstance(got, int):
+                    sizes.setdefault(want.name, got)
+        elif value is not None:
+            raise Diagnostic(f"the placeholder for kernel `{name}`'s output '{param.name}' must be a tensor or a "
+                             f"bt.Tensor(shape, dtype), got {_describe(value)}")
+        shape = kernels._output_shape(name, param, sizes)
+        outputs.append(torch.empty(shape, dtype=DTYPES[str(param.ty.dtype)], device=device))
+    built = _built_kernel(kernel, name, sizes, device)
+    built(*[torch_to_vm(t.contiguous()) for t in inputs], *[torch_to_vm(t) for t in outputs])
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _built_kernel(kernel, name: str, sizes: dict, device: torch.device):
+    key = (kernel, tuple(sorted(sizes.items())), device.type)
+    with _KERNELS_LOCK:
+        built = _KERNELS.get(key)
+        if built is None:
+            func = kernels.prepare(kernels.specialize(name, kernel, sizes)).with_attr("global_symbol", "main")
+            if device.type == "cuda":
+                target = pipeline.resolve_target("gpu")
+                if not kernels.binds_threads(func):
+                    from tvm.s_tir import dlight
+                    mod = tvm.IRModule({"main": func})
+                    with target:
+                        mod = dlight.ApplyDefaultSchedule(*schedules.gpu_rules("dlight"))(mod)
+                    func = mod["main"]
+            elif kernels.binds_threads(func):
+                raise Diagnostic(f"kernel `{name}` binds GPU threads, so it runs on CUDA tensors only")
+            else:
+                target = pipeline.resolve_target("cpu")
+            built = _KERNELS[key] = tvm.compile(tvm.IRModule({"main": func}), target=target)["main"]
+    return built

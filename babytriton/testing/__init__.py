@@ -1,0 +1,1 @@
+"""Tools for testing babytriton itself: the differential fuzzer (`babytriton.testing.fuzz`)."""

@@ -1,0 +1,1180 @@
+"""Differential fuzzing: random @jit programs, each compiled and compared with its own eager run.
+
+`generate(seed)` writes one program: a function over 1-4 tensors (broadcasting shapes, mixed dtypes,
+static, symbolic or no annotations), runtime scalars and constexprs, built from Python's operators,
+library ops, reductions, shape ops and `a if c else b` on tensor conditions. `check_file(path)`
+imports it (babytriton needs real source files), runs it compiled and eagerly (`f.eager`), and
+compares dtypes, shapes and values. `minimise` shrinks a failing program (dropping statements, and
+replacing expressions by their parts) while it fails the same way.
+
+No false alarms: the generator tracks, for every value, a bound on its magnitude and whether it is
+computed exactly (inputs are small multiples of 1/8, so sums and products stay exact while they fit
+the dtype's mantissa). Exact values must match bit for bit; inexact ones get a tolerance from an
+error bound carried along with the value. Operations that jump (floor, comparisons, `//`, argmax,
+casts to integers) only take exact operands, and divisors and logarithms only take values at least 1.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import itertools
+import math
+import os
+import random
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..errors import CompilationError
+from ..types import DTYPES
+
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+INTS = ("int8", "int16", "int32", "int64")
+INPUT_DTYPES = ("float32",) * 4 + ("float16", "bfloat16", "float64", "int32", "int64", "int8", "int16", "bool")
+MANTISSA = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53, "float": 53}
+EPS = {name: 2.0 ** -bits for name, bits in MANTISSA.items()}
+# The largest magnitude a value may reach: well inside every dtype's range (no overflow, no inf).
+LIMIT = {"float16": 1e3, "bfloat16": 1e4, "float32": 1e5, "float64": 1e6, "float": 1e6, "int8": 100,
+         "int16": 1e4, "int32": 1e6, "int64": 1e6, "int": 1e6, "bool": 1}
+# Tolerances a minimised program is checked with (its error bounds are the generator's, not kept).
+DEFAULT_TOLERANCE = {"float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2), "float32": (1e-4, 1e-4),
+                     "float64": (1e-9, 1e-9)}
+NAMES = {v: k for k, v in DTYPES.items()}
+HEADER = "import torch\nimport babytriton as bt\n\n\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# values: code, type, and what is known about the numbers
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class V:
+    """An expression of the program being written. `shape` None: a Python number (`dtype` "bool",
+    "int" or "float"); else a tensor. `mag` bounds |value|; an `exact` value is a multiple of
+    2**-gran, computed without rounding; an inexact one is within `err` of the true value."""
+    code: str
+    dtype: str
+    shape: tuple | None
+    mag: float = 1.0
+    gran: int = 0
+    exact: bool = True
+    err: float = 0.0
+    dims: tuple | None = None  # the shape as compiled (symbolic sizes by name); None: the shape itself
+
+    @property
+    def static(self) -> bool:
+        return self.dims is None or all(isinstance(d, int) for d in self.dims)
+
+    @property
+    def py(self) -> bool:
+        return self.shape is None
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOATS or self.dtype == "float"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.dtype == "bool"
+
+    @property
+    def numeric(self) -> bool:
+        return not self.is_bool
+
+    @property
+    def atom(self) -> bool:
+        return self.code.isidentifier() or _is_number(self.code)
+
+
+def _is_number(code: str) -> bool:
+    try:
+        float(code)
+        return not code.startswith("-")
+    except ValueError:
+        return False
+
+
+def paren(v: V) -> str:
+    return v.code if v.atom or v.code.startswith("(") and _balanced(v.code[1:-1]) else f"({v.code})"
+
+
+def _balanced(code: str) -> bool:
+    depth = 0
+    for ch in code:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _dummy(v: V):
+    if v.py:
+        return {"bool": True, "int": 1, "float": 1.0}[v.dtype]
+    return torch.empty(v.shape, dtype=DTYPES[v.dtype])
+
+
+def promote(a: V, b: V, tensor: bool = False) -> str:
+    """The result dtype by torch's rules (Python numbers weak, as compiled); of two Python numbers,
+    Python's kind (or, where the result is a `tensor` all the same, torch's default dtypes)."""
+    if a.py and b.py and not tensor:
+        return "float" if "float" in (a.dtype, b.dtype) else "int"
+    return NAMES[torch.result_type(_dummy(a), _dummy(b))]
+
+
+class Unfit(Exception):
+    """The operands at hand don't fit an operation (e.g. shapes that don't broadcast)."""
+
+
+def broadcast(*shapes) -> tuple | None:
+    if all(s is None for s in shapes):
+        return None  # Python numbers only
+    try:
+        return tuple(torch.broadcast_shapes(*[s for s in shapes if s is not None]))
+    except RuntimeError:
+        raise Unfit from None
+
+
+def dims_of(v: V):
+    return v.shape if v.dims is None else v.dims
+
+
+def broadcast_dims(*values: V) -> tuple | None:
+    """The compiled shape of an element-wise result: a symbolic size may meet 1 or a static size
+    (then the static one wins), never another symbolic size (the compiler refuses that)."""
+    shapes = [dims_of(v) for v in values if not v.py]
+    if not shapes:
+        return None
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for axis in range(ndim):
+        entries = [s[axis - ndim + len(s)] for s in shapes if axis - ndim + len(s) >= 0]
+        names = {e for e in entries if isinstance(e, str)}
+        if len(names) > 1:
+            raise Unfit
+        sizes = {e for e in entries if isinstance(e, int) and e != 1}
+        out.append(next(iter(sizes)) if sizes else next(iter(names)) if names else 1)
+    return tuple(out) if any(isinstance(d, str) for d in out) else None
+
+
+def symbolic(dims) -> tuple | None:
+    dims = tuple(dims)
+    return dims if any(isinstance(d, str) for d in dims) else None
+
+
+def fits(dtype: str, mag: float) -> bool:
+    return mag <= LIMIT[dtype]
+
+
+def representable(dtype: str, mag: float, gran: int) -> bool:
+    """Whether multiples of 2**-gran up to mag are exact in dtype."""
+    if dtype not in MANTISSA:
+        return gran == 0
+    return gran + math.ceil(math.log2(mag + 1)) <= MANTISSA[dtype]
+
+
+def finish(code: str, dtype: str, shape, mag: float, gran: int, exact: bool, err: float, dims,
+           ulps: float = 1.0) -> V | None:
+    """A new value, or None where it could overflow. Exactness ends where the dtype rounds."""
+    if not fits(dtype, mag):
+        return None
+    if dtype == "bool":
+        mag, gran = 1, 0
+    if exact and not representable(dtype, mag, gran):
+        exact = False
+    if not exact:
+        err = err + ulps * EPS.get(dtype, 0.0) * max(mag, 1e-3)
+    return V(code, dtype, shape, mag, gran if exact else 0, exact, 0.0 if exact else err, dims)
+
+
+def converted_err(v: V, dtype: str) -> float:
+    """v's error after conversion to dtype (a narrower float rounds it)."""
+    if v.exact and representable(dtype, v.mag, v.gran):
+        return 0.0
+    return v.err + EPS.get(dtype, 0.0) * v.mag
+
+
+# ----------------------------------------------------------------------------------------------
+# parameters and their arguments
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class Param:
+    name: str
+    kind: str          # "tensor" | "scalar" | "constexpr"
+    annotation: str    # source text, "" for none
+    spec: tuple        # for ARGS: ("tensor", shape, dtype) | ("scalar", type, value) | ("constexpr", value)
+
+
+def make_args(specs, seed: int) -> list:
+    """Arguments from their specs, the same on every run: floats are multiples of 1/8 in [-2, 2],
+    integers in [-4, 4]."""
+    gen = torch.Generator().manual_seed(seed)
+    args = []
+    for spec in specs:
+        if spec[0] == "tensor":
+            _, shape, dtype = spec
+            if dtype == "bool":
+                value = torch.randint(0, 2, shape, generator=gen).bool()
+            elif dtype in FLOATS:
+                value = (torch.randint(-16, 17, shape, generator=gen).double() / 8).to(DTYPES[dtype])
+            else:
+                value = torch.randint(-4, 5, shape, generator=gen).to(DTYPES[dtype])
+            args.append(value)
+        else:
+            args.append(spec[-1])
+    return args
+
+
+# ----------------------------------------------------------------------------------------------
+# the generator
+# ----------------------------------------------------------------------------------------------
+INT_LITERALS = (0, 1, 2, 3, -1, -2)
+FLOAT_LITERALS = (0.5, 1.5, -0.25, 2.0, 0.75, -1.5)
+
+
+class Generator:
+    """Writes one random program; every method that makes an expression returns a V or None
+    (None: the operands at hand don't fit the operation; the caller tries another)."""
+
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.params: list[Param] = []
+        self.pool: list[V] = []     # values the next expressions may use
+        self.lines: list[str] = []
+        self.tokens = 0
+        self.helpers: set[str] = set()   # the @jit helper functions the program calls
+        self.ops = [(w, getattr(self, name)) for name, w in OPS]
+
+    # -- parameters --------------------------------------------------------------------------
+    def make_params(self):
+        rng = self.rng
+        rank = rng.choice((1, 2, 2, 3))
+        base = [rng.randint(1, 4) for _ in range(rank)]
+        for i in range(rng.randint(1, 4)):
+            r = rng.choice(range(1, rank + 1)) if rng.random() < 0.95 else 0
+            shape = tuple(1 if rng.random() < 0.25 else d for d in base[rank - r:])
+            dtype = rng.choice(INPUT_DTYPES)
+            style = rng.random()
+            if style < 0.4:
+                annotation = ""
+            elif style < 0.7 or not shape:
+                annotation = f"bt.Tensor({shape!r}, {dtype!r})"
+            else:  # symbolic sizes, one name per axis of the base shape
+                dims = tuple(d if d == 1 else f"d{rank - r + j}" for j, d in enumerate(shape))
+                annotation = f"bt.Tensor({dims!r}, {dtype!r})"
+            name = f"x{i}"
+            self.params.append(Param(name, "tensor", annotation, ("tensor", shape, dtype)))
+            gran = 3 if dtype in FLOATS else 0
+            mag = 2.0 if dtype in FLOATS else 1.0 if dtype == "bool" else 4.0
+            symbolic = dims if style >= 0.7 and shape else None
+            self.pool.append(V(name, dtype, shape, mag, gran, True, 0.0, symbolic))
+        if rng.random() < 0.35:
+            kind = rng.choice(("int", "float", "bool", "auto-int", "auto-float"))
+            value = {"int": rng.randint(-3, 3), "float": rng.randint(-8, 8) / 4, "bool": rng.random() < 0.5,
+                     "auto-int": rng.randint(-3, 3), "auto-float": rng.randint(-8, 8) / 4}[kind]
+            annotation = "" if kind.startswith("auto") else kind
+            dtype = {"int": "int64", "float": "float64", "bool": "bool"}[kind.split("-")[-1]]
+            self.params.append(Param("s", "scalar", annotation, ("scalar", kind, value)))
+            self.pool.append(V("s", dtype, (), max(abs(value), 1), 2 if dtype == "float64" else 0))
+        if rng.random() < 0.35:
+            value = rng.choice((1, 2, 3, 0.5, 1.5, True))
+            self.params.append(Param("k", "constexpr", "bt.constexpr", ("constexpr", value)))
+            dtype = "bool" if isinstance(value, bool) else "int" if isinstance(value, int) else "float"
+            self.pool.append(V("k", dtype, None, max(abs(value), 1), 1))
+
+    # -- statements ------------------------------------------------------------------------------
+    def statement(self, name: str) -> list[str]:
+        """One statement: `name = expr`, `a, b = e1, e2`, or `v += expr` on an earlier variable."""
+        rng = self.rng
+        locals_ = [v for v in self.pool if v.code.startswith("v") and not v.py and v.numeric]
+        choice = rng.random()
+        if locals_ and choice < 0.15:
+            target = rng.choice(locals_)
+            e = self.expr(rng.randint(0, 2))
+            op = rng.choice("+-*")
+            try:
+                result = e is not None and e.numeric and self.combine(op, target, e)
+            except Unfit:
+                result = None
+            if result and result.dtype == target.dtype and result.shape == target.shape and \
+                    dims_of(result) == dims_of(target):
+                self.pool = [v for v in self.pool if v is not target]
+                self.pool.append(dataclasses.replace(result, code=target.code))
+                return [f"    {target.code} {op}= {e.code}"]
+        if choice < 0.25:
+            first, second = self.expr(rng.randint(1, 2)), self.expr(rng.randint(1, 2))
+            if first is not None and second is not None:
+                self.pool += [dataclasses.replace(first, code=f"{name}a"), dataclasses.replace(second, code=f"{name}b")]
+                return [f"    {name}a, {name}b = {first.code}, {second.code}"]
+        v = self.expr(rng.randint(1, 3))
+        if v is None:
+            return []
+        self.pool.append(dataclasses.replace(v, code=name))
+        return [f"    {name} = {v.code}"]
+
+    # -- choosing operands ---------------------------------------------------------------------
+    def literal(self, kind: str | None = None) -> V:
+        kind = kind or self.rng.choice(("int", "int", "float", "float", "bool"))
+        if kind == "int":
+            value = self.rng.choice(INT_LITERALS)
+            return V(repr(value) if value >= 0 else f"({value})", "int", None, max(abs(value), 1), 0)
+        if kind == "float":
+            value = self.rng.choice(FLOAT_LITERALS)
+            return V(repr(value) if value >= 0 else f"({value})", "float", None, abs(value), 2)
+        return V(repr(self.rng.random() < 0.5), "bool", None, 1, 0)
+
+    def compile_time_int(self) -> V:
+        """An int known at compile time: a literal, x.shape[i], len(x), x.ndim."""
+        static = [v for v in self.pool if not v.py and v.static and v.shape and v.code.isidentifier()]
+        choice = self.rng.random()
+        if static and choice < 0.3:
+            v = self.rng.choice(static)
+            axis = self.rng.randrange(len(v.shape))
+            return V(f"{v.code}.shape[{axis}]", "int", None, max(v.shape[axis], 1), 0)
+        if static and choice < 0.4:
+            v = self.rng.choice(static)
+            return V(f"len({v.code})", "int", None, max(v.shape[0], 1), 0)
+        if static and choice < 0.45:
+            v = self.rng.choice(static)
+            return V(f"{v.code}.ndim", "int", None, max(len(v.shape), 1), 0)
+        return self.literal("int")
+
+    def operand(self, depth: int) -> V:
+        rng = self.rng
+        if depth > 0 and rng.random() < 0.45:
+            v = self.expr(depth - 1)
+            if v is not None:
+                return v
+        if rng.random() < 0.15:
+            return self.compile_time_int() if rng.random() < 0.5 else self.literal()
+        return rng.choice(self.pool)
+
+    def tensor_operand(self, depth: int, want=lambda v: True) -> V | None:
+        for _ in range(6):
+            v = self.operand(depth)
+            if not v.py and want(v):
+                return v
+        candidates = [v for v in self.pool if not v.py and want(v)]
+        return self.rng.choice(candidates) if candidates else None
+
+    def float_operand(self, depth: int) -> V | None:
+        v = self.tensor_operand(depth, lambda v: True)
+        if v is None:
+            return None
+        return v if v.is_float else self.cast(v, self.rng.choice(("float32", "float32", "float64", "float16")))
+
+    def expr(self, depth: int) -> V | None:
+        for _ in range(20):
+            weights, makers = zip(*self.ops)
+            maker = self.rng.choices(makers, weights)[0]
+            try:
+                v = maker(depth)
+            except Unfit:
+                continue
+            if v is not None:
+                return v
+        return None
+
+    # -- Python operators ----------------------------------------------------------------------
+    def arith(self, depth):
+        a, b = self.operand(depth), self.operand(depth)
+        if not (a.numeric and b.numeric) or a.py and b.py and self.rng.random() < 0.7:
+            return None
+        return self.combine(self.rng.choice("+-*"), a, b)
+
+    def combine(self, op: str, a: V, b: V) -> V | None:
+        """`a op b` for op in + - *."""
+        dtype = promote(a, b)
+        ea, eb = converted_err(a, dtype), converted_err(b, dtype)
+        if op == "*":
+            mag, gran, err = a.mag * b.mag, a.gran + b.gran, a.mag * eb + b.mag * ea + ea * eb
+        else:
+            mag, gran, err = a.mag + b.mag, max(a.gran, b.gran), ea + eb
+        exact = a.exact and b.exact and ea == 0 and eb == 0
+        return finish(f"{paren(a)} {op} {paren(b)}", dtype, broadcast(a.shape, b.shape), mag, gran, exact, err,
+                      broadcast_dims(a, b))
+
+    def divide(self, depth):
+        a, b = self.operand(depth), self.operand(depth)
+        if not (a.numeric and b.numeric) or a.py and b.py:
+            return None
+        divisor = V(f"(abs({b.code}) + 1)", b.dtype if not b.py else b.dtype, b.shape, b.mag + 1, b.gran,
+                    b.exact, b.err, b.dims)
+        dtype = promote(a, divisor)
+        if dtype not in FLOATS:
+            dtype = "float32"  # true division
+        err = converted_err(a, dtype) + a.mag * converted_err(divisor, dtype)
+        return finish(f"{paren(a)} / {divisor.code}", dtype, broadcast(a.shape, b.shape), a.mag, 0, False, err,
+                      broadcast_dims(a, b), ulps=2)
+
+    def floor_div_mod(self, depth):
+        a, b = self.operand(depth), self.operand(depth)
+        if not (a.numeric and b.numeric and a.exact and b.exact) or a.py and b.py:
+            return None
+        divisor = V(f"(abs({b.code}) + 1)", b.dtype, b.shape, b.mag + 1, b.gran, True, 0.0, b.dims)
+        dtype = promote(a, divisor)
+        # A rounded half-precision quotient can land on an integer that the exact one is just below.
+        if dtype in ("float16", "bfloat16") or converted_err(a, dtype) or converted_err(divisor, dtype):
+            return None
+        if self.rng.random() < 0.5:
+            return finish(f"{paren(a)} // {divisor.code}", dtype, broadcast(a.shape, b.shape), a.mag + 1, 0,
+                          True, 0.0, broadcast_dims(a, b))
+        return finish(f"{paren(a)} % {divisor.code}", dtype, broadcast(a.shape, b.shape), divisor.mag,
+                      max(a.gran, b.gran), True, 0.0, broadcast_dims(a, b))
+
+    def power(self, depth):
+        a = self.tensor_operand(depth, lambda v: v.numeric)
+        if a is None:
+            return None
+        k = self.rng.choice((0, 1, 2, 2, 3))
+        exact = a.exact and not a.is_float  # TVM's float pow need not be x*x exactly
+        err = (a.err * k * a.mag ** max(k - 1, 0)) if a.is_float else 0.0
+        return finish(f"{paren(a)} ** {k}", a.dtype, a.shape, max(a.mag, 1) ** k, a.gran * k, exact, err, a.dims,
+                      ulps=4)
+
+    def negate(self, depth):
+        a = self.tensor_operand(depth, lambda v: v.numeric)
+        if a is None:
+            return None
+        return dataclasses.replace(a, code=f"-{paren(a)}")
+
+    def compare(self, depth):
+        a, b = self.operand(depth), self.operand(depth)
+        if not (a.exact and b.exact) or a.py and b.py:
+            return None
+        dtype = promote(a, b)
+        if converted_err(a, dtype) or converted_err(b, dtype):
+            return None
+        op = self.rng.choice(("<", "<=", ">", ">=", "==", "!="))
+        if self.rng.random() < 0.15:  # a chain: a < b < c
+            c = self.operand(depth)
+            if c.exact and not converted_err(c, promote(b, c)) and not (c.py and b.py):
+                op2 = self.rng.choice(("<", "<=", ">"))
+                return V(f"{paren(a)} {op} {paren(b)} {op2} {paren(c)}", "bool", broadcast(a.shape, b.shape, c.shape),
+                         dims=broadcast_dims(a, b, c))
+        return V(f"{paren(a)} {op} {paren(b)}", "bool", broadcast(a.shape, b.shape), dims=broadcast_dims(a, b))
+
+    def condition(self, depth) -> V | None:
+        """A bool tensor: one at hand, or a comparison."""
+        a = self.tensor_operand(depth, lambda v: v.is_bool) if self.rng.random() < 0.5 else None
+        for _ in range(4):
+            if a is not None and not a.py:
+                return a
+            try:
+                a = self.compare(depth)
+            except Unfit:
+                a = None
+        return None
+
+    def logical(self, depth):
+        a = self.condition(depth)
+        if a is None:
+            return None
+        if self.rng.random() < 0.25:
+            return V(f"not {paren(a)}", "bool", a.shape, dims=a.dims)
+        b = self.condition(depth) if self.rng.random() < 0.8 else self.literal("bool")
+        if b is None:
+            return None
+        op = self.rng.choice(("and", "or"))
+        return V(f"{paren(a)} {op} {paren(b)}", "bool", broadcast(a.shape, b.shape), dims=broadcast_dims(a, b))
+
+    def bitwise(self, depth):
+        a, b = self.operand(depth), self.operand(depth)
+        if a.is_float or b.is_float or a.py and b.py:
+            return None
+        dtype = promote(a, b)
+        if self.rng.random() < 0.2:
+            mag = a.mag + 1
+            return finish(f"~{paren(a)}", a.dtype, a.shape, mag, 0, True, 0.0, a.dims) if not a.py else None
+        op = self.rng.choice("&|^")
+        mag = 2 ** math.ceil(math.log2(max(a.mag, b.mag) + 1)) * 2
+        return finish(f"{paren(a)} {op} {paren(b)}", dtype, broadcast(a.shape, b.shape), mag, 0, True, 0.0,
+                      broadcast_dims(a, b))
+
+    def ifexp(self, depth):
+        cond = self.condition(depth)
+        if cond is None:
+            return None
+        a, b = self.operand(depth), self.operand(depth)
+        if a.py and b.py and a.dtype != b.dtype:
+            return None
+        dtype = promote(a, b, tensor=True)
+        exact = a.exact and b.exact and not converted_err(a, dtype) and not converted_err(b, dtype)
+        err = max(converted_err(a, dtype), converted_err(b, dtype))
+        code = f"{paren(a)} if {paren(cond)} else {paren(b)}"
+        if self.rng.random() < 0.4:
+            code = f"where({cond.code}, {a.code}, {b.code})"
+        return finish(code, dtype, broadcast(cond.shape, a.shape, b.shape), max(a.mag, b.mag), max(a.gran, b.gran),
+                      exact, err, broadcast_dims(cond, a, b))
+
+    def compile_time_branch(self, depth):
+        """`a if k > 1 else b` on a constexpr: decided while compiling."""
+        ks = [v for v in self.pool if v.py]
+        if not ks:
+            return None
+        k = self.rng.choice(ks)
+        a, b = self.operand(depth), self.operand(depth)
+        taken = a  # the generator doesn't know k's value here: both sides must be the same kind
+        if a.py != b.py or a.dtype != b.dtype or a.shape != b.shape:
+            return None
+        mag = max(a.mag, b.mag)
+        return V(f"{paren(a)} if {k.code} > 1 else {paren(b)}", taken.dtype, taken.shape, mag, max(a.gran, b.gran),
+                 a.exact and b.exact, max(a.err, b.err), a.dims if a.dims == b.dims else None)
+
+    def call_helper(self, depth):
+        """A call of another @jit function (inlined when compiled); numbers reach it as the 0-d
+        int64/float64 tensors a direct call passes."""
+        a, b = self.operand(depth), self.operand(depth)
+        if not (a.numeric and b.numeric):
+            return None
+        a, b = as_argument(a), as_argument(b)
+        name = self.rng.choice(sorted(HELPERS))
+        body, model = HELPERS[name]
+        result = model(a, b)
+        if result is None:
+            return None
+        mag, gran, exact, err = result
+        self.helpers.add(name)
+        return finish(f"{name}({a.code}, {b.code})", promote(a, b), broadcast(a.shape, b.shape), mag, gran, exact,
+                      err, broadcast_dims(a, b), ulps=2)
+
+    # -- library ops ---------------------------------------------------------------------------
+    def fresh(self) -> str:
+        """A symbolic size that is none of the others (e.g. a flattened symbolic shape)."""
+        self.tokens += 1
+        return f"?{self.tokens}"
+
+    def spelled(self, name: str, *args: str, **kwargs: str) -> str:
+        """A library call, by any of its names: bare, bt., or R. (Relax's own)."""
+        prefix = self.rng.choice(("", "", "bt.")) if name in BT_OPS else ""
+        text = ", ".join([*args, *(f"{k}={v}" for k, v in kwargs.items())])
+        return f"{prefix}{name}({text})"
+
+    def unary_float(self, depth):
+        a = self.float_operand(depth)
+        if a is None:
+            return None
+        name, (rule, slope, ulps) = self.rng.choice(list(UNARY_FLOAT.items()))
+        arg = a.code
+        if rule == "at-least-1":  # log(abs(x) + 1), sqrt, rsqrt: away from 0
+            arg = f"abs({a.code}) + 1"
+        if name == "exp" and a.mag > 5:
+            return None
+        if a.mag > 1e4:
+            return None
+        mag = {"exp": lambda m: math.exp(m), "log": lambda m: math.log(m + 1) + 1, "sqrt": lambda m: math.sqrt(m + 1),
+               "gelu": lambda m: m + 1, "silu": lambda m: m + 1}.get(name, lambda m: 1.0)(a.mag)
+        err = a.err * (mag if name == "exp" else slope)
+        return finish(self.spelled(name, arg), a.dtype, a.shape, mag, 0, False, err, a.dims, ulps=ulps)
+
+    def unary_exact(self, depth):
+        a = self.tensor_operand(depth, lambda v: v.numeric)
+        if a is None:
+            return None
+        name = self.rng.choice(("abs", "relu", "negative", "square", "floor", "ceil", "round", "sign", "clip"))
+        if name in ("relu",) and not a.is_float or name in ("floor", "ceil", "round", "sign") and not a.exact:
+            return None
+        if name == "square":
+            return finish(self.spelled(name, a.code), a.dtype, a.shape, a.mag ** 2, 2 * a.gran, a.exact,
+                          2 * a.mag * a.err, a.dims)
+        if name == "clip":
+            lo, hi = sorted(self.rng.sample((-2, -1, 0, 1, 2, 3), 2))
+            if a.is_float and self.rng.random() < 0.5:
+                lo, hi = lo / 2, hi / 2
+            return dataclasses.replace(a, code=self.spelled("clip", a.code, repr(lo), repr(hi)),
+                                       mag=max(abs(lo), abs(hi)), gran=max(a.gran, 1))
+        if name in ("floor", "ceil", "round", "sign"):
+            return finish(self.spelled(name, a.code), a.dtype, a.shape, a.mag + 1, 0, True, 0.0, a.dims)
+        return dataclasses.replace(a, code=self.spelled(name, a.code))
+
+    def binary_op(self, depth):
+        a, b = self.operand(depth), self.operand(depth)
+        if not (a.numeric and b.numeric) or a.py and b.py:
+            return None
+        name = self.rng.choice(("maximum", "minimum", "add", "multiply", "subtract"))
+        dtype = promote(a, b)
+        ea, eb = converted_err(a, dtype), converted_err(b, dtype)
+        exact = a.exact and b.exact and not ea and not eb
+        if name == "multiply":
+            mag, gran, err = a.mag * b.mag, a.gran + b.gran, a.mag * eb + b.mag * ea
+        elif name in ("add", "subtract"):
+            mag, gran, err = a.mag + b.mag, max(a.gran, b.gran), ea + eb
+        else:
+            mag, gran, err = max(a.mag, b.mag), max(a.gran, b.gran), max(ea, eb)
+        return finish(self.spelled(name, a.code, b.code), dtype, broadcast(a.shape, b.shape), mag, gran, exact, err,
+                      broadcast_dims(a, b))
+
+    def reduction(self, depth):
+        a = self.tensor_operand(depth, lambda v: len(v.shape) >= 1)
+        if a is None:
+            return None
+        name = self.rng.choice(("sum", "sum", "mean", "max", "min", "prod", "argmax", "argmin", "std", "variance"))
+        rank = len(a.shape)
+        choice = self.rng.random()
+        if choice < 0.3:
+            axis, axes = None, list(range(rank))
+        elif choice < 0.8 or rank == 1:
+            axis = self.rng.randrange(-rank, rank)
+            axes = [axis % rank]
+        else:
+            axes = sorted(self.rng.sample(range(rank), 2))
+            axis = tuple(axes)
+        if name in ("argmax", "argmin") and isinstance(axis, tuple):
+            return None
+        keepdims = self.rng.random() < 0.3
+        n = math.prod(a.shape[i] for i in axes)
+        shape = tuple(1 if i in axes else d for i, d in enumerate(a.shape)) if keepdims else \
+            tuple(d for i, d in enumerate(a.shape) if i not in axes)
+        if name in ("std", "variance", "mean") and not a.is_float:
+            return None
+        if name in ("argmax", "argmin") and not a.exact:
+            return None
+        if name == "prod" and (n > 4 or a.mag > 3):
+            return None
+        dtype = "int64" if name in ("sum", "prod") and not a.is_float or name in ("argmax", "argmin") else a.dtype
+        mag = {"sum": n * a.mag, "prod": a.mag ** n, "mean": a.mag, "max": a.mag, "min": a.mag,
+               "argmax": n, "argmin": n, "std": a.mag, "variance": a.mag ** 2}[name]
+        gran = {"sum": a.gran, "prod": a.gran * n, "max": a.gran, "min": a.gran}.get(name, 0)
+        exact = a.exact and name in ("sum", "prod", "max", "min", "argmax", "argmin")
+        err = {"sum": n * a.err, "prod": n * a.err * a.mag ** (n - 1), "variance": 2 * a.mag * a.err}.get(name, a.err)
+        options = {}
+        if axis is not None or self.rng.random() < 0.2:
+            options["axis" if self.rng.random() < 0.8 else "dim"] = repr(axis)
+        if keepdims:
+            options["keepdims" if self.rng.random() < 0.8 else "keepdim"] = "True"
+        text = ", ".join(f"{k}={v}" for k, v in options.items())
+        style = self.rng.random()
+        if name in ("std", "variance") or style < 0.5:
+            code = self.spelled(name, a.code, **options)
+        else:  # the tensor method
+            code = f"{paren(a)}.{name}({text})"
+        d = dims_of(a)
+        dims = [1 if i in axes else d[i] for i in range(rank)] if keepdims else \
+            [d[i] for i in range(rank) if i not in axes]
+        return finish(code, dtype, shape, mag, gran, exact, err * n if name == "mean" else err, symbolic(dims),
+                      ulps=2 * n)
+
+    def softmax(self, depth):
+        a = self.float_operand(depth)
+        if a is None or not a.shape:
+            return None
+        axis = self.rng.randrange(-len(a.shape), len(a.shape))
+        name = self.rng.choice(("softmax", "log_softmax"))
+        mag = 1.0 if name == "softmax" else 2 * a.mag + math.log(8) + 1
+        return finish(self.spelled(name, a.code, axis=repr(axis)), a.dtype, a.shape, mag, 0, False, 2 * a.err,
+                      a.dims, ulps=8)
+
+    def cast(self, a: V, dtype: str) -> V | None:
+        if dtype in INTS and not (a.exact and fits(dtype, a.mag)) or dtype == "bool" and not a.exact:
+            return None
+        style = self.rng.random()
+        text = repr(dtype) if self.rng.random() < 0.8 else f"torch.{dtype}"
+        code = f"{paren(a)}.astype({text})" if style < 0.6 else f"astype({a.code}, {text})"
+        exact = a.exact and representable(dtype, a.mag, a.gran)
+        mag = a.mag + 1 if dtype in INTS else a.mag
+        return finish(code, dtype, a.shape, mag, a.gran if dtype not in INTS else 0, exact,
+                      converted_err(a, dtype) if dtype in FLOATS else 0.0, a.dims)
+
+    def astype(self, depth):
+        a = self.tensor_operand(depth)
+        if a is None:
+            return None
+        return self.cast(a, self.rng.choice(INPUT_DTYPES))
+
+    def matmul(self, depth):
+        a = self.tensor_operand(depth, lambda v: len(v.shape) in (1, 2) and (v.is_float or v.dtype in ("int32", "int64")))
+        if a is None:
+            return None
+        d = dims_of(a)
+        if len(a.shape) == 1:
+            left, right, shape, k, dims = a.code, a.code, (), a.shape[0], ()
+        elif self.rng.random() < 0.5:
+            left, right, shape, k, dims = a.code, f"{paren(a)}.T", (a.shape[0], a.shape[0]), a.shape[1], (d[0], d[0])
+        else:
+            left, right, shape, k, dims = (f"permute_dims({a.code})", a.code, (a.shape[1], a.shape[1]), a.shape[0],
+                                           (d[1], d[1]))
+        code = f"{paren(V(left, '', ()))} @ {paren(V(right, '', ()))}" if self.rng.random() < 0.7 \
+            else f"matmul({left}, {right})"
+        return finish(code, a.dtype, shape, k * a.mag ** 2, 2 * a.gran, a.exact, 2 * k * a.mag * a.err,
+                      symbolic(dims), ulps=2 * k)
+
+    def shape_op(self, depth):
+        a = self.tensor_operand(depth)
+        if a is None:
+            return None
+        rank = len(a.shape)
+        d = dims_of(a)
+        choice = self.rng.choice(("flatten", "reshape", "expand_dims", "squeeze", "T", "permute", "broadcast",
+                                  "concat", "stack", "tril", "like"))
+        if choice == "flatten":
+            return dataclasses.replace(a, code=f"flatten({a.code})", shape=(math.prod(a.shape),),
+                                       dims=None if a.static else (self.fresh(),))
+        if choice == "reshape" and a.static:
+            n = math.prod(a.shape)
+            dims = (n,) if self.rng.random() < 0.5 else (1, n)
+            spelled = f"{paren(a)}.reshape({', '.join(map(str, dims))})" if self.rng.random() < 0.5 else \
+                f"reshape({a.code}, {dims!r})"
+            return dataclasses.replace(a, code=spelled, shape=dims)
+        if choice == "expand_dims":
+            axis = self.rng.randrange(-(rank + 1), rank + 1)
+            shape, dims = list(a.shape), list(d)
+            shape.insert(axis % (rank + 1), 1)
+            dims.insert(axis % (rank + 1), 1)
+            return dataclasses.replace(a, code=f"expand_dims({a.code}, {axis})", shape=tuple(shape),
+                                       dims=symbolic(dims))
+        if choice == "squeeze" and a.static:
+            return dataclasses.replace(a, code=f"squeeze({a.code})", shape=tuple(d for d in a.shape if d != 1))
+        if choice == "T" and rank >= 2:
+            return dataclasses.replace(a, code=f"{paren(a)}.T", shape=tuple(reversed(a.shape)),
+                                       dims=symbolic(reversed(d)))
+        if choice == "permute" and rank >= 2:
+            axes = list(range(rank))
+            self.rng.shuffle(axes)
+            return dataclasses.replace(a, code=f"permute_dims({a.code}, {tuple(axes)!r})",
+                                       shape=tuple(a.shape[i] for i in axes), dims=symbolic(d[i] for i in axes))
+        if choice == "broadcast" and a.static and rank >= 1:
+            shape = (2, *a.shape)
+            return dataclasses.replace(a, code=f"broadcast_to({a.code}, {shape!r})", shape=shape)
+        if choice in ("concat", "stack") and rank >= 1:
+            same = [v for v in self.pool if not v.py and v.shape == a.shape and v.dtype == a.dtype
+                    and dims_of(v) == d]
+            b = self.rng.choice(same) if same else a
+            exact, err = a.exact and b.exact, max(a.err, b.err)
+            if choice == "concat":
+                shape = (a.shape[0] + b.shape[0], *a.shape[1:])
+                dims = symbolic((shape[0] if isinstance(d[0], int) else self.fresh(), *d[1:]))
+                code = f"concat(({a.code}, {b.code}), axis=0)"
+            else:
+                shape = (2, *a.shape)
+                dims = symbolic((2, *d))
+                code = f"stack(({a.code}, {b.code}))"
+            return V(code, a.dtype, shape, max(a.mag, b.mag), max(a.gran, b.gran), exact, err, dims)
+        if choice == "tril" and rank >= 2:
+            k = self.rng.choice((-1, 0, 1))
+            return dataclasses.replace(a, code=f"{self.rng.choice(('tril', 'triu'))}({a.code}, {k})")
+        if choice == "like":
+            name = self.rng.choice(("zeros_like", "ones_like", "full_like"))
+            if name == "full_like":
+                fill = self.literal("int" if not a.is_float else "float")
+                if a.is_bool:
+                    return None
+                return V(f"full_like({a.code}, {fill.code})", a.dtype, a.shape, fill.mag, fill.gran, True, 0.0,
+                         a.dims)
+            return V(f"{name}({a.code})", a.dtype, a.shape, 1.0, 0, True, 0.0, a.dims)
+        return None
+
+
+def as_argument(v: V) -> V:
+    """A value as a @jit callee's unannotated parameter sees it: numbers become 0-d tensors."""
+    if not v.py:
+        return v
+    dtype = {"bool": "bool", "int": "int64", "float": "float64"}[v.dtype]
+    return V(v.code, dtype, (), v.mag, v.gran, v.exact, v.err)
+
+
+def _mul_add(a: V, b: V):
+    return a.mag * b.mag + a.mag, a.gran + b.gran, a.exact and b.exact, a.mag * b.err + b.mag * a.err + a.err
+
+
+def _max_sub(a: V, b: V):
+    return a.mag + 2 * b.mag, max(a.gran, b.gran), a.exact and b.exact, a.err + 2 * b.err
+
+
+def _select(a: V, b: V):
+    if not (a.exact and b.exact):
+        return None  # the comparison must not flip
+    return max(a.mag, b.mag), max(a.gran, b.gran), True, 0.0
+
+
+# @jit functions a program may call: name -> (body, model of the result: mag, gran, exact, err)
+HELPERS = {
+    "mul_add": ("a * b + a", _mul_add),
+    "max_sub": ("maximum(a, b) - b", _max_sub),
+    "select": ("where(a > b, a, b)", _select),
+}
+
+# name -> (argument rule, |derivative| bound, ulps of error)
+UNARY_FLOAT = {
+    "exp": ("any", 0, 4), "log": ("at-least-1", 1, 4), "sqrt": ("at-least-1", 0.5, 2), "rsqrt": ("at-least-1", 0.5, 4),
+    "tanh": ("any", 1, 4), "sigmoid": ("any", 0.25, 4), "sin": ("any", 1, 4), "cos": ("any", 1, 4),
+    "erf": ("any", 1.2, 16), "gelu": ("any", 1.2, 16), "silu": ("any", 1.1, 4),
+}
+BT_OPS = {"abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf", "floor", "ceil", "round",
+          "sign", "negative", "square", "maximum", "minimum", "where", "clip", "sum", "mean", "max", "min", "prod",
+          "argmax", "argmin", "relu", "gelu", "silu", "softmax", "log_softmax", "astype"}
+OPS = [("call_helper", 1), ("arith", 10), ("divide", 3), ("floor_div_mod", 3), ("power", 2), ("negate", 1), ("compare", 4),
+       ("logical", 2), ("bitwise", 2), ("ifexp", 3), ("compile_time_branch", 1), ("unary_float", 6),
+       ("unary_exact", 3), ("binary_op", 2), ("reduction", 6), ("softmax", 2), ("astype", 3), ("matmul", 2),
+       ("shape_op", 4)]
+
+
+@dataclass
+class Program:
+    """A generated program: its source module text, argument specs and tolerances per result."""
+    seed: int
+    source: str
+    params: list
+    tolerances: list = field(default_factory=list)
+
+    def module_text(self) -> str:
+        args = [p.spec for p in self.params]
+        return (f"# babytriton fuzz program, seed {self.seed}\n{HEADER}{self.source}\n\n"
+                f"ARGS = {args!r}\nSEED = {self.seed}\nTOLERANCES = {self.tolerances!r}\n")
+
+
+def generate(seed: int) -> Program:
+    """One random program, the same for the same seed."""
+    gen = Generator(seed)
+    gen.make_params()
+    lines = []
+    for i in range(gen.rng.randint(1, 5)):
+        lines += gen.statement(f"v{i}")
+    locals_ = [v for v in gen.pool if v.code.startswith("v")]
+    results = locals_[-1:] if locals_ else [gen.pool[0]]
+    extra = [v for v in gen.pool if v not in results]
+    results += gen.rng.sample(extra, min(len(extra), gen.rng.choice((0, 0, 1, 2))))
+    lines.append(f"    return {', '.join(v.code for v in results)}")
+    signature = ", ".join(p.name + (f": {p.annotation}" if p.annotation else "") for p in gen.params)
+    helpers = "".join(f"@bt.jit(cache=False)\ndef {name}(a, b):\n    return {HELPERS[name][0]}\n\n\n"
+                      for name in sorted(gen.helpers))
+    source = helpers + f"@bt.jit(cache=False)\ndef f({signature}):\n" + "\n".join(lines) + "\n"
+    tolerances = [(0.0, 0.0) if v.exact else (4 * v.err + 1e-12, 0.0) for v in results]
+    return Program(seed, source, gen.params, tolerances)
+
+
+# ----------------------------------------------------------------------------------------------
+# running a program: compiled against eager
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    kind: str          # "ok" | "invalid" (the eager run failed: a generator bug) | "compile-error" | "crash" | "mismatch"
+    detail: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.kind in ("compile-error", "crash", "mismatch")
+
+
+_counter = itertools.count()
+
+
+def load(path: str | Path):
+    """Import a program file as a fresh module."""
+    name = f"_bt_fuzz_{next(_counter)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_file(path: str | Path) -> Outcome:
+    """Run a program file compiled and eagerly and compare."""
+    try:
+        module = load(path)
+    except CompilationError as e:
+        return Outcome("compile-error", f"at decoration: {e.message}")
+    return check_module(module)
+
+
+def check_module(module) -> Outcome:
+    args = make_args(module.ARGS, module.SEED)
+    if hasattr(module, "EXPECT_ERROR"):  # a program both ways must refuse
+        return _check_refused(module, args, module.EXPECT_ERROR)
+    try:
+        expected = module.f.eager(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    except Exception as e:  # noqa: BLE001 - the program is not valid Python-on-torch: not the compiler's fault
+        return Outcome("invalid", f"eager: {type(e).__name__}: {e}")
+    for attempt in range(2):  # the first call compiles; the second takes the cached fast path
+        try:
+            got = module.f(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+        except CompilationError as e:
+            return Outcome("compile-error", e.message)
+        except Exception as e:  # noqa: BLE001 - anything else is a compiler crash
+            return Outcome("crash", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-3)}")
+        problem = compare(got, expected, module.TOLERANCES)
+        if problem:
+            return Outcome("mismatch", problem if attempt == 0 else f"(cached call) {problem}")
+    return Outcome("ok")
+
+
+def _check_refused(module, args, expected: str) -> Outcome:
+    """A program the compiler must refuse with `expected` in its message; the eager run too, unless
+    the file says EAGER_RUNS (the refusal is about compiled sizes, not Python's meaning)."""
+    try:
+        module.f(*args)
+    except CompilationError as e:
+        if expected not in e.message:
+            return Outcome("mismatch", f"compiled: refused with another message: {e.message}")
+    except Exception as e:  # noqa: BLE001
+        return Outcome("crash", f"{type(e).__name__}: {e}")
+    else:
+        return Outcome("mismatch", "compiled: ran, but should refuse the program")
+    if getattr(module, "EAGER_RUNS", False):
+        return Outcome("ok")
+    try:
+        module.f.eager(*args)
+    except Exception as e:  # noqa: BLE001
+        if expected not in str(e):
+            return Outcome("mismatch", f"eager: refused with another message: {e}")
+        return Outcome("ok")
+    return Outcome("mismatch", "eager: ran, but should refuse the program")
+
+
+def compare(got, expected, tolerances) -> str | None:
+    """What differs between a compiled and an eager result (None: nothing)."""
+    if isinstance(expected, tuple) or isinstance(got, tuple):
+        if not (isinstance(got, tuple) and isinstance(expected, tuple)) or len(got) != len(expected):
+            return f"results differ in structure: compiled {_short(got)}, eager {_short(expected)}"
+        for i, (g, e) in enumerate(zip(got, expected)):
+            problem = compare(g, e, [tolerances[i]] if tolerances and i < len(tolerances) else None)
+            if problem:
+                return f"result {i}: {problem}"
+        return None
+    if got is None or expected is None:
+        return None if got is expected else f"compiled {_short(got)}, eager {_short(expected)}"
+    if got.dtype != expected.dtype:
+        return f"dtype: compiled {got.dtype}, eager {expected.dtype}"
+    if got.shape != expected.shape:
+        return f"shape: compiled {tuple(got.shape)}, eager {tuple(expected.shape)}"
+    name = NAMES[got.dtype]
+    if tolerances:
+        atol, rtol = tolerances[0]
+    else:
+        atol, rtol = DEFAULT_TOLERANCE.get(name, (0.0, 0.0))
+    g, e = got.double(), expected.double()
+    close = torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True) if atol or rtol else \
+        (g == e) | (g.isnan() & e.isnan())
+    if bool(close.all()):
+        return None
+    bad = (~close).nonzero()[0].tolist()
+    return (f"values differ at {tuple(bad)}: compiled {g[tuple(bad)].item()!r}, eager {e[tuple(bad)].item()!r} "
+            f"(atol {atol:g}, rtol {rtol:g}; max difference {(g - e).abs().nan_to_num(0).max().item():g})")
+
+
+def _short(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"<{value.dtype} {tuple(value.shape)}>"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_short(v) for v in value) + ")"
+    return repr(value)
+
+
+# ----------------------------------------------------------------------------------------------
+# minimising a failing program
+# ----------------------------------------------------------------------------------------------
+def minimise(text: str, outcome: Outcome, workdir: Path, budget: int = 150) -> tuple[str, Outcome]:
+    """The smallest variant of a program file's text found that fails the same way: statements
+    dropped, expressions replaced by their parts, unused parameters removed. Candidates are checked
+    with the default tolerances (the generator's error bounds don't survive the edits)."""
+    text = _with_default_tolerances(text)
+    same = _same_failure(outcome)
+    tries = 0
+    improved = True
+    while improved and tries < budget:
+        improved = False
+        for candidate in _candidates(text):
+            tries += 1
+            result = _run_text(candidate, workdir)
+            if same(result):
+                text, outcome, improved = candidate, result, True
+                break
+            if tries >= budget:
+                break
+    return text, outcome
+
+
+def _same_failure(outcome: Outcome):
+    first = outcome.detail.splitlines()[0] if outcome.detail else ""
+    kind = outcome.kind
+    error_type = first.split(":")[0] if kind == "crash" else None
+
+    def same(result: Outcome) -> bool:
+        if result.kind != kind:
+            return False
+        return error_type is None or result.detail.startswith(error_type)
+    return same
+
+
+def _with_default_tolerances(text: str) -> str:
+    lines = [line if not line.startswith("TOLERANCES =") else "TOLERANCES = None" for line in text.splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+def _run_text(text: str, workdir: Path) -> Outcome:
+    path = workdir / f"candidate_{next(_counter)}.py"
+    path.write_text(text)
+    try:
+        return check_file(path)
+    except Exception as e:  # noqa: BLE001 - a broken candidate (e.g. a NameError at import)
+        return Outcome("invalid", f"{type(e).__name__}: {e}")
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _candidates(text: str):
+    """Smaller variants of a program file's text, largest cuts first."""
+    module = ast.parse(text)
+    fn_index = next(i for i, n in enumerate(module.body) if isinstance(n, ast.FunctionDef) and n.name == "f")
+    fn = module.body[fn_index]
+    body = fn.body
+    # drop one statement (never the return)
+    for i in range(len(body) - 1):
+        yield _edited(module, fn_index, lambda f, i=i: f.body.pop(i))
+    # `a = b` with b a name: drop it and read b where a was read
+    for i, stmt in enumerate(body[:-1]):
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                and isinstance(stmt.value, ast.Name):
+            yield _edited(module, fn_index, lambda f, i=i: _inline_alias(f, i))
+    # return fewer values
+    ret = body[-1]
+    if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple):
+        for i in range(len(ret.value.elts)):
+            yield _edited(module, fn_index, lambda f, i=i: setattr(f.body[-1], "value", f.body[-1].value.elts[i]))
+    # drop unused parameters
+    used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+    for i, arg in enumerate(fn.args.args):
+        if arg.arg not in used:
+            yield _without_param(module, fn_index, i)
+    # replace an expression by one of its parts
+    expressions = [n for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.expr)
+                   and not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))]
+    for index, node in enumerate(expressions):
+        for part in _parts(node):
+            yield _edited(module, fn_index, lambda f, index=index, part=part: _replace(f, index, part))
+
+
+def _inline_alias(fn: ast.FunctionDef, i: int):
+    alias = fn.body.pop(i)
+    old, new = alias.targets[0].id, alias.value.id
+    for stmt in fn.body[i:]:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and node.id == old and isinstance(node.ctx, ast.Load):
+                node.id = new
+
+
+def _parts(node: ast.expr) -> list:
+    if isinstance(node, ast.Call):
+        return [a for a in node.args if not isinstance(a, ast.Constant)]
+    if isinstance(node, ast.BinOp):
+        return [node.left, node.right]
+    if isinstance(node, ast.UnaryOp):
+        return [node.operand]
+    if isinstance(node, ast.BoolOp):
+        return list(node.values)
+    if isinstance(node, ast.Compare):
+        return [node.left, *node.comparators] if len(node.ops) > 1 else []
+    if isinstance(node, ast.IfExp):
+        return [node.body, node.orelse]
+    if isinstance(node, ast.Attribute):
+        return [node.value] if not isinstance(node.value, ast.Name) else []
+    if isinstance(node, ast.Tuple):
+        return list(node.elts) if len(node.elts) > 1 else []
+    return []
+
+
+def _replace(fn: ast.FunctionDef, index: int, part_copy_of: ast.expr):
+    expressions = [n for stmt in fn.body for n in ast.walk(stmt) if isinstance(n, ast.expr)
+                   and not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))]
+    target = expressions[index]
+    replacement = ast.parse(ast.unparse(part_copy_of), mode="eval").body
+    for parent in ast.walk(fn):
+        for name, value in ast.iter_fields(parent):
+            if value is target:
+                setattr(parent, name, replacement)
+                return
+            if isinstance(value, list):
+                for i, item in enumerate(value):
+                    if item is target:
+                        value[i] = replacement
+                        return
+
+
+def _edited(module: ast.Module, fn_index: int, edit) -> str:
+    copy = ast.parse(ast.unparse(module))
+    edit(copy.body[fn_index])
+    return _render(copy)
+
+
+def _without_param(module: ast.Module, fn_index: int, i: int) -> str:
+    copy = ast.parse(ast.unparse(module))
+    fn = copy.body[fn_index]
+    fn.args.args.pop(i)
+    for node in copy.body:  # ARGS: the same position
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "ARGS":
+            node.value.elts.pop(i)
+    return _render(copy)
+
+
+def _render(module: ast.Module) -> str:
+    return "# babytriton fuzz program (minimised)\n" + ast.unparse(module) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# the driver
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class Report:
+    programs: int = 0
+    failures: list = field(default_factory=list)   # (seed, Outcome, reproducer path or None)
+    invalid: list = field(default_factory=list)    # (seed, Outcome): generator bugs
+    seconds: float = 0.0
+
+
+def program_seed(seed: int, index: int) -> int:
+    return seed * 1_000_003 + index
+
+
+def run(n: int, seed: int = 0, out: str | Path | None = None, minimise_failures: bool = True,
+        log=None) -> Report:
+    """Generate, compile, run and compare n programs; save each failure, minimised, under `out`."""
+    import time
+    report = Report()
+    start = time.perf_counter()
+    out_dir = Path(out) if out is not None else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bt_fuzz_") as tmp:
+        workdir = Path(tmp)
+        for index in range(n):
+            s = program_seed(seed, index)
+            program = generate(s)
+            text = program.module_text()
+            path = workdir / f"program_{s}.py"
+            path.write_text(text)
+            if out_dir is not None:  # a hard crash (the process dies) leaves this behind as the reproducer
+                (out_dir / "_current.py").write_text(text)
+            outcome = check_file(path)
+            path.unlink()
+            report.programs += 1
+            if outcome.kind == "invalid":
+                report.invalid.append((s, outcome))
+                if log:
+                    log(f"[{index}] seed {s}: generator wrote an invalid program: {outcome.detail.splitlines()[0]}")
+                continue
+            if not outcome.failed:
+                continue
+            saved = None
+            small, small_outcome = (minimise(text, outcome, workdir) if minimise_failures else (text, outcome))
+            if out_dir is not None:
+                saved = out_dir / f"fuzz_{s}_{outcome.kind}.py"
+                header = "".join(f"# {line}\n" for line in small_outcome.detail.splitlines()[:6])
+                saved.write_text(f"# {small_outcome.kind}\n{header}{small}")
+            report.failures.append((s, small_outcome, saved))
+            if log:
+                log(f"[{index}] seed {s}: {outcome.kind}: {outcome.detail.splitlines()[0] if outcome.detail else ''}"
+                    + (f" -> {saved}" if saved else ""))
+    if out_dir is not None:
+        (out_dir / "_current.py").unlink(missing_ok=True)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+if __name__ == "__main__":  # python -m babytriton.testing.fuzz N SEED
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 50
+    result = run(n, int(sys.argv[2]) if len(sys.argv) > 2 else 0, os.environ.get("BT_FUZZ_OUT"), log=print)
+    print(f"{result.programs} programs, {len(result.failures)} failures, {len(result.invalid)} invalid, "
+          f"{result.seconds:.1f}s")

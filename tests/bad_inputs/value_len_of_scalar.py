@@ -1,0 +1,11 @@
+# expect: CompilationError
+import torch
+import babytriton as bt
+
+
+@bt.jit
+def f(x, n: int):
+    return x * len(n)  # error: len() of a 0-d tensor is undefined
+
+
+f(torch.ones(3), 4)
