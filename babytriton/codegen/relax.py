@@ -28,6 +28,7 @@ from .. import devices, pipeline, schedules
 from ..errors import CompilationError, Diagnostic, debug_enabled
 from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, Tensor, format_shape
 from . import inline, kernels, library, ops
+from .base import CodeGenerator
 from .scope import Scope, Undefined
 from .source import ParsedFunction
 
@@ -43,18 +44,6 @@ PYTHON_ONLY = {"print": f"print() cannot be called from @jit code: {_EAGER_HINT}
                "input": "input() cannot be called from @jit code: pass values in as parameters",
                "open": "open() cannot be called from @jit code: read files before the call and pass tensors in"}
 
-_SYNTAX_NAMES = {
-    "Lambda": "lambda expressions", "ListComp": "list comprehensions", "SetComp": "set comprehensions",
-    "DictComp": "dict comprehensions", "GeneratorExp": "generator expressions", "ClassDef": "class definitions",
-    "FunctionDef": "nested function definitions", "Try": "try/except blocks", "TryStar": "try/except* blocks",
-    "Global": "`global` statements", "Nonlocal": "`nonlocal` statements", "JoinedStr": "f-strings",
-    "With": "`with` blocks", "Raise": "`raise` statements", "Assert": "`assert` statements",
-    "Delete": "`del` statements", "Import": "imports", "ImportFrom": "imports", "Yield": "`yield` expressions",
-    "YieldFrom": "`yield from` expressions", "Await": "`await` expressions", "Starred": "star-expressions (*args)",
-    "Dict": "dict literals", "Set": "set literals", "NamedExpr": "assignment expressions (`:=`)",
-    "Slice": "slices",
-    "Match": "`match` statements", "AsyncFor": "`async for`", "AsyncWith": "`async with`",
-}
 
 
 _STDERR_LOCK = threading.Lock()
@@ -175,7 +164,7 @@ def broadcast(a: tuple, b: tuple) -> tuple | None:
     return tuple(reversed(out))
 
 
-class RelaxCodeGen(ast.NodeVisitor):
+class RelaxCodeGen(CodeGenerator):
     """Compiles one parsed Python function into a Relax function inside an IRModule."""
 
     def __init__(self, parsed: ParsedFunction, specs: dict[str, ArgSpec], options=None):
@@ -251,28 +240,8 @@ class RelaxCodeGen(ast.NodeVisitor):
         self.lineno = getattr(node, "lineno", outer_line)
         try:
             return super().visit(node)
-        except CompilationError:
-            raise
-        except Diagnostic as e:
-            raise self.error(node, str(e)) from (e if debug_enabled() else None)
-        except RecursionError:
-            raise self.error(node, "expression nested too deeply to compile") from None
-        except Exception as e:  # noqa: BLE001 - TVM raises many types; none may reach the user raw
-            message = f"could not compile `{ast.unparse(node)}`: the compiler failed on it"
-            if debug_enabled():
-                message += f"\n[BABYTRITON_DEBUG] {type(e).__name__}: {e}"
-                raise self.error(node, message) from e
-            message += " (set BABYTRITON_DEBUG=1 to see the cause)"
-            raise self.error(node, message) from None
         finally:
             self.lineno = outer_line
-
-    def error(self, node, message: str) -> CompilationError:
-        return self.parsed.source_map.error(node, message)
-
-    def generic_visit(self, node):
-        what = _SYNTAX_NAMES.get(type(node).__name__, f"`{type(node).__name__}` nodes")
-        raise Diagnostic(f"{what} are not supported in @jit functions")
 
     # ------------------------------------------------------------------------------------------
     # helpers
@@ -410,9 +379,6 @@ class RelaxCodeGen(ast.NodeVisitor):
 
     visit_Continue = visit_Break
 
-    def visit_Pass(self, node):
-        pass
-
     def visit_With(self, node: ast.With):
         # `with bt.device(...)`: the block's operations run on that device (see babytriton.devices).
         kind = devices.block_device(node, self.visit, self.error)
@@ -433,13 +399,6 @@ class RelaxCodeGen(ast.NodeVisitor):
         if node.value is None:
             raise Diagnostic("a bare annotation (`x: T` without a value) declares nothing in @jit code")
         self.assign(node.target, self.visit(node.value))
-
-    def visit_AugAssign(self, node: ast.AugAssign):
-        # x += y is x = x + y: tensors are values, never updated in place.
-        load = ast.copy_location(ast.Name(node.target.id, ast.Load()), node.target) \
-            if isinstance(node.target, ast.Name) else node.target
-        binop = ast.copy_location(ast.BinOp(load, node.op, node.value), node)
-        self.visit(ast.copy_location(ast.Assign([node.target], binop), node))
 
     def assign(self, target: ast.expr, value):
         if isinstance(target, ast.Name):
@@ -655,17 +614,6 @@ class RelaxCodeGen(ast.NodeVisitor):
         if dtype != "bool":  # `not`
             raise Diagnostic(f"`not` needs a bool tensor, got {describe(value)}; compare it first, e.g. `x == 0`")
         return self.emit(relax.op.logical_not(value))
-
-    def visit_Compare(self, node: ast.Compare):
-        # a < b < c means (a < b) and (b < c), with b computed once.
-        left = self.visit(node.left)
-        result = None
-        for op, comparator in zip(node.ops, node.comparators):
-            right = self.visit(comparator)
-            part = self.compare(op, left, right)
-            result = part if result is None else self.logical(ast.And(), result, part)
-            left = right
-        return result
 
     def compare(self, op: ast.cmpop, lhs, rhs):
         kind = type(op)

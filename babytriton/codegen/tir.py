@@ -31,10 +31,10 @@ from tvm.ir.expr import TensorLoad
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from ..errors import CompilationError, Diagnostic, debug_enabled
+from ..errors import Diagnostic
 from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, format_shape
 from . import ops
-from .relax import _SYNTAX_NAMES
+from .base import CodeGenerator
 from .scope import Scope
 from .source import ParsedFunction
 
@@ -180,9 +180,11 @@ def leaves(nodes, kinds) -> bool:
     return False
 
 
-class TIRCodeGen(ast.NodeVisitor):
+class TIRCodeGen(CodeGenerator):
     """Compiles one parsed Python function into a TIR PrimFunc (`build()`); `outputs` are the names
     of the parameters it writes."""
+
+    unsupported_suffix = " (backend='tir')"
 
     def __init__(self, parsed: ParsedFunction, specs: dict[str, ArgSpec], options=None):
         self.parsed = parsed
@@ -227,28 +229,6 @@ class TIRCodeGen(ast.NodeVisitor):
             self.ib = ib
             self.visit(self.parsed.tree)
         return ib.get()
-
-    def visit(self, node):
-        try:
-            return super().visit(node)
-        except CompilationError:
-            raise
-        except Diagnostic as e:
-            raise self.error(node, str(e)) from (e if debug_enabled() else None)
-        except RecursionError:
-            raise self.error(node, "expression nested too deeply to compile") from None
-        except Exception as e:  # noqa: BLE001 - TVM raises many types; none may reach the user raw
-            message = f"could not compile `{ast.unparse(node)}`: the compiler failed on it"
-            if debug_enabled():
-                raise self.error(node, f"{message}\n[BABYTRITON_DEBUG] {type(e).__name__}: {e}") from e
-            raise self.error(node, message + " (set BABYTRITON_DEBUG=1 to see the cause)") from None
-
-    def error(self, node, message: str) -> CompilationError:
-        return self.parsed.source_map.error(node, message)
-
-    def generic_visit(self, node):
-        what = _SYNTAX_NAMES.get(type(node).__name__, f"`{type(node).__name__}` nodes")
-        raise Diagnostic(f"{what} are not supported in @jit functions (backend='tir')")
 
     # ------------------------------------------------------------------------------------------
     # helpers: values and dtypes
@@ -408,9 +388,6 @@ class TIRCodeGen(ast.NodeVisitor):
                         self.visit_body(rest)
                 return
 
-    def visit_Pass(self, node):
-        pass
-
     def visit_Expr(self, node: ast.Expr):
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             return  # a docstring
@@ -427,13 +404,6 @@ class TIRCodeGen(ast.NodeVisitor):
         if node.value is None:
             raise Diagnostic("a bare annotation (`x: T` without a value) declares nothing in @jit code")
         self.assign(node.target, self.visit(node.value), node)
-
-    def visit_AugAssign(self, node: ast.AugAssign):
-        # x += y is x = x + y; a[i] += y is a[i] = a[i] + y.
-        load = ast.copy_location(type(node.target)(**{**{f: getattr(node.target, f) for f in node.target._fields},
-                                                     "ctx": ast.Load()}), node.target)
-        binop = ast.copy_location(ast.BinOp(load, node.op, node.value), node)
-        self.visit(ast.copy_location(ast.Assign([node.target], binop), node))
 
     def assign(self, target: ast.expr, value, node: ast.AST):
         if isinstance(target, ast.Name):
@@ -765,17 +735,6 @@ class TIRCodeGen(ast.NodeVisitor):
         if dtype.startswith(("float", "bfloat")):
             raise Diagnostic(f"`~` needs a bool or integer, got {describe(value)}")
         return tirx.Not(value) if dtype == "bool" else tirx.bitwise_not(value)
-
-    def visit_Compare(self, node: ast.Compare):
-        # a < b < c means (a < b) and (b < c), with b computed once.
-        left = self.visit(node.left)
-        result = None
-        for op, comparator in zip(node.ops, node.comparators):
-            right = self.visit(comparator)
-            part = self.compare(op, left, right)
-            result = part if result is None else self.logical(ast.And(), result, part)
-            left = right
-        return result
 
     def compare(self, op: ast.cmpop, lhs, rhs):
         kind = type(op)
