@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
@@ -136,8 +137,25 @@ class _DevicePlacer(relax.PyExprMutator):
 
 def build(mod: tvm.IRModule, target: tvm.target.Target):
     if "vdevice" in mod.global_infos:  # every kernel carries its own target
-        return tvm.compile(mod)
-    return tvm.compile(mod, target=target)
+        target = None
+    if not has_branches(mod):
+        return tvm.compile(mod, target=target)
+    # TVM's StaticPlanBlockMemory lets code after one branch of an `If` reuse storage first allocated
+    # inside that branch, which is unallocated when the other branch ran: a segfault (apache/tvm#17348).
+    # Modules with branches build without it; the VM's pooled allocator still recycles freed memory.
+    ctx = tvm.transform.PassContext.current()
+    with tvm.transform.PassContext(opt_level=ctx.opt_level, required_pass=list(ctx.required_pass),
+                                   disabled_pass=[*ctx.disabled_pass, "StaticPlanBlockMemory"],
+                                   instruments=list(ctx.instruments), config=dict(ctx.config)):
+        return tvm.compile(mod, target=target)
+
+
+def has_branches(mod: tvm.IRModule) -> bool:
+    found = []
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            tvm_ffi.structural_walk(func, (relax.If, found.append))
+    return bool(found)
 
 
 def generated_source(executable, target: tvm.target.Target, both: bool = False) -> str:

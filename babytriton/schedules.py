@@ -60,7 +60,10 @@ class Elementwise(GPUScheduleRule):
             return None
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p)), default=4)
         vector = max(self.vector_bytes // widest, 1)
-        fused = sch.fuse(*sch.get_loops(info.block_rv))
+        loops = sch.get_loops(info.block_rv)
+        if not loops:
+            return None  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
+        fused = sch.fuse(*loops)
         extent = sch.get(fused).extent
         if not isinstance(extent, tirx.IntImm) or int(extent) % vector or int(extent) < vector * self.threads:
             return None  # ragged or tiny: Fallback's predicated scalar loop handles it

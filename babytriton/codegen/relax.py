@@ -28,7 +28,7 @@ from .. import devices, pipeline, schedules
 from ..errors import CompilationError, Diagnostic, debug_enabled
 from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, Tensor, format_shape
 from . import inline, kernels, library, ops
-from .scope import Scope
+from .scope import Scope, Undefined
 from .source import ParsedFunction
 
 PY_SCALARS = (bool, int, float)
@@ -52,10 +52,7 @@ _SYNTAX_NAMES = {
     "Delete": "`del` statements", "Import": "imports", "ImportFrom": "imports", "Yield": "`yield` expressions",
     "YieldFrom": "`yield from` expressions", "Await": "`await` expressions", "Starred": "star-expressions (*args)",
     "Dict": "dict literals", "Set": "set literals", "NamedExpr": "assignment expressions (`:=`)",
-    "Slice": "slices", "If": "`if` statements",
-    "For": "`for` loops", "While": "`while` loops", "Break": "`break` statements",
-    "Continue": "`continue` statements",
-    "Match": "`match` statements", "AsyncFor": "`async for`", "AsyncWith": "`async with`",
+    "Slice": "slices", "Match": "`match` statements", "AsyncFor": "`async for`", "AsyncWith": "`async with`",
 }
 
 
@@ -192,7 +189,7 @@ class RelaxCodeGen(ast.NodeVisitor):
         self.ib: IRBuilder | None = None
         self.sym_vars: dict[str, tirx.Var] = {}
         self.user_named: set = set()   # Relax vars already given a user's name
-        self.returned = None           # the value of the `return` reached, once reached
+        self.returned = None           # the value the function returns, once its end is compiled
         # With `with bt.device(...)` blocks: where each value lives (None: one device, no vdevices).
         self.placement = devices.Placement((options or {}).get("target", "cpu"), specs, self.scope,
                                            parsed.source_map.first_line) \
@@ -205,6 +202,8 @@ class RelaxCodeGen(ast.NodeVisitor):
         self.inline_chain: list = [fn]  # the @jit functions being compiled, outermost first
         # (symbolic size, the size it was matched to, where): checked at each call (see `aligned`)
         self.size_checks: list = []
+        from .control import Flow      # control flow builds on this module's helpers
+        self.flow = Flow(self)
 
     # ------------------------------------------------------------------------------------------
     # driver and the one error path
@@ -338,7 +337,8 @@ class RelaxCodeGen(ast.NodeVisitor):
 
     def bind(self, name: str, value) -> None:
         """Give a freshly computed Relax var the user's name (once), and record it in the scope."""
-        if isinstance(value, relax.Var) and value not in self.user_named and not self._is_param(value):
+        if isinstance(value, relax.Var) and not is_symbolic(value) and value not in self.user_named \
+                and not self._is_param(value):
             self.ib.name(name, value)
             self.user_named.add(value)
         self.scope.assign(name, value)
@@ -381,18 +381,33 @@ class RelaxCodeGen(ast.NodeVisitor):
         self.scope.assign(arg.arg, var)
 
     def visit_body(self, body: list[ast.stmt]):
-        """Compile statements in order until a `return` is reached; what follows it never runs."""
-        for stmt in body:
-            self.visit(stmt)
-            if self.returned is not None:
-                return
+        """Compile the function's statements in order; `return`, `if` and loops steer (control.py)."""
+        self.flow.run_body(body)
 
     def visit_Return(self, node: ast.Return):
+        self.flow.visit_return(node)
+
+    def return_value(self, node: ast.Return):
+        """The value a `return` gives back; with device blocks, on the device the placement rules say."""
         value = self.visit(node.value) if node.value is not None else None
         self.check_returnable(value)
         if self.placement is not None and value is not None:
             value = self.placement.result(node.value, value, self.to_expr)
-        self.returned = value if value is not None else ()
+        return value
+
+    def visit_If(self, node: ast.If):
+        self.flow.visit_if(node)
+
+    def visit_For(self, node: ast.For):
+        self.flow.loops.visit_for(node)
+
+    def visit_While(self, node: ast.While):
+        self.flow.loops.visit_while(node)
+
+    def visit_Break(self, node: ast.Break):
+        self.flow.visit_exit(node)
+
+    visit_Continue = visit_Break
 
     def visit_Pass(self, node):
         pass
@@ -401,10 +416,7 @@ class RelaxCodeGen(ast.NodeVisitor):
         # `with bt.device(...)`: the block's operations run on that device (see babytriton.devices).
         kind = devices.block_device(node, self.visit, self.error)
         self.placement.enter(kind, node)
-        try:
-            self.visit_body(node.body)
-        finally:
-            self.placement.leave()
+        self.flow.splice_block(node.body, self.placement.leave)
 
     def visit_Expr(self, node: ast.Expr):
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
@@ -463,7 +475,10 @@ class RelaxCodeGen(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name):
         name = node.id
         if name in self.scope:
-            return self.scope.lookup(name)
+            value = self.scope.lookup(name)
+            if isinstance(value, Undefined):
+                raise Diagnostic(value.message)
+            return value
         if name in self.py_names:
             return self.python_value(name, self.py_names[name])
         if name in PY_BUILTINS or name == "len":

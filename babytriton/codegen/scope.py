@@ -33,3 +33,11 @@ class Scope:
 
     def names(self) -> set[str]:
         return set().union(*self.frames)
+
+
+class Undefined:
+    """What a name holds where it is not defined on every path (after a run-time `if` or loop that
+    assigns it on some paths only); reading it is an error that says why."""
+
+    def __init__(self, message: str):
+        self.message = message

@@ -1,0 +1,279 @@
+# Chapter 16 - if/else: a scoped symbol table, and where the dataflow blocks go
+#
+# What: `if cond:` with a tensor condition becomes a Relax `If`, with and
+# without `else`. The condition must be a 0-d bool tensor: one truth value
+# per call, computed at run time (`if t > 0.5:` with `t` a 0-d tensor). A
+# condition known while compiling (`if 2 > 1:`) needs no `If`: only the
+# branch it selects is compiled.
+#
+# Why: a Relax `If` is an expression: each branch is a block of bindings,
+# and the `If` yields one value, the last binding of whichever branch ran.
+# Python's `if` assigns variables instead. So the code generator works out
+# which names flow out of the `if`: those assigned in a branch that existed
+# before it (either branch may change them), and those assigned in both
+# branches. Each branch ends by packing those names' values into a tuple,
+# bound to the same name in both branches (Relax requires that), and after
+# the `If` each name is unpacked from the result. An `if` without `else`
+# gets an `else` that passes the old values through.
+#
+# Names assigned in only one branch, and new there, are local to it: the
+# symbol table becomes a stack of frames, one per branch, and a branch's
+# frame is dropped when it ends. (Python would keep such a name, and fail
+# at run time when the other branch ran; here the error comes at compile
+# time, at the line that uses it.)
+#
+# Where the dataflow blocks go: ConvertToDataflow puts side-effect-free
+# bindings into `R.dataflow()` blocks, but an `If` is control flow, so it
+# cuts the function into a block before it, a block in each branch and a
+# block after it; the tuples that carry the branch values sit just outside
+# the branch blocks. FuseOps then fuses inside the function's top-level
+# blocks only: the ops inside the branches stay separate kernels. (Chapter
+# 17 moves loop bodies into functions of their own, where they fuse again.)
+#
+# Also new: TVM's memory planner (the pass StaticPlanBlockMemory) can let
+# code after an `If` reuse storage that was allocated inside the branch
+# that did not run, which crashes (apache/tvm issue 17348). Modules that
+# branch are built without that pass.
+#
+# What to look at: `if cond:` in the Relax, the tuples `if_y_z = ...` at
+# the end of both branches and `y = if_y_z[0]` after (Relax renames the
+# user's `y` to `y_1`, `y_2` where it is bound again: each binding is a new
+# variable); the `else:` that the if-without-else received; the dataflow blocks after ConvertToDataflow;
+# and after FuseTIR, the kernels inside the branch next to the fused one
+# after it.
+#
+# Run: python chapters/16_if_else.py
+import ast
+import contextlib
+import importlib
+
+import torch
+import tvm
+import tvm_ffi
+from tvm import relax as rx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import relax as RB
+
+ch15 = importlib.import_module("15_meta_schedule")
+Tensor = ch15.Tensor
+is_tensor = ch15.ch14.is_tensor
+dtype_of = ch15.ch14.dtype_of
+
+
+class Scope:
+    """The symbol table as a stack of frames: lookups search from the innermost frame out,
+    assignments go to the innermost frame, and a frame's names vanish with it."""
+
+    def __init__(self):
+        self.frames = [{}]
+
+    @contextlib.contextmanager
+    def frame(self):
+        self.frames.append({})
+        try:
+            yield self.frames[-1]
+        finally:
+            self.frames.pop()
+
+    def __contains__(self, name):
+        return any(name in frame for frame in self.frames)
+
+    def __getitem__(self, name):
+        for frame in reversed(self.frames):
+            if name in frame:
+                return frame[name]
+        raise KeyError(name)
+
+    def __setitem__(self, name, value):
+        self.frames[-1][name] = value
+
+
+def assigned_names(statements):
+    """The names a block of statements assigns, in order of first assignment (nested blocks too)."""
+    names = []
+    for stmt in statements:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id not in names:
+                names.append(node.id)
+    return names
+
+
+def has_if(mod):
+    """Whether any Relax function of the module branches."""
+    return any(isinstance(binding.value, rx.If)
+               for func in mod.functions.values() if isinstance(func, rx.Function)
+               for block in func.body.blocks for binding in block.bindings)
+
+
+class CodeGenerator(ch15.JIT.CodeGenerator):  # last extended in chapter 14
+    def __init__(self, fn):
+        super().__init__(fn)
+        self.symbols = Scope()
+        self.local_to = {}  # name -> where it was assigned and dropped: "one branch of the `if` on line 7"
+        self.branch_depth = 0
+
+    def visit_Name(self, node):
+        if node.id not in self.symbols and node.id in self.local_to:
+            raise self.error(node, f"name {node.id!r} is only assigned in {self.local_to[node.id]}, "
+                                   "so it has no value here")
+        return super().visit_Name(node)
+
+    def visit_Return(self, node):
+        if self.branch_depth:
+            raise self.error(node, "`return` inside an `if` is not supported: assign the result to a "
+                                   "variable and return it after the `if`")
+        super().visit_Return(node)
+
+    def visit_If(self, node):
+        cond = self.visit(node.test)
+        if not is_tensor(cond):  # known while compiling: compile only the branch it selects
+            for stmt in node.body if cond else node.orelse:
+                self.visit(stmt)
+            return
+        if dtype_of(cond) != "bool" or cond.ty.ndim != 0:
+            raise self.error(node.test, f"an `if` on a tensor needs one bool value (a 0-d bool tensor), "
+                                        f"got a {dtype_of(cond)} tensor of {cond.ty.ndim} dimensions")
+        if cond in self.unnamed:
+            IRBuilder.name("cond", cond)
+            self.unnamed.discard(cond)
+        then_names, else_names = assigned_names(node.body), assigned_names(node.orelse)
+        outputs = [name for name in dict.fromkeys(then_names + else_names)
+                   if name in self.symbols or (name in then_names and name in else_names)]
+        label = "_".join(["if", *outputs])
+        before = {name: self.symbols[name] for name in outputs if name in self.symbols}
+        with RB.If(cond) as if_frame:
+            with RB.Then():
+                types = self.branch(node.body, outputs, before, label)
+            with RB.Else():  # an `if` without `else` gets one that passes the values through
+                self.branch(node.orelse, outputs, before, label, types)
+        for index, name in enumerate(outputs):
+            self.symbols[name] = IRBuilder.name(name, RB.emit(rx.TupleGetItem(if_frame.var, index)))
+        for name in set(then_names + else_names) - set(outputs):
+            self.local_to[name] = f"one branch of the `if` on line {self.file_line(node)}"
+
+    def file_line(self, node):
+        return node.lineno + self.fn.__code__.co_firstlineno - 1
+
+    def branch(self, body, outputs, before, label, expected=None):
+        """Compile one branch in its own frame; end it with the tuple of the values that flow out."""
+        self.branch_depth += 1
+        with self.symbols.frame():
+            for stmt in body:
+                self.visit(stmt)
+            values = []
+            for name in outputs:
+                if name not in self.symbols:
+                    raise self.error(body[0], f"{name!r} is not assigned on every path through this branch")
+                values.append(self.branch_value(self.symbols[name], before.get(name)))
+        self.branch_depth -= 1
+        types = [v.ty for v in values]
+        for name, ty, want in zip(outputs, types, expected or types):
+            if not tvm_ffi.structural_equal(ty, want):
+                raise self.error(body[0] if body else None, f"{name!r} is a {want} in one branch and a {ty} "
+                                                            "in the other; both branches must agree")
+        IRBuilder.name(label, RB.emit(rx.Tuple(values)))
+        return types
+
+    def branch_value(self, value, before):
+        """A branch's value as a tensor; a Python number takes the type the name had before the `if`."""
+        if is_tensor(value) or not is_tensor(before):
+            return self.tensor(value)
+        fill = rx.const(value, dtype_of(before))
+        return self.emit(rx.op.full(before.ty.shape, fill, dtype_of(before)))
+
+
+class JIT(ch15.JIT):
+    CodeGenerator = CodeGenerator
+
+    def build(self, mod):
+        if not has_if(mod):
+            return super().build(mod)
+        with tvm.transform.PassContext(opt_level=3, disabled_pass=["StaticPlanBlockMemory"]):
+            return super().build(mod)
+
+
+jit = JIT.decorator
+
+
+def kernels_called(mod, name):
+    """The PrimFuncs a Relax function calls, in order (inside its branches too)."""
+    return [call.args[0].name_hint for call in _calls(mod[name].body)
+            if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir"]
+
+
+def _calls(expr):
+    if isinstance(expr, rx.SeqExpr):
+        for block in expr.blocks:
+            for binding in block.bindings:
+                yield from _calls(binding.value)
+        yield from _calls(expr.body)
+    elif isinstance(expr, rx.If):
+        yield from _calls(expr.true_branch)
+        yield from _calls(expr.false_branch)
+    elif isinstance(expr, rx.Call):
+        yield expr
+
+
+if __name__ == "__main__":
+
+    @jit
+    def choose(x: Tensor((2, 3), "float32"), t: Tensor((), "float32")):
+        y = x * 2.0
+        if t > 0.5:
+            scale = t * 3.0  # new in this branch only: local to it
+            y = y * scale + 1.0
+            z = y - x
+        else:
+            z = x
+        return y + z
+
+    mod = choose.codegen()
+    print("Relax, as generated:")
+    print(mod.script())
+    steps = choose.passes()
+    mod = steps[0](mod)
+    print("\n========== after ConvertToDataflow ==========")
+    print(mod.script())
+    for p in steps[1:]:
+        mod = p(mod)
+    print("\n========== after FuseTIR: the Relax function ==========")
+    print(mod["choose"].script())
+    called = kernels_called(mod, "choose")
+    print("kernels called:", called)
+
+    @jit
+    def maybe_negate(x: Tensor((2, 3), "float32"), flag: Tensor((), "bool")):
+        y = x + 1.0
+        if flag:
+            y = -y
+        return y * 2.0
+
+    print("\nAn `if` without `else` gets an `else` that passes `y` through:")
+    print(maybe_negate.codegen().script())
+
+    x = torch.rand(2, 3)
+    for t in (0.9, 0.1):
+        t = torch.tensor(t)
+        torch.testing.assert_close(choose(Tensor.of(x), Tensor.of(t)), choose.fn(x, t))
+    for flag in (True, False):
+        flag = torch.tensor(flag)
+        torch.testing.assert_close(maybe_negate(Tensor.of(x), Tensor.of(flag)), maybe_negate.fn(x, flag))
+    print("Both functions match torch, with the condition true and false.")
+
+    @jit
+    def leaks(x: Tensor((2, 3), "float32"), t: Tensor((), "float32")):
+        if t > 0.5:
+            w = x * 2.0
+        return w
+
+    try:
+        leaks.codegen()
+        raise AssertionError("a name assigned in one branch only should not be visible after the if")
+    except SyntaxError as err:
+        print(f"\nrefused: {err.msg}\n  {err.text.strip()}")
+
+    print("Checking: one If, dataflow blocks around and inside it, fusion only outside the branches")
+    script = choose.codegen().script()
+    assert "if cond:" in script and script.count("if_y_z: R.Tuple") == 2 and "= if_y_z[1]" in script
+    assert "else:" in maybe_negate.codegen().script()
+    assert any(k.startswith("fused_") for k in called) and "multiply" in called

@@ -1,0 +1,322 @@
+# Chapter 17 - for loops: unrolled under a threshold, recursive above it
+#
+# What: `for i in range(...)` in two ways.
+#   - Unrolled: when the number of iterations is known while compiling and
+#     is at most the JIT's `unroll` option (16 by default), the code
+#     generator simply compiles the body once per iteration, with `i` a
+#     Python int each time. The IR has no loop at all.
+#   - Recursive: otherwise (more iterations, or a count known only at run
+#     time, `range(n)` with `n` a 0-d integer tensor), the loop becomes two
+#     Relax functions. `loop0_body(i, <state>, <inputs>)` runs one
+#     iteration and returns the new state: the variables the body assigns
+#     that existed before the loop. `loop0(lo, hi, <state>, <inputs>)` runs
+#     iterations lo..hi-1: one left, it calls the body; more, it calls
+#     itself on the first half, then on the second half with the state the
+#     first half returned. The function being compiled calls
+#     `loop0(0, count, ...)` and unpacks the state it returns.
+#
+# Why: Relax has no loop statement; a function that calls itself is how it
+# repeats work an unknown number of times. Relax functions cannot see each
+# other's variables, so everything the body reads from outside is passed in
+# (`<inputs>`), and everything it changes is passed in and returned
+# (`<state>`). Python numbers are the exception: they are constants, and
+# fold into the loop functions as they are. The state must keep its type
+# from one iteration to the next (a Relax function has one signature), and
+# a Python number that the body changes becomes a tensor before the loop.
+#
+# Why halves, and not `loop0(i + 1, ...)` after each iteration? The Relax VM
+# runs a call inside a call on the C++ stack: a loop of 10 000 iterations
+# would nest 10 000 calls deep, which crashes Python with a segmentation
+# fault. Splitting the range in halves nests only log2(count) calls deep:
+# 14 for 10 000 (and 2 * count - 1 calls in all).
+#
+# Why a separate body function? FuseOps fuses only the dataflow blocks at a
+# function's top level (chapter 16): inside the `If` of `loop0` nothing
+# would fuse. In a function of its own, the body fuses as any function does.
+#
+# Unrolling is faster for short loops (no calls, and the iterations fuse
+# with each other and with the code around the loop) but grows the IR with
+# every iteration, hence the threshold.
+#
+# Also new: `x += y`, which means `x = x + y` (tensors are values).
+#
+# What to look at: the unrolled Relax, three copies of the body; then the
+# recursive version: `loop0_body` (one fused kernel), `loop0` with its
+# `if one_left:` and the two calls to itself, and `cls.loop0(R.const(0,
+# "int64"), R.const(100, "int64"), ...)` in the main function; last, the
+# guard `if loop0_runs:` that a count known only at run time adds, since
+# `range(n)` may be empty.
+#
+# Run: python chapters/17_for_loops.py
+import ast
+import contextlib
+import functools
+import importlib
+
+import torch
+import tvm_ffi
+from tvm import relax as rx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import ir as I
+from tvm.script.ir_builder import relax as RB
+
+ch16 = importlib.import_module("16_if_else")
+Tensor = ch16.Tensor
+Scope = ch16.Scope
+is_tensor, dtype_of = ch16.is_tensor, ch16.dtype_of
+INDEX = rx.TensorType([], "int64")  # loop indices and counts: 0-d int64 tensors
+
+
+def loaded_names(statements):
+    """The names a block of statements reads (an augmented assignment reads its target too)."""
+    names = []
+    for stmt in statements:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                names.append(node.id)
+            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+                names.append(node.target.id)
+    return list(dict.fromkeys(names))
+
+
+class CodeGenerator(ch16.JIT.CodeGenerator):  # last extended in chapter 16
+    unroll = 16  # the JIT sets it from its option
+
+    def __init__(self, fn):
+        super().__init__(fn)
+        self.loops = 0  # loops compiled to functions so far: loop0, loop1, ...
+
+    def int64(self, value):
+        return rx.const(value, "int64")
+
+    # ---- statements --------------------------------------------------------------------------
+    def visit_AugAssign(self, node):
+        # x += y is x = x + y
+        if not isinstance(node.target, ast.Name):
+            raise self.error(node, "only `name += value` is supported")
+        load = ast.copy_location(ast.Name(node.target.id, ast.Load()), node.target)
+        value = ast.copy_location(ast.BinOp(load, node.op, node.value), node)
+        self.visit(ast.copy_location(ast.Assign([node.target], value), node))
+
+    def visit_Return(self, node):
+        if self.branch_depth:  # counts loop bodies as well as branches
+            raise self.error(node, "`return` inside an `if` or a loop is not supported: assign the result "
+                                   "to a variable and return it at the end")
+        super().visit_Return(node)
+
+    def visit_For(self, node):
+        if not isinstance(node.target, ast.Name) or node.orelse:
+            raise self.error(node, "only `for name in range(...):` loops, without `else`, are supported")
+        start, stop, step = self.range_arguments(node.iter)
+        if not is_tensor(stop) and len(range(start, stop, step)) <= self.unroll:
+            for i in range(start, stop, step):  # unrolled: the body once per iteration, `i` a Python int
+                self.symbols[node.target.id] = i
+                for stmt in node.body:
+                    self.visit(stmt)
+            return
+        self.recursive_loop(node, start, stop, step)
+
+    def range_arguments(self, call):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "range"
+                and 1 <= len(call.args) <= 3 and not call.keywords):
+            raise self.error(call, "loops must be over range(stop) or range(start, stop[, step])")
+        args = [self.visit(arg) for arg in call.args]
+        start, stop, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
+        if type(start) is not int or type(step) is not int or step == 0:
+            raise self.error(call, "range(): start and step must be ints known while compiling (step not 0); "
+                                   "stop may be a 0-d integer tensor")
+        if is_tensor(stop):
+            if stop.ty.ndim != 0 or not dtype_of(stop).startswith(("int", "uint")):
+                raise self.error(call, f"range() needs an integer; got a {dtype_of(stop)} tensor "
+                                       f"of {stop.ty.ndim} dimensions")
+            stop = self.tensor(stop, "int64")
+        elif type(stop) is not int:
+            raise self.error(call, f"range() needs an integer, got {stop!r}")
+        return start, stop, step
+
+    # ---- a loop as two recursive functions ---------------------------------------------------
+    def recursive_loop(self, node, start, stop, step):
+        name = f"loop{self.loops}"
+        self.loops += 1
+        index = node.target.id
+        state_names = [n for n in ch16.assigned_names(node.body) if n in self.symbols and n != index]
+        input_names = [n for n in loaded_names(node.body) if n in self.symbols and n not in state_names
+                       and n != index and is_tensor(self.symbols[n])]
+        state = [self.tensor(self.symbols[n]) for n in state_names]  # numbers the loop changes: tensors
+        inputs = [self.symbols[n] for n in input_names]
+        params = [*zip(state_names, (v.ty for v in state)), *zip(input_names, (v.ty for v in inputs))]
+        result = rx.TupleType([v.ty for v in state])
+        body = self.body_function(name, node, start, step, state_names, input_names, params, result)
+        loop = self.halving_function(name, body, len(state), params, result)
+
+        count = stop if not is_tensor(stop) else self.trip_count(start, stop, step)
+        call = rx.Call(loop, [self.int64(0), self.tensor(count, "int64"), *state, *inputs])
+        if not is_tensor(count):  # known, and above the threshold: it runs
+            out = IRBuilder.name(f"{name}_out", RB.emit(call))
+        else:  # range(n) may be empty: then the state passes through unchanged
+            runs = IRBuilder.name(f"{name}_runs", RB.emit(rx.op.greater(count, self.int64(0))))
+            with RB.If(runs) as guard:
+                with RB.Then():
+                    IRBuilder.name(f"{name}_out", RB.emit(call))
+                with RB.Else():
+                    IRBuilder.name(f"{name}_out", RB.emit(rx.Tuple(state)))
+            out = guard.var
+        for position, state_name in enumerate(state_names):
+            self.symbols[state_name] = IRBuilder.name(state_name, RB.emit(rx.TupleGetItem(out, position)))
+        for local in set(ch16.assigned_names(node.body)) - set(state_names):
+            self.local_to[local] = f"the `for` loop on line {self.file_line(node)}"
+
+    def trip_count(self, start, stop, step):
+        """len(range(start, stop, step)) at run time; zero or less means no iteration."""
+        sign = 1 if step > 0 else -1
+        span = self.emit(rx.op.add(stop, self.int64(step - sign - start)))
+        return self.emit(rx.op.floor_divide(span, self.int64(step)))
+
+    @contextlib.contextmanager
+    def function(self, name, params, result):
+        """Declare a private Relax function, so that calls (its own too) can name it, and define it
+        in the `with`: its symbol table starts with the Python numbers in scope, nothing else."""
+        gvar = I.decl_function(name, rx.Function.create_empty([rx.Var(n, ty) for n, ty in params], result))
+        outer = self.symbols, self.unnamed
+        numbers = {n: v for frame in outer[0].frames for n, v in frame.items() if not is_tensor(v)}
+        self.symbols, self.unnamed = Scope(), set()
+        self.symbols.frames[0].update(numbers)
+        self.branch_depth += 1
+        try:
+            with RB.function(is_private=True):
+                RB.func_name(name)
+                yield gvar, [RB.arg(n, ty) for n, ty in params]
+        finally:
+            self.symbols, self.unnamed = outer
+            self.branch_depth -= 1
+
+    def body_function(self, name, node, start, step, state_names, input_names, params, result):
+        """`<name>_body(i, state..., inputs...)`: one iteration; returns the new state."""
+        counter = node.target.id if (start, step) == (0, 1) else "iteration"
+        with self.function(f"{name}_body", [(counter, INDEX), *params], result) as (gvar, args):
+            iteration, *values = args
+            for var_name, value in zip(state_names + input_names, values):
+                self.symbols[var_name] = value
+            if (start, step) != (0, 1):  # i = start + iteration * step
+                iteration = IRBuilder.name(node.target.id, self.emit(
+                    rx.op.add(rx.op.multiply(iteration, self.int64(step)), self.int64(start))))
+            self.symbols[node.target.id] = iteration
+            for stmt in node.body:
+                self.visit(stmt)
+            new_state = [self.tensor(self.symbols[n]) for n in state_names]
+            for var_name, value, ty in zip(state_names, new_state, result.fields):
+                if not tvm_ffi.structural_equal(value.ty, ty):
+                    raise self.error(node, f"{var_name!r} is a {ty} before the loop and a {value.ty} after an "
+                                           "iteration; give it its final type before the loop")
+            RB.func_ret_value(RB.emit(rx.Tuple(new_state)))
+        return gvar
+
+    def halving_function(self, name, body, n_state, params, result):
+        """`<name>(lo, hi, state..., inputs...)`: iterations lo..hi-1 (at least one), by halves."""
+        with self.function(name, [("lo", INDEX), ("hi", INDEX), *params], result) as (gvar, args):
+            lo, hi, *values = args
+            state, inputs = values[:n_state], values[n_state:]
+            span = IRBuilder.name("span", self.emit(rx.op.subtract(hi, lo)))
+            one_left = IRBuilder.name("one_left", self.emit(rx.op.equal(span, self.int64(1))))
+            with RB.If(one_left) as split:
+                with RB.Then():
+                    IRBuilder.name("state", RB.emit(rx.Call(body, [lo, *state, *inputs])))
+                with RB.Else():
+                    mid = IRBuilder.name("mid", RB.emit(rx.op.add(lo, rx.op.floor_divide(span, self.int64(2)))))
+                    first = IRBuilder.name("first_half", RB.emit(rx.Call(gvar, [lo, mid, *state, *inputs])))
+                    halfway = [RB.emit(rx.TupleGetItem(first, k)) for k in range(n_state)]
+                    IRBuilder.name("state", RB.emit(rx.Call(gvar, [mid, hi, *halfway, *inputs])))
+            RB.func_ret_value(split.var)
+        return gvar
+
+
+class JIT(ch16.JIT):
+    CodeGenerator = CodeGenerator
+
+    def __init__(self, fn, unroll=16, **options):
+        if type(unroll) is not int or unroll < 0:
+            raise ValueError(f"unroll must be a non-negative int, not {unroll!r}")
+        super().__init__(fn, **options)
+        self.unroll = unroll
+
+    @classmethod
+    def decorator(cls, fn=None, **options):
+        if fn is None:
+            return functools.partial(cls, **options)
+        return cls(fn, **options)
+
+    def codegen(self):
+        generator = self.CodeGenerator(self.fn)
+        generator.unroll = self.unroll
+        return generator.visit(self.parse())
+
+
+jit = JIT.decorator
+
+
+if __name__ == "__main__":
+
+    def smooth(x: Tensor((2, 3), "float32")):
+        y = x * 0.0
+        total = 0.0
+        for i in range(3):
+            y = y * 0.5 + x * i
+            total += 1.0
+        return y * total
+
+    print("Three iterations, unrolled (unroll=16):")
+    print(JIT(smooth).codegen().script())
+
+    def long_smooth(x: Tensor((2, 3), "float32")):
+        y = x * 0.0
+        for i in range(100):
+            y = y * 0.5 + x * i
+        return y
+
+    recursive = JIT(long_smooth)
+    print("\nA hundred iterations, above the threshold: recursive functions")
+    print(recursive.codegen().script())
+    lowered = recursive.lower(recursive.codegen())
+    body_kernels = ch16.kernels_called(lowered, "loop0_body")
+    print("kernels that loop0_body calls after fusion:", body_kernels)
+
+    def counted(x: Tensor((2, 3), "float32"), n: Tensor((), "int64")):
+        y = x * 1.0  # a new tensor: `+=` below would update x itself when torch runs this body
+        for i in range(1, n, 2):
+            y += x * i
+        return y
+
+    runtime = JIT(counted)
+    script = runtime.codegen().script()
+    print("\nA count known only at run time: range(1, n, 2)")
+    print(script[script.index("    @R.function\n    def counted"):])
+
+    x = torch.rand(2, 3)
+    torch.testing.assert_close(JIT(smooth)(Tensor.of(x)), smooth(x))
+    torch.testing.assert_close(recursive(Tensor.of(x)), long_smooth(x))
+    for n in (0, 1, 2, 7, 5000):
+        n = torch.tensor(n)
+        torch.testing.assert_close(runtime(Tensor.of(x), Tensor.of(n)), counted(x, n))
+    print("\nUnrolled, recursive, and run-time counts 0, 1, 2, 7 and 5000 all match torch.")
+    torch.testing.assert_close(JIT(smooth, unroll=0)(Tensor.of(x)), smooth(x))
+    print("With unroll=0 the three-iteration loop is recursive too, and still matches.")
+
+    def drifts(x: Tensor((2, 3), "float32")):
+        acc = 0
+        for i in range(20):
+            acc = acc + x
+        return acc
+
+    try:
+        JIT(drifts).codegen()
+        raise AssertionError("a state variable that changes type should be refused")
+    except SyntaxError as err:
+        print(f"\nrefused: {err.msg}")
+
+    print("Checking: no loop function when unrolled; loop0 and loop0_body otherwise, the body fused")
+    unrolled = JIT(smooth).codegen()
+    assert [gv.name_hint for gv in unrolled.get_global_vars()] == ["smooth"]
+    names = sorted(gv.name_hint for gv in recursive.codegen().get_global_vars())
+    assert names == ["long_smooth", "loop0", "loop0_body"]
+    assert len(body_kernels) == 1 and body_kernels[0].startswith("fused_")
+    assert "if loop0_runs:" in script and "if one_left:" in script

@@ -1,0 +1,725 @@
+"""if / elif / else, for and while loops, break / continue / return: each form checked against the
+same Python function run eagerly on torch, for inputs that take different branches and trip counts."""
+import inspect
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import babytriton as bt
+
+V4 = bt.Tensor((4,), "float32")
+S = bt.Tensor((), "float32")
+X = torch.tensor([-1.5, -0.5, 0.5, 1.5])
+SM90 = {"kind": "cuda", "arch": "sm_90"}
+INTERNALS = ("Traceback", "tvm", "TVM", ".cc", "babytriton/", "InternalError", "relax.")
+
+
+def same(out, expected):
+    """The compiled result against the eager one: tensors exactly as torch, numbers as 0-d tensors."""
+    if isinstance(expected, tuple):
+        assert isinstance(out, tuple) and len(out) == len(expected)
+        for o, e in zip(out, expected):
+            same(o, e)
+    elif isinstance(expected, torch.Tensor):
+        torch.testing.assert_close(out, expected)
+    else:
+        assert isinstance(out, torch.Tensor) and out.ndim == 0
+        assert out.item() == pytest.approx(expected)
+
+
+def check(f: bt.JITFunction, *args):
+    same(f(*args), f.__wrapped__(*args))
+
+
+def compile_error(fn, *args, **options) -> bt.CompilationError:
+    with pytest.raises(bt.CompilationError) as info:
+        bt.jit(fn, **options)(*args)
+    err = info.value
+    for word in INTERNALS:
+        assert word not in str(err).replace(err.source_line or "", ""), (word, str(err))
+    return err
+
+
+def line_of(fn, marker: str) -> int:
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if marker in line)
+
+
+def functions(stage: str) -> list[str]:
+    return [line.split("def ")[1].split("(")[0] for line in stage.splitlines() if line.strip().startswith("def ")]
+
+
+# --------------------------------------------------------------------------------------------------
+# if decided at compile time: only the branch taken is generated
+# --------------------------------------------------------------------------------------------------
+
+@bt.jit
+def static_if(x, k: bt.constexpr):
+    if k > 1 and x.shape[0] > 2:
+        y = x * k
+    elif k == 1:
+        y = -x
+    else:
+        y = x + 100
+    return y
+
+
+@pytest.mark.parametrize("k", [3, 1, 0])
+def test_compile_time_conditions_pick_one_branch(k):
+    check(static_if, X, k)
+    relax = static_if.compile(X, k).stages["relax"]
+    assert "if " not in relax
+    assert ("R.multiply" in relax, "R.negative" in relax, "R.add" in relax) == (k == 3, k == 1, k == 0)
+
+
+def test_static_shape_condition_and_python_constant():
+    @bt.jit
+    def f(x: bt.Tensor((2, 3), "float32")):
+        if x.shape[0] > 4 or DEBUG:
+            return x * 0
+        return x + 1
+
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(f(x), x + 1)
+    assert "if " not in f.compile().stages["relax"]
+
+
+DEBUG = False
+
+
+# --------------------------------------------------------------------------------------------------
+# if decided at run time: a Relax If with both branches
+# --------------------------------------------------------------------------------------------------
+
+@bt.jit
+def by_flag(x: V4, flag: bool):
+    if flag:
+        y = x * 2
+    else:
+        y = x - 1
+    return y
+
+
+def test_bool_parameter_condition():
+    for flag in (True, False):
+        check(by_flag, X, flag)
+    assert by_flag.cache_info()["compilations"] == 1
+    assert "if flag:" in by_flag.compile(X, True).stages["relax"]
+
+
+def test_int_parameter_is_true_when_nonzero():
+    @bt.jit
+    def f(x: V4, n: int):
+        if n:
+            x = x * n
+        return x
+
+    for n in (0, 3, -2):
+        check(f, X, n)
+
+
+@bt.jit
+def elif_chain(x: V4, s: S):
+    if s > 1:
+        y = x * 3
+    elif s > 0:
+        y = x + 10
+    elif s > -1:
+        y = -x
+    else:
+        y = x
+    return y
+
+
+@pytest.mark.parametrize("s", [2.0, 0.5, -0.5, -3.0])
+def test_elif_chain_on_a_0d_tensor(s):
+    check(elif_chain, X, torch.tensor(s))
+
+
+def test_if_without_else_and_nested_ifs():
+    @bt.jit
+    def f(x: V4, a: bool, b: bool):
+        y = x
+        if a:
+            if b:
+                y = y * 2
+            else:
+                y = y * 3
+            z = y + 1
+        else:
+            z = y - 1
+        if b:
+            z = z * 10
+        return z
+
+    for a in (True, False):
+        for b in (True, False):
+            check(f, X, a, b)
+
+
+def test_merged_numbers_become_tensors_as_torch_would_type_them():
+    @bt.jit
+    def f(x: V4, n: int, s: S):
+        k = 1            # int on one path, int on the other: int64
+        scale = 0.5      # float and the 0-d float32 tensor `s`: float32
+        pair = (x, 2)    # tuples merge element by element
+        if n > 0:
+            k = n
+            scale = s
+            pair = (x * 2, 3)
+        return x * k * scale + pair[0] * pair[1], k, scale
+
+    for n in (0, 4):
+        check(f, X, n, torch.tensor(3.0))
+    out = f(X, 4, torch.tensor(3.0))
+    assert out[1].dtype == torch.int64 and out[2].dtype == torch.float32
+
+
+def test_conditions_from_reductions():
+    @bt.jit
+    def sign_flip(x: V4):
+        if x.sum() > 0:
+            y = x * 2
+        else:
+            y = -x
+        return y
+
+    @bt.jit
+    def shrink(x: bt.Tensor(("n",), "float32")):
+        k = 0
+        while (x * x).sum() > 1e-3:
+            x = x * 0.5
+            k += 1
+        return x, k
+
+    for x in (X, -X - 1):
+        check(sign_flip, x)
+    for x in (torch.randn(5), torch.zeros(3)):
+        check(shrink, x)
+
+
+def test_symbolic_shape_condition_is_decided_at_run_time():
+    @bt.jit
+    def f(x: bt.Tensor(("n",), "float32")):
+        if x.shape[0] > 4:
+            y = x * 2
+        else:
+            y = x + 1
+        if x.shape[0] >= 0:  # always true for a size: decided at compile time
+            y = y - 1
+        return y
+
+    for n in (3, 6):
+        check(f, torch.randn(n))
+    relax = f.compile(torch.randn(3)).stages["relax"]
+    assert "if n > 4:" in relax and relax.count("if ") == 1
+
+
+def test_dataflow_blocks_around_an_if():
+    @bt.jit
+    def f(x: V4, s: S):
+        t = x * 2
+        if s > 0:
+            y = t + 1
+        else:
+            y = t - 1
+        return y * 3
+
+    text = f.compile().stages["ConvertToDataflow"]
+    body = text[text.index("def f("):].splitlines()
+    kinds = [line.strip().split()[0] for line in body if line.strip().startswith(("with R.dataflow", "if ", "else"))]
+    # before the If, inside each branch, after it; the If itself stays outside dataflow blocks
+    assert kinds == ["with", "if", "with", "else:", "with", "with"], kinds
+    for s in (1.0, -1.0):
+        check(f, X, torch.tensor(s))
+
+
+# --------------------------------------------------------------------------------------------------
+# return inside branches
+# --------------------------------------------------------------------------------------------------
+
+def test_return_in_both_branches():
+    @bt.jit
+    def f(x: V4, n: int):
+        if n > 2:
+            return x * n
+        else:
+            return x - n
+
+    for n in (0, 5):  # both branches allocate the same sizes: the memory-planning workaround matters
+        check(f, X, n)
+
+
+def test_early_returns_and_the_rest_of_the_function():
+    @bt.jit
+    def f(x: V4, n: int):
+        if n > 2:
+            return x * n
+        y = x + 1
+        if n < 0:
+            if n < -5:
+                return y * 0
+            y = y * 2
+        return y - n
+
+    for n in (-7, -3, 0, 5):
+        check(f, X, n)
+
+
+def missing_else_return(x: V4, flag: bool):
+    if flag:  # error
+        return x * 2
+
+
+def missing_then_return(x: V4, flag: bool):
+    if flag:  # error
+        y = x
+    else:
+        return x * 2
+
+
+@pytest.mark.parametrize("fn, path", [(missing_else_return, "`if` branch"),
+                                      (missing_then_return, "`else` path")])
+def test_a_path_without_return_is_an_error(fn, path):
+    err = compile_error(fn, X, True)
+    assert err.lineno == line_of(fn, "# error")
+    assert "not every path returns a value" in err.message and path in err.message
+
+
+# --------------------------------------------------------------------------------------------------
+# scopes and the errors of merging two paths
+# --------------------------------------------------------------------------------------------------
+
+def one_branch(x: V4, flag: bool):
+    if flag:
+        y = x * 2
+    return y  # error
+
+
+def test_name_defined_in_one_branch_fails_at_its_use():
+    err = compile_error(one_branch, X, True)
+    assert (err.lineno, err.col) == (line_of(one_branch, "# error"), 11)
+    assert "'y' is not defined on every path" in err.message and "decided at run time" in err.message
+    assert f"line {line_of(one_branch, 'if flag')}" in err.message
+
+
+def test_name_defined_in_one_branch_but_unused_is_fine():
+    @bt.jit
+    def f(x: V4, flag: bool):
+        if flag:
+            unused = x * 2  # noqa: F841 - never read
+            y = x + 1
+        else:
+            y = x - 1
+        return y
+
+    for flag in (True, False):
+        check(f, X, flag)
+
+
+def dtype_clash(x: V4, flag: bool):
+    if flag:  # error
+        y = x
+    else:
+        y = x > 0
+    return y
+
+
+def shape_clash(x: V4, s: S, flag: bool):
+    if flag:  # error
+        y = x
+    else:
+        y = s
+    return y
+
+
+def test_branches_disagreeing_on_dtype_or_shape():
+    err = compile_error(dtype_clash, X, True)
+    assert err.lineno == line_of(dtype_clash, "# error")
+    assert "'y' is a float32 tensor of shape (4,) on one path" in err.message and "bool" in err.message
+    err = compile_error(shape_clash, X, torch.tensor(1.0), True)
+    assert "'y' has shape (4,) on one path of this `if` and () on the other" in err.message
+
+
+def vector_condition(x: V4):
+    if x > 0:  # error
+        return x
+    return -x
+
+
+def test_a_condition_with_dimensions_is_an_error():
+    err = compile_error(vector_condition, X)
+    assert err.lineno == line_of(vector_condition, "# error")
+    assert "single value (a 0-d tensor)" in err.message and "shape (4,)" in err.message
+
+
+# --------------------------------------------------------------------------------------------------
+# for loops: unrolled or recursive, the same numbers
+# --------------------------------------------------------------------------------------------------
+
+def ranges(x: V4):
+    acc = x * 0
+    for i in range(5):
+        acc = acc + x * i
+    for i in range(2, 9):
+        acc = acc * 0.5 + i
+    for i in range(10, -3, -4):
+        acc = acc - i
+    return acc
+
+
+@pytest.mark.parametrize("unroll", [0, 3, 16])
+def test_range_forms_unrolled_or_recursive(unroll):
+    f = bt.jit(ranges, unroll=unroll)
+    check(f, X)
+    names = functions(f.compile().stages["relax"])
+    assert len(names) == 1 + 2 * sum(n > unroll for n in (5, 7, 4)), names
+
+
+def test_unrolled_loop_variable_is_a_python_int():
+    @bt.jit
+    def f(x: bt.Tensor((2, 3, 4), "float32")):
+        total = 0
+        for i in range(x.ndim):
+            total = total + x.shape[i]
+        for d in x.shape:  # loops over tuples unroll too
+            total = total * d
+        return x * total
+
+    x = torch.randn(2, 3, 4)
+    torch.testing.assert_close(f(x), x * ((2 + 3 + 4) * 24))
+
+
+@bt.jit
+def runtime_count(x: V4, n: int, start: int):
+    acc = x * 0
+    k = 0
+    for i in range(start, n, 3):
+        acc = acc + x * i
+        k += 1
+    return acc, k
+
+
+@pytest.mark.parametrize("n, start", [(0, 0), (1, 0), (7, 0), (7, 5), (40, -9), (-3, 2)])
+def test_runtime_trip_count(n, start):
+    check(runtime_count, X, n, start)
+
+
+def test_recursive_loop_function_and_its_body():
+    relax = runtime_count.compile(X, 1, 0).stages["relax"]
+    assert functions(relax) == ["runtime_count", "runtime_count_loop0", "runtime_count_loop0_body"]
+    assert "cls.runtime_count_loop0(lo, mid" in relax and "cls.runtime_count_loop0(mid, hi" in relax
+
+
+def test_runtime_bound_from_a_0d_tensor_and_a_symbolic_size():
+    @bt.jit
+    def f(x: bt.Tensor(("n",), "float32"), m: bt.Tensor((), "int32")):
+        acc = x
+        for i in range(m):
+            acc = acc * 0.5
+        for j in range(x.shape[0]):
+            acc = acc + j
+        return acc
+
+    for n, m in ((3, 0), (5, 4)):
+        check(f, torch.randn(n), torch.tensor(m, dtype=torch.int32))
+
+
+def test_peeled_first_iteration_settles_numbers_and_defines_names():
+    @bt.jit(unroll=2)
+    def f(x: V4):
+        acc = 0.0
+        for i in range(1, 9, 2):
+            t = x * i
+            acc = acc + t  # a number that becomes a vector in the first iteration
+        return acc, t, i   # defined by the loop, read after it
+
+    check(f, X)
+
+
+# --------------------------------------------------------------------------------------------------
+# while loops
+# --------------------------------------------------------------------------------------------------
+
+@bt.jit
+def doubling(x: V4, s: S):
+    y = x
+    while s < 100:
+        s = s * 2
+        y = y + s
+    return y, s
+
+
+@pytest.mark.parametrize("s", [1.0, 50.0, 200.0])
+def test_while_on_a_tensor_condition(s):
+    check(doubling, X, torch.tensor(s))
+
+
+def test_while_on_python_values_unrolls_then_recurses():
+    def counting(x: V4):
+        k = 0
+        y = x
+        while k < 40:
+            y = y * 1.1 + k
+            k += 3
+        return y, k
+
+    small = bt.jit(counting, unroll=64)
+    check(small, X)
+    assert functions(small.compile().stages["relax"]) == ["counting"]
+    mixed = bt.jit(counting, unroll=3)
+    check(mixed, X)
+    assert "counting_loop0_grow" in functions(mixed.compile().stages["relax"])
+
+
+# --------------------------------------------------------------------------------------------------
+# nesting, break, continue, else
+# --------------------------------------------------------------------------------------------------
+
+def test_nested_loops_with_ifs_and_ifs_with_loops():
+    @bt.jit
+    def f(x: V4, n: int, m: int, flag: bool):
+        acc = x * 0
+        for i in range(n):
+            for j in range(m):
+                if (i + j) % 2 == 0:
+                    acc = acc + x * j
+                else:
+                    acc = acc - i
+        if flag:
+            for i in range(3):
+                acc = acc * 2
+        else:
+            k = 0
+            while k < n:
+                acc = acc + k
+                k = k + 1
+        return acc
+
+    for n, m in ((0, 3), (3, 0), (3, 4), (5, 2)):
+        for flag in (True, False):
+            check(f, X, n, m, flag)
+
+
+def breaking(x: V4, n: int, limit: float):
+    acc = x * 0
+    for i in range(n):
+        if i == 3:
+            continue
+        acc = acc + x * i
+        if i > limit:
+            break
+    else:
+        acc = acc * 100
+    return acc
+
+
+def breaking_fixed(x: V4, n: bt.constexpr, limit: float):
+    acc = x * 0
+    for i in range(n):
+        if i == 3:
+            continue
+        acc = acc + x * i
+        if i > limit:
+            break
+    else:
+        acc = acc * 100
+    return acc
+
+
+def test_break_continue_and_else_unrolled_and_recursive():
+    recursive = bt.jit(breaking)
+    unrolled = bt.jit(breaking_fixed, unroll=64)
+    recursive_fixed = bt.jit(breaking_fixed, unroll=0)
+    for n in (0, 2, 5, 12):
+        for limit in (-1.0, 2.0, 4.5, 100.0):
+            expected = breaking(X, n, limit)
+            torch.testing.assert_close(recursive(X, n, limit), expected)
+            torch.testing.assert_close(unrolled(X, n, limit), expected)
+            torch.testing.assert_close(recursive_fixed(X, n, limit), expected)
+    assert recursive.cache_info()["compilations"] == 1
+    assert functions(unrolled.compile(X, 12, 1.0).stages["relax"]) == ["breaking_fixed"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(-2, 30), limit=st.floats(-2, 40), start=st.floats(0, 300))
+def test_break_and_while_match_python(n, limit, start):
+    torch.testing.assert_close(_breaking(X, n, limit), breaking(X, n, limit))
+    s = torch.tensor(start)  # s = s * 2 + 1 grows from any start >= 0: the loop ends
+    same(_while_break(X, s), _while_break.__wrapped__(X, s))
+
+
+_breaking = bt.jit(breaking)
+
+
+@bt.jit
+def _while_break(x: V4, s: S):
+    y = x
+    k = 0
+    while s < 50:
+        s = s * 2 + 1
+        k += 1
+        if s > 30:
+            break
+        y = y + s
+    else:
+        y = y * 0
+    return y, s, k
+
+
+def test_return_inside_an_unrolled_loop():
+    @bt.jit
+    def f(x: V4, flag: bool):
+        for i in range(3):
+            if flag:
+                return x * i
+            x = x + 1
+        return x
+
+    for flag in (True, False):
+        check(f, X, flag)
+
+
+# --------------------------------------------------------------------------------------------------
+# loop errors
+# --------------------------------------------------------------------------------------------------
+
+def grows(x: V4, n: int):
+    acc = 0.0
+    for i in range(n):  # error
+        acc = acc + x
+    return acc
+
+
+def changes_dtype(x: V4, n: int):
+    y = x > 0
+    for i in range(n):  # error
+        y = x * i
+    return y
+
+
+def test_a_loop_that_changes_a_shape_or_dtype():
+    err = compile_error(grows, X, 3)
+    assert err.lineno == line_of(grows, "# error")
+    assert "'acc' starts as the number 0.0 and becomes a float32 tensor of shape (4,)" in err.message
+    assert "acc = x * 0" in err.message
+    err = compile_error(changes_dtype, X, 3)
+    assert "'y' changes from a bool tensor of shape (4,) to a float32 tensor" in err.message
+
+
+def local_after(x: V4, n: int):
+    for i in range(n):
+        t = x * i
+    return t  # error
+
+
+def read_before(x: V4, n: int):
+    acc = x
+    for i in range(n):
+        if i > 0:
+            acc = acc + prev  # error  # noqa: F821
+        prev = x * i
+    return acc
+
+
+def return_in_loop(x: V4, n: int):
+    for i in range(n):
+        if i > 2:
+            return x  # error
+    return x * 2
+
+
+def forever(x: V4):
+    while True:  # error
+        x = x + 1
+    return x
+
+
+@pytest.mark.parametrize("fn, args, words", [
+    (local_after, (X, 3), "'t' is assigned only inside the loop"),
+    (read_before, (X, 3), "'prev' is read before it is assigned in this iteration"),
+    (return_in_loop, (X, 3), "`return` inside a loop that is compiled as a recursive function"),
+    (forever, (X,), "this `while` loop never ends"),
+])
+def test_loop_errors_point_at_the_line(fn, args, words):
+    err = compile_error(fn, *args)
+    assert err.lineno == line_of(fn, "# error")
+    assert words in err.message
+
+
+@pytest.mark.parametrize("source, words", [
+    ("for i in range(n):", "range() needs integers, got a float64"),
+    ("for i in x:", "iterating over a tensor is not supported"),
+    ("for i in range(0, 9, m):", "the step of range() must be a compile-time int"),
+    ("for i in range(0, 9, 0):", "the step of range() must not be zero"),
+])
+def test_range_errors(source, words, tmp_path):
+    path = tmp_path / "loops.py"
+    path.write_text(f"def f(x, n: float, m: int):\n    {source}\n        x = x + 1\n    return x\n")
+    namespace = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    err = compile_error(namespace["f"], X, 2.0, 2)
+    assert err.lineno == 2 and words in err.message
+
+
+# --------------------------------------------------------------------------------------------------
+# deep loops, GPU code
+# --------------------------------------------------------------------------------------------------
+
+def test_ten_thousand_iterations_through_the_recursive_path():
+    @bt.jit
+    def count(x: V4, n: int):
+        acc = x
+        for i in range(n):
+            acc = acc + 1
+        k = 0
+        while k < n:
+            k += 1
+        return acc, k
+
+    acc, k = count(X, 10_000)
+    torch.testing.assert_close(acc, X + 10_000)
+    assert k.item() == 10_000
+
+
+def test_cuda_code_for_branches_and_loops_without_a_gpu():
+    @bt.jit(target=SM90)
+    def f(x: bt.Tensor(("n",), "float32"), n: int, flag: bool):
+        y = x
+        if flag:
+            y = y * 2
+        for i in range(n):
+            y = y * 0.5 + i
+        return y
+
+    k = f.compile()
+    assert functions(k.stages["schedule"]).count("f_loop0") == 1
+    assert 'extern "C" __global__' in k.source
+
+
+@pytest.mark.gpu
+def test_branch_and_recursive_loop_on_the_gpu():
+    @bt.jit(target="gpu")
+    def f(x: bt.Tensor(("n",), "float32"), s: bt.Tensor((), "float32"), n: int):
+        if s > 0:
+            y = x * s
+        else:
+            y = x - s
+        acc = y
+        for i in range(n):
+            acc = acc * 0.5 + i
+            if i > 50:
+                break
+        return acc
+
+    for s, n in ((2.0, 0), (-1.0, 7), (3.0, 100)):
+        x = torch.randn(1000, device="cuda")
+        out = f(x, torch.tensor(s, device="cuda"), n)
+        assert out.is_cuda
+        torch.testing.assert_close(out, f.__wrapped__(x, torch.tensor(s, device="cuda"), n))
+    growing = bt.jit(target="gpu")(doubling.__wrapped__)
+    for s in (1.0, 200.0):
+        x, start = torch.randn(4, device="cuda"), torch.tensor(s, device="cuda")
+        same(growing(x, start), growing.__wrapped__(x, start))

@@ -1,0 +1,98 @@
+"""The notebooks, executed top to bottom by a real Jupyter kernel, as a reader runs them.
+
+A notebook passes when every cell runs without an error (nbclient raises on the first one). The disk
+cache goes to a temporary folder. Committed notebooks carry no outputs, so the repository stays light.
+"""
+import json
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+MAX_BYTES = 300_000
+
+
+def execute(path: Path, cwd: Path):
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(cwd)}})
+    client.execute()
+    return nb
+
+
+def outputs(nb) -> list:
+    return [out for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs]
+
+
+def text_of(nb) -> str:
+    return "".join(out.get("text", "") for out in outputs(nb))
+
+
+@pytest.fixture(autouse=True)
+def cache_in_tmp(tmp_path, monkeypatch):
+    # the kernel inherits this process's environment
+    monkeypatch.setenv("BABYTRITON_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_there_are_notebooks():
+    assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_top_to_bottom(path):
+    nb = execute(path, path.parent)
+    assert not [out for out in outputs(nb) if out.output_type == "error"]
+    assert "BlockBuilder destroyed" not in text_of(nb)  # no C++ noise next to the lessons
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_committed_small_and_without_outputs(path):
+    assert path.stat().st_size < MAX_BYTES
+    nb = json.loads(path.read_text())
+    code = [cell for cell in nb["cells"] if cell["cell_type"] == "code"]
+    assert code and all(not cell["outputs"] and cell["execution_count"] is None for cell in code)
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+
+
+def test_every_notebook_is_listed_in_the_readme():
+    readme = (ROOT / "notebooks" / "README.md").read_text()
+    for path in NOTEBOOKS:
+        assert f"`{path.name}`" in readme
+
+
+RESULTS = """# Benchmarks
+
+## NVIDIA H100 80GB HBM3
+
+| case | babytriton | eager | torch.compile | triton | GB/s | TFLOP/s | ratio |
+|---|---|---|---|---|---|---|---|
+| elementwise (4096x4096) | 215.10 us | 480.20 us | 230.00 us | 221.40 us | 1480 |  | 1.07x |
+| matmul_fp16 (4096^3) | 1.234 ms | 1.190 ms | 1.201 ms |  |  | 111.4 | 0.97x |
+
+## CPU
+
+| case | babytriton | eager | torch.compile | triton | GB/s | TFLOP/s | ratio |
+|---|---|---|---|---|---|---|---|
+| call overhead | 4.10 us | 2.90 us |  |  |  |  | 0.71x |
+"""
+
+
+def test_the_benchmark_plot_reads_results_md(tmp_path):
+    """Notebook 4's benchmark cells, run where a benchmarks/RESULTS.md exists: they plot every table."""
+    source = nbformat.read(ROOT / "notebooks" / "04_gpu_schedules.ipynb", as_version=4)
+    setup = next(cell for cell in source.cells if cell.cell_type == "code")
+    tagged = [cell for cell in source.cells if "benchmark-plot" in cell.metadata.get("tags", [])]
+    assert tagged
+    nb = nbformat.v4.new_notebook(cells=[setup, *tagged], metadata=source.metadata)
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "RESULTS.md").write_text(RESULTS)
+    path = tmp_path / "notebooks" / "plot.ipynb"
+    nbformat.write(nb, path)
+    ran = execute(path, path.parent)
+    assert "plotted 3 cases from 2 table(s)" in text_of(ran)
+    assert any("image/png" in out.get("data", {}) for out in outputs(ran))
