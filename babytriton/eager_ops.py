@@ -79,6 +79,10 @@ def call_op(op: library.Op, args: list, kwargs: dict):
             if op.kinds[name] in library.TENSOR_KINDS and _is_scalar(value):
                 values[name] = torch.tensor(value, dtype=dtype, device=_DEVICE.get())
     as_int8 = _widen_bools_and_ints(op, values)
+    first = next((v for n, v in values.items() if op.kinds[n] in library.TENSOR_KINDS and _is_tensor(v)), None)
+    problem = library.axis_problem(op.name, values.get("axis"), first.dim()) if first is not None else None
+    if problem:
+        raise TypeError(problem)
     fn = TORCH.get(op.name)
     if fn is None:
         raise NotImplementedError(f"{op.name}() has no torch equivalent in babytriton's eager mode yet; "
@@ -99,6 +103,11 @@ def _widen_bools_and_ints(op: library.Op, values: dict) -> bool:
                 values[n] = values[n].to(torch.int64)
         return False
     described = ", ".join(_describe(values[n]) for n in operands)
+    allowed = library.FLOAT_DTYPES_ONLY.get(op.name)
+    for n in operands:
+        if allowed and values[n].dtype.is_floating_point and TORCH_TO_NAME[values[n].dtype] not in allowed:
+            raise TypeError(f"{op.name}() takes {', '.join(allowed)} tensors, got {_describe(values[n])}; "
+                            "convert with .astype()")
     if op.name in library.FLOAT_ONLY and not all(floating):
         raise TypeError(f"{op.name}() needs float tensors, got {described}; convert with .astype()")
     if op.name in library.LOGICAL:

@@ -145,7 +145,12 @@ class Kernel:
         converters = tuple(converters)
 
         def run(args):
-            return wrap(fn(*[convert(args[i]) for i, convert in converters]))
+            values = [convert(args[i]) for i, convert in converters]
+            try:
+                out = fn(*values)
+            except Exception as e:  # noqa: BLE001 - TVM's run-time checks raise several types
+                raise _run_error(self.name, e) from (e if debug_enabled() else None)
+            return wrap(out)
         return run
 
     def check_sizes(self, args) -> None:
@@ -184,6 +189,18 @@ class Kernel:
 
     def __repr__(self):
         return f"<babytriton.Kernel {self.name} for {self.target.kind.name}, stages: {', '.join(self.stages)}>"
+
+
+def _run_error(name: str, error: Exception) -> RuntimeError:
+    """A failure inside the compiled code (TVM's run-time checks), without TVM's internals."""
+    text = str(error)
+    if "match_cast" in text or "shape" in text and "mismatch" in text:
+        reason = "an argument's sizes differ from the sizes this compiled version relies on"
+    else:
+        reason = "the compiled code stopped with an error"
+    detail = f"\n[BABYTRITON_DEBUG] {type(error).__name__}: {text}" if debug_enabled() else \
+        " (set BABYTRITON_DEBUG=1 to see TVM's message)"
+    return RuntimeError(f"{name}(): {reason}{detail}")
 
 
 def _via_data(convert):

@@ -146,5 +146,30 @@ def test_bad_input(path, outcomes):
         assert word not in got["stderr"], f"{word!r} printed on stderr: {got['stderr']}"
 
 
+def test_a_failure_inside_compiled_code_is_a_runtime_error_without_internals(tmp_path):
+    """The sizes a compiled version relies on are checked before the call, naming the line; a version
+    that lost those checks (an old disk cache entry) still fails cleanly when the VM's check trips."""
+    import babytriton as bt
+    import torch
+
+    path = tmp_path / "program.py"
+    path.write_text("import babytriton as bt\n\n\n@bt.jit(cache=False)\n"
+                    "def f(x: bt.Tensor((3, 2), 'float32'), y: bt.Tensor(('d',), 'float32')):\n    return x * y\n")
+    namespace = runpy_module(path)
+    f = namespace["f"]
+    kernel = f.compile(torch.ones(3, 2), torch.ones(2))
+    kernel.size_checks = ()
+    with pytest.raises(RuntimeError) as info:
+        kernel(torch.ones(3, 2), torch.ones(3))
+    message = str(info.value)
+    assert message.startswith("f(): an argument's sizes differ from the sizes this compiled version relies on")
+    assert not any(word in message.replace("see TVM's message", "") for word in INTERNALS), message
+
+
+def runpy_module(path: Path) -> dict:
+    import runpy
+    return runpy.run_path(str(path))
+
+
 if __name__ == "__main__":  # the subprocess: python tests/test_bad_inputs.py RESULTS FILE...
     main(sys.argv[1], sys.argv[2:])

@@ -67,8 +67,22 @@ BOOL_AS_INT8 = {fn.__name__ for fn in ops.COMPARE.values()} | {
 BOOL_REFUSED = {fn.__name__ for fn in ops.ARITH.values()} | {
     "mod", "log_add_exp", "atan2", "left_shift", "right_shift", "floor", "ceil", "round", "trunc"}
 INT64_ACCUMULATE = {"sum", "prod", "cumsum", "cumprod"}
-# TVM cannot build these on bfloat16: they run on float32 copies (exact, so the same order and ties).
-BFLOAT16_AS_FLOAT32 = {"argmax", "argmin"}
+# Ops TVM cannot build in a half dtype (or, for sorts, builds wrong): they run on float32 copies,
+# which hold every half value exactly, and float results are rounded back once (as torch computes
+# half ops). Found by the fuzzer and by checking every op of the eager table in each dtype.
+VIA_FLOAT32 = {
+    "bfloat16": {"argmax", "argmin", "isnan", "isinf", "isfinite", "mod", "log_add_exp", "layer_norm", "sort",
+                 "argsort", "topk"},
+    "float16": {"atan", "asin", "acos", "asinh", "acosh", "sinh", "cosh", "atan2"},
+}
+# Ops whose TVM kernels only take these float dtypes (float64 would fail to build).
+# (TVM's rms_norm computes float64 in float32: refused rather than silently less precise.)
+FLOAT_DTYPES_ONLY = {"layer_norm": ("float32", "float16", "bfloat16"), "rms_norm": ("float32", "float16", "bfloat16")}
+# Ops whose `axis` counts the input's axes, which TVM does not check for them (a bad one fails the
+# build, or the run): checked here, as Relax checks the other ops'.
+INPUT_AXIS = {"sort", "argsort", "topk", "cumsum", "cumprod", "repeat", "split", "take", "gather_elements"}
+# Ops TVM cannot build on 1-d tensors: they run on a (1, n) view.
+AS_ROW = {"rms_norm"}
 # Logical ops take any tensor as "nonzero" (torch's rule; TVM would miscompile non-bools); bitwise
 # ops need integers or bools.
 LOGICAL = {"logical_and", "logical_or", "logical_xor", "logical_not"}
@@ -269,6 +283,12 @@ def call(cg, op: Op, args: list, kwargs: dict):
         operands = [n for n in values if op.kinds[n] in TENSOR_KINDS and core.is_tensor(values[n])]
         values.update(zip(operands, cg.aligned(*[values[n] for n in operands])))
     as_int8 = _widen_bools_and_ints(cg, op, values)
+    check_axis(op, values)
+    narrow = _via_float32(cg, op, values)
+    row = op.name in AS_ROW and _first_tensor(op, values).ty.ndim == 1
+    if row:
+        first = _first_tensor_name(op, values)
+        values[first] = cg.emit(relax.op.expand_dims(values[first], 0))
     try:
         result = cg.emit(op.fn(**values))
     except Diagnostic:
@@ -277,18 +297,73 @@ def call(cg, op: Op, args: list, kwargs: dict):
         raise Diagnostic(rejected(op, e, values)) from None
     if not isinstance(result.ty, (relax.TensorType, relax.TupleType)):
         raise Diagnostic(f"{op.name}() does not compute a tensor, so it cannot be used in @jit code")
+    if row:
+        result = cg.emit(relax.op.squeeze(result, [0]))
     if as_int8 and core.is_tensor(result) and core.dtype_of(result) == "int8":
         result = cg.emit(relax.op.astype(result, "bool"))
+    if narrow:
+        result = _rounded_back(cg, result, narrow)
     return result
+
+
+def _first_tensor_name(op: Op, values: dict) -> str | None:
+    return next((n for n, v in values.items() if op.kinds[n] in TENSOR_KINDS and core.is_tensor(v)), None)
+
+
+def _first_tensor(op: Op, values: dict):
+    name = _first_tensor_name(op, values)
+    return values[name] if name is not None else None
+
+
+def check_axis(op: Op, values: dict) -> None:
+    """An `axis` must name one of the input's axes (for the ops TVM leaves unchecked)."""
+    tensor = _first_tensor(op, values)
+    if tensor is not None and tensor.ty.ndim >= 0:
+        problem = axis_problem(op.name, values.get("axis"), tensor.ty.ndim)
+        if problem:
+            raise Diagnostic(problem)
+
+
+def axis_problem(op_name: str, axis, ndim: int) -> str | None:
+    """What is wrong with an op's `axis` for an input of `ndim` axes (None: nothing)."""
+    if op_name not in INPUT_AXIS or axis is None:
+        return None
+    for a in axis if isinstance(axis, (list, tuple)) else [axis]:
+        if isinstance(a, int) and not -max(ndim, 1) <= a < max(ndim, 1):
+            return (f"{op_name}(): axis {a} is out of range for a {ndim}-d tensor "
+                    f"(axes go from {-max(ndim, 1)} to {max(ndim, 1) - 1})")
+    return None
+
+
+def _via_float32(cg, op: Op, values: dict) -> str | None:
+    """Put the operands of an op TVM lacks in their half dtype in float32; that dtype, if any."""
+    operands = [n for n in values if op.kinds[n] in TENSOR_KINDS and core.is_tensor(values[n])]
+    allowed = FLOAT_DTYPES_ONLY.get(op.name)
+    for n in operands:
+        got = core.dtype_of(values[n])
+        if allowed and got.startswith(("float", "bfloat")) and got not in allowed:
+            raise Diagnostic(f"{op.name}() takes {', '.join(allowed)} tensors, got {core.describe(values[n])}; "
+                             "convert with .astype()")
+    narrow = next((core.dtype_of(values[n]) for n in operands
+                   if op.name in VIA_FLOAT32.get(core.dtype_of(values[n]), ())), None)
+    if narrow:
+        for n in operands:
+            if core.dtype_of(values[n]) == narrow:
+                values[n] = cg.as_tensor(values[n], "float32")
+    return narrow
+
+
+def _rounded_back(cg, result, dtype: str):
+    """The float32 results of an op computed for `dtype` operands, rounded back to `dtype`."""
+    if core.is_tensor(result):
+        return cg.emit(relax.op.astype(result, dtype)) if core.dtype_of(result) == "float32" else result
+    items = [cg.emit(relax.TupleGetItem(result, i)) for i in range(len(result.ty.fields))]
+    return tuple(_rounded_back(cg, item, dtype) for item in items)
 
 
 def _widen_bools_and_ints(cg, op: Op, values: dict) -> bool:
     """Apply the dtype rules above to the tensor operands, in place; whether bools went in as int8."""
     operands = [n for n in values if op.kinds[n] in TENSOR_KINDS and core.is_tensor(values[n])]
-    if op.name in BFLOAT16_AS_FLOAT32:
-        for n in operands:
-            if core.dtype_of(values[n]) == "bfloat16":
-                values[n] = cg.as_tensor(values[n], "float32")
     if op.name in INT64_ACCUMULATE and values.get("dtype") is None:
         for n in operands:
             if not core.dtype_of(values[n]).startswith(("float", "bfloat", "int64")):

@@ -253,7 +253,7 @@ class Generator:
     def make_params(self):
         rng = self.rng
         rank = rng.choice((1, 2, 2, 3))
-        base = [rng.randint(1, 4) for _ in range(rank)]
+        base = [rng.randint(1, 4) if rng.random() < 0.85 else rng.randint(5, 17) for _ in range(rank)]
         for i in range(rng.randint(1, 4)):
             r = rng.choice(range(1, rank + 1)) if rng.random() < 0.95 else 0
             shape = tuple(1 if rng.random() < 0.25 else d for d in base[rank - r:])
@@ -658,6 +658,50 @@ class Generator:
         return finish(code, dtype, shape, mag, gran, exact, err * n if name == "mean" else err, symbolic(dims),
                       ulps=2 * n)
 
+    def library_misc(self, depth):
+        """Library ops beyond the common ones: running sums, shifts, logical xor, leaky relu, norms."""
+        a = self.tensor_operand(depth, lambda v: len(v.shape) >= 1)
+        if a is None:
+            return None
+        name = self.rng.choice(("cumsum", "shift", "logical_xor", "leakyrelu", "relu6", "trunc", "layer_norm",
+                                "rms_norm", "isfinite"))
+        rank = len(a.shape)
+        if name == "cumsum" and a.numeric:
+            axis = self.rng.randrange(-rank, rank)
+            n = a.shape[axis]
+            dtype = a.dtype if a.is_float else "int64"
+            return finish(f"cumsum({a.code}, axis={axis})", dtype, a.shape, n * a.mag, a.gran, a.exact, n * a.err,
+                          a.dims, ulps=2 * n)
+        if name == "shift" and a.dtype in INTS and a.exact:
+            k = self.rng.randint(0, 2)
+            op = self.rng.choice(("left_shift", "right_shift"))
+            mag = a.mag * 2 ** k if op == "left_shift" else a.mag
+            if op == "left_shift" and a.mag * 2 ** k > LIMIT[a.dtype]:
+                return None
+            return finish(f"{op}({a.code}, {k})", a.dtype, a.shape, mag + 1, 0, True, 0.0, a.dims)
+        if name == "logical_xor":
+            b = self.condition(depth)
+            if b is None:
+                return None
+            return V(f"logical_xor({a.code}, {b.code})", "bool", broadcast(a.shape, b.shape),
+                     dims=broadcast_dims(a, b)) if a.exact else None
+        if name == "leakyrelu" and a.is_float:
+            return dataclasses.replace(a, code=f"leakyrelu({a.code}, 0.25)", gran=a.gran + 2)
+        if name == "relu6" and a.is_float:
+            return dataclasses.replace(a, code=f"relu6({a.code})", mag=min(a.mag, 6.0))
+        if name == "trunc" and a.is_float and a.exact:
+            return dataclasses.replace(a, code=f"trunc({a.code})", gran=0)
+        if name == "isfinite" and a.numeric:
+            return V(f"isfinite({a.code})", "bool", a.shape, dims=a.dims)
+        if name in ("layer_norm", "rms_norm") and a.dtype != "float64" and a.is_float and a.exact and a.dims is None:
+            n = a.shape[-1]
+            weight = f"ones(({n},), {a.dtype!r})"
+            code = f"layer_norm({a.code}, {weight}, zeros(({n},), {a.dtype!r}), -1)" if name == "layer_norm" \
+                else f"rms_norm({a.code}, {weight})"
+            # normalised values reach sqrt(n); near-constant rows make them sensitive: only exact inputs
+            return finish(code, a.dtype, a.shape, math.sqrt(n) + 1, 0, False, 0.0, None, ulps=64 * n)
+        return None
+
     def softmax(self, depth):
         a = self.float_operand(depth)
         if a is None or not a.shape:
@@ -809,7 +853,7 @@ BT_OPS = {"abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
 OPS = [("call_helper", 1), ("arith", 10), ("divide", 3), ("floor_div_mod", 3), ("power", 2), ("negate", 1), ("compare", 4),
        ("logical", 2), ("bitwise", 2), ("ifexp", 3), ("compile_time_branch", 1), ("unary_float", 6),
        ("unary_exact", 3), ("binary_op", 2), ("reduction", 6), ("softmax", 2), ("astype", 3), ("matmul", 2),
-       ("shape_op", 4)]
+       ("shape_op", 4), ("library_misc", 3)]
 
 
 @dataclass
@@ -990,12 +1034,13 @@ def minimise(text: str, outcome: Outcome, workdir: Path, budget: int = 150) -> t
 def _same_failure(outcome: Outcome):
     first = outcome.detail.splitlines()[0] if outcome.detail else ""
     kind = outcome.kind
-    error_type = first.split(":")[0] if kind == "crash" else None
+    # a crash: the same exception type; a refusal: the same message up to its first colon
+    prefix = first.split(":")[0] if kind in ("crash", "compile-error") else None
 
     def same(result: Outcome) -> bool:
         if result.kind != kind:
             return False
-        return error_type is None or result.detail.startswith(error_type)
+        return prefix is None or result.detail.startswith(prefix)
     return same
 
 
