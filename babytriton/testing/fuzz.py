@@ -259,6 +259,7 @@ class Generator:
             shape = tuple(1 if rng.random() < 0.25 else d for d in base[rank - r:])
             dtype = rng.choice(INPUT_DTYPES)
             style = rng.random()
+            dims = shape
             if style < 0.4:
                 annotation = ""
             elif style < 0.7 or not shape:
@@ -270,8 +271,7 @@ class Generator:
             self.params.append(Param(name, "tensor", annotation, ("tensor", shape, dtype)))
             gran = 3 if dtype in FLOATS else 0
             mag = 2.0 if dtype in FLOATS else 1.0 if dtype == "bool" else 4.0
-            symbolic = dims if style >= 0.7 and shape else None
-            self.pool.append(V(name, dtype, shape, mag, gran, True, 0.0, symbolic))
+            self.pool.append(V(name, dtype, shape, mag, gran, True, 0.0, symbolic(dims)))
         if rng.random() < 0.35:
             kind = rng.choice(("int", "float", "bool", "auto-int", "auto-float"))
             value = {"int": rng.randint(-3, 3), "float": rng.randint(-8, 8) / 4, "bool": rng.random() < 0.5,
@@ -397,8 +397,10 @@ class Generator:
                  "runtime": max(ints[0].spec[2], 0) if ints else 0}[kind]
         header = {"unrolled": f"for i in range({trips}):", "recursive": f"for i in range({trips}):",
                   "runtime": f"for i in range({ints[0].name if ints else 0}):", "while": f"while c < {trips}:"}[kind]
-        use_index = kind != "while" and rng.random() < 0.3
-        term = V(f"{paren(e)} * i", e.dtype if not e.py else "int64", e.shape, e.mag * max(trips, 1), e.gran,
+        # i: a Python int in an unrolled loop, a 0-d int64 tensor in a recursive one; with a tensor
+        # it promotes the same way either way
+        use_index = kind != "while" and not e.py and rng.random() < 0.3
+        term = V(f"{paren(e)} * i", e.dtype, e.shape, e.mag * max(trips, 1), e.gran,
                  e.exact, e.err * trips, e.dims) if use_index else e
         op = rng.choice(("+", "-", "maximum"))
         try:
@@ -876,7 +878,7 @@ class Generator:
             dims = (n,) if self.rng.random() < 0.5 else (1, n)
             spelled = f"{paren(a)}.reshape({', '.join(map(str, dims))})" if self.rng.random() < 0.5 else \
                 f"reshape({a.code}, {dims!r})"
-            return dataclasses.replace(a, code=spelled, shape=dims)
+            return dataclasses.replace(a, code=spelled, shape=dims, dims=None)
         if choice == "expand_dims":
             axis = self.rng.randrange(-(rank + 1), rank + 1)
             shape, dims = list(a.shape), list(d)
@@ -885,7 +887,8 @@ class Generator:
             return dataclasses.replace(a, code=f"expand_dims({a.code}, {axis})", shape=tuple(shape),
                                        dims=symbolic(dims))
         if choice == "squeeze" and a.static:
-            return dataclasses.replace(a, code=f"squeeze({a.code})", shape=tuple(d for d in a.shape if d != 1))
+            return dataclasses.replace(a, code=f"squeeze({a.code})", shape=tuple(d for d in a.shape if d != 1),
+                                       dims=None)
         if choice == "T" and rank >= 2:
             return dataclasses.replace(a, code=f"{paren(a)}.T", shape=tuple(reversed(a.shape)),
                                        dims=symbolic(reversed(d)))
@@ -896,7 +899,7 @@ class Generator:
                                        shape=tuple(a.shape[i] for i in axes), dims=symbolic(d[i] for i in axes))
         if choice == "broadcast" and a.static and rank >= 1:
             shape = (2, *a.shape)
-            return dataclasses.replace(a, code=f"broadcast_to({a.code}, {shape!r})", shape=shape)
+            return dataclasses.replace(a, code=f"broadcast_to({a.code}, {shape!r})", shape=shape, dims=None)
         if choice in ("concat", "stack") and rank >= 1:
             same = [v for v in self.pool if not v.py and v.shape == a.shape and v.dtype == a.dtype
                     and dims_of(v) == d]
