@@ -62,7 +62,9 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
     return sequence + [
         ("LegalizeOps", relax.transform.LegalizeOps()),
         ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),
-        ("FuseOps", relax.transform.FuseOps()),
+        # unused bindings first (e.g. what zeros_like(x) no longer reads once legalized): FuseOps
+        # warns about them, and fails on them inside the branches of an If
+        ("FuseOps", tvm.transform.Sequential([relax.transform.DeadCodeElimination(), relax.transform.FuseOps()])),
         ("FuseTIR", relax.transform.FuseTIR()),
     ]
 

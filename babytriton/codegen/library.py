@@ -59,7 +59,8 @@ SAME_AS_OPERATOR = {
 FLOAT_ONLY = {"atan2", "log_add_exp", "mean", "std", "variance"}
 # Bool tensors. TVM's code generators mishandle bool operands of most arithmetic (relax.py compares
 # bools as int8 for the same reason), so: comparisons, max/min and sign-like ops compute bools as
-# int8 (a value result converts back to bool); arithmetic on bools is refused, as Python's operators
+# int8 (a value result converts back to bool), and so does `where` choosing between bools (its
+# vectorised select mixed bool and int8 lanes: found by the fuzzer); arithmetic on bools is refused, as Python's operators
 # refuse it here; sums and products of bools and integers accumulate in int64, as in torch.
 BOOL_AS_INT8 = {fn.__name__ for fn in ops.COMPARE.values()} | {
     "maximum", "minimum", "max", "min", "argmax", "argmin", "abs", "negative", "sign", "square", "relu",
@@ -379,6 +380,13 @@ def _widen_bools_and_ints(cg, op: Op, values: dict) -> bool:
     if op.name in BITWISE and any(core.dtype_of(values[n]).startswith(("float", "bfloat")) for n in operands):
         raise Diagnostic(f"{op.name}() needs integer or bool tensors, got "
                          f"{', '.join(core.describe(values[n]) for n in operands)}")
+    if op.name in PROMOTED:  # where: bool values select as int8 (the condition stays bool)
+        chosen = [n for n in PROMOTED[op.name] if n in values and core.is_tensor(values[n])]
+        if chosen and all(core.dtype_of(values[n]) == "bool" for n in chosen):
+            for n in chosen:
+                values[n] = cg.as_tensor(values[n], "int8")
+            return True
+        return False
     bools = [n for n in operands if core.dtype_of(values[n]) == "bool"]
     if not bools:
         return False

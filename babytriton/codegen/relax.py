@@ -664,6 +664,9 @@ class RelaxCodeGen(CodeGenerator):
             raise Diagnostic(f"the condition must be a bool tensor, got {describe(cond)}")
         a, b = self.operand(self.visit(node.body)), self.operand(self.visit(node.orelse))
         dtype = promote(a, b)
+        if dtype == "bool":  # bools select as int8 (see library.BOOL_AS_INT8)
+            chosen = relax.op.where(*self.aligned(cond, self.as_tensor(a, "int8"), self.as_tensor(b, "int8")))
+            return self.emit(relax.op.astype(self.emit(chosen), "bool"))
         return self.emit(relax.op.where(*self.aligned(cond, self.as_tensor(a, dtype), self.as_tensor(b, dtype))))
 
     def visit_Attribute(self, node: ast.Attribute):

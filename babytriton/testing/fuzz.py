@@ -259,6 +259,7 @@ class Generator:
             shape = tuple(1 if rng.random() < 0.25 else d for d in base[rank - r:])
             dtype = rng.choice(INPUT_DTYPES)
             style = rng.random()
+            dims = shape
             if style < 0.4:
                 annotation = ""
             elif style < 0.7 or not shape:
@@ -270,8 +271,7 @@ class Generator:
             self.params.append(Param(name, "tensor", annotation, ("tensor", shape, dtype)))
             gran = 3 if dtype in FLOATS else 0
             mag = 2.0 if dtype in FLOATS else 1.0 if dtype == "bool" else 4.0
-            symbolic = dims if style >= 0.7 and shape else None
-            self.pool.append(V(name, dtype, shape, mag, gran, True, 0.0, symbolic))
+            self.pool.append(V(name, dtype, shape, mag, gran, True, 0.0, symbolic(dims)))
         if rng.random() < 0.35:
             kind = rng.choice(("int", "float", "bool", "auto-int", "auto-float"))
             value = {"int": rng.randint(-3, 3), "float": rng.randint(-8, 8) / 4, "bool": rng.random() < 0.5,
@@ -305,7 +305,11 @@ class Generator:
                 self.pool = [v for v in self.pool if v is not target]
                 self.pool.append(dataclasses.replace(result, code=target.code))
                 return [f"    {target.code} {op}= {e.code}"]
-        if choice < 0.25:
+        if choice < 0.35:
+            lines = (self.if_statement if rng.random() < 0.5 else self.loop_statement)(name)
+            if lines:
+                return lines
+        if choice < 0.45:
             first, second = self.expr(rng.randint(1, 2)), self.expr(rng.randint(1, 2))
             if first is not None and second is not None:
                 self.pool += [dataclasses.replace(first, code=f"{name}a"), dataclasses.replace(second, code=f"{name}b")]
@@ -315,6 +319,118 @@ class Generator:
             return []
         self.pool.append(dataclasses.replace(v, code=name))
         return [f"    {name} = {v.code}"]
+
+    # -- control flow ----------------------------------------------------------------------------
+    def runtime_condition(self) -> V | None:
+        """A 0-d bool tensor, known exactly: a bool scalar, or a comparison of whole-tensor reductions."""
+        scalars = [v for v in self.pool if v.shape == () and v.is_bool]
+        if scalars and self.rng.random() < 0.3:
+            return self.rng.choice(scalars)
+        a = self.tensor_operand(1, lambda v: v.exact and v.numeric and v.shape != ())
+        if a is None:
+            return None
+        reduced = V(f"{paren(a)}.{self.rng.choice(('sum', 'max', 'min'))}()", "int64" if not a.is_float else a.dtype,
+                    (), a.mag * max(math.prod(a.shape), 1), a.gran, representable(a.dtype, a.mag * 64, a.gran))
+        if not reduced.exact:
+            return None
+        other = self.literal(self.rng.choice(("int", "float")))
+        return V(f"{reduced.code} {self.rng.choice(('>', '<=', '>=', '<'))} {other.code}", "bool", ())
+
+    def compile_time_condition(self) -> V | None:
+        constexprs = [v for v in self.pool if v.py and v.code.isidentifier()]
+        if constexprs and self.rng.random() < 0.6:
+            return V(f"{self.rng.choice(constexprs).code} > 1", "bool", None)
+        n = self.compile_time_int()
+        return V(f"{n.code} > 2", "bool", None)
+
+    def branch_values(self) -> tuple[V, V] | None:
+        """Two tensor values of one dtype and shape, one per path of an `if`."""
+        first = self.expr(self.rng.randint(1, 2))
+        if first is None or first.py:
+            return None
+        for _ in range(8):
+            second = self.expr(self.rng.randint(0, 2)) if self.rng.random() < 0.7 else self.rng.choice(self.pool)
+            if second is not None and not second.py and second.dtype == first.dtype and \
+                    second.shape == first.shape and dims_of(second) == dims_of(first):
+                return first, second
+        return None
+
+    def if_statement(self, name: str) -> list[str]:
+        """`if`/`elif`/`else`, decided at run time (a tensor condition) or while compiling. Every path
+        assigns `name` a tensor of one dtype and shape (paths that disagree are refused, or, for
+        numbers, merged as compiled code merges them: see babytriton/eager.py)."""
+        conds = [self.runtime_condition() if self.rng.random() < 0.75 else self.compile_time_condition()
+                 for _ in range(self.rng.choice((1, 1, 2)))]
+        if any(c is None for c in conds):
+            return []
+        values = [self.branch_values() for _ in conds]
+        if any(v is None for v in values):
+            return []
+        paths = [values[0][0], values[0][1]] + [v[0] for v in values[1:]]
+        if any(p.dtype != paths[0].dtype or p.shape != paths[0].shape or dims_of(p) != dims_of(paths[0])
+               for p in paths):
+            return []
+        lines = [f"    if {conds[0].code}:", f"        {name} = {paths[0].code}"]
+        for cond, value in zip(conds[1:], paths[2:]):
+            lines += [f"    elif {cond.code}:", f"        {name} = {value.code}"]
+        lines += ["    else:", f"        {name} = {paths[1].code}"]
+        merged = V(name, paths[0].dtype, paths[0].shape, max(p.mag for p in paths), max(p.gran for p in paths),
+                   all(p.exact for p in paths), max(p.err for p in paths), paths[0].dims)
+        self.pool.append(merged)
+        return lines
+
+    def loop_statement(self, name: str) -> list[str]:
+        """`name` accumulated over a loop: unrolled (a short constant range), a recursive function (a
+        long range, a runtime bound, a `while`), perhaps with `break` or `continue`."""
+        rng = self.rng
+        acc = self.tensor_operand(1, lambda v: v.numeric)
+        if acc is None:
+            return []
+        e = self.expr(rng.randint(0, 2))
+        if e is None or not e.numeric:
+            return []
+        ints = [p for p in self.params if p.kind == "scalar" and p.spec[1] in ("int", "auto-int")]
+        kind = rng.choice(("unrolled", "unrolled", "recursive", "runtime", "while"))
+        if kind == "runtime" and not ints:
+            kind = "unrolled"
+        trips = {"unrolled": rng.randint(0, 5), "recursive": rng.randint(17, 24), "while": rng.randint(0, 5),
+                 "runtime": max(ints[0].spec[2], 0) if ints else 0}[kind]
+        header = {"unrolled": f"for i in range({trips}):", "recursive": f"for i in range({trips}):",
+                  "runtime": f"for i in range({ints[0].name if ints else 0}):", "while": f"while c < {trips}:"}[kind]
+        # i: a Python int in an unrolled loop, a 0-d int64 tensor in a recursive one; with a tensor
+        # it promotes the same way either way
+        use_index = kind != "while" and not e.py and rng.random() < 0.3
+        term = V(f"{paren(e)} * i", e.dtype, e.shape, e.mag * max(trips, 1), e.gran,
+                 e.exact, e.err * trips, e.dims) if use_index else e
+        op = rng.choice(("+", "-", "maximum"))
+        try:
+            step = self.combine(op, acc, term) if op != "maximum" else \
+                finish(f"maximum({name}, {term.code})", promote(acc, term), broadcast(acc.shape, term.shape),
+                       max(acc.mag, term.mag), max(acc.gran, term.gran), acc.exact and term.exact,
+                       max(acc.err, term.err), broadcast_dims(acc, term))
+        except Unfit:
+            return []
+        if step is None or step.dtype != acc.dtype or step.shape != acc.shape or dims_of(step) != dims_of(acc):
+            return []
+        stop = rng.randint(0, max(trips - 1, 0)) if kind != "while" and trips and rng.random() < 0.25 else None
+        exit_kind = rng.choice(("break", "continue")) if stop is not None else None
+        n = trips if exit_kind != "break" else stop
+        grown = finish(name, acc.dtype, acc.shape, acc.mag + n * term.mag, max(acc.gran, term.gran),
+                       acc.exact and term.exact, acc.err + n * term.err, acc.dims, ulps=n + 1)
+        if grown is None:
+            return []
+        body = step.code.replace(paren(acc), name, 1) if op != "maximum" else step.code
+        lines = [f"    {name} = {acc.code}"]
+        if kind == "while":
+            lines.append(f"    c = zeros((), 'int64')")
+        lines.append(f"    {header}")
+        if exit_kind:
+            lines += [f"        if i == {stop}:", f"            {exit_kind}"]
+        lines.append(f"        {name} = {body}" if op == "maximum" else f"        {name} = {name} {op} {paren(term)}")
+        if kind == "while":
+            lines.append("        c = c + 1")
+        self.pool.append(grown)
+        return lines
 
     # -- choosing operands ---------------------------------------------------------------------
     def literal(self, kind: str | None = None) -> V:
@@ -373,7 +489,7 @@ class Generator:
             maker = self.rng.choices(makers, weights)[0]
             try:
                 v = maker(depth)
-            except Unfit:
+            except (Unfit, OverflowError):  # OverflowError: a bound past float range, far past any limit
                 continue
             if v is not None:
                 return v
@@ -636,8 +752,8 @@ class Generator:
         if name == "prod" and (n > 4 or a.mag > 3):
             return None
         dtype = "int64" if name in ("sum", "prod") and not a.is_float or name in ("argmax", "argmin") else a.dtype
-        mag = {"sum": n * a.mag, "prod": a.mag ** n, "mean": a.mag, "max": a.mag, "min": a.mag,
-               "argmax": n, "argmin": n, "std": a.mag, "variance": a.mag ** 2}[name]
+        mag = {"sum": n * a.mag, "prod": max(a.mag, 1) ** n if name == "prod" else 0, "mean": a.mag, "max": a.mag,
+               "min": a.mag, "argmax": n, "argmin": n, "std": a.mag, "variance": a.mag ** 2}[name]
         gran = {"sum": a.gran, "prod": a.gran * n, "max": a.gran, "min": a.gran}.get(name, 0)
         exact = a.exact and name in ("sum", "prod", "max", "min", "argmax", "argmin")
         err = {"sum": n * a.err, "prod": n * a.err * a.mag ** (n - 1), "variance": 2 * a.mag * a.err}.get(name, a.err)
@@ -762,7 +878,7 @@ class Generator:
             dims = (n,) if self.rng.random() < 0.5 else (1, n)
             spelled = f"{paren(a)}.reshape({', '.join(map(str, dims))})" if self.rng.random() < 0.5 else \
                 f"reshape({a.code}, {dims!r})"
-            return dataclasses.replace(a, code=spelled, shape=dims)
+            return dataclasses.replace(a, code=spelled, shape=dims, dims=None)
         if choice == "expand_dims":
             axis = self.rng.randrange(-(rank + 1), rank + 1)
             shape, dims = list(a.shape), list(d)
@@ -771,7 +887,8 @@ class Generator:
             return dataclasses.replace(a, code=f"expand_dims({a.code}, {axis})", shape=tuple(shape),
                                        dims=symbolic(dims))
         if choice == "squeeze" and a.static:
-            return dataclasses.replace(a, code=f"squeeze({a.code})", shape=tuple(d for d in a.shape if d != 1))
+            return dataclasses.replace(a, code=f"squeeze({a.code})", shape=tuple(d for d in a.shape if d != 1),
+                                       dims=None)
         if choice == "T" and rank >= 2:
             return dataclasses.replace(a, code=f"{paren(a)}.T", shape=tuple(reversed(a.shape)),
                                        dims=symbolic(reversed(d)))
@@ -782,7 +899,7 @@ class Generator:
                                        shape=tuple(a.shape[i] for i in axes), dims=symbolic(d[i] for i in axes))
         if choice == "broadcast" and a.static and rank >= 1:
             shape = (2, *a.shape)
-            return dataclasses.replace(a, code=f"broadcast_to({a.code}, {shape!r})", shape=shape)
+            return dataclasses.replace(a, code=f"broadcast_to({a.code}, {shape!r})", shape=shape, dims=None)
         if choice in ("concat", "stack") and rank >= 1:
             same = [v for v in self.pool if not v.py and v.shape == a.shape and v.dtype == a.dtype
                     and dims_of(v) == d]
