@@ -67,3 +67,22 @@ def test_return_inside_a_device_block_builds():
     k = bt.jit(device_return, target=SM90).compile()
     assert "R.to_vdevice" in k.stages["RealizeVDevice"] or "to_vdevice" in k.stages["relax"]
     assert "__global__" in k.source and "define" in k.source
+
+
+def index_mix(x, h):
+    acc = x * 0
+    for i in range(20):
+        acc = acc + x * i + (i // 3) * 2
+        h = h + i * 0.5
+    return acc, h
+
+
+def test_recursive_loop_index_promotes_like_a_python_int():
+    x = torch.tensor(3, dtype=torch.int16)
+    h = torch.ones(4, dtype=torch.float16)
+    expected = index_mix(x, h)
+    for unroll in (0, 32):  # recursive, then unrolled: same dtypes and values as Python's ints
+        acc, hh = bt.jit(index_mix, unroll=unroll)(x, h)
+        assert acc.dtype == torch.int16 and hh.dtype == torch.float16
+        torch.testing.assert_close(acc, expected[0])
+        torch.testing.assert_close(hh, expected[1])

@@ -366,7 +366,10 @@ class RecursiveLoop:
                 scope.assign(flag, False)
             items = [*self.node.body, IterEnd(self.node), LoopEnd(self.node)]
             if self.is_for:
-                cg.assign(self.node.target, self.index_value(lo, inputs))
+                index = self.index_value(lo, inputs)
+                if is_tensor(index):  # `i` is a Python int in the unrolled form: promote like one
+                    cg.weak.append(index)
+                cg.assign(self.node.target, index)
             else:
                 items.insert(0, WhileGuard(self))
             flow.leaves[self.node] = self

@@ -190,6 +190,7 @@ class RelaxCodeGen(CodeGenerator):
         self.lineno = None             # line of the innermost node being compiled
         self.kernels: list = []        # kernels.Declared: the TensorIR kernels added to the module
         self.inline_chain: list = [fn]  # the @jit functions being compiled, outermost first
+        self.weak: list = []           # 0-d tensors that promote like Python ints (see `is_weak`)
         from .control import Flow      # control flow builds on this module's helpers
         self.flow = Flow(self)
         # (symbolic size, the size it was matched to, where): checked at each call (see `aligned`)
@@ -480,7 +481,19 @@ class RelaxCodeGen(CodeGenerator):
                 return lhs + rhs
         lhs, rhs = self.operand(lhs), self.operand(rhs)
         sym = ops.SYMBOL[kind]
-        dtype = promote(lhs, rhs)
+        both_weak = self.is_weak(lhs) and self.is_weak(rhs)
+        if both_weak:  # Python arithmetic on a loop index: an int (float once a float joins), as in Python
+            floats = any(isinstance(v, float) or is_tensor(v) and dtype_of(v).startswith("float") for v in (lhs, rhs))
+            dtype = "float64" if floats or kind is ast.Div else "int64"
+        else:
+            dtype = promote(*((0.0 if dtype_of(v).startswith("float") else 0) if is_tensor(v) and self.is_weak(v)
+                              else v for v in (lhs, rhs)))
+        result = self._binary(kind, sym, lhs, rhs, dtype)
+        if both_weak and is_tensor(result):
+            self.weak.append(result)
+        return result
+
+    def _binary(self, kind, sym: str, lhs, rhs, dtype: str):
         if kind in ops.BITWISE:
             if dtype.startswith(("float", "bfloat")):
                 raise Diagnostic(f"`{sym}` needs bool or integer operands, got {describe(lhs)} and {describe(rhs)}")
@@ -500,6 +513,13 @@ class RelaxCodeGen(CodeGenerator):
         if kind is ast.Pow and dtype == "bfloat16":  # TVM's pow has no bfloat16: float32, rounded once
             return self.emit(relax.op.astype(self.emit_binary(relax.op.power, lhs, rhs, "float32", sym), dtype))
         return self.emit_binary(ops.ARITH[kind], lhs, rhs, dtype, sym)
+
+    def is_weak(self, value) -> bool:
+        """A Python number, or a 0-d tensor standing for one (a recursive loop's index): it takes the
+        other operand's dtype, as a Python int does in the unrolled loop and in torch."""
+        if is_python_scalar(value):
+            return True
+        return is_tensor(value) and any(value.same_as(w) for w in self.weak)
 
     def emit_binary(self, relax_op, lhs, rhs, dtype: str, sym: str):
         if is_tensor(lhs) and is_tensor(rhs) and broadcast(shape_of(lhs), shape_of(rhs)) is None:
