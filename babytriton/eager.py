@@ -21,6 +21,11 @@ The function runs with a fresh namespace that holds the translated names it uses
 globals nor any torch class is changed. `backend="tir"` functions are loop code over elements, which
 Python already runs as compiled: they run unchanged, writing into their tensor arguments.
 `with bt.device(...)` blocks don't move data in eager mode: operations run where their operands are.
+
+Control flow is Python's own: an `if` on a 0-d tensor takes one path, loops run. One difference is
+left: compiled, a variable holding different Python numbers on the two paths of an `if` decided at
+run time becomes a 0-d tensor (int64, float32 or bool) after the `if`; eagerly it keeps the number of
+the path taken (knowing the other path's value would mean running it).
 """
 from __future__ import annotations
 

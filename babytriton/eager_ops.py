@@ -39,7 +39,8 @@ def _is_scalar(value) -> bool:
 
 def _describe(value) -> str:
     if _is_tensor(value):
-        return f"a {TORCH_TO_NAME.get(value.dtype, value.dtype)} tensor of shape {format_shape(tuple(value.shape))}"
+        dtype = TORCH_TO_NAME.get(value.dtype, str(value.dtype))
+        return f"{'an' if dtype.startswith('int') else 'a'} {dtype} tensor of shape {format_shape(tuple(value.shape))}"
     return f"{type(value).__name__} {value!r}"
 
 

@@ -284,6 +284,38 @@ def test_errors_point_at_the_users_line():
     assert (__file__, line_of(f.fn, "# the line")) in frames
 
 
+# -- control flow --------------------------------------------------------------------------------
+def test_control_flow_matches():
+    @bt.jit
+    def f(x, n: int, k: bt.constexpr):
+        if x.sum() > 0:
+            y = x * 2
+        elif x.max() > -1:
+            y = x + 1
+        else:
+            y = -x
+        if k > 1:  # decided while compiling
+            y = y * k
+        acc = zeros_like(x)
+        for i in range(n):  # a runtime bound: a recursive function when compiled
+            if i == 3:
+                break
+            acc = acc + y * i
+        for i in range(20):  # longer than `unroll`
+            if i % 2 == 0:
+                continue
+            acc = maximum(acc, y - i)
+        c = zeros((), "int64")
+        while c < 4:
+            acc = acc - 0.5
+            c = c + 1
+        return acc, y
+
+    for x in (rand(2, 3), rand(2, 3) - 5, -rand(2, 3).abs() - 2):
+        both(f, x, 5, 2)
+        both(f, x, 0, 1)
+
+
 # -- calls: other @jit functions, TensorIR kernels, the TIR backend -------------------------------
 @bt.jit
 def scale(x, factor: float):

@@ -121,7 +121,8 @@ def shape_of(value) -> tuple:
 
 def describe(value) -> str:
     if is_tensor(value):
-        return f"a {dtype_of(value)} tensor of shape {format_shape(shape_of(value))}"
+        dtype = dtype_of(value)
+        return f"{'an' if dtype.startswith('int') else 'a'} {dtype} tensor of shape {format_shape(shape_of(value))}"
     if isinstance(value, relax.Expr) and isinstance(value.ty, relax.TupleType):
         return f"a tuple of {len(value.ty.fields)} values"
     if is_symbolic(value):
