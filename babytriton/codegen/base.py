@@ -61,6 +61,12 @@ class CodeGenerator(ast.NodeVisitor):
         binop = ast.copy_location(ast.BinOp(load, node.op, node.value), node)
         self.visit(ast.copy_location(ast.Assign([node.target], binop), node))
 
+    def visit_Constant(self, node: ast.Constant):
+        # Numbers are compile-time values; strings only mean something as arguments (dtype names).
+        if isinstance(node.value, (bool, int, float, str)) or node.value is None:
+            return node.value
+        raise Diagnostic(f"constants of type {type(node.value).__name__} are not supported")
+
     def visit_Compare(self, node: ast.Compare):
         # a < b < c means (a < b) and (b < c), with b computed once.
         left = self.visit(node.left)

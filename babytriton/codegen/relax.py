@@ -429,11 +429,6 @@ class RelaxCodeGen(CodeGenerator):
     # ------------------------------------------------------------------------------------------
     # expressions
     # ------------------------------------------------------------------------------------------
-    def visit_Constant(self, node: ast.Constant):
-        if isinstance(node.value, (bool, int, float, str)) or node.value is None:
-            return node.value
-        raise Diagnostic(f"constants of type {type(node.value).__name__} are not supported")
-
     def visit_Name(self, node: ast.Name):
         name = node.id
         if name in self.scope:
