@@ -1,109 +1,34 @@
-"""babytriton against torch eager, torch.compile and (where installed) Triton, in one run.
+"""babytriton against torch eager, torch.compile and (where installed) Triton on the corpus, in one run.
 
-    python benchmarks/bench.py            # GPU sizes on a CUDA machine, CPU sizes otherwise
-    python benchmarks/bench.py --cpu      # CPU sizes, ratios vs torch eager (what CI smoke-tests)
-    python benchmarks/bench.py --only softmax,matmul_fp16
+    python benchmarks/bench.py                      # GPU, full sizes on a CUDA machine; CPU, small sizes otherwise
+    python benchmarks/bench.py --cpu                # CPU, small sizes
+    python benchmarks/bench.py --only softmax,rmsnorm --sizes full
+    python benchmarks/bench.py --cpu --no-compile --budget 0.01 --threads 1   # what CI smoke-tests
+    python benchmarks/bench.py --markdown out.md    # also write the tables to a file (for RESULTS.md)
 
-Every row is timed in this process: end-to-end Python calls (argument conversion and result
-wrapping included), median over repeats. ratio = torch.compile time / babytriton time (> 1: we win);
-on CPU the ratio is against torch eager.
+The workloads live in corpus.py. For each one the runner compiles the babytriton function, checks its
+output against the torch function on the same inputs, counts its kernels, and times babytriton, torch
+eager, torch.compile and (on a GPU, for softmax and the element-wise chain) a Triton kernel:
+end-to-end Python calls (argument conversion and result wrapping included), median over batches, CUDA
+events on the GPU. A workload that does not compile or does not match is a row "fails: <reason>".
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
-from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
 import babytriton as bt
 
-# --------------------------------------------------------------------------------------------------
-# the functions, written once for babytriton and once for torch
-# --------------------------------------------------------------------------------------------------
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from corpus import WORKLOADS, Workload  # noqa: E402
 
-
-def bt_elementwise(a, b):
-    return sigmoid((a + b) * a - b)  # noqa: F821 - a Relax op, resolved by babytriton
-
-
-def torch_elementwise(a, b):
-    return torch.sigmoid((a + b) * a - b)
-
-
-def bt_softmax(x):
-    return softmax(x, axis=-1)  # noqa: F821
-
-
-def torch_softmax(x):
-    return torch.softmax(x, dim=-1)
-
-
-def bt_layer_norm(x, gamma, beta):
-    return layer_norm(x, gamma, beta, axes=[-1], epsilon=1e-5)  # noqa: F821
-
-
-def torch_layer_norm(x, gamma, beta):
-    return torch.nn.functional.layer_norm(x, x.shape[-1:], gamma, beta, eps=1e-5)
-
-
-def bt_row_sum(x):
-    return x.sum(axis=-1)
-
-
-def torch_row_sum(x):
-    return x.sum(dim=-1)
-
-
-def bt_matmul(a, b):
-    return a @ b
-
-
-def torch_matmul(a, b):
-    return a @ b
-
-
-@dataclass
-class Case:
-    name: str
-    bt_fn: Callable
-    torch_fn: Callable
-    make: Callable[[str], tuple]        # device -> arguments
-    bytes_moved: Callable[[tuple], int] = None
-    flops: Callable[[tuple], int] = None
-
-
-def _nbytes(*tensors):
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def cases(gpu: bool) -> list[Case]:
-    n_elem = 1 << 26 if gpu else 1 << 20
-    rows, cols = (4096, 4096) if gpu else (512, 512)
-    mm = 2048 if gpu else 256
-
-    def rnd(*shape, dtype=torch.float32, device="cpu"):
-        return torch.randn(*shape, dtype=dtype, device=device)
-
-    return [
-        Case("elementwise", bt_elementwise, torch_elementwise,
-             lambda d: (rnd(n_elem, device=d), rnd(n_elem, device=d)),
-             bytes_moved=lambda a: _nbytes(*a) + _nbytes(a[0])),
-        Case("softmax", bt_softmax, torch_softmax, lambda d: (rnd(rows, cols, device=d),),
-             bytes_moved=lambda a: 2 * _nbytes(*a)),
-        Case("layer_norm", bt_layer_norm, torch_layer_norm,
-             lambda d: (rnd(rows, cols, device=d), rnd(cols, device=d), rnd(cols, device=d)),
-             bytes_moved=lambda a: 2 * _nbytes(a[0])),
-        Case("row_sum", bt_row_sum, torch_row_sum, lambda d: (rnd(rows, cols, device=d),),
-             bytes_moved=lambda a: _nbytes(a[0])),
-        Case("matmul_fp32", bt_matmul, torch_matmul,
-             lambda d: (rnd(mm, mm, device=d), rnd(mm, mm, device=d)), flops=lambda a: 2 * mm ** 3),
-        Case("matmul_fp16", bt_matmul, torch_matmul,
-             lambda d: (rnd(mm, mm, dtype=torch.float16, device=d), rnd(mm, mm, dtype=torch.float16, device=d)),
-             flops=lambda a: 2 * mm ** 3),
-    ]
+COLUMNS = ["workload", "kernels", "babytriton", "eager", "torch.compile", "triton",
+           "GB/s", "of copy", "TFLOP/s", "eager/bt", "compile/bt"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -139,63 +64,150 @@ def time_call(fn, args, gpu: bool, budget_s: float = 0.3, repeats: int = 7) -> f
     return statistics.median(samples)
 
 
-def triton_elementwise():
-    """A Triton kernel for the element-wise chain, when Triton is installed (GPU only)."""
+def copy_time(nbytes: int, device: str, gpu: bool, budget_s: float) -> float:
+    """A device copy moving `nbytes` in all (half read, half written): the roofline in this run."""
+    half = max(1, nbytes // 2)
+    src = torch.empty(half, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return time_call(dst.copy_, (src,), gpu, budget_s)
+
+
+# --------------------------------------------------------------------------------------------------
+# Triton kernels (GPU only, when Triton is installed)
+# --------------------------------------------------------------------------------------------------
+
+def triton_kernels() -> dict:
+    """Triton versions by workload name: the element-wise chain and the row softmax."""
     try:
         import triton
         import triton.language as tl
     except ImportError:
-        return None
+        return {}
 
     @triton.jit
-    def kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    def elementwise_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
         offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offsets < n
-        a = tl.load(a_ptr + offsets, mask=mask)
-        b = tl.load(b_ptr + offsets, mask=mask)
-        tl.store(out_ptr + offsets, tl.sigmoid((a + b) * a - b), mask=mask)
+        a = tl.load(a_ptr + offsets, mask=mask).to(tl.float32)
+        b = tl.load(b_ptr + offsets, mask=mask).to(tl.float32)
+        tl.store(out_ptr + offsets, tl.sigmoid((a + b) * a - b).to(out_ptr.dtype.element_ty), mask=mask)
 
-    def run(a, b):
+    def elementwise(a, b):
         out = torch.empty_like(a)
-        kernel[(triton.cdiv(a.numel(), 1024),)](a, b, out, a.numel(), BLOCK=1024)
+        elementwise_kernel[(triton.cdiv(a.numel(), 1024),)](a, b, out, a.numel(), BLOCK=1024)
         return out
-    return run
+
+    @triton.jit
+    def softmax_kernel(in_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        offsets = tl.arange(0, BLOCK)
+        mask = offsets < n_cols
+        x = tl.load(in_ptr + row * n_cols + offsets, mask=mask, other=-float("inf")).to(tl.float32)
+        e = tl.exp(x - tl.max(x, axis=0))
+        tl.store(out_ptr + row * n_cols + offsets, (e / tl.sum(e, axis=0)).to(out_ptr.dtype.element_ty), mask=mask)
+
+    def softmax(x):
+        x = x.contiguous()
+        cols = x.shape[-1]
+        out = torch.empty_like(x)
+        block = triton.next_power_of_2(cols)
+        warps = 16 if block >= 4096 else 8 if block >= 2048 else 4
+        softmax_kernel[(x.numel() // cols,)](x, out, cols, BLOCK=block, num_warps=warps)
+        return out
+
+    return {"elementwise": elementwise, "elementwise_fp16": elementwise, "softmax": softmax,
+            "softmax_fp16": softmax, "softmax_bf16": softmax, "softmax_sym": softmax, "softmax_lib": softmax}
 
 
 # --------------------------------------------------------------------------------------------------
-# the table
+# one workload
 # --------------------------------------------------------------------------------------------------
 
-def bench_kernels(gpu: bool, only: set | None, use_compile: bool) -> list[dict]:
-    device = "cuda" if gpu else "cpu"
-    target = "gpu" if gpu else "cpu"
-    results = []
-    for case in cases(gpu):
-        if only and case.name not in only:
-            continue
-        args = case.make(device)
-        f = bt.jit(target=target, cache=False)(case.bt_fn)
-        expected = case.torch_fn(*args)
+def check_close(got, expected, tol: float) -> None:
+    """babytriton's output(s) against torch's (same structure, dtype and shape)."""
+    if isinstance(expected, tuple):
+        if not isinstance(got, tuple) or len(got) != len(expected):
+            raise AssertionError(f"returned {type(got).__name__}, torch returns {len(expected)} values")
+        for g, e in zip(got, expected):
+            check_close(g, e, tol)
+        return
+    torch.testing.assert_close(got, expected, rtol=tol, atol=tol)
+
+
+def count_kernels(kernel) -> int:
+    """Kernel launches per call: the fused kernels in call order (library calls such as cuBLAS
+    included), or the PrimFuncs of the scheduled module when there is no fusion map."""
+    if len(kernel.fusion):
+        return len(kernel.fusion)
+    import tvm
+    return sum(isinstance(fn, tvm.tirx.PrimFunc) for fn in kernel.module.functions.values())
+
+
+def reason(error: Exception) -> str:
+    """One line saying why a workload fails (a CompilationError's message, without its location)."""
+    text = str(error).strip()
+    if isinstance(error, AssertionError):
+        lines = [line for line in text.splitlines() if line.startswith("Greatest")]
+        return "wrong result: " + ("; ".join(lines) if lines else text.splitlines()[0] if text else "mismatch")
+    lines = text.splitlines() or [type(error).__name__]
+    first = lines[0]
+    if isinstance(error, bt.CompilationError) and ": error: " in first:
+        first = first.split(": error: ", 1)[1]
+        first += "".join(" — " + line.split("] ", 1)[1] for line in lines if line.startswith("[BABYTRITON_DEBUG]"))
+    return f"{type(error).__name__}: {first}"[:240]
+
+
+def compile_and_check(w: Workload, args: tuple, target: str):
+    """The jitted function after a checked call, its kernel count, torch's output."""
+    f = bt.jit(target=target, cache=False)(w.bt_fn)
+    debug = os.environ.get("BABYTRITON_DEBUG")
+    os.environ["BABYTRITON_DEBUG"] = "1"  # a TVM failure's message then says what TVM said
+    try:
         got = f(*args)
-        tol = 2e-2 if args[0].dtype == torch.float16 else 1e-3
-        torch.testing.assert_close(got, expected, rtol=tol, atol=tol)
-        row = {"case": case.name, "babytriton": time_call(f, args, gpu), "eager": time_call(case.torch_fn, args, gpu)}
-        if use_compile:
-            compiled = torch.compile(case.torch_fn)
-            compiled(*args)
-            row["torch.compile"] = time_call(compiled, args, gpu)
-        if gpu and case.name == "elementwise":
-            triton_fn = triton_elementwise()
-            if triton_fn is not None:
-                torch.testing.assert_close(triton_fn(*args), expected, rtol=1e-3, atol=1e-3)
-                row["triton"] = time_call(triton_fn, args, gpu)
-        if case.bytes_moved:
-            row["GB/s"] = case.bytes_moved(args) / row["babytriton"] / 1e9
-        if case.flops:
-            row["TFLOP/s"] = case.flops(args) / row["babytriton"] / 1e12
-        results.append(row)
-    return results
+    finally:
+        if debug is None:
+            del os.environ["BABYTRITON_DEBUG"]
+        else:
+            os.environ["BABYTRITON_DEBUG"] = debug
+    expected = w.torch_fn(*args)
+    check_close(got, expected, w.tolerance())
+    return f, count_kernels(f.compile(*args)), expected
 
+
+def bench_workload(w: Workload, size: str, gpu: bool, use_compile: bool, budget: float, triton: dict) -> dict:
+    device = "cuda" if gpu else "cpu"
+    args = w.make(size, device)
+    row = {"workload": w.name}
+    try:
+        f, row["kernels"], expected = compile_and_check(w, args, "gpu" if gpu else "cpu")
+        row["babytriton"] = time_call(f, args, gpu, budget)
+    except Exception as e:  # reported in the table: the corpus keeps workloads that fail today
+        row["fails"] = reason(e)
+        expected = w.torch_fn(*args)
+    row["eager"] = time_call(w.torch_fn, args, gpu, budget)
+    if use_compile:
+        torch._dynamo.reset()
+        try:
+            compiled = torch.compile(w.torch_fn)
+            compiled(*args)
+            row["torch.compile"] = time_call(compiled, args, gpu, budget)
+        except Exception as e:
+            row["compile fails"] = reason(e)
+    if gpu and w.name in triton:
+        check_close(triton[w.name](*args), expected, w.tolerance())
+        row["triton"] = time_call(triton[w.name], args, gpu, budget)
+    if "babytriton" in row:
+        moved = w.bytes_moved(args, expected)
+        row["GB/s"] = moved / row["babytriton"] / 1e9
+        row["of copy"] = copy_time(moved, device, gpu, budget) / row["babytriton"]
+        if w.flops:
+            row["TFLOP/s"] = w.flops(args) / row["babytriton"] / 1e12
+    return row
+
+
+# --------------------------------------------------------------------------------------------------
+# overhead and compile time
+# --------------------------------------------------------------------------------------------------
 
 def bench_overhead(gpu: bool) -> dict:
     device = "cuda" if gpu else "cpu"
@@ -210,12 +222,16 @@ def bench_overhead(gpu: bool) -> dict:
             "eager": time_call(torch.add, (a, b), False)}
 
 
+def elementwise_small(a: bt.Tensor((256, 256), "float32"), b: bt.Tensor((256, 256), "float32")):
+    return bt.sigmoid((a + b) * a - b)
+
+
 def bench_cold_compile() -> list[dict]:
     rows = []
     for target in ("cpu", {"kind": "cuda", "arch": "sm_90"}):
         samples = []
         for _ in range(3):
-            f = bt.jit(target=target, cache=False)(torch_elementwise_small)
+            f = bt.jit(target=target, cache=False)(elementwise_small)
             start = time.perf_counter()
             f.compile()
             samples.append(time.perf_counter() - start)
@@ -224,52 +240,89 @@ def bench_cold_compile() -> list[dict]:
     return rows
 
 
-def torch_elementwise_small(a: bt.Tensor((256, 256), "float32"), b: bt.Tensor((256, 256), "float32")):
-    return (a + b) * a - b
-
+# --------------------------------------------------------------------------------------------------
+# the tables
+# --------------------------------------------------------------------------------------------------
 
 def fmt_time(seconds: float) -> str:
     if seconds >= 1e-3:
-        return f"{seconds * 1e3:9.3f} ms"
-    return f"{seconds * 1e6:9.2f} us"
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.2f} us"
 
 
-def render(rows: list[dict], gpu: bool) -> str:
-    header = ["case", "babytriton", "eager", "torch.compile", "triton", "GB/s", "TFLOP/s", "ratio"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+def render(rows: list[dict]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in rows:
-        baseline = row.get("torch.compile") if gpu else row.get("eager")
-        ratio = f"{baseline / row['babytriton']:.2f}x" if baseline else ""
-        cells = [row["case"]]
-        for key in ("babytriton", "eager", "torch.compile", "triton"):
-            cells.append(fmt_time(row[key]).strip() if key in row else "")
-        cells.append(f"{row['GB/s']:.0f}" if "GB/s" in row else "")
-        cells.append(f"{row['TFLOP/s']:.1f}" if "TFLOP/s" in row else "")
-        cells.append(ratio)
+        bt_time = row.get("babytriton")
+        cells = [row["workload"], str(row.get("kernels", ""))]
+        cells.append(fmt_time(bt_time) if bt_time else f"fails: {row['fails']}".replace("|", "\\|"))
+        cells.append(fmt_time(row["eager"]))
+        cells.append(fmt_time(row["torch.compile"]) if "torch.compile" in row else
+                     "fails" if "compile fails" in row else "")
+        cells.append(fmt_time(row["triton"]) if "triton" in row else "")
+        cells.append(f"{row['GB/s']:.1f}" if "GB/s" in row else "")
+        cells.append(f"{row['of copy']:.2f}" if "of copy" in row else "")
+        cells.append(f"{row['TFLOP/s']:.2f}" if "TFLOP/s" in row else "")
+        cells.append(f"{row['eager'] / bt_time:.2f}x" if bt_time else "")
+        cells.append(f"{row['torch.compile'] / bt_time:.2f}x" if bt_time and "torch.compile" in row else "")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def render_extra(rows: list[dict]) -> str:
+    lines = ["| case | babytriton | eager |", "|---|---|---|"]
+    for row in rows:
+        eager = fmt_time(row["eager"]) if "eager" in row else ""
+        lines.append(f"| {row['case']} | {fmt_time(row['babytriton'])} | {eager} |")
+    return "\n".join(lines)
+
+
+def select(only: str) -> list[Workload]:
+    names = [n for n in only.split(",") if n]
+    known = {w.name for w in WORKLOADS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return [w for w in WORKLOADS if not names or w.name in names]
+
+
 def main(argv=None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cpu", action="store_true", help="CPU sizes even when a GPU is present")
-    parser.add_argument("--only", default="", help="comma-separated case names")
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU even when a GPU is present")
+    parser.add_argument("--only", default="", help="comma-separated workload names (see corpus.py)")
+    parser.add_argument("--sizes", choices=("small", "full"), help="input sizes (default: full on GPU, small on CPU)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--skip-extra", action="store_true", help="skip call overhead and cold compile rows")
+    parser.add_argument("--budget", type=float, default=0.3, help="seconds of timing per measurement")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (CPU); 1 gives steadier numbers "
+                        "on a loaded machine, and babytriton's CPU kernels are single-threaded today")
+    parser.add_argument("--markdown", help="also write the tables to this file")
     opts = parser.parse_args(argv)
     gpu = torch.cuda.is_available() and not opts.cpu
-    only = set(filter(None, opts.only.split(",")))
-    rows = bench_kernels(gpu, only, use_compile=gpu and not opts.no_compile)
-    if not opts.skip_extra:
-        rows.append(bench_overhead(False))
-        if gpu:
-            rows.append(bench_overhead(True))
-        rows.extend(bench_cold_compile())
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    size = opts.sizes or ("full" if gpu else "small")
+    workloads = select(opts.only)
+    triton = triton_kernels() if gpu else {}
+    rows = []
+    for w in workloads:
+        rows.append(bench_workload(w, size, gpu, not opts.no_compile, opts.budget, triton))
+        print(render(rows[-1:]).splitlines()[-1], flush=True)
     device = torch.cuda.get_device_name() if gpu else "CPU"
-    table = render(rows, gpu)
-    vs = "torch.compile" if gpu else "torch eager"
-    print(f"device: {device}; ratio = {vs} time / babytriton time\n{table}")
-    return table
+    failing = [r["workload"] for r in rows if "fails" in r]
+    text = (f"device: {device}; sizes: {size}; torch {torch.__version__} ({torch.get_num_threads()} CPU threads); "
+            "times per call; "
+            f"x/bt = x's time / babytriton's (> 1: babytriton is faster)\n\n{render(rows)}\n\n"
+            f"{len(rows) - len(failing)} of {len(rows)} workloads ran"
+            + (f"; failing: {', '.join(failing)}" if failing else ""))
+    if not opts.skip_extra:
+        extra = [bench_overhead(False)] + ([bench_overhead(True)] if gpu else []) + bench_cold_compile()
+        text += "\n\n" + render_extra(extra)
+    print("\n" + text)
+    if opts.markdown:
+        with open(opts.markdown, "w") as out:
+            out.write(text + "\n")
+    return text
 
 
 if __name__ == "__main__":
