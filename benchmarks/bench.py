@@ -3,7 +3,7 @@
     python benchmarks/bench.py                      # GPU, full sizes on a CUDA machine; CPU, small sizes otherwise
     python benchmarks/bench.py --cpu                # CPU, small sizes
     python benchmarks/bench.py --only softmax,rmsnorm --sizes full
-    python benchmarks/bench.py --cpu --no-compile --budget 0.01 --threads 1   # what CI smoke-tests
+    python benchmarks/bench.py --cpu --no-compile --threads 1 --budget 0.005 --only ...  # CI (tests/test_benchmarks.py)
     python benchmarks/bench.py --markdown out.md    # also write the tables to a file (for RESULTS.md)
 
 The workloads live in corpus.py. For each one the runner compiles the babytriton function, checks its
@@ -27,7 +27,7 @@ import babytriton as bt
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from corpus import WORKLOADS, Workload  # noqa: E402
 
-COLUMNS = ["workload", "kernels", "babytriton", "eager", "torch.compile", "triton",
+COLUMNS = ["case", "kernels", "babytriton", "eager", "torch.compile", "triton",
            "GB/s", "of copy", "TFLOP/s", "eager/bt", "compile/bt"]
 
 
@@ -153,8 +153,13 @@ def reason(error: Exception) -> str:
     first = lines[0]
     if isinstance(error, bt.CompilationError) and ": error: " in first:
         first = first.split(": error: ", 1)[1]
-        first += "".join(" — " + line.split("] ", 1)[1] for line in lines if line.startswith("[BABYTRITON_DEBUG]"))
-    return f"{type(error).__name__}: {first}"[:240]
+        debug = [i for i, line in enumerate(lines) if line.startswith("[BABYTRITON_DEBUG]")]
+        if debug:  # TVM's message; from a compiler log (NVRTC's), its error lines rather than its warnings
+            head, *log = [lines[debug[0]].split("] ", 1)[1]] + [
+                line.strip() for line in lines[debug[0] + 1:] if line.strip() and not line.startswith("    ")]
+            errors = [line for line in log if "error" in line.lower()]
+            first += " — " + " ".join([head] + (errors or log)[:2])
+    return f"{type(error).__name__}: {first}"[:300]
 
 
 def compile_and_check(w: Workload, args: tuple, target: str):
@@ -250,6 +255,10 @@ def fmt_time(seconds: float) -> str:
     return f"{seconds * 1e6:.2f} us"
 
 
+def fmt_rate(value: float) -> str:
+    return f"{value:.1f}" if value >= 10 else f"{value:.3g}"
+
+
 def render(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in rows:
@@ -260,9 +269,9 @@ def render(rows: list[dict]) -> str:
         cells.append(fmt_time(row["torch.compile"]) if "torch.compile" in row else
                      "fails" if "compile fails" in row else "")
         cells.append(fmt_time(row["triton"]) if "triton" in row else "")
-        cells.append(f"{row['GB/s']:.1f}" if "GB/s" in row else "")
+        cells.append(fmt_rate(row["GB/s"]) if "GB/s" in row else "")
         cells.append(f"{row['of copy']:.2f}" if "of copy" in row else "")
-        cells.append(f"{row['TFLOP/s']:.2f}" if "TFLOP/s" in row else "")
+        cells.append(fmt_rate(row["TFLOP/s"]) if "TFLOP/s" in row else "")
         cells.append(f"{row['eager'] / bt_time:.2f}x" if bt_time else "")
         cells.append(f"{row['torch.compile'] / bt_time:.2f}x" if bt_time and "torch.compile" in row else "")
         lines.append("| " + " | ".join(cells) + " |")

@@ -69,7 +69,7 @@ def test_cpu_benchmark_runs(tmp_path):
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     text = table.read_text()
-    assert "| workload | kernels | babytriton | eager |" in text
+    assert "| case | kernels | babytriton | eager |" in text
     for name in only.split(","):
         assert f"| {name} |" in text, text
     assert "| causal_softmax_additive |  | fails: " in text
