@@ -15,7 +15,7 @@ float16 / bfloat16 inputs; "_sym" variants annotate a symbolic row count (`bt.Te
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -351,7 +351,6 @@ class Workload:
     inputs: Callable              # (shapes, dtype, device) -> the arguments
     dtype: torch.dtype = torch.float32
     flops: Callable | None = None  # (args) -> floating-point operations, for matrix products
-    tags: tuple = field(default=())
 
     def make(self, size: str, device: str = "cpu") -> tuple:
         """The arguments at `size`, from a fixed seed (the same inputs every run)."""
@@ -449,7 +448,8 @@ _MLP = {"small": [(16, 32), (32, 128), (128,), (128, 32), (32,)],
 _MM = {"small": [(64, 64), (64, 64)], "full": [(2048, 2048), (2048, 2048)]}
 _BRLN = {size: [shape, (shape[1],), shape, (shape[1],), (shape[1],)] for size, shape in ROWS.items()}
 _CAUSAL = {"small": [(2, 4, 32, 32)], "full": [(4, 16, 1024, 1024)]}
-_ROTARY = {"small": [(2, 8, 4, 32), (8, 1, 32), (8, 1, 32)], "full": [(8, 2048, 16, 128), (2048, 1, 128), (2048, 1, 128)]}
+_ROTARY = {"small": [(2, 8, 4, 32), (8, 1, 32), (8, 1, 32)],  # (batch, seq, heads, dim), cos, sin
+           "full": [(8, 2048, 16, 128), (2048, 1, 128), (2048, 1, 128)]}
 
 WORKLOADS: list[Workload] = [
     # element-wise chains
@@ -470,8 +470,7 @@ WORKLOADS: list[Workload] = [
     _w("softmax_sym", bt_softmax_sym, torch_softmax, {s: [shape] for s, shape in SYM_ROWS.items()}),
     _w("softmax_lib", bt_softmax_lib, torch_softmax_lib, _ROW),
     _w("log_softmax", bt_log_softmax, torch_log_softmax, _ROW),
-    _w("causal_softmax", bt_causal_softmax, torch_causal_softmax,
-_CAUSAL),
+    _w("causal_softmax", bt_causal_softmax, torch_causal_softmax, _CAUSAL),
     _w("causal_softmax_additive", bt_causal_softmax_additive, torch_causal_softmax_additive, _CAUSAL),
     _w("logsumexp", bt_logsumexp, torch_logsumexp, _ROW),
     _w("cross_entropy", bt_cross_entropy, torch_cross_entropy,
