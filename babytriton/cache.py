@@ -226,7 +226,99 @@ def global_uses(jitfn) -> list[tuple[str, object]]:
     return sorted(found.items())
 
 
-def _free_paths(tree: ast.FunctionDef) -> set[str]:
+def global_check(jitfn):
+    """A function of no arguments that says whether a global or closure name the function reads, or
+    an attribute path from one (`cfg.scale`), now resolves to another object than when it was made;
+    @jit functions it calls are checked too. None when the function reads no such name.
+
+    The cached call path runs it on every call (identity tests, no text forms), so that a changed
+    global makes the call find the version compiled for the new value."""
+    checks = []
+    _collect_checks(jitfn, checks, set())
+    if not checks:
+        return None
+    if len(checks) == 1:
+        return checks[0]
+    return lambda: any(changed() for changed in checks)
+
+
+_MISSING = object()
+
+
+def _collect_checks(jitfn, checks: list, visited: set) -> None:
+    from .jit import JITFunction  # a cycle at import time: jit uses this module
+    visited.add(id(jitfn))
+    paths = sorted(_free_paths(jitfn.parsed.tree))
+    if not paths:
+        return
+    fn = jitfn.parsed.fn
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+    builtins_ = fn.__globals__.get("__builtins__", {})
+    builtins_ = vars(builtins_) if isinstance(builtins_, types.ModuleType) else builtins_
+    # Generated once per check: one expression per path, so that the check is a chain of `is not`
+    # tests in one Python function (a few tens of ns per name) rather than a loop of calls.
+    env = {"g": fn.__globals__, "M": _MISSING}
+    exprs = []
+    for i, path in enumerate(paths):
+        root, *attrs = path.split(".")
+        if root in cells:
+            env[f"c{i}"] = cells[root]
+            expr = f"c{i}.cell_contents"
+        else:  # a global, else the builtin it falls back to (a global defined later shadows it)
+            env[f"b{i}"] = builtins_.get(root, _MISSING)
+            expr = f"g.get({root!r}, b{i})"
+        for attr in attrs:
+            expr = f"getattr({expr}, {attr!r}, M)"
+        exprs.append(expr)
+    now = ", ".join(f"s{i}" for i in range(len(exprs)))
+    source = (f"def make({', '.join(env)}):\n"
+              f"    def read():\n        return ({''.join(e + ', ' for e in exprs)})\n"
+              f"    def check({now}):\n"
+              f"        def changed():\n"
+              f"            return {' or '.join(f'{e} is not s{i}' for i, e in enumerate(exprs))}\n"
+              f"        return changed\n"
+              f"    return read, check\n")
+    namespace: dict = {}
+    exec(compile(source, "<babytriton global check>", "exec"), namespace)  # noqa: S102 - our own text
+    read, check = namespace["make"](**env)
+    values = read()
+    checks.append(check(*values))
+    for value in values:
+        if isinstance(value, JITFunction) and id(value) not in visited:
+            _collect_checks(value, checks, visited)
+
+
+class Identity:
+    """A value without a stable text form, in an in-memory key: equal only to itself (and kept alive
+    by the key, so its id is never reused while the key exists)."""
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, Identity) and other.value is self.value
+
+    def __hash__(self):
+        return id(self.value)
+
+
+def globals_key(jitfn, visited: frozenset = frozenset()) -> tuple:
+    """The values of what the function reads (as in the disk key's global parts), hashable: the part of
+    the in-memory key that makes a changed global find or compile the version for its new value."""
+    from .jit import JITFunction
+    visited = visited | {id(jitfn)}
+    out = []
+    for path, value in global_uses(jitfn):
+        text = canonical(value, set())[0]
+        if text is None and isinstance(value, JITFunction) and id(value) not in visited:
+            text = (Identity(value), globals_key(value, visited))   # what the callee reads, still by value
+        out.append((path, text if text is not None else Identity(value)))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _free_paths(tree: ast.FunctionDef) -> frozenset[str]:
     """Dotted paths (`np.float32`, `SCALE`) in the body, rooted at names the function doesn't bind.
 
     Decorators, annotations and defaults are evaluated by Python, not compiled: their effect
@@ -245,7 +337,7 @@ def _free_paths(tree: ast.FunctionDef) -> set[str]:
             base = base.value
         if isinstance(base, ast.Name) and base.id not in local:
             paths.add(".".join([base.id] + path[::-1]))
-    return paths
+    return frozenset(paths)
 
 
 def canonical(value, seen: set) -> tuple[str | None, str]:
@@ -338,7 +430,8 @@ class Entry:
     stages: dict[str, str]
     fusion: dict | None
     size_checks: tuple = ()   # Kernel.size_checks
-
+    backend: str = "relax"    # "tir": a library holding the PrimFunc itself, no Relax VM executable
+    outputs: tuple = ()       # backend="tir": the parameters the function writes (TIRKernel.outputs)
 
 
 def function_dir(jitfn) -> Path:
@@ -377,19 +470,26 @@ def load(path: Path, key: CacheKey) -> Entry | None:
         fusion = meta["fusion"]
         if fusion is not None and not (isinstance(fusion, dict) and FUSION_KEYS <= fusion.keys()):
             raise Corrupt("its fusion record is malformed")
+        backend = meta.get("backend", "relax")
+        outputs = meta.get("outputs", [])
+        if backend not in ("relax", "tir") or not all(isinstance(o, str) for o in outputs):
+            raise Corrupt("its backend or outputs are malformed")
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise Corrupt(f"its metadata is unreadable ({type(e).__name__})") from None
     try:
-        executable = relax.VMExecutable(tvm.runtime.load_module(str(path / "lib.so")))
+        library = tvm.runtime.load_module(str(path / "lib.so"))
+        # a backend="tir" library is the PrimFunc's own module, called directly (tir_backend)
+        executable = relax.VMExecutable(library) if backend == "relax" else tvm.runtime.Executable(library)
     except Exception as e:  # noqa: BLE001 - TVM's loader raises several kinds for a bad library
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise Corrupt(f"its library does not load: {_clip(first, 120)}") from None
     checks = tuple(tuple(c) for c in meta.get("size_checks", ()))
-    return Entry(path, executable, stages, fusion, checks)
+    return Entry(path, executable, stages, fusion, checks, backend, tuple(outputs))
 
 
 def store(path: Path, key: CacheKey, executable, stages: dict[str, str], fusion: dict | None,
-          module: tvm.IRModule | None, replace: bool = False, size_checks: tuple = ()) -> bool:
+          module: tvm.IRModule | None, replace: bool = False, size_checks: tuple = (),
+          backend: str = "relax", outputs: tuple = ()) -> bool:
     """Write an entry atomically; False when another process already wrote it (then theirs stays)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(path.parent)
@@ -399,7 +499,8 @@ def store(path: Path, key: CacheKey, executable, stages: dict[str, str], fusion:
         library = tmp / "lib.so"
         executable.export_library(str(library))
         meta = {"format": FORMAT, "digest": key.digest, "stages": stages, "fusion": fusion,
-                "size_checks": list(size_checks), "lib_sha256": hashlib.sha256(library.read_bytes()).hexdigest()}
+                "size_checks": list(size_checks), "backend": backend, "outputs": list(outputs),
+                "lib_sha256": hashlib.sha256(library.read_bytes()).hexdigest()}
         (tmp / "meta.json").write_text(json.dumps(meta))
         (tmp / "key.json").write_text(json.dumps({"digest": key.digest, "summary": key.summary()}))
         if module is not None:
