@@ -226,26 +226,25 @@ def global_uses(jitfn) -> list[tuple[str, object]]:
     return sorted(found.items())
 
 
-def global_check(jitfn):
-    """A function of no arguments that says whether a global or closure name the function reads, or
-    an attribute path from one (`cfg.scale`), now resolves to another object than when it was made;
-    @jit functions it calls are checked too. None when the function reads no such name.
-
-    The cached call path runs it on every call (identity tests, no text forms), so that a changed
-    global makes the call find the version compiled for the new value."""
-    checks = []
-    _collect_checks(jitfn, checks, set())
+def global_state(jitfn) -> tuple:
+    """(check, values) from one reading of the global and closure names the function reads, and of
+    attribute paths from them (`cfg.scale`), @jit functions it calls included. `values` is hashable,
+    the values' text forms (as in the disk key): the part of the in-memory key that makes a changed
+    global find or compile the version for its new value. `check()` says whether any of those names
+    now resolves to another object than it did: the cached call path runs it on every call (identity
+    tests only). check is None when the function reads no name."""
+    checks, values = [], []
+    _read_globals(jitfn, checks, values, set())
     if not checks:
-        return None
-    if len(checks) == 1:
-        return checks[0]
-    return lambda: any(changed() for changed in checks)
+        return None, ()
+    check = checks[0] if len(checks) == 1 else (lambda: any(changed() for changed in checks))
+    return check, tuple(values)
 
 
 _MISSING = object()
 
 
-def _collect_checks(jitfn, checks: list, visited: set) -> None:
+def _read_globals(jitfn, checks: list, values: list, visited: set) -> None:
     from .jit import JITFunction  # a cycle at import time: jit uses this module
     visited.add(id(jitfn))
     paths = sorted(_free_paths(jitfn.parsed.tree))
@@ -255,8 +254,8 @@ def _collect_checks(jitfn, checks: list, visited: set) -> None:
     cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
     builtins_ = fn.__globals__.get("__builtins__", {})
     builtins_ = vars(builtins_) if isinstance(builtins_, types.ModuleType) else builtins_
-    # Generated once per check: one expression per path, so that the check is a chain of `is not`
-    # tests in one Python function (a few tens of ns per name) rather than a loop of calls.
+    # Generated: one expression per path, so that the check is one chain of `is not` tests in one
+    # Python function (a few tens of ns per name), not a loop of calls.
     env = {"g": fn.__globals__, "M": _MISSING}
     exprs = []
     for i, path in enumerate(paths):
@@ -270,10 +269,10 @@ def _collect_checks(jitfn, checks: list, visited: set) -> None:
         for attr in attrs:
             expr = f"getattr({expr}, {attr!r}, M)"
         exprs.append(expr)
-    now = ", ".join(f"s{i}" for i in range(len(exprs)))
+    seen = ", ".join(f"s{i}" for i in range(len(exprs)))
     source = (f"def make({', '.join(env)}):\n"
               f"    def read():\n        return ({''.join(e + ', ' for e in exprs)})\n"
-              f"    def check({now}):\n"
+              f"    def check({seen}):\n"
               f"        def changed():\n"
               f"            return {' or '.join(f'{e} is not s{i}' for i, e in enumerate(exprs))}\n"
               f"        return changed\n"
@@ -281,16 +280,26 @@ def _collect_checks(jitfn, checks: list, visited: set) -> None:
     namespace: dict = {}
     exec(compile(source, "<babytriton global check>", "exec"), namespace)  # noqa: S102 - our own text
     read, check = namespace["make"](**env)
-    values = read()
-    checks.append(check(*values))
-    for value in values:
-        if isinstance(value, JITFunction) and id(value) not in visited:
-            _collect_checks(value, checks, visited)
+    now = read()
+    checks.append(check(*now))
+    callees = []
+    for path, value in zip(paths, now):
+        if value is _MISSING:   # undefined (the compiler says so), or an attribute it doesn't have
+            text = "missing"
+        elif isinstance(value, JITFunction):   # its source is fixed; what it reads follows below
+            text = Identity(value)
+            callees.append(value)
+        else:
+            text = canonical(value, set())[0]
+        values.append((path, text if text is not None else Identity(value)))
+    for callee in callees:
+        if id(callee) not in visited:
+            _read_globals(callee, checks, values, visited)
 
 
 class Identity:
     """A value without a stable text form, in an in-memory key: equal only to itself (and kept alive
-    by the key, so its id is never reused while the key exists)."""
+    by the key, so that its id is not reused while the key exists)."""
     __slots__ = ("value",)
 
     def __init__(self, value):
@@ -301,20 +310,6 @@ class Identity:
 
     def __hash__(self):
         return id(self.value)
-
-
-def globals_key(jitfn, visited: frozenset = frozenset()) -> tuple:
-    """The values of what the function reads (as in the disk key's global parts), hashable: the part of
-    the in-memory key that makes a changed global find or compile the version for its new value."""
-    from .jit import JITFunction
-    visited = visited | {id(jitfn)}
-    out = []
-    for path, value in global_uses(jitfn):
-        text = canonical(value, set())[0]
-        if text is None and isinstance(value, JITFunction) and id(value) not in visited:
-            text = (Identity(value), globals_key(value, visited))   # what the callee reads, still by value
-        out.append((path, text if text is not None else Identity(value)))
-    return tuple(out)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -342,8 +342,7 @@ class JITFunction:
             changed, _, _ = self._state
             if changed is not None and not changed():  # another thread got here first
                 return self._state
-            changed = cache.global_check(self)   # before reading the values: a change in between is seen
-            values = cache.globals_key(self)
+            changed, values = cache.global_state(self)   # one reading: the check and the values agree
             runners = self._runner_tables.get(values)
             if runners is None:
                 if len(self._runner_tables) >= MAX_TABLES:
@@ -434,7 +433,10 @@ class JITFunction:
 
     def _memory_key(self, specs: tuple[ArgSpec, ...]) -> tuple:
         """The in-memory key of a version: the argument specs and the current values of the globals."""
-        return specs, cache.globals_key(self)
+        changed, values, _ = self._state
+        if changed is not None and changed():
+            _, values, _ = self._globals_changed()
+        return specs, values
 
     def _kernel(self, specs: tuple[ArgSpec, ...]) -> Kernel:
         key = self._memory_key(specs)
