@@ -89,7 +89,7 @@ class Kernel:
         self.from_disk = False
         self.why: list[str] = []              # key parts that differed from the nearest version
         self.size_checks: tuple = ()          # symbolic sizes the code matched to others (codegen.aligned)
-        self.globals_key: tuple = ()          # the values of the globals it was compiled with (cache.globals_key)
+        self.globals_key: tuple = ()          # the values of the globals it was compiled with (cache.global_state)
 
     @functools.cached_property
     def vm_devices(self) -> list | None:
