@@ -297,7 +297,9 @@ class JITFunction:
         self.heterogeneous = devices.uses_device_blocks(self.parsed.tree)   # `with bt.device(...)` blocks
         self._kernels: dict[tuple, Kernel] = {}   # (specs, globals key) -> the compiled version
         self._lock = threading.RLock()
-        self._stats_lock = threading.Lock()   # counts stay exact without the GIL too
+        # Short updates (counts, runner tables), never held while compiling: a call that finds its
+        # version does not wait for another thread's compile. Exact without the GIL too.
+        self._update_lock = threading.Lock()
         # What the cached call path reads, replaced whole (one atomic store) when a global changes:
         # (a check that the globals the function reads still resolve to the objects the runners were
         # made with — None when it reads none, _always before the first call —, the globals key,
@@ -399,7 +401,7 @@ class JITFunction:
         kernel.check_sizes(args)
         run = kernel.runner(args)
         if key is not None and kernel.globals_key == values:  # else a global changed meanwhile
-            with self._lock:
+            with self._update_lock:
                 if len(runners) >= MAX_RUNNERS:
                     runners.clear()
                 runners[key] = run
@@ -450,7 +452,7 @@ class JITFunction:
                     kernel.globals_key = key[1]
                     self._kernels[key] = kernel
                     return kernel
-        with self._stats_lock:
+        with self._update_lock:
             self.stats["hits"] += 1
         return kernel
 
