@@ -226,7 +226,94 @@ def global_uses(jitfn) -> list[tuple[str, object]]:
     return sorted(found.items())
 
 
-def _free_paths(tree: ast.FunctionDef) -> set[str]:
+def global_state(jitfn) -> tuple:
+    """(check, values) from one reading of the global and closure names the function reads, and of
+    attribute paths from them (`cfg.scale`), @jit functions it calls included. `values` is hashable,
+    the values' text forms (as in the disk key): the part of the in-memory key that makes a changed
+    global find or compile the version for its new value. `check()` says whether any of those names
+    now resolves to another object than it did: the cached call path runs it on every call (identity
+    tests only). check is None when the function reads no name."""
+    checks, values = [], []
+    _read_globals(jitfn, checks, values, set())
+    if not checks:
+        return None, ()
+    check = checks[0] if len(checks) == 1 else (lambda: any(changed() for changed in checks))
+    return check, tuple(values)
+
+
+_MISSING = object()
+
+
+def _read_globals(jitfn, checks: list, values: list, visited: set) -> None:
+    from .jit import JITFunction  # a cycle at import time: jit uses this module
+    visited.add(id(jitfn))
+    paths = sorted(_free_paths(jitfn.parsed.tree))
+    if not paths:
+        return
+    fn = jitfn.parsed.fn
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+    builtins_ = fn.__globals__.get("__builtins__", {})
+    builtins_ = vars(builtins_) if isinstance(builtins_, types.ModuleType) else builtins_
+    # Generated: one expression per path, so that the check is one chain of `is not` tests in one
+    # Python function (a few tens of ns per name), not a loop of calls.
+    env = {"g": fn.__globals__, "M": _MISSING}
+    exprs = []
+    for i, path in enumerate(paths):
+        root, *attrs = path.split(".")
+        if root in cells:
+            env[f"c{i}"] = cells[root]
+            expr = f"c{i}.cell_contents"
+        else:  # a global, else the builtin it falls back to (a global defined later shadows it)
+            env[f"b{i}"] = builtins_.get(root, _MISSING)
+            expr = f"g.get({root!r}, b{i})"
+        for attr in attrs:
+            expr = f"getattr({expr}, {attr!r}, M)"
+        exprs.append(expr)
+    seen = ", ".join(f"s{i}" for i in range(len(exprs)))
+    source = (f"def make({', '.join(env)}):\n"
+              f"    def read():\n        return ({''.join(e + ', ' for e in exprs)})\n"
+              f"    def check({seen}):\n"
+              f"        def changed():\n"
+              f"            return {' or '.join(f'{e} is not s{i}' for i, e in enumerate(exprs))}\n"
+              f"        return changed\n"
+              f"    return read, check\n")
+    namespace: dict = {}
+    exec(compile(source, "<babytriton global check>", "exec"), namespace)  # noqa: S102 - our own text
+    read, check = namespace["make"](**env)
+    now = read()
+    checks.append(check(*now))
+    callees = []
+    for path, value in zip(paths, now):
+        if value is _MISSING:   # undefined (the compiler says so), or an attribute it doesn't have
+            text = "missing"
+        elif isinstance(value, JITFunction):   # its source is fixed; what it reads follows below
+            text = Identity(value)
+            callees.append(value)
+        else:
+            text = canonical(value, set())[0]
+        values.append((path, text if text is not None else Identity(value)))
+    for callee in callees:
+        if id(callee) not in visited:
+            _read_globals(callee, checks, values, visited)
+
+
+class Identity:
+    """A value without a stable text form, in an in-memory key: equal only to itself (and kept alive
+    by the key, so that its id is not reused while the key exists)."""
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, Identity) and other.value is self.value
+
+    def __hash__(self):
+        return id(self.value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _free_paths(tree: ast.FunctionDef) -> frozenset[str]:
     """Dotted paths (`np.float32`, `SCALE`) in the body, rooted at names the function doesn't bind.
 
     Decorators, annotations and defaults are evaluated by Python, not compiled: their effect
@@ -245,7 +332,7 @@ def _free_paths(tree: ast.FunctionDef) -> set[str]:
             base = base.value
         if isinstance(base, ast.Name) and base.id not in local:
             paths.add(".".join([base.id] + path[::-1]))
-    return paths
+    return frozenset(paths)
 
 
 def canonical(value, seen: set) -> tuple[str | None, str]:
@@ -338,7 +425,8 @@ class Entry:
     stages: dict[str, str]
     fusion: dict | None
     size_checks: tuple = ()   # Kernel.size_checks
-
+    backend: str = "relax"    # "tir": a library holding the PrimFunc itself, no Relax VM executable
+    outputs: tuple = ()       # backend="tir": the parameters the function writes (TIRKernel.outputs)
 
 
 def function_dir(jitfn) -> Path:
@@ -377,19 +465,26 @@ def load(path: Path, key: CacheKey) -> Entry | None:
         fusion = meta["fusion"]
         if fusion is not None and not (isinstance(fusion, dict) and FUSION_KEYS <= fusion.keys()):
             raise Corrupt("its fusion record is malformed")
+        backend = meta.get("backend", "relax")
+        outputs = meta.get("outputs", [])
+        if backend not in ("relax", "tir") or not all(isinstance(o, str) for o in outputs):
+            raise Corrupt("its backend or outputs are malformed")
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise Corrupt(f"its metadata is unreadable ({type(e).__name__})") from None
     try:
-        executable = relax.VMExecutable(tvm.runtime.load_module(str(path / "lib.so")))
+        library = tvm.runtime.load_module(str(path / "lib.so"))
+        # a backend="tir" library is the PrimFunc's own module, called directly (tir_backend)
+        executable = relax.VMExecutable(library) if backend == "relax" else tvm.runtime.Executable(library)
     except Exception as e:  # noqa: BLE001 - TVM's loader raises several kinds for a bad library
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise Corrupt(f"its library does not load: {_clip(first, 120)}") from None
     checks = tuple(tuple(c) for c in meta.get("size_checks", ()))
-    return Entry(path, executable, stages, fusion, checks)
+    return Entry(path, executable, stages, fusion, checks, backend, tuple(outputs))
 
 
 def store(path: Path, key: CacheKey, executable, stages: dict[str, str], fusion: dict | None,
-          module: tvm.IRModule | None, replace: bool = False, size_checks: tuple = ()) -> bool:
+          module: tvm.IRModule | None, replace: bool = False, size_checks: tuple = (),
+          backend: str = "relax", outputs: tuple = ()) -> bool:
     """Write an entry atomically; False when another process already wrote it (then theirs stays)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(path.parent)
@@ -399,7 +494,8 @@ def store(path: Path, key: CacheKey, executable, stages: dict[str, str], fusion:
         library = tmp / "lib.so"
         executable.export_library(str(library))
         meta = {"format": FORMAT, "digest": key.digest, "stages": stages, "fusion": fusion,
-                "size_checks": list(size_checks), "lib_sha256": hashlib.sha256(library.read_bytes()).hexdigest()}
+                "size_checks": list(size_checks), "backend": backend, "outputs": list(outputs),
+                "lib_sha256": hashlib.sha256(library.read_bytes()).hexdigest()}
         (tmp / "meta.json").write_text(json.dumps(meta))
         (tmp / "key.json").write_text(json.dumps({"digest": key.digest, "summary": key.summary()}))
         if module is not None:

@@ -70,7 +70,7 @@ def key_text(key: cache.CacheKey, why: list[str]) -> str:
 
 
 def explain(jitfn, specs, key: cache.CacheKey) -> Explanation:
-    kernel = jitfn._kernels.get((specs,))
+    kernel = jitfn._kernels.get(jitfn._memory_key(specs))
     disk, path = "off", None
     if cache.disk_enabled(jitfn.options["cache"]):
         if key.unstable:

@@ -7,7 +7,6 @@ import functools
 import gc
 import inspect
 import threading
-from typing import Any
 
 import numpy as np
 import torch
@@ -29,6 +28,12 @@ BACKENDS = ("relax", "tir")
 # Exact argument signatures remembered per function before the table is reset (symbolic shapes
 # can produce one per distinct size).
 MAX_RUNNERS = 4096
+# Runner tables kept per function, one per set of global values seen (switching back finds its table).
+MAX_TABLES = 16
+
+
+def _always() -> bool:
+    return True
 
 
 def jit(fn=None, /, **options):
@@ -75,7 +80,8 @@ class Kernel:
         self._module_loader = module_loader   # a version loaded from disk reads its IR on demand
         self.stages = stages
         self.device_kind = pipeline.device_kind(target)
-        self._vms: dict[int, Any] = {}
+        self._vm_lock = threading.Lock()
+        self._vm_locals: dict[int, threading.local] = {}   # device index -> each thread's VM function
         self.fusion_record = fusion
         self._source_map = source_map
         self.cache_key: cache.CacheKey | None = None
@@ -83,6 +89,7 @@ class Kernel:
         self.from_disk = False
         self.why: list[str] = []              # key parts that differed from the nearest version
         self.size_checks: tuple = ()          # symbolic sizes the code matched to others (codegen.aligned)
+        self.globals_key: tuple = ()          # the values of the globals it was compiled with (cache.global_state)
 
     @functools.cached_property
     def vm_devices(self) -> list | None:
@@ -114,10 +121,28 @@ class Kernel:
         return self.stages["source"]
 
     def vm_function(self, device_index: int):
-        if device_index not in self._vms:
-            device = tvm.cuda(device_index) if self.device_kind == "cuda" else tvm.cpu()
-            self._vms[device_index] = relax.VirtualMachine(self.executable, self.vm_devices or device)[self.name]
-        return self._vms[device_index]
+        """The calling thread's VM function for this device. A Relax VM is not re-entrant (one frame
+        stack and register file per VM), so each thread runs its own VM, made on its first call from
+        the shared executable; the thread's VMs go when it ends."""
+        local = self._thread_local(device_index)
+        try:
+            return local.fn
+        except AttributeError:
+            local.fn = fn = self._new_vm_function(device_index)
+            return fn
+
+    def _thread_local(self, device_index: int) -> threading.local:
+        with self._vm_lock:
+            local = self._vm_locals.get(device_index)
+            if local is None:
+                local = self._vm_locals[device_index] = threading.local()
+            return local
+
+    def _new_vm_function(self, device_index: int):
+        vm_devices = self.vm_devices
+        device = tvm.cuda(device_index) if self.device_kind == "cuda" else tvm.cpu()
+        with self._vm_lock:  # one VM made at a time: loading reads the executable's shared tables
+            return relax.VirtualMachine(self.executable, vm_devices or device)[self.name]
 
     def runner(self, args: tuple):
         """A fast call for arguments of exactly these types: convert, run, wrap."""
@@ -141,11 +166,17 @@ class Kernel:
             converters.append((position, convert if not isinstance(value, Tensor) else _via_data(convert)))
         has_tensor = any(s.kind == "tensor" for s in self.specs)
         wrap = _to_numpy if all_numpy and has_tensor else _to_torch
-        fn = self.vm_function(device_index)
+        self.vm_function(device_index)   # this thread's VM now: a device that can't run it fails here
+        local = self._thread_local(device_index)
+        new_vm = functools.partial(self._new_vm_function, device_index)
         converters = tuple(converters)
 
         def run(args):
             values = [convert(args[i]) for i, convert in converters]
+            try:
+                fn = local.fn
+            except AttributeError:  # the runner was made by another thread: this one's first call
+                fn = local.fn = new_vm()
             try:
                 out = fn(*values)
             except Exception as e:  # noqa: BLE001 - TVM's run-time checks raise several types
@@ -264,9 +295,18 @@ class JITFunction:
         self._nparams = len(self.params)
         self._constexpr = tuple(p.kind == "constexpr" for p in self.params)
         self.heterogeneous = devices.uses_device_blocks(self.parsed.tree)   # `with bt.device(...)` blocks
-        self._runners: dict[tuple, Any] = {}
-        self._kernels: dict[tuple, Kernel] = {}
+        self._kernels: dict[tuple, Kernel] = {}   # (specs, globals key) -> the compiled version
         self._lock = threading.RLock()
+        # Short updates (counts, runner tables), never held while compiling: a call that finds its
+        # version does not wait for another thread's compile. Exact without the GIL too.
+        self._update_lock = threading.Lock()
+        # What the cached call path reads, replaced whole (one atomic store) when a global changes:
+        # (a check that the globals the function reads still resolve to the objects the runners were
+        # made with — None when it reads none, _always before the first call —, the globals key,
+        # the runners for those values: call key -> run).
+        reads_names = bool(cache._free_paths(self.parsed.tree))
+        self._state: tuple = (_always if reads_names else None, (), {})
+        self._runner_tables: dict[tuple, dict] = {}
         self._target = None
         self.stats = {"compilations": 0, "hits": 0, "misses": 0, "disk_hits": 0, "disk_writes": 0}
         self._disk_warned = False
@@ -286,14 +326,32 @@ class JITFunction:
             return eager.run(self, args, kwargs)
         if kwargs or len(args) != self._nparams:
             args = self._bind(args, kwargs)
+        changed, values, runners = self._state
+        if changed is not None and changed():
+            changed, values, runners = self._globals_changed()
         key = self._call_key(args)
         try:
-            run = self._runners[key]
+            run = runners[key]
         except KeyError:
-            run = self._prepare(args, key)
+            run = self._prepare(args, key, values, runners)
         except TypeError:  # an unhashable argument: _prepare explains which
-            run = self._prepare(args, None)
+            run = self._prepare(args, None, values, runners)
         return run(args)
+
+    def _globals_changed(self) -> tuple:
+        """A name the function reads resolves to another object: the runners for the new values."""
+        with self._lock:
+            changed, _, _ = self._state
+            if changed is not None and not changed():  # another thread got here first
+                return self._state
+            changed, values = cache.global_state(self)   # one reading: the check and the values agree
+            runners = self._runner_tables.get(values)
+            if runners is None:
+                if len(self._runner_tables) >= MAX_TABLES:
+                    self._runner_tables.clear()
+                runners = self._runner_tables[values] = {}
+            self._state = (changed, values, runners)
+            return self._state
 
     def eager(self, *args, **kwargs):
         """Run the original Python function on torch (the reference the compiled version must match):
@@ -333,19 +391,20 @@ class JITFunction:
         bound.apply_defaults()
         return tuple(bound.arguments.values())
 
-    def _prepare(self, args, key):
-        """First call with these exact argument types: check them, find or compile, make a runner."""
+    def _prepare(self, args, key, values: tuple, runners: dict):
+        """First call with these exact argument types: check them, find or compile, make a runner
+        (remembered in `runners`, the table for the global `values`, if it was compiled with them)."""
         specs = self._specs(args)
         if not self.heterogeneous:  # device blocks take arguments from either device
             check_devices(self.params, args, pipeline.device_kind(self.target()), self.__name__)
         kernel = self._kernel(specs)
         kernel.check_sizes(args)
         run = kernel.runner(args)
-        if key is not None:
-            with self._lock:
-                if len(self._runners) >= MAX_RUNNERS:
-                    self._runners.clear()
-                self._runners[key] = run
+        if key is not None and kernel.globals_key == values:  # else a global changed meanwhile
+            with self._update_lock:
+                if len(runners) >= MAX_RUNNERS:
+                    runners.clear()
+                runners[key] = run
         return run
 
     def _specs(self, args) -> tuple[ArgSpec, ...]:
@@ -374,19 +433,28 @@ class JITFunction:
             args = self._bind(args, kwargs)
         return self._specs(args)
 
+    def _memory_key(self, specs: tuple[ArgSpec, ...]) -> tuple:
+        """The in-memory key of a version: the argument specs and the current values of the globals."""
+        changed, values, _ = self._state
+        if changed is not None and changed():
+            _, values, _ = self._globals_changed()
+        return specs, values
+
     def _kernel(self, specs: tuple[ArgSpec, ...]) -> Kernel:
-        key = (specs,)
-        kernel = self._kernels.get(key)
-        if kernel is not None:
+        key = self._memory_key(specs)
+        kernel = self._kernels.get(key)   # without the lock: a hit never waits for another's compile
+        if kernel is None:
+            with self._lock:  # threads asking for the same version compile it once
+                kernel = self._kernels.get(key)
+                if kernel is None:
+                    self.stats["misses"] += 1
+                    kernel = self._obtain(specs)
+                    kernel.globals_key = key[1]
+                    self._kernels[key] = kernel
+                    return kernel
+        with self._update_lock:
             self.stats["hits"] += 1
-            return kernel
-        with self._lock:  # threads asking for the same version compile it once
-            kernel = self._kernels.get(key)
-            if kernel is None:
-                self.stats["misses"] += 1
-                kernel = self._obtain(specs)
-                self._kernels[key] = kernel
-            return kernel
+        return kernel
 
     def _obtain(self, specs: tuple[ArgSpec, ...]) -> Kernel:
         """A version not in memory: from the disk cache when it holds one, else compiled (and stored)."""
@@ -408,9 +476,7 @@ class JITFunction:
                            "recompiling and replacing it")
                 entry, replace = None, True
             if entry is not None:
-                kernel = Kernel(self.__name__, self.params, specs, target, entry.executable, None, entry.stages,
-                                fusion=entry.fusion, source_map=self.parsed.source_map,
-                                module_loader=self._module_loader(path, specs))
+                kernel = self._from_entry(entry, specs, target, path)
                 kernel.from_disk = True
                 kernel.size_checks = entry.size_checks
                 self.stats["disk_hits"] += 1
@@ -427,6 +493,15 @@ class JITFunction:
         self._dump(kernel, key)
         return kernel
 
+    def _from_entry(self, entry: cache.Entry, specs, target, path) -> Kernel:
+        loader = self._module_loader(path, specs)
+        if entry.backend == "tir":  # the PrimFunc's library, called without a VM
+            from . import tir_backend
+            return tir_backend.TIRKernel(self.parsed.name, self.params, specs, target, entry.executable, None,
+                                         entry.stages, entry.outputs, module_loader=loader)
+        return Kernel(self.__name__, self.params, specs, target, entry.executable, None, entry.stages,
+                      fusion=entry.fusion, source_map=self.parsed.source_map, module_loader=loader)
+
     def _module_loader(self, path, specs):
         def load():
             return cache.load_module_json(path) or self._build(specs).module
@@ -435,7 +510,7 @@ class JITFunction:
     def _store(self, path, key, kernel: Kernel, replace: bool) -> None:
         try:
             if cache.store(path, key, kernel.executable, kernel.stages, kernel.fusion_record, kernel.module,
-                           replace, kernel.size_checks):
+                           replace, kernel.size_checks, self.options["backend"], getattr(kernel, "outputs", ())):
                 self.stats["disk_writes"] += 1
         except Exception as e:  # noqa: BLE001 - a full disk, no C compiler...: carry on without the entry
             if not self._disk_warned:

@@ -172,15 +172,18 @@ def build(jitfn, specs: tuple[ArgSpec, ...], record, stages: dict) -> TIRKernel:
 class TIRKernel(Kernel):
     """One compiled version of a backend="tir" function: calls its PrimFunc directly (no Relax VM)."""
 
-    def __init__(self, name, params, specs, target, executable, module, stages, outputs: list[str]):
-        super().__init__(name, params, specs, target, executable, module, stages)
-        self.outputs = outputs
+    def __init__(self, name, params, specs, target, executable, module, stages, outputs: list[str],
+                 module_loader=None):
+        super().__init__(name, params, specs, target, executable, module, stages, module_loader=module_loader)
+        self.outputs = list(outputs)
         self._function = None
 
     def runner(self, args: tuple):
-        if self._function is None:
-            self._function = self.executable[self.name]
-        function = self._function
+        # A compiled PrimFunc keeps no state between calls (unlike a Relax VM): threads share it.
+        with self._vm_lock:
+            if self._function is None:
+                self._function = self.executable[self.name]
+            function = self._function
         positions = [i for i, p in enumerate(self.params) if p.name in self.outputs]
         names = [p.name for p in self.params]
         tensors = [i for i, s in enumerate(self.specs) if s.kind == "tensor"]

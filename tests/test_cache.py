@@ -305,6 +305,46 @@ def test_threads_calling_one_function_compile_it_once(cache_dir):
     assert f.cache_info()["compilations"] == 1 and f.cache_info()["versions"] == 1
 
 
+TIR_SCRIPT = '''
+import json, sys
+import torch
+import babytriton as bt
+
+@bt.jit(backend="tir")
+def axpy(x: bt.Tensor(("n",), "float32"), y: bt.Tensor(("n",), "float32"), out: bt.Tensor(("n",), "float32"),
+         total: bt.Tensor((1,), "float32")):
+    for i in range(x.shape[0]):
+        out[i] = x[i] * 3.0 + y[i]
+        total[0] = total[0] + out[i]
+
+x, y = torch.randn(7), torch.randn(7)
+out, total = torch.empty(7), torch.zeros(1)
+got = axpy(x, y, out, total)
+assert got[0] is out and got[1] is total
+torch.testing.assert_close(out, x * 3.0 + y)
+torch.testing.assert_close(total, (x * 3.0 + y).sum().reshape(1))
+k = axpy.compile(x, y, out, total)
+json.dump({"info": axpy.cache_info(), "from_disk": k.from_disk, "stages": k.stages,
+           "module": "T.prim_func" in k.module.script()}, open(sys.argv[1], "w"))
+'''
+
+
+def test_a_second_process_loads_a_tir_backend_entry(tmp_path, cache_dir, recwarn):
+    script = tmp_path / "tir.py"
+    script.write_text(TIR_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    outs = []
+    for name in ("1.json", "2.json"):
+        proc = subprocess.run([sys.executable, str(script), str(tmp_path / name)], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert "CacheWarning" not in proc.stderr, proc.stderr
+        outs.append(json.loads((tmp_path / name).read_text()))
+    assert outs[0]["info"]["compilations"] == 1 and outs[0]["info"]["disk_writes"] == 1
+    assert outs[1]["info"]["disk_hits"] == 1 and outs[1]["info"]["compilations"] == 0
+    assert outs[1]["from_disk"] and outs[1]["stages"] == outs[0]["stages"] and outs[1]["module"]
+
+
 # --------------------------------------------------------------------------------------------------
 # the key
 # --------------------------------------------------------------------------------------------------

@@ -1,4 +1,8 @@
 """The decorator, its options, the call path's argument checks, the in-memory cache and stages."""
+import sys
+import threading
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -174,3 +178,90 @@ def test_tutorial_add_then_add_fuses_into_one_kernel():
     assert len(fused) == 1 and "fused_add_add" in fused[0]
     a, b = torch.randn(2, 3), torch.randn(2, 3)
     torch.testing.assert_close(add_add(a, b), a + b + a)
+
+
+# --------------------------------------------------------------------------------------------------
+# globals that change: their values are part of the key, for every shape
+# --------------------------------------------------------------------------------------------------
+
+SCALE = 2.0
+SETTINGS = types.SimpleNamespace(offset=1.0)
+
+
+def scaled(x):
+    return x * SCALE + SETTINGS.offset
+
+
+def test_a_changed_global_reaches_old_and_new_shapes_alike(monkeypatch):
+    f = bt.jit(scaled, cache=False)
+    module = sys.modules[__name__]
+    old, new = torch.randn(2, 3), torch.randn(4, 5)
+
+    def check(*tensors):
+        for x in tensors:
+            want = x * module.SCALE + SETTINGS.offset
+            torch.testing.assert_close(f(x), want)
+            torch.testing.assert_close(f.eager(x), want)
+
+    check(old)
+    monkeypatch.setattr(module, "SCALE", 3.0)
+    check(old, new)                       # the shape compiled before sees the new value as well
+    assert f.cache_info()["compilations"] == 3
+    monkeypatch.setattr(module, "SCALE", 2.0)
+    check(old)                            # back to a value seen before: its version, no compile
+    assert f.cache_info()["compilations"] == 3
+    check(new)
+    monkeypatch.setattr(SETTINGS, "offset", -4.0)   # an attribute path read by the function
+    check(new, old)
+    assert f.cache_info()["compilations"] == 6
+    monkeypatch.setattr(module, "SCALE", float("2.0"))   # another object, the same value: same version
+    check(new, old)
+    assert f.cache_info()["compilations"] == 6
+
+
+def test_changed_closure_number_and_callee_global(monkeypatch):
+    factor = 2
+
+    @bt.jit(cache=False)
+    def g(x):
+        return x * factor
+
+    @bt.jit(cache=False)
+    def caller(x):
+        return scaled_callee(x) + 1.0   # the callee reads SCALE
+
+    x = torch.randn(3)
+    torch.testing.assert_close(g(x), x * 2)
+    factor = 5  # noqa: F841 - read through g's closure cell
+    torch.testing.assert_close(g(x), x * 5)
+    torch.testing.assert_close(caller(x), x * 2.0 + SETTINGS.offset + 1.0)
+    monkeypatch.setattr(sys.modules[__name__], "SCALE", -1.0)
+    torch.testing.assert_close(caller(x), x * -1.0 + SETTINGS.offset + 1.0)
+
+
+scaled_callee = bt.jit(scaled, cache=False)
+
+
+def test_threads_see_a_changed_global_consistently(monkeypatch):
+    f = bt.jit(scaled, cache=False)
+    module = sys.modules[__name__]
+    shapes = [(2, 3), (3, 2), (1, 4)]
+    for value in (2.0, 7.0):
+        monkeypatch.setattr(module, "SCALE", value)
+        errors = []
+
+        def work(i):
+            try:
+                for step in range(30):
+                    x = torch.randn(shapes[(i + step) % len(shapes)])
+                    torch.testing.assert_close(f(x), x * value + SETTINGS.offset)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+    assert f.cache_info()["compilations"] == 2 * len(shapes)
