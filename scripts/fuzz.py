@@ -28,11 +28,13 @@ def main() -> int:
                         help="also call each compiled program from this many threads at once (3 calls each)")
     parser.add_argument("--isolate", action="store_true",
                         help="run in a child process; a program that kills it is a finding, the run goes on")
-    parser.add_argument("--no-minimise", action="store_true", help="save failing programs as generated")
+    parser.add_argument("--minimise", type=int, default=fuzz.MINIMISE_PER_SORT,
+                        help="how many failures of each sort (kind, category) to minimise; 0: none "
+                             f"(default {fuzz.MINIMISE_PER_SORT}); the others are saved as generated")
     parser.add_argument("--quiet", action="store_true", help="print the summary only")
     args = parser.parse_args()
     runner = fuzz.run_isolated if args.isolate else fuzz.run
-    report = runner(args.n, args.seed, args.out, minimise_failures=not args.no_minimise,
+    report = runner(args.n, args.seed, args.out, minimise_failures=args.minimise,
                     log=None if args.quiet else print, threads=args.threads)
     print(report.summary())
     return 1 if report.failures or report.invalid else 0

@@ -1558,19 +1558,22 @@ class Report:
         return "\n".join(lines)
 
 
-MINIMISE_PER_SORT = 4  # failures of one kind and category minimised per run; the rest saved as generated
+MINIMISE_PER_SORT = 3  # failures of one kind and category minimised per run; the rest saved as generated
 
 
 def program_seed(seed: int, index: int) -> int:
     return seed * 1_000_003 + index
 
 
-def run(n: int, seed: int = 0, out: str | Path | None = None, minimise_failures: bool = True,
+def run(n: int, seed: int = 0, out: str | Path | None = None, minimise_failures: int = MINIMISE_PER_SORT,
         log=None, threads: int = 0, first: int = 0, progress=None) -> Report:
     """Generate n programs, run each with torch, compiled (and, with `threads`, from that many threads
     at once) and eagerly, and compare; save each failure, minimised, under `out`. `first`: the index
     of the first program; `progress(index, outcome, path)` hears of each one before (outcome None)
-    and after."""
+    and after. `minimise_failures`: how many failures of each sort (kind and category) to minimise
+    (True: MINIMISE_PER_SORT; False: none)."""
+    if minimise_failures is True:
+        minimise_failures = MINIMISE_PER_SORT
     import time
     report = Report(seed=seed, threads=threads)
     start = time.perf_counter()
@@ -1603,7 +1606,8 @@ def run(n: int, seed: int = 0, out: str | Path | None = None, minimise_failures:
                 sort = (outcome.kind, _category(outcome))
                 seen[sort] = seen.get(sort, 0) + 1
                 small, small_outcome = (minimise(text, outcome, workdir, threads=threads)
-                                        if minimise_failures and seen[sort] <= MINIMISE_PER_SORT else (text, outcome))
+                                        if minimise_failures and seen[sort] <= int(minimise_failures)
+                                        else (text, outcome))
                 if out_dir is not None:
                     saved = out_dir / f"fuzz_{s}_{outcome.kind}.py"
                     saved.write_text(reproducer(small, small_outcome, threads))
@@ -1620,7 +1624,7 @@ def run(n: int, seed: int = 0, out: str | Path | None = None, minimise_failures:
     return report
 
 
-def run_isolated(n: int, seed: int = 0, out: str | Path | None = None, minimise_failures: bool = True,
+def run_isolated(n: int, seed: int = 0, out: str | Path | None = None, minimise_failures: int = MINIMISE_PER_SORT,
                  log=None, threads: int = 0) -> Report:
     """run() in a child process: a program that kills it (SIGSEGV, abort) is a "fatal" finding, its
     program saved as the reproducer, and a new child goes on with the next program."""
@@ -1636,7 +1640,7 @@ def run_isolated(n: int, seed: int = 0, out: str | Path | None = None, minimise_
     first = 0
     while first < n:
         command = [sys.executable, "-m", "babytriton.testing.fuzz", "--worker", str(n), str(seed), str(first),
-                   str(threads), "1" if minimise_failures else "0", str(out_dir) if out_dir is not None else ""]
+                   str(threads), str(int(minimise_failures)), str(out_dir) if out_dir is not None else ""]
         child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         current = None
         for line in child.stdout:
@@ -1686,11 +1690,16 @@ def _worker(argv) -> None:
     import json
     n, seed, first, threads, minimise_failures, out = argv
 
+    kill_at = os.environ.get("BT_FUZZ_KILL_AT")  # tests of run_isolated: die as a segfault would
+
     def progress(index, outcome, path):
         message = {"index": index, "kind": outcome and outcome.kind, "detail": outcome and outcome.detail,
                    "path": str(path) if path else None}
         print(_WORKER_MARK + json.dumps(message), flush=True)
-    run(int(n), int(seed), out or None, minimise_failures == "1", threads=int(threads), first=int(first),
+        if outcome is None and kill_at is not None and index == int(kill_at):
+            import signal
+            os.kill(os.getpid(), signal.SIGSEGV)
+    run(int(n), int(seed), out or None, int(minimise_failures), threads=int(threads), first=int(first),
         progress=progress)
 
 
