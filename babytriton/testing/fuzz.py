@@ -1,13 +1,20 @@
-"""Differential fuzzing: random @jit programs, each compiled and compared with its own eager run.
+"""Differential fuzzing: random @jit programs, each compared with plain torch on the same inputs.
 
-`generate(seed)` writes one program: a function over 1-4 tensors (broadcasting shapes, mixed dtypes,
-static, symbolic or no annotations), runtime scalars and constexprs, built from Python's operators,
-library ops, reductions, shape ops and `a if c else b` on tensor conditions. `check_file(path)`
-imports it (babytriton needs real source files), runs it compiled and eagerly (`f.eager`), and
-compares dtypes, shapes and values. `minimise` shrinks a failing program (dropping statements, and
-replacing expressions by their parts) while it fails the same way.
+`generate(seed)` writes one program: a function over 1-4 tensors (broadcasting shapes, size-1 and
+empty axes, mixed dtypes, static, symbolic or no annotations, some passed as transposes, strided
+slices or with torch's negative bit, some holding NaN/inf/-0.0), runtime scalars of every kind and
+constexprs, built from Python's operators, library ops, reductions, shape ops, control flow and
+`a if c else b` on tensor conditions; now and then instead a reduction over 4096-100000 half-precision
+elements (`generate_long`). `check_file(path)` imports it (babytriton needs real source files) and
+runs it three ways: translated into plain torch (testing/oracle.py: the oracle, independent of
+babytriton's operator rules), compiled (twice: compiling, then the cached path; with `threads`, also
+from several threads at once) and eagerly (`f.eager`, a second opinion). Dtypes, shapes and values
+must match torch's (NaN equal to NaN); where torch raises, the compiled call must raise a clean Python
+error. `minimise` shrinks a failing program (dropping statements, helpers, input views and special
+values, and replacing expressions by their parts) while it fails the same way; `run_isolated` runs
+programs in a child process so that one that kills it is a finding too.
 
-No false alarms: the generator tracks, for every value, a bound on its magnitude and whether it is
+No false alarms on ordinary inputs: the generator tracks, for every value, a bound on its magnitude and whether it is
 computed exactly (inputs are small multiples of 1/8, so sums and products stay exact while they fit
 the dtype's mantissa). Exact values must match bit for bit; inexact ones get a tolerance from an
 error bound carried along with the value. Operations that jump (floor, comparisons, `//`, argmax,
@@ -542,7 +549,7 @@ class Generator:
             maker = self.rng.choices(makers, weights)[0]
             try:
                 v = maker(depth)
-            except (Unfit, OverflowError):  # OverflowError: a bound past float range, far past any limit
+            except (Unfit, OverflowError, ZeroDivisionError):  # a bound past float range; an empty axis
                 continue
             if v is not None:
                 return v
@@ -809,7 +816,7 @@ class Generator:
                "min": a.mag, "argmax": n, "argmin": n, "std": a.mag, "variance": a.mag ** 2}[name]
         gran = {"sum": a.gran, "prod": a.gran * n, "max": a.gran, "min": a.gran}.get(name, 0)
         exact = a.exact and name in ("sum", "prod", "max", "min", "argmax", "argmin")
-        err = {"sum": n * a.err, "prod": n * a.err * a.mag ** (n - 1), "variance": 2 * a.mag * a.err}.get(name, a.err)
+        err = {"sum": n * a.err, "prod": n * a.err * a.mag ** max(n - 1, 0), "variance": 2 * a.mag * a.err}.get(name, a.err)
         options = {}
         if axis is not None or self.rng.random() < 0.2:
             options["axis" if self.rng.random() < 0.8 else "dim"] = repr(axis)
