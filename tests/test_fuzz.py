@@ -41,7 +41,7 @@ def pending_cause(text: str, outcome) -> str | None:
     exec("ARGS = " + text.split("ARGS = ", 1)[1], module)  # noqa: S102 - the fuzzer's own file
     specs = module["ARGS"]
     extras = [spec[3] for spec in specs if spec[0] == "tensor" and len(spec) > 3]
-    if outcome.kind.startswith("thread"):
+    if outcome.kind.startswith("thread") or outcome.kind == "fatal" and "THREADS =" in text:
         return "threads"
     if any(e.get("view") == "neg" for e in extras):
         return "neg-bit"
