@@ -1,11 +1,14 @@
-"""Differential fuzzing of babytriton: random @jit programs, compiled and compared with their eager run.
+"""Differential fuzzing of babytriton: random @jit programs, each compared with plain torch.
 
-    python scripts/fuzz.py --n 2000 --seed 0 --out fuzz_failures/
+    python scripts/fuzz.py --n 2000 --seed 0 --out fuzz_failures/ [--threads 8] [--isolate]
 
-Each failing program is minimised and saved under --out as a runnable reproducer (check it with
+Each program runs translated into plain torch (the oracle), compiled, and eagerly (a second opinion);
+with --threads, also from that many threads at once. Each failing program is minimised and saved
+under --out as a runnable reproducer (check it with
 `python -c "from babytriton.testing import fuzz; print(fuzz.check_file('FILE'))"`); keep the ones
-that found bugs under tests/fuzz_regressions/. If the process dies (a segfault), the program it was
-running is --out/_current.py.
+that found bugs under tests/fuzz_regressions/ once fixed. --isolate runs the programs in a child
+process, so one that kills it (a segfault) is reported as a "fatal" finding and the run goes on;
+without it, the program a dead process was running is --out/_current.py.
 """
 import argparse
 import sys
@@ -21,15 +24,19 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=200, help="how many programs (default 200)")
     parser.add_argument("--seed", type=int, default=0, help="the run's seed: the same seed, the same programs")
     parser.add_argument("--out", default="fuzz_failures", help="where reproducers go (default fuzz_failures/)")
-    parser.add_argument("--no-minimise", action="store_true", help="save failing programs as generated")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="also call each compiled program from this many threads at once (3 calls each)")
+    parser.add_argument("--isolate", action="store_true",
+                        help="run in a child process; a program that kills it is a finding, the run goes on")
+    parser.add_argument("--minimise", type=int, default=fuzz.MINIMISE_PER_SORT,
+                        help="how many failures of each sort (kind, category) to minimise; 0: none "
+                             f"(default {fuzz.MINIMISE_PER_SORT}); the others are saved as generated")
     parser.add_argument("--quiet", action="store_true", help="print the summary only")
     args = parser.parse_args()
-    report = fuzz.run(args.n, args.seed, args.out, minimise_failures=not args.no_minimise,
-                      log=None if args.quiet else print)
-    print(f"{report.programs} programs in {report.seconds:.1f}s ({report.seconds / max(report.programs, 1):.3f}s "
-          f"each): {len(report.failures)} failures, {len(report.invalid)} invalid programs (generator bugs)")
-    for seed, outcome, path in report.failures:
-        print(f"  seed {seed}: {outcome.kind}: {outcome.detail.splitlines()[0] if outcome.detail else ''} -> {path}")
+    runner = fuzz.run_isolated if args.isolate else fuzz.run
+    report = runner(args.n, args.seed, args.out, minimise_failures=args.minimise,
+                    log=None if args.quiet else print, threads=args.threads)
+    print(report.summary())
     return 1 if report.failures or report.invalid else 0
 
 

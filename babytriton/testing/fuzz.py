@@ -1,13 +1,20 @@
-"""Differential fuzzing: random @jit programs, each compiled and compared with its own eager run.
+"""Differential fuzzing: random @jit programs, each compared with plain torch on the same inputs.
 
-`generate(seed)` writes one program: a function over 1-4 tensors (broadcasting shapes, mixed dtypes,
-static, symbolic or no annotations), runtime scalars and constexprs, built from Python's operators,
-library ops, reductions, shape ops and `a if c else b` on tensor conditions. `check_file(path)`
-imports it (babytriton needs real source files), runs it compiled and eagerly (`f.eager`), and
-compares dtypes, shapes and values. `minimise` shrinks a failing program (dropping statements, and
-replacing expressions by their parts) while it fails the same way.
+`generate(seed)` writes one program: a function over 1-4 tensors (broadcasting shapes, size-1 and
+empty axes, mixed dtypes, static, symbolic or no annotations, some passed as transposes, strided
+slices or with torch's negative bit, some holding NaN/inf/-0.0), runtime scalars of every kind and
+constexprs, built from Python's operators, library ops, reductions, shape ops, control flow and
+`a if c else b` on tensor conditions; now and then instead a reduction over 4096-100000 half-precision
+elements (`generate_long`). `check_file(path)` imports it (babytriton needs real source files) and
+runs it three ways: translated into plain torch (testing/oracle.py: the oracle, independent of
+babytriton's operator rules), compiled (twice: compiling, then the cached path; with `threads`, also
+from several threads at once) and eagerly (`f.eager`, a second opinion). Dtypes, shapes and values
+must match torch's (NaN equal to NaN); where torch raises, the compiled call must raise a clean Python
+error. `minimise` shrinks a failing program (dropping statements, helpers, input views and special
+values, and replacing expressions by their parts) while it fails the same way; `run_isolated` runs
+programs in a child process so that one that kills it is a finding too.
 
-No false alarms: the generator tracks, for every value, a bound on its magnitude and whether it is
+No false alarms on ordinary inputs: the generator tracks, for every value, a bound on its magnitude and whether it is
 computed exactly (inputs are small multiples of 1/8, so sums and products stay exact while they fit
 the dtype's mantissa). Exact values must match bit for bit; inexact ones get a tolerance from an
 error bound carried along with the value. Operations that jump (floor, comparisons, `//`, argmax,
@@ -22,6 +29,7 @@ import itertools
 import math
 import os
 import random
+import re
 import sys
 import tempfile
 import traceback
@@ -32,6 +40,7 @@ import torch
 
 from ..errors import CompilationError
 from ..types import DTYPES
+from . import oracle
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 INTS = ("int8", "int16", "int32", "int64")
@@ -208,24 +217,53 @@ class Param:
     spec: tuple        # for ARGS: ("tensor", shape, dtype) | ("scalar", type, value) | ("constexpr", value)
 
 
+SPECIALS = (float("nan"), float("inf"), float("-inf"), -0.0)
+
+
 def make_args(specs, seed: int) -> list:
     """Arguments from their specs, the same on every run: floats are multiples of 1/8 in [-2, 2],
-    integers in [-4, 4]."""
+    integers in [-4, 4]. A tensor spec may add a dict: "special" (the share of elements replaced by
+    NaN, +-inf or -0.0), "positive" (floats in [0, 2]), "view" ("T": a transpose, "step": every
+    other element of a wider tensor, "neg": a float tensor carrying torch's negative bit). A float
+    scalar given as a string is that float ('nan', 'inf')."""
     gen = torch.Generator().manual_seed(seed)
     args = []
     for spec in specs:
         if spec[0] == "tensor":
-            _, shape, dtype = spec
-            if dtype == "bool":
-                value = torch.randint(0, 2, shape, generator=gen).bool()
-            elif dtype in FLOATS:
-                value = (torch.randint(-16, 17, shape, generator=gen).double() / 8).to(DTYPES[dtype])
+            shape, dtype = tuple(spec[1]), spec[2]
+            extra = spec[3] if len(spec) > 3 else {}
+            view = extra.get("view")
+            if view == "T":
+                stored = tuple(reversed(shape))
+            elif view == "step" and shape:
+                stored = (*shape[:-1], 2 * shape[-1])
             else:
-                value = torch.randint(-4, 5, shape, generator=gen).to(DTYPES[dtype])
+                stored = shape
+            value = _values(stored, dtype, extra, gen)
+            if view == "T":
+                value = value.permute(*reversed(range(len(shape))))
+            elif view == "step" and shape:
+                value = value[..., ::2]
+            elif view == "neg" and dtype in FLOATS:
+                value = (-value)._neg_view()  # reads as `value` again, through the bit
             args.append(value)
         else:
-            args.append(spec[-1])
+            value = spec[-1]
+            args.append(float(value) if isinstance(value, str) else value)
     return args
+
+
+def _values(shape, dtype: str, extra: dict, gen) -> torch.Tensor:
+    if dtype == "bool":
+        return torch.randint(0, 2, shape, generator=gen).bool()
+    if dtype not in FLOATS:
+        return torch.randint(-4, 5, shape, generator=gen).to(DTYPES[dtype])
+    value = torch.randint(0 if extra.get("positive") else -16, 17, shape, generator=gen).double() / 8
+    if extra.get("special"):
+        chosen = torch.rand(shape, generator=gen, dtype=torch.float64) < extra["special"]
+        which = torch.randint(0, len(SPECIALS), shape, generator=gen)
+        value = torch.where(chosen, torch.tensor(SPECIALS, dtype=torch.float64)[which], value)
+    return value.to(DTYPES[dtype])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -249,11 +287,21 @@ class Generator:
         self.helpers: set[str] = set()   # the @jit helper functions the program calls
         self.ops = [(w, getattr(self, name)) for name, w in OPS]
 
+    @property
+    def scalar_names(self) -> set:
+        return {p.name for p in self.params if p.kind == "scalar"}
+
     # -- parameters --------------------------------------------------------------------------
     def make_params(self):
+        """1-4 tensors over one base shape (size-1 axes broadcast; now and then an empty axis), with
+        static, symbolic or no annotations, some passed as views or with NaN/inf/-0.0 among their
+        values; 0-2 runtime scalars of every kind; perhaps a constexpr."""
         rng = self.rng
         rank = rng.choice((1, 2, 2, 3))
         base = [rng.randint(1, 4) if rng.random() < 0.85 else rng.randint(5, 17) for _ in range(rank)]
+        if rng.random() < 0.07:  # an empty axis
+            base[rng.randrange(rank)] = 0
+        special = rng.random() < 0.15  # this program's inputs hold NaN, +-inf, -0.0
         for i in range(rng.randint(1, 4)):
             r = rng.choice(range(1, rank + 1)) if rng.random() < 0.95 else 0
             shape = tuple(1 if rng.random() < 0.25 else d for d in base[rank - r:])
@@ -267,19 +315,30 @@ class Generator:
             else:  # symbolic sizes, one name per axis of the base shape
                 dims = tuple(d if d == 1 else f"d{rank - r + j}" for j, d in enumerate(shape))
                 annotation = f"bt.Tensor({dims!r}, {dtype!r})"
+            extra = {}
+            if special and dtype in FLOATS and rng.random() < 0.7:
+                extra["special"] = rng.choice((0.05, 0.2))
+            if rng.random() < 0.15:
+                views = ["step"] * bool(shape) + ["T"] * (len(shape) >= 2) + ["neg"] * (dtype in FLOATS)
+                if views:
+                    extra["view"] = rng.choice(views)
             name = f"x{i}"
-            self.params.append(Param(name, "tensor", annotation, ("tensor", shape, dtype)))
+            spec = ("tensor", shape, dtype, extra) if extra else ("tensor", shape, dtype)
+            self.params.append(Param(name, "tensor", annotation, spec))
             gran = 3 if dtype in FLOATS else 0
             mag = 2.0 if dtype in FLOATS else 1.0 if dtype == "bool" else 4.0
             self.pool.append(V(name, dtype, shape, mag, gran, True, 0.0, symbolic(dims)))
-        if rng.random() < 0.35:
-            kind = rng.choice(("int", "float", "bool", "auto-int", "auto-float"))
-            value = {"int": rng.randint(-3, 3), "float": rng.randint(-8, 8) / 4, "bool": rng.random() < 0.5,
-                     "auto-int": rng.randint(-3, 3), "auto-float": rng.randint(-8, 8) / 4}[kind]
+        for i in range(rng.choice((0, 0, 1, 1, 2))):
+            # runtime scalars: Python numbers as torch sees them (weak against tensors)
+            kind = rng.choice(("int", "float", "bool", "auto-int", "auto-float", "auto-bool"))
+            base_kind = kind.split("-")[-1]
+            value = {"int": rng.randint(-3, 3), "float": rng.randint(-8, 8) / 4, "bool": rng.random() < 0.5}[base_kind]
+            if special and base_kind == "float" and rng.random() < 0.5:
+                value = rng.choice(("nan", "inf", "-inf", -0.0))
             annotation = "" if kind.startswith("auto") else kind
-            dtype = {"int": "int64", "float": "float64", "bool": "bool"}[kind.split("-")[-1]]
-            self.params.append(Param("s", "scalar", annotation, ("scalar", kind, value)))
-            self.pool.append(V("s", dtype, (), max(abs(value), 1), 2 if dtype == "float64" else 0))
+            self.params.append(Param(f"s{i}", "scalar", annotation, ("scalar", kind, value)))
+            mag = max(abs(float(value)), 1) if isinstance(value, (int, float)) else 1.0
+            self.pool.append(V(f"s{i}", base_kind, None, mag, 2 if base_kind == "float" else 0))
         if rng.random() < 0.35:
             value = rng.choice((1, 2, 3, 0.5, 1.5, True))
             self.params.append(Param("k", "constexpr", "bt.constexpr", ("constexpr", value)))
@@ -323,7 +382,7 @@ class Generator:
     # -- control flow ----------------------------------------------------------------------------
     def runtime_condition(self) -> V | None:
         """A 0-d bool tensor, known exactly: a bool scalar, or a comparison of whole-tensor reductions."""
-        scalars = [v for v in self.pool if v.shape == () and v.is_bool]
+        scalars = [v for v in self.pool if v.is_bool and (v.shape == () or v.code in self.scalar_names)]
         if scalars and self.rng.random() < 0.3:
             return self.rng.choice(scalars)
         a = self.tensor_operand(1, lambda v: v.exact and v.numeric and v.shape != ())
@@ -389,7 +448,8 @@ class Generator:
         e = self.expr(rng.randint(0, 2))
         if e is None or not e.numeric:
             return []
-        ints = [p for p in self.params if p.kind == "scalar" and p.spec[1] in ("int", "auto-int")]
+        ints = [p for p in self.params if p.kind == "scalar" and p.spec[1] in ("int", "auto-int")
+                and isinstance(p.spec[2], int)]
         kind = rng.choice(("unrolled", "unrolled", "recursive", "runtime", "while"))
         if kind == "runtime" and not ints:
             kind = "unrolled"
@@ -489,7 +549,7 @@ class Generator:
             maker = self.rng.choices(makers, weights)[0]
             try:
                 v = maker(depth)
-            except (Unfit, OverflowError):  # OverflowError: a bound past float range, far past any limit
+            except (Unfit, OverflowError, ZeroDivisionError):  # a bound past float range; an empty axis
                 continue
             if v is not None:
                 return v
@@ -756,7 +816,7 @@ class Generator:
                "min": a.mag, "argmax": n, "argmin": n, "std": a.mag, "variance": a.mag ** 2}[name]
         gran = {"sum": a.gran, "prod": a.gran * n, "max": a.gran, "min": a.gran}.get(name, 0)
         exact = a.exact and name in ("sum", "prod", "max", "min", "argmax", "argmin")
-        err = {"sum": n * a.err, "prod": n * a.err * a.mag ** (n - 1), "variance": 2 * a.mag * a.err}.get(name, a.err)
+        err = {"sum": n * a.err, "prod": n * a.err * a.mag ** max(n - 1, 0), "variance": 2 * a.mag * a.err}.get(name, a.err)
         options = {}
         if axis is not None or self.rng.random() < 0.2:
             options["axis" if self.rng.random() < 0.8 else "dim"] = repr(axis)
@@ -987,7 +1047,60 @@ class Program:
                 f"ARGS = {args!r}\nSEED = {self.seed}\nTOLERANCES = {self.tolerances!r}\n")
 
 
+LONG_SHARE = 0.05  # programs that reduce 4096 to 100000 half-precision elements
+
+
 def generate(seed: int) -> Program:
+    """One random program, the same for the same seed."""
+    if random.Random(seed * 7919 + 1).random() < LONG_SHARE:
+        return generate_long(seed)
+    return _generate(seed)
+
+
+# name -> code over `v`, tolerance (atol, rtol) in units of the result dtype's epsilon
+LONG_REDUCTIONS = {
+    "sum": ("v.sum(axis=-1)", (0, 1)), "sum-all": ("sum(v)", (0, 1)), "mean": ("mean(v, axis=-1)", (2, 2)),
+    "max": ("v.max(axis=-1)", (0, 0)), "min": ("min(v, axis=-1)", (0, 0)), "argmax": ("argmax(v, axis=-1)", (0, 0)),
+    "softmax": ("softmax(v, axis=-1)", (1e-3, 4)), "log_softmax": ("log_softmax(v, axis=-1)", (2, 4)),
+    "std": ("std(v, axis=-1)", (4, 4)), "variance": ("variance(v, axis=-1)", (4, 4)),
+    "layer_norm": ("layer_norm(v, ones((v.shape[-1],), v.dtype), zeros((v.shape[-1],), v.dtype), -1)", (8, 8)),
+}
+
+
+def generate_long(seed: int) -> Program:
+    """A reduction over 4096 to 100000 elements of one (mostly half-precision) tensor, after an exact
+    element-wise step: the sum of the (exact) float32 accumulation rounded once, as torch computes it."""
+    rng = random.Random(seed)
+    dtype = rng.choice(("float16", "bfloat16", "float16", "bfloat16", "float32"))
+    n = rng.randint(10_000, 100_000) if rng.random() < 0.7 else rng.choice((4096, 4097, 8192, 30_000))
+    name = rng.choice(list(LONG_REDUCTIONS))
+    if name.startswith("sum") and dtype == "float16":
+        n = min(n, 30_000)  # the sum of [0, 2] values stays below float16's largest (65504)
+    shape = (n,) if rng.random() < 0.6 else (rng.randint(2, 3), n)
+    if name == "sum-all":
+        shape = (n,)
+    style = rng.random()
+    if style < 0.3:
+        annotation = ""
+    elif style < 0.6:
+        annotation = f": bt.Tensor({shape!r}, {dtype!r})"
+    else:
+        annotation = f": bt.Tensor({tuple('m' if i < len(shape) - 1 else 'n' for i in range(len(shape)))!r}, {dtype!r})"
+    extra = {"positive": True} if rng.random() < 0.7 else {}
+    if rng.random() < 0.25:
+        extra["view"] = rng.choice(("step", "neg") + (("T",) if len(shape) == 2 else ()))
+    step = rng.choice(("x", "x", "x * 0.5", "abs(x)", "relu(x)", "x.astype('float32')"))
+    result_dtype = "float32" if "float32" in step else dtype
+    code, (atol, rtol) = LONG_REDUCTIONS[name]
+    eps = EPS[result_dtype] if name not in ("max", "min", "argmax") else 0.0
+    # inexact ones: float32 partial sums rounded in another order, an error growing like sqrt(n)
+    spread = 4 * math.sqrt(n) * EPS["float32"] if rtol > 1 else 0.0
+    source = (f"@bt.jit(cache=False)\ndef f(x{annotation}):\n    v = {step}\n    r = {code}\n    return r\n")
+    spec = ("tensor", shape, dtype, extra) if extra else ("tensor", shape, dtype)
+    return Program(seed, source, [Param("x", "tensor", annotation, spec)], [(atol * eps, rtol * eps + spread)])
+
+
+def _generate(seed: int) -> Program:
     """One random program, the same for the same seed."""
     gen = Generator(seed)
     gen.make_params()
@@ -1012,13 +1125,30 @@ def generate(seed: int) -> Program:
 # ----------------------------------------------------------------------------------------------
 @dataclass
 class Outcome:
-    kind: str          # "ok" | "invalid" (the eager run failed: a generator bug) | "compile-error" | "crash" | "mismatch"
+    """kind: "ok"; "invalid" (a generator or translation bug, not babytriton's); or a finding (see
+    FINDINGS)."""
+    kind: str
     detail: str = ""
 
     @property
     def failed(self) -> bool:
-        return self.kind in ("compile-error", "crash", "mismatch")
+        return self.kind in FINDINGS
 
+
+# what babytriton can get wrong, each compared with plain torch on the same inputs
+FINDINGS = {
+    "torch-mismatch": "the compiled result differs from torch's (value, dtype or shape)",
+    "should-raise": "torch raises on the program (e.g. max of an empty tensor); the compiled call returned a value",
+    "unclean-error": "torch raises; the compiled call raised, but not a clean Python error (TVM internals)",
+    "compile-error": "torch runs the program; babytriton refuses it",
+    "crash": "torch runs the program; the compiled call raised",
+    "mismatch": "the compiled result differs from the eager reference's (torch agrees with the compiled one)",
+    "eager-error": "the eager reference raised where torch and the compiled call ran",
+    "thread-crash": "a call from one of several threads at once raised",
+    "thread-mismatch": "a call from one of several threads at once returned another result",
+    "thread-hang": "calls from several threads at once did not finish",
+    "fatal": "the process died (a signal such as SIGSEGV) while checking the program",
+}
 
 _counter = itertools.count()
 
@@ -1032,33 +1162,115 @@ def load(path: str | Path):
     return module
 
 
-def check_file(path: str | Path) -> Outcome:
-    """Run a program file compiled and eagerly and compare."""
+def check_file(path: str | Path, threads: int = 0) -> Outcome:
+    """Run a program file with torch, compiled and eagerly, and compare; with `threads`, also from
+    that many threads at once (a file's THREADS asks for it too)."""
     try:
         module = load(path)
     except CompilationError as e:
         return Outcome("compile-error", f"at decoration: {e.message}")
-    return check_module(module)
+    return check_module(module, Path(path).read_text(), threads or getattr(module, "THREADS", 0))
 
 
-def check_module(module) -> Outcome:
-    args = make_args(module.ARGS, module.SEED)
+def check_module(module, text: str | None = None, threads: int = 0) -> Outcome:
+    """torch is the oracle: the program translated into plain torch (testing/oracle.py) runs on the
+    same inputs; the compiled call must give its dtypes, shapes and values (NaN equal to NaN), or,
+    where torch raises, raise a clean Python error. The eager reference is a second opinion."""
+    def fresh():  # new tensors for each call (a copy would lose a view's strides or negative bit)
+        return make_args(module.ARGS, module.SEED)
+
     if hasattr(module, "EXPECT_ERROR"):  # a program both ways must refuse
-        return _check_refused(module, args, module.EXPECT_ERROR)
+        return _check_refused(module, fresh(), module.EXPECT_ERROR)
+    tolerances = module.TOLERANCES
     try:
-        expected = module.f.eager(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
-    except Exception as e:  # noqa: BLE001 - the program is not valid Python-on-torch: not the compiler's fault
-        return Outcome("invalid", f"eager: {type(e).__name__}: {e}")
+        translated = oracle.translate(text if text is not None else Path(module.__file__).read_text())
+    except Exception as e:  # noqa: BLE001
+        return Outcome("invalid", f"torch translation: {type(e).__name__}: {e}")
+    try:
+        expected, torch_error = translated.f(*fresh()), None
+    except Exception as e:  # noqa: BLE001 - torch refuses the program: babytriton must refuse it cleanly
+        expected, torch_error = None, e
+    if torch_error is not None:
+        return _check_raises(module, fresh, torch_error)
     for attempt in range(2):  # the first call compiles; the second takes the cached fast path
         try:
-            got = module.f(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+            got = module.f(*fresh())
         except CompilationError as e:
             return Outcome("compile-error", e.message)
         except Exception as e:  # noqa: BLE001 - anything else is a compiler crash
             return Outcome("crash", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-3)}")
-        problem = compare(got, expected, module.TOLERANCES)
+        problem = compare(got, expected, tolerances, ("compiled", "torch"))
         if problem:
-            return Outcome("mismatch", problem if attempt == 0 else f"(cached call) {problem}")
+            return Outcome("torch-mismatch", problem if attempt == 0 else f"(cached call) {problem}")
+    try:
+        eager = module.f.eager(*fresh())
+    except Exception as e:  # noqa: BLE001
+        return Outcome("eager-error", f"eager: {type(e).__name__}: {e}")
+    problem = compare(got, eager, tolerances)
+    if problem:
+        return Outcome("mismatch", problem)
+    if threads:
+        return check_threads(module.f, fresh, expected, tolerances, threads)
+    return Outcome("ok")
+
+
+def _clean(error: BaseException) -> bool:
+    """A clean Python error: no TVM exception in its chain, no TVM internals in its message."""
+    seen = error
+    while seen is not None:
+        if type(seen).__module__.split(".")[0] == "tvm" or "TVM" in type(seen).__name__:
+            return False
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+    text = str(error)
+    return isinstance(error, Exception) and not any(w in text for w in ("tvm.", "TVM", "Traceback", "src/"))
+
+
+def _check_raises(module, fresh, torch_error: Exception) -> Outcome:
+    """torch refuses the program: the compiled call must raise a clean Python error."""
+    reason = f"torch raised {type(torch_error).__name__}: {str(torch_error).splitlines()[0] if str(torch_error) else ''}"
+    try:
+        got = module.f(*fresh())
+    except Exception as e:  # noqa: BLE001
+        if _clean(e):
+            return Outcome("ok")
+        return Outcome("unclean-error", f"{reason}; compiled raised {type(e).__name__}: {str(e)[:500]}")
+    return Outcome("should-raise", f"{reason}; compiled returned {_short(got)}")
+
+
+def check_threads(fn, fresh, expected, tolerances, threads: int, calls: int = 25, timeout: float = 120.0) -> Outcome:
+    """`fn` called `calls` times from each of `threads` threads at once, each result compared with
+    torch's."""
+    import threading
+    problems = []
+    barrier = threading.Barrier(threads)
+    inputs = [fresh() for _ in range(threads)]
+
+    def work(index):
+        try:
+            barrier.wait(timeout=30)
+        except threading.BrokenBarrierError:
+            pass
+        for call in range(calls):
+            try:
+                got = fn(*inputs[index])
+            except Exception as e:  # noqa: BLE001
+                problems.append(("thread-crash", f"thread {index}, call {call}: {type(e).__name__}: {e}"))
+                return
+            problem = compare(got, expected, tolerances, ("compiled", "torch"))
+            if problem:
+                problems.append(("thread-mismatch", f"thread {index}, call {call}: {problem}"))
+                return
+
+    workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout)
+    if any(w.is_alive() for w in workers):
+        return Outcome("thread-hang", f"{threads} threads x {calls} calls: not done after {timeout:.0f}s")
+    if problems:
+        kind, detail = problems[0]
+        return Outcome(kind, f"{threads} threads x {calls} calls, {len(problems)} went wrong; first: {detail}")
     return Outcome("ok")
 
 
@@ -1085,35 +1297,42 @@ def _check_refused(module, args, expected: str) -> Outcome:
     return Outcome("mismatch", "eager: ran, but should refuse the program")
 
 
-def compare(got, expected, tolerances) -> str | None:
-    """What differs between a compiled and an eager result (None: nothing)."""
+def compare(got, expected, tolerances, names=("compiled", "eager")) -> str | None:
+    """What differs between a compiled result and the expected one (None: nothing): dtypes, shapes,
+    then values within (atol, rtol), NaN equal to NaN. An expected Python number (torch's result of
+    arithmetic on numbers) is compared by value only."""
+    ours, theirs = names
     if isinstance(expected, tuple) or isinstance(got, tuple):
         if not (isinstance(got, tuple) and isinstance(expected, tuple)) or len(got) != len(expected):
-            return f"results differ in structure: compiled {_short(got)}, eager {_short(expected)}"
+            return f"results differ in structure: {ours} {_short(got)}, {theirs} {_short(expected)}"
         for i, (g, e) in enumerate(zip(got, expected)):
-            problem = compare(g, e, [tolerances[i]] if tolerances and i < len(tolerances) else None)
+            problem = compare(g, e, [tolerances[i]] if tolerances and i < len(tolerances) else None, names)
             if problem:
                 return f"result {i}: {problem}"
         return None
     if got is None or expected is None:
-        return None if got is expected else f"compiled {_short(got)}, eager {_short(expected)}"
+        return None if got is expected else f"{ours} {_short(got)}, {theirs} {_short(expected)}"
+    if isinstance(expected, (bool, int, float)) and isinstance(got, torch.Tensor) and got.dim() == 0:
+        expected = torch.tensor(expected, dtype=got.dtype)
+    if not isinstance(got, torch.Tensor) or not isinstance(expected, torch.Tensor):
+        return f"{ours} {_short(got)}, {theirs} {_short(expected)}"
     if got.dtype != expected.dtype:
-        return f"dtype: compiled {got.dtype}, eager {expected.dtype}"
+        return f"dtype: {ours} {got.dtype}, {theirs} {expected.dtype}"
     if got.shape != expected.shape:
-        return f"shape: compiled {tuple(got.shape)}, eager {tuple(expected.shape)}"
+        return f"shape: {ours} {tuple(got.shape)}, {theirs} {tuple(expected.shape)}"
     name = NAMES[got.dtype]
     if tolerances:
         atol, rtol = tolerances[0]
     else:
         atol, rtol = DEFAULT_TOLERANCE.get(name, (0.0, 0.0))
-    g, e = got.double(), expected.double()
+    g, e = got.resolve_neg().double(), expected.resolve_neg().double()
     close = torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True) if atol or rtol else \
         (g == e) | (g.isnan() & e.isnan())
     if bool(close.all()):
         return None
     bad = (~close).nonzero()[0].tolist()
-    return (f"values differ at {tuple(bad)}: compiled {g[tuple(bad)].item()!r}, eager {e[tuple(bad)].item()!r} "
-            f"(atol {atol:g}, rtol {rtol:g}; max difference {(g - e).abs().nan_to_num(0).max().item():g})")
+    return (f"values differ at {tuple(bad)}: {ours} {g[tuple(bad)].item()!r}, {theirs} {e[tuple(bad)].item()!r} "
+            f"(atol {atol:g}, rtol {rtol:g}; {int((~close).sum())} of {close.numel()} differ)")
 
 
 def _short(value) -> str:
@@ -1127,7 +1346,7 @@ def _short(value) -> str:
 # ----------------------------------------------------------------------------------------------
 # minimising a failing program
 # ----------------------------------------------------------------------------------------------
-def minimise(text: str, outcome: Outcome, workdir: Path, budget: int = 150) -> tuple[str, Outcome]:
+def minimise(text: str, outcome: Outcome, workdir: Path, budget: int = 150, threads: int = 0) -> tuple[str, Outcome]:
     """The smallest variant of a program file's text found that fails the same way: statements
     dropped, expressions replaced by their parts, unused parameters removed. Candidates are checked
     with the default tolerances (the generator's error bounds don't survive the edits)."""
@@ -1139,7 +1358,7 @@ def minimise(text: str, outcome: Outcome, workdir: Path, budget: int = 150) -> t
         improved = False
         for candidate in _candidates(text):
             tries += 1
-            result = _run_text(candidate, workdir)
+            result = _run_text(candidate, workdir, threads)
             if same(result):
                 text, outcome, improved = candidate, result, True
                 break
@@ -1149,16 +1368,31 @@ def minimise(text: str, outcome: Outcome, workdir: Path, budget: int = 150) -> t
 
 
 def _same_failure(outcome: Outcome):
-    first = outcome.detail.splitlines()[0] if outcome.detail else ""
     kind = outcome.kind
-    # a crash: the same exception type; a refusal: the same message up to its first colon
-    prefix = first.split(":")[0] if kind in ("crash", "compile-error") else None
+    # a crash: the same exception type; a refusal: the same message up to its first colon; a wrong
+    # result: wrong the same way (dtype, shape or values)
+    category = _category(outcome)
 
     def same(result: Outcome) -> bool:
-        if result.kind != kind:
-            return False
-        return prefix is None or result.detail.startswith(prefix)
+        return result.kind == kind and _category(result) == category
     return same
+
+
+def _category(outcome: Outcome) -> str:
+    first = outcome.detail.splitlines()[0] if outcome.detail else ""
+    if outcome.kind in ("crash", "compile-error"):
+        return first.split(":")[0]
+    if outcome.kind in ("torch-mismatch", "mismatch", "thread-mismatch"):
+        first = re.sub(r"^(\(cached call\) )?(\d+ threads.*first: )?(thread \d+, call \d+: )?(result \d+: )*", "", first)
+        category = first.split(":")[0].split(" at ")[0]
+        values = re.search(r": \w+ (\S+), \w+ (\S+) \(", first)
+        if category == "values differ" and values:  # which way: NaN or inf lost, or the sign
+            ours, theirs = (float(v) for v in values.groups())
+            category += (" (nan)" if math.isnan(ours) != math.isnan(theirs) else
+                         " (inf)" if math.isinf(ours) != math.isinf(theirs) else
+                         " (sign)" if ours == -theirs != 0 else "")
+        return category
+    return ""
 
 
 def _with_default_tolerances(text: str) -> str:
@@ -1166,11 +1400,11 @@ def _with_default_tolerances(text: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _run_text(text: str, workdir: Path) -> Outcome:
+def _run_text(text: str, workdir: Path, threads: int = 0) -> Outcome:
     path = workdir / f"candidate_{next(_counter)}.py"
     path.write_text(text)
     try:
-        return check_file(path)
+        return check_file(path, threads)
     except Exception as e:  # noqa: BLE001 - a broken candidate (e.g. a NameError at import)
         return Outcome("invalid", f"{type(e).__name__}: {e}")
     finally:
@@ -1196,8 +1430,18 @@ def _candidates(text: str):
     if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple):
         for i in range(len(ret.value.elts)):
             yield _edited(module, fn_index, lambda f, i=i: setattr(f.body[-1], "value", f.body[-1].value.elts[i]))
-    # drop unused parameters
+    # drop unused helper functions
     used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+    for i, node in enumerate(module.body):
+        if isinstance(node, ast.FunctionDef) and node.name != "f" and node.name not in used:
+            yield _render(ast.Module([n for j, n in enumerate(module.body) if j != i], []))
+    # plain inputs: no view, no special values
+    args = next((n for n in module.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "ARGS"),
+                None)
+    for i, spec in enumerate(args.value.elts if args is not None else []):
+        if isinstance(spec, ast.Tuple) and len(spec.elts) == 4:
+            yield _without_extras(module, i)
+    # drop unused parameters
     for i, arg in enumerate(fn.args.args):
         if arg.arg not in used:
             yield _without_param(module, fn_index, i)
@@ -1271,6 +1515,14 @@ def _without_param(module: ast.Module, fn_index: int, i: int) -> str:
     return _render(copy)
 
 
+def _without_extras(module: ast.Module, i: int) -> str:
+    copy = ast.parse(ast.unparse(module))
+    for node in copy.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "ARGS":
+            node.value.elts[i].elts.pop()
+    return _render(copy)
+
+
 def _render(module: ast.Module) -> str:
     return "# babytriton fuzz program (minimised)\n" + ast.unparse(module) + "\n"
 
@@ -1278,65 +1530,190 @@ def _render(module: ast.Module) -> str:
 # ----------------------------------------------------------------------------------------------
 # the driver
 # ----------------------------------------------------------------------------------------------
+def reproducer(text: str, outcome: Outcome, threads: int = 0) -> str:
+    """A program file that shows a finding, ready for tests/fuzz_regressions/ once it is fixed."""
+    header = "".join(f"# {line}\n" for line in outcome.detail.splitlines()[:6])
+    thread_kind = outcome.kind.startswith("thread") or outcome.kind == "fatal" and threads
+    return f"# {outcome.kind}: {FINDINGS.get(outcome.kind, '')}\n{header}{text}" + (
+        f"THREADS = {threads}\n" if thread_kind and "THREADS =" not in text else "")
+
+
 @dataclass
 class Report:
     programs: int = 0
     failures: list = field(default_factory=list)   # (seed, Outcome, reproducer path or None)
     invalid: list = field(default_factory=list)    # (seed, Outcome): generator bugs
     seconds: float = 0.0
+    seed: int = 0
+    threads: int = 0
+
+    def summary(self) -> str:
+        """N, seed, time, and the failures grouped by kind."""
+        lines = [f"{self.programs} programs, seed {self.seed}, threads {self.threads or 'off'}, "
+                 f"{self.seconds:.1f}s ({self.seconds / max(self.programs, 1):.2f}s each): "
+                 f"{len(self.failures)} failures, {len(self.invalid)} invalid programs (generator bugs)"]
+        kinds: dict = {}
+        for seed, outcome, path in self.failures:
+            kinds.setdefault(outcome.kind, []).append((seed, outcome, path))
+        for kind, found in sorted(kinds.items(), key=lambda item: -len(item[1])):
+            lines.append(f"  {kind} ({len(found)}): {FINDINGS.get(kind, '')}")
+            for seed, outcome, path in found:
+                first = outcome.detail.splitlines()[0] if outcome.detail else ""
+                lines.append(f"    seed {seed}: {first[:160]}" + (f" -> {path}" if path else ""))
+        for seed, outcome in self.invalid:
+            lines.append(f"  invalid: seed {seed}: {outcome.detail.splitlines()[0][:160] if outcome.detail else ''}")
+        return "\n".join(lines)
+
+
+MINIMISE_PER_SORT = 3  # failures of one kind and category minimised per run; the rest saved as generated
 
 
 def program_seed(seed: int, index: int) -> int:
     return seed * 1_000_003 + index
 
 
-def run(n: int, seed: int = 0, out: str | Path | None = None, minimise_failures: bool = True,
-        log=None) -> Report:
-    """Generate, compile, run and compare n programs; save each failure, minimised, under `out`."""
+def run(n: int, seed: int = 0, out: str | Path | None = None, minimise_failures: int = MINIMISE_PER_SORT,
+        log=None, threads: int = 0, first: int = 0, progress=None) -> Report:
+    """Generate n programs, run each with torch, compiled (and, with `threads`, from that many threads
+    at once) and eagerly, and compare; save each failure, minimised, under `out`. `first`: the index
+    of the first program; `progress(index, outcome, path)` hears of each one before (outcome None)
+    and after. `minimise_failures`: how many failures of each sort (kind and category) to minimise
+    (True: MINIMISE_PER_SORT; False: none)."""
+    if minimise_failures is True:
+        minimise_failures = MINIMISE_PER_SORT
     import time
-    report = Report()
+    report = Report(seed=seed, threads=threads)
     start = time.perf_counter()
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
+    seen: dict = {}
     with tempfile.TemporaryDirectory(prefix="bt_fuzz_") as tmp:
         workdir = Path(tmp)
-        for index in range(n):
+        for index in range(first, n):
             s = program_seed(seed, index)
+            if progress:
+                progress(index, None, None)
             program = generate(s)
             text = program.module_text()
             path = workdir / f"program_{s}.py"
             path.write_text(text)
             if out_dir is not None:  # a hard crash (the process dies) leaves this behind as the reproducer
                 (out_dir / "_current.py").write_text(text)
-            outcome = check_file(path)
+            outcome = check_file(path, threads)
             path.unlink()
             report.programs += 1
+            saved = None
             if outcome.kind == "invalid":
                 report.invalid.append((s, outcome))
                 if log:
                     log(f"[{index}] seed {s}: generator wrote an invalid program: {outcome.detail.splitlines()[0]}")
-                continue
-            if not outcome.failed:
-                continue
-            saved = None
-            small, small_outcome = (minimise(text, outcome, workdir) if minimise_failures else (text, outcome))
-            if out_dir is not None:
-                saved = out_dir / f"fuzz_{s}_{outcome.kind}.py"
-                header = "".join(f"# {line}\n" for line in small_outcome.detail.splitlines()[:6])
-                saved.write_text(f"# {small_outcome.kind}\n{header}{small}")
-            report.failures.append((s, small_outcome, saved))
-            if log:
-                log(f"[{index}] seed {s}: {outcome.kind}: {outcome.detail.splitlines()[0] if outcome.detail else ''}"
-                    + (f" -> {saved}" if saved else ""))
+            elif outcome.failed:
+                # minimising takes up to a few dozen runs: only the first few failures of each sort
+                sort = (outcome.kind, _category(outcome))
+                seen[sort] = seen.get(sort, 0) + 1
+                small, small_outcome = (minimise(text, outcome, workdir, threads=threads)
+                                        if minimise_failures and seen[sort] <= int(minimise_failures)
+                                        else (text, outcome))
+                if out_dir is not None:
+                    saved = out_dir / f"fuzz_{s}_{outcome.kind}.py"
+                    saved.write_text(reproducer(small, small_outcome, threads))
+                report.failures.append((s, small_outcome, saved))
+                outcome = small_outcome
+                if log:
+                    log(f"[{index}] seed {s}: {outcome.kind}: "
+                        f"{outcome.detail.splitlines()[0] if outcome.detail else ''}" + (f" -> {saved}" if saved else ""))
+            if progress:
+                progress(index, outcome, saved)
     if out_dir is not None:
         (out_dir / "_current.py").unlink(missing_ok=True)
     report.seconds = time.perf_counter() - start
     return report
 
 
-if __name__ == "__main__":  # python -m babytriton.testing.fuzz N SEED
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 50
-    result = run(n, int(sys.argv[2]) if len(sys.argv) > 2 else 0, os.environ.get("BT_FUZZ_OUT"), log=print)
-    print(f"{result.programs} programs, {len(result.failures)} failures, {len(result.invalid)} invalid, "
-          f"{result.seconds:.1f}s")
+def run_isolated(n: int, seed: int = 0, out: str | Path | None = None, minimise_failures: int = MINIMISE_PER_SORT,
+                 log=None, threads: int = 0) -> Report:
+    """run() in a child process: a program that kills it (SIGSEGV, abort) is a "fatal" finding, its
+    program saved as the reproducer, and a new child goes on with the next program."""
+    import json
+    import signal
+    import subprocess
+    import time
+    report = Report(seed=seed, threads=threads)
+    start = time.perf_counter()
+    out_dir = Path(out) if out is not None else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    first = 0
+    while first < n:
+        command = [sys.executable, "-m", "babytriton.testing.fuzz", "--worker", str(n), str(seed), str(first),
+                   str(threads), str(int(minimise_failures)), str(out_dir) if out_dir is not None else ""]
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        current = None
+        for line in child.stdout:
+            if not line.startswith(_WORKER_MARK):
+                continue
+            message = json.loads(line[len(_WORKER_MARK):])
+            if message["kind"] is None:
+                current = message["index"]
+                continue
+            current = None
+            outcome = Outcome(message["kind"], message["detail"])
+            report.programs += 1
+            s = program_seed(seed, message["index"])
+            if outcome.kind == "invalid":
+                report.invalid.append((s, outcome))
+            elif outcome.failed:
+                report.failures.append((s, outcome, Path(message["path"]) if message["path"] else None))
+                if log:
+                    log(f"[{message['index']}] seed {s}: {outcome.kind}: {outcome.detail.splitlines()[0][:200]}")
+        code = child.wait()
+        if current is None:
+            if code != 0:
+                raise RuntimeError(f"the fuzzing worker failed (exit {code}) outside any program")
+            break
+        s = program_seed(seed, current)
+        name = signal.Signals(-code).name if code < 0 and -code in signal.Signals._value2member_map_ else f"exit {code}"
+        outcome = Outcome("fatal", f"the process died ({name}) checking this program"
+                          + (f" with {threads} threads" if threads else ""))
+        saved = None
+        if out_dir is not None:
+            saved = out_dir / f"fuzz_{s}_fatal.py"
+            saved.write_text(reproducer(generate(s).module_text(), outcome, threads))
+            (out_dir / "_current.py").unlink(missing_ok=True)
+        report.programs += 1
+        report.failures.append((s, outcome, saved))
+        if log:
+            log(f"[{current}] seed {s}: fatal: {outcome.detail}")
+        first = current + 1
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+_WORKER_MARK = "@@fuzz "
+
+
+def _worker(argv) -> None:
+    import json
+    n, seed, first, threads, minimise_failures, out = argv
+
+    kill_at = os.environ.get("BT_FUZZ_KILL_AT")  # tests of run_isolated: die as a segfault would
+
+    def progress(index, outcome, path):
+        message = {"index": index, "kind": outcome and outcome.kind, "detail": outcome and outcome.detail,
+                   "path": str(path) if path else None}
+        print(_WORKER_MARK + json.dumps(message), flush=True)
+        if outcome is None and kill_at is not None and index == int(kill_at):
+            import signal
+            os.kill(os.getpid(), signal.SIGSEGV)
+    run(int(n), int(seed), out or None, int(minimise_failures), threads=int(threads), first=int(first),
+        progress=progress)
+
+
+if __name__ == "__main__":  # python -m babytriton.testing.fuzz N SEED; scripts/fuzz.py has the options
+    if sys.argv[1:2] == ["--worker"]:
+        _worker(sys.argv[2:])
+    else:
+        result = run(int(sys.argv[1]) if len(sys.argv) > 1 else 50, int(sys.argv[2]) if len(sys.argv) > 2 else 0,
+                     os.environ.get("BT_FUZZ_OUT"), log=print)
+        print(result.summary())
