@@ -227,6 +227,21 @@ def _torch_matmul(a, b, out):
     torch.matmul(vm_to_torch(a), vm_to_torch(b), out=vm_to_torch(out))
 
 
+def _register_transposed(name: str, ta: bool, tb: bool) -> None:
+    """A product whose operand(s) arrive untransposed: cuBLAS reads the transposed view directly."""
+    def matmul(a, b, out):
+        a, b = vm_to_torch(a), vm_to_torch(b)
+        torch.matmul(a.mT if ta else a, b.mT if tb else b, out=vm_to_torch(out))
+    tvm.register_global_func(name, matmul, override=True)
+
+
+# transposed operands by suffix: "nt" is a @ b.mT
+TORCH_MATMUL_T = {(ta, tb): f"{TORCH_MATMUL}_{'t' if ta else 'n'}{'t' if tb else 'n'}"
+                  for ta in (False, True) for tb in (False, True) if ta or tb}
+for (_ta, _tb), _name in TORCH_MATMUL_T.items():
+    _register_transposed(_name, _ta, _tb)
+
+
 @relax.expr_functor.mutator
 class _MatmulToTorch(relax.PyExprMutator):
     def visit_call_(self, call):
@@ -236,8 +251,24 @@ class _MatmulToTorch(relax.PyExprMutator):
             ok = all(str(x.ty.dtype) in ("float16", "bfloat16", "float32") and x.ty.ndim >= 2 for x in (a, b))
             out_dtype = call.attrs.out_dtype
             if ok and out_dtype in (None, "", str(a.ty.dtype)) and str(a.ty.dtype) == str(b.ty.dtype):
-                return relax.op.call_dps_packed(relax.ExternFunc(TORCH_MATMUL), [a, b], call.ty)
+                (a, ta), (b, tb) = self._untransposed(a), self._untransposed(b)
+                name = TORCH_MATMUL_T.get((ta, tb), TORCH_MATMUL)
+                return relax.op.call_dps_packed(relax.ExternFunc(name), [a, b], call.ty)
         return call
+
+    def _untransposed(self, operand):
+        """(x, True) for an operand that is permute_dims(x) swapping its last two axes, else (operand, False):
+        torch hands cuBLAS the transposed view, so the transpose needs no kernel of its own."""
+        value = self.lookup_binding(operand) if isinstance(operand, relax.Var) else None
+        if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+                and value.op.name == "relax.permute_dims"):
+            return operand, False
+        n = operand.ty.ndim
+        axes = value.attrs.axes
+        axes = list(range(n))[::-1] if axes is None else [int(x) for x in axes]
+        if n < 2 or axes != list(range(n - 2)) + [n - 1, n - 2]:
+            return operand, False
+        return value.args[0], True
 
 
 def offloads_matmul(target: tvm.target.Target | None, schedule: str) -> bool:
