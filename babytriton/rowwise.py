@@ -4,8 +4,9 @@ log-softmax, logsumexp, variance), like the library ops get.
 FuseOps never fuses a reduction into a later reduction, so `mean -> subtract -> square -> mean -> rsqrt`
 becomes one kernel per reduction, each reading the row again. This pass runs after AnnotateTIROpPattern
 and groups the kernel calls of each dataflow block that work on the same rows: reductions over the same
-trailing axes of the same shape, element-wise ops on those row tiles or on their per-row results, and
-reshapes between per-row results (`keepdims=False` then `expand_dims`). Each group becomes a Relax function
+trailing axes of the same shape, element-wise ops on those row tiles or on their per-row results,
+reshapes between per-row results (`keepdims=False` then `expand_dims`) and gathers of one value per row
+from an input (the picked logit of a cross-entropy). Each group becomes a Relax function
 marked "Primitive": FuseOps leaves it alone and FuseTIR merges it into one PrimFunc, which Dlight's row
 rules schedule as one thread block per row. FuseTIR keeps every op's arithmetic, so results only change
 by how the compiler reassociates floats; no op is computed twice (each belongs to at most one group).
@@ -16,11 +17,11 @@ from dataclasses import dataclass, field
 
 import tvm
 import tvm_ffi
-from tvm import relax, tirx
+from tvm import relax, s_tir, tirx
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 # AnnotateTIROpPattern's op kinds (mean is OUT_EWISE_FUSABLE: its divide follows the sum)
-_ELEMWISE, _BROADCAST, _INJECTIVE, _COMM_REDUCE, _OUT_EWISE_FUSABLE = 0, 1, 2, 3, 4
+_ELEMWISE, _BROADCAST, _INJECTIVE, _COMM_REDUCE, _OUT_EWISE_FUSABLE, _OPAQUE = 0, 1, 2, 3, 4, 8
 PREFIX = "fused_rows_"
 
 
@@ -60,10 +61,10 @@ class Rows:
 
 @dataclass
 class _Op:
-    kind: str            # "reduce", "ewise" or "reshape"
+    kind: str            # "reduce", "ewise" or "injective" (a reshape back, a gather of one value per row)
     shape: tuple         # of the result
     rows: Rows | None    # the rows a reduction reduces
-    operands: tuple      # shapes of its tensor operands
+    operands: tuple      # its tensor operands
 
 
 def _shape(expr) -> tuple | None:
@@ -96,18 +97,27 @@ def _classify(mod: tvm.IRModule, binding) -> _Op | None:
     if any(s is None for s in shapes):
         return None
     if pattern in (_ELEMWISE, _BROADCAST):
-        return _Op("ewise", out, None, shapes)
+        return _Op("ewise", out, None, tuple(tensors))
+    if pattern == _INJECTIVE or (pattern == _OPAQUE and _one_spatial_block(func)):  # a gather is opaque
+        return _Op("injective", out, None, tuple(tensors))
     if len(tensors) != 1:  # a matmul (OUT_EWISE_FUSABLE too) reads two tensors
         return None
     (full,) = shapes
-    if pattern == _INJECTIVE:
-        return _Op("reshape", out, None, shapes)
     if pattern in (_COMM_REDUCE, _OUT_EWISE_FUSABLE):
         for k in range(len(full) - 1, 0, -1):  # the trailing axes k.. reduced, kept or dropped
             rows = Rows(full, k)
             if rows.per_row(out) and not all(_is_one(d) for d in full[k:]):
-                return _Op("reduce", out, rows, shapes)
+                return _Op("reduce", out, rows, tuple(tensors))
     return None
+
+
+def _one_spatial_block(func) -> bool:
+    """Whether a PrimFunc is one loop nest writing each output element once (an indexed read, say)."""
+    blocks = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, blocks.append))
+    blocks = [b for b in blocks if b.iter_vars]  # not the root block
+    return len(blocks) == 1 and blocks[0].init is None and all(
+        iv.iter_type == tirx.IterVar.DataPar for iv in blocks[0].iter_vars)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -119,7 +129,7 @@ class _Group:
     members: list
     rows: Rows | None     # None until a reduction joins: then every member is a tile or a per-row value
     shape: tuple          # the common shape of a group without rows
-    tile: bool            # whether a group without rows may join others of its shape (not a lone reshape)
+    tile: bool            # whether a group without rows may join others of its shape (no lone injective op)
     singleton: _Op | None = field(default=None)  # the op of a one-member group (joins per-row values)
 
 
@@ -165,12 +175,18 @@ def _joinable(a: _Group, b: _Group) -> Rows | None | bool:
         return a.rows if a.rows == b.rows else False
     if a.rows is None and b.rows is None:
         return None if a.tile and b.tile and _same(a.shape, b.shape) else False
-    rows, other = (a.rows, b) if a.rows is not None else (b.rows, a)
+    rows, other, group = (a.rows, b, a) if a.rows is not None else (b.rows, a, b)
     if other.tile and _same(other.shape, rows.shape):  # tiles of these rows
         return rows
-    op = other.singleton  # one op on per-row values (lse - picked, a reshape back)
-    if op is not None and rows.per_row(op.shape) and (
-            op.kind == "ewise" or all(rows.per_row(s) for s in op.operands)):
+    op = other.singleton  # one op giving a per-row value: lse - picked, a reshape back, a gather
+    if op is None or not rows.per_row(op.shape):
+        return False
+    if op.kind == "ewise":
+        return rows
+    # an injective op reads per-row values, or picks from a tile the group does not compute (its
+    # index need not be the row's own, and a block only holds its own row of what the group computes)
+    inside = set(group.members)
+    if all(rows.per_row(_shape(v)) or (_same(_shape(v), rows.shape) and v not in inside) for v in op.operands):
         return rows
     return False
 
@@ -185,7 +201,7 @@ def partition(mod: tvm.IRModule, bindings: list) -> list[list]:
         op = ops[b.var]
         if op is None:
             continue
-        mine = _Group([b.var], op.rows, op.shape, op.kind != "reshape", op)
+        mine = _Group([b.var], op.rows, op.shape, op.kind != "injective", op)
         group_of[b.var] = mine
         producer_groups = _unique(group_of[p] for p in graph.producers[b.var] if p in group_of)
         for g in sorted(producer_groups, key=lambda g: g.rows is None):  # groups with rows first

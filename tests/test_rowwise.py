@@ -175,6 +175,37 @@ def test_fusing_changes_no_result(monkeypatch):
         torch.testing.assert_close(fused[case], split, rtol=tol, atol=tol, msg=str(case))
 
 
+def cross_entropy_picking(x, target):
+    m = x.max(-1, keepdims=True)
+    lse = m + bt.log(bt.exp(x - m).sum(-1, keepdims=True))
+    return lse - gather_elements(x, target, axis=1)  # noqa: F821 - a Relax op
+
+
+def test_cross_entropy_rows_with_the_pick_are_one_kernel():
+    x, target = torch.randn(N, C), torch.randint(0, C, (N, 1))
+    k = bt.jit(target="cpu")(cross_entropy_picking).compile(x, target)
+    (kernel,) = k.fusion
+    assert "gather_elements" in [op.op for op in kernel.ops]
+    torch.testing.assert_close(k(x, target), torch.logsumexp(x, -1, keepdim=True) - x.gather(1, target))
+    per_row = F.cross_entropy(x, target[:, 0], reduction="none")
+    torch.testing.assert_close(k(x, target)[:, 0], per_row)
+    gpu = bt.jit(target=SM90)(cross_entropy_picking).compile(x, target)
+    assert len(cuda_kernels(gpu)) == 1 and launch(gpu)["blockIdx.x"] == {f"T.int64({N})"}
+
+
+def pick_from_computed(x, target):
+    e = bt.exp(x - x.max(-1, keepdims=True))
+    return gather_elements(e, target, axis=1) / e.sum(-1, keepdims=True)  # noqa: F821
+
+
+def test_a_gather_from_a_computed_tile_stays_outside():
+    """A block holds its own row of what the group computes; a gather may index any element."""
+    x, target = torch.randn(N, C), torch.randint(0, C, (N, 1))
+    k = bt.jit(target="cpu")(pick_from_computed).compile(x, target)
+    assert all("gather" not in kernel.name or not kernel.name.startswith(rowwise.PREFIX) for kernel in k.fusion)
+    torch.testing.assert_close(k(x, target), torch.softmax(x, -1).gather(1, target))
+
+
 @bt.jit(target="cpu")
 def rmsnorm_symbolic_rows(x: bt.Tensor(("n", 1024), "float32"), w: bt.Tensor((1024,), "float32")):
     return x * bt.rsqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w
