@@ -46,14 +46,8 @@ class Rows:
     def per_row(self, shape) -> bool:
         return _same(shape, self.kept) or _same(shape, self.dropped)
 
-    def holds(self, shape) -> bool:
-        return _same(shape, self.shape) or self.per_row(shape)
-
     def __eq__(self, other):
         return isinstance(other, Rows) and self.k == other.k and _same(self.shape, other.shape)
-
-    def __hash__(self):
-        return hash(self.k)
 
     def __repr__(self):
         return f"Rows({list(self.shape)}, k={self.k})"
@@ -217,15 +211,16 @@ def partition(mod: tvm.IRModule, bindings: list) -> list[list]:
             mine = g
 
     result = []
-    for g in _unique(group_of.values()):
-        members = g.members
-        while True:
-            outs = _outputs(members, graph)
-            if len(outs) <= 1:
-                break
-            # Dlight's row rules take one output: leave the first one, and what it needs, to FuseOps
-            drop = {outs[0]} | graph.reach([outs[0]], graph.producers)
-            members = [v for v in members if v not in drop]
+    todo = [g.members for g in _unique(group_of.values())]
+    while todo:
+        members = todo.pop(0)
+        outs = _outputs(members, graph)
+        if len(outs) > 1:
+            # Dlight's row rules take one output: split off the first one and what it needs (both
+            # parts stay convex: the first is closed under producers), and try each part on its own
+            first = {outs[0]} | graph.reach([outs[0]], graph.producers)
+            todo += [[v for v in members if v in first], [v for v in members if v not in first]]
+            continue
         if not outs:
             continue
         # only what the output needs (a dead member would be a second output of the kernel)
