@@ -228,6 +228,7 @@ def test_attention_compiles_to_two_cublas_calls_and_one_softmax_kernel():
     k = bt.jit(target=SM90)(attention).compile()
     assert [kernel.name.split("_")[0] for kernel in k.fusion] == ["babytriton.torch", "fused", "babytriton.torch"]
     assert k.fusion[0].name == schedules.TORCH_MATMUL_T[(False, True)]
+    assert [op.op for op in k.fusion[0].ops] == ["permute_dims", "matmul"]  # the transpose is a view
     (softmax_kernel,) = fusion_names(k.source)
     assert 'T.int64(65536), thread="blockIdx.x"' in k.stages["schedule"]  # a block per row of scores
     if shutil.which("nvcc"):
