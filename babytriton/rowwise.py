@@ -59,6 +59,7 @@ class _Op:
     shape: tuple         # of the result
     rows: Rows | None    # the rows a reduction reduces
     operands: tuple      # its tensor operands
+    pattern: int = _OPAQUE  # its op_pattern
 
 
 def _shape(expr) -> tuple | None:
@@ -91,9 +92,9 @@ def _classify(mod: tvm.IRModule, binding) -> _Op | None:
     if any(s is None for s in shapes):
         return None
     if pattern in (_ELEMWISE, _BROADCAST):
-        return _Op("ewise", out, None, tuple(tensors))
+        return _Op("ewise", out, None, tuple(tensors), pattern)
     if pattern == _INJECTIVE or (pattern == _OPAQUE and _one_spatial_block(func)):  # a gather is opaque
-        return _Op("injective", out, None, tuple(tensors))
+        return _Op("injective", out, None, tuple(tensors), pattern)
     if len(tensors) != 1:  # a matmul (OUT_EWISE_FUSABLE too) reads two tensors
         return None
     (full,) = shapes
@@ -101,7 +102,7 @@ def _classify(mod: tvm.IRModule, binding) -> _Op | None:
         for k in range(len(full) - 1, 0, -1):  # the trailing axes k.. reduced, kept or dropped
             rows = Rows(full, k)
             if rows.per_row(out) and not all(_is_one(d) for d in full[k:]):
-                return _Op("reduce", out, rows, tuple(tensors))
+                return _Op("reduce", out, rows, tuple(tensors), pattern)
     return None
 
 
@@ -226,9 +227,22 @@ def partition(mod: tvm.IRModule, bindings: list) -> list[list]:
         # only what the output needs (a dead member would be a second output of the kernel)
         needed = graph.reach(outs, graph.producers) | set(outs)
         members = [v for v in members if v in needed]
-        if len(members) > 1 and any(ops[v].kind == "reduce" for v in members):
+        if len(members) > 1 and any(ops[v].kind == "reduce" for v in members) and not _fuse_ops_does_it(
+                members, ops):
             result.append(members)
     return result
+
+
+def _fuse_ops_does_it(members: list, ops: dict) -> bool:
+    """Whether FuseOps alone makes this group one kernel, so it is left to FuseOps: one reduction that
+    ends it and takes in element-wise producers (sum, max), or one that starts it and takes in
+    element-wise consumers (mean, whose divide makes it OUT_EWISE_FUSABLE)."""
+    reductions = [i for i, v in enumerate(members) if ops[v].kind == "reduce"]
+    if len(reductions) != 1 or any(ops[v].kind == "injective" for v in members):
+        return False
+    (i,) = reductions
+    pattern = ops[members[i]].pattern
+    return (pattern == _COMM_REDUCE and i == len(members) - 1) or (pattern == _OUT_EWISE_FUSABLE and i == 0)
 
 
 def _outputs(members: list, graph: _Graph) -> list:

@@ -328,6 +328,23 @@ def test_two_row_computations_sharing_an_input_are_two_kernels_computing_it_once
     torch.testing.assert_close(z, F.rms_norm(2 * x, (C,), w, 1e-6))
 
 
+def swish_row_sum(x, w):
+    h = x * w + 1.0
+    return (h * bt.sigmoid(h)).sum(-1)
+
+
+def mean_then_scale(x):
+    return x.mean(-1, keepdims=True) * 2.0 + 1.0
+
+
+def test_what_fuse_ops_makes_one_kernel_is_left_to_it():
+    for fn, args in ((swish_row_sum, (torch.randn(N, C), torch.randn(N, C))), (mean_then_scale, (torch.randn(N, C),))):
+        k = bt.jit(target="cpu")(fn).compile(*args)
+        (kernel,) = k.fusion
+        assert kernel.name.startswith("fused_") and not kernel.name.startswith(rowwise.PREFIX)
+        assert rowwise.PREFIX not in k.stages["FuseRowwise"]
+
+
 def test_only_reductions_over_the_same_rows_are_grouped():
     x = torch.randn(N, C)
     k = bt.jit(target="cpu")(normalised_then_columns).compile(x)
