@@ -81,8 +81,8 @@ def _torch_ce_rows(x, picked):
 
 # name: (function, argument shapes (None: a per-row column), torch reference)
 WORKLOADS = {
-    "layernorm": (layernorm, [(N, C), (C,), (C,)], lambda x, w, b: F.layer_norm(x, (C,), w, b, 1e-5)),
-    "rmsnorm": (rmsnorm, [(N, C), (C,)], lambda x, w: F.rms_norm(x, (C,), w, 1e-6)),
+    "layernorm": (layernorm, [(N, C), (C,), (C,)], lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, 1e-5)),
+    "rmsnorm": (rmsnorm, [(N, C), (C,)], lambda x, w: F.rms_norm(x, x.shape[-1:], w, 1e-6)),
     "softmax": (softmax, [(N, C)], lambda x: torch.softmax(x, -1)),
     "log_softmax": (log_softmax, [(N, C)], lambda x: torch.log_softmax(x, -1)),
     "cross_entropy_rows": (cross_entropy_rows, [(N, C), (N, 1)], _torch_ce_rows),
@@ -90,11 +90,11 @@ WORKLOADS = {
     "std": (std, [(N, C)], lambda x: x.std(-1, keepdim=True)),
     "logsumexp": (logsumexp, [(N, C)], lambda x: torch.logsumexp(x, -1)),
     "layernorm_keepdims_false": (layernorm_keepdims_false, [(N, C), (C,), (C,)],
-                                 lambda x, w, b: F.layer_norm(x, (C,), w, b, 1e-5)),
+                                 lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, 1e-5)),
     "rmsnorm_fp32_accumulation": (rmsnorm_fp32_accumulation, [(N, C), (C,)],
-                                  lambda x, w: F.rms_norm(x.float(), (C,), eps=1e-6).to(x.dtype) * w),
+                                  lambda x, w: F.rms_norm(x.float(), x.shape[-1:], eps=1e-6).to(x.dtype) * w),
 }
-# what FuseOps alone makes of them (PrimFuncs after FuseTIR), for the report in the docstring above
+# what FuseOps alone makes of them (PrimFuncs after FuseTIR, one kernel each)
 WITHOUT_ROW_FUSION = {"layernorm": 3, "rmsnorm": 2, "softmax": 4, "log_softmax": 4, "cross_entropy_rows": 3,
                       "variance": 2, "std": 3, "logsumexp": 3, "layernorm_keepdims_false": 5,
                       "rmsnorm_fp32_accumulation": 3}
@@ -233,6 +233,17 @@ def test_softmax_over_any_leading_axes(lead, cols):
     if cols > 1:  # a row of one has nothing to reduce
         assert len(k.fusion) == 1
     torch.testing.assert_close(k(x), torch.softmax(x, -1))
+
+
+@settings(max_examples=8, deadline=None)
+@given(name=st.sampled_from(["layernorm", "rmsnorm", "log_softmax", "logsumexp", "variance", "std"]),
+       lead=st.lists(st.integers(1, 4), min_size=1, max_size=2), cols=st.sampled_from([2, 5, 64, 300]))
+def test_row_workloads_over_any_shape(name, lead, cols):
+    fn, shapes, reference = WORKLOADS[name]
+    args = [torch.randn(*lead, cols)] + [torch.randn(cols) for _ in shapes[1:]]
+    k = bt.jit(target="cpu")(fn).compile(*args)
+    assert len(k.fusion) == 1
+    torch.testing.assert_close(k(*args), reference(*args), rtol=1e-5, atol=1e-5)
 
 
 def test_nan_and_inf_rows_agree_with_torch():
