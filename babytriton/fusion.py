@@ -252,9 +252,28 @@ def analyse(generated: tvm.IRModule, binding_lines: dict, modules: dict[str, tvm
             name = _callee(value)
             made[binding.var.id_] = [["kernel", len(kernels)]]
             kernels.append({"name": name, "ops": members, "inputs": inputs, "fused": len(members) > 1})
+    _absorb(ops, kernels)
     kernel_outputs = [ref for _, fn in user_functions(final) for ref in _inputs(fn.body.body, made)]
     return {"params": _unique_list(params), "ops": ops, "outputs": outputs, "kernels": kernels,
             "kernel_outputs": kernel_outputs}
+
+
+def _absorb(ops: list[dict], kernels: list[dict]) -> None:
+    """An op no kernel computes, whose results only one kernel reads, was absorbed by that kernel:
+    a transpose that the cuBLAS call reads as a transposed view, say."""
+    kernel_of = {op: i for i, kernel in enumerate(kernels) for op in kernel["ops"]}
+    consumers: dict[int, set] = {}
+    for index, op in enumerate(ops):
+        for ref in op["inputs"]:
+            if ref[0] == "op":
+                consumers.setdefault(ref[1], set()).add(index)
+    for index in reversed(range(len(ops))):  # consumers first: a chain of absorbed ops follows along
+        readers = {kernel_of.get(c) for c in consumers.get(index, ())}
+        if index not in kernel_of and len(readers) == 1 and None not in readers:
+            (kernel,) = readers
+            kernel_of[index] = kernel
+            kernels[kernel]["ops"] = sorted(kernels[kernel]["ops"] + [index])
+            kernels[kernel]["fused"] = True
 
 
 def _names(mod: tvm.IRModule) -> set[str]:

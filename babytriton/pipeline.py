@@ -1,6 +1,6 @@
 """From a Relax IRModule to a runnable VM executable, one visible sequence of stages:
 
-ConvertToDataflow -> LegalizeOps -> AnnotateTIROpPattern -> FuseOps -> FuseTIR
+ConvertToDataflow -> LegalizeOps -> AnnotateTIROpPattern -> FuseRowwise -> FuseOps -> FuseTIR
 -> schedule (Dlight, Fallback or MetaSchedule) -> tvm.compile -> Relax VM. Every stage's IR is recorded.
 A module with vdevices (`with bt.device(...)` blocks) starts with RealizeVDevice and, after fusion,
 gets each kernel's target and inputs on its device (PlaceOnDevices).
@@ -14,7 +14,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from . import schedules
+from . import rowwise, schedules
 
 TARGET_ALIASES = {"cpu": "llvm", "llvm": "llvm", "gpu": "cuda", "cuda": "cuda"}
 SCHEDULES = schedules.SCHEDULES
@@ -62,6 +62,8 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
     return sequence + [
         ("LegalizeOps", relax.transform.LegalizeOps()),
         ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),
+        # one kernel per row-wise computation: FuseOps never puts two reductions in one kernel
+        ("FuseRowwise", rowwise.FuseRowwise),
         # unused bindings first (e.g. what zeros_like(x) no longer reads once legalized): FuseOps
         # warns about them, and fails on them inside the branches of an If
         ("FuseOps", tvm.transform.Sequential([relax.transform.DeadCodeElimination(), relax.transform.FuseOps()])),

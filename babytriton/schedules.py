@@ -20,6 +20,7 @@ from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.base import try_inline
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
+from tvm.sym.pattern import detect_linear_equation
 
 from .errors import debug_enabled
 from .types import vm_to_torch
@@ -63,6 +64,8 @@ class Elementwise(GPUScheduleRule):
         loops = sch.get_loops(info.block_rv)
         if not loops:
             return None  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
+        if not _contiguous_lanes(sch, loops[-1], vector):
+            return None  # a transpose, slice or gather: Fallback's scalar loads are what it can do
         fused = sch.fuse(*loops)
         extent = sch.get(fused).extent
         if not isinstance(extent, tirx.IntImm) or int(extent) % vector or int(extent) < vector * self.threads:
@@ -114,6 +117,43 @@ class RowReduction(GPUScheduleRule):
             sch.reorder(*rest, lane)
         sch.bind(lane, "threadIdx.x")
         return sch
+
+
+def _contiguous_lanes(sch, inner_loop, lanes: int) -> bool:
+    """Whether `lanes` consecutive, aligned steps of the innermost loop read and write `lanes`
+    consecutive, aligned elements of every buffer (or one element, broadcast): only then is one
+    vector load or store per buffer the same as the scalar ones (a transposed operand is not)."""
+    loop = sch.get(inner_loop)
+    realize = loop.body
+    if not isinstance(loop.extent, tirx.IntImm) or int(loop.extent) % lanes or not isinstance(
+            realize, s_tir.SBlockRealize):
+        return False
+    block = realize.block
+    inner = [iv.var for iv, value in zip(block.iter_vars, realize.iter_values) if value.same_as(loop.loop_var)]
+    others = [value for value in realize.iter_values if not value.same_as(loop.loop_var)]
+    if len(inner) != 1 or any(_uses(value, loop.loop_var) for value in others):
+        return False
+    var = inner[0]
+    for region in [*block.reads, *block.writes]:
+        *outer, last = region.region
+        if any(_uses(r.min, var) for r in outer) or not all(_is_int(r.extent, 1) for r in region.region):
+            return False
+        if not _uses(last.min, var):
+            continue  # the same element for every lane: a broadcast
+        coeffs = detect_linear_equation(last.min, [var])
+        row = region.source.shape[-1]
+        if len(coeffs) != 2 or not _is_int(coeffs[0], 1) or not _is_int(coeffs[1], 0) or not (
+                isinstance(row, tirx.IntImm) and int(row) % lanes == 0):
+            return False
+    return True
+
+
+def _uses(expr, var) -> bool:
+    return any(v.same_as(var) for v in tvm.tirx.analysis.undefined_vars(expr))
+
+
+def _is_int(expr, value: int) -> bool:
+    return isinstance(expr, tirx.IntImm) and int(expr) == value
 
 
 def _reduces_innermost_axis(block) -> bool:
@@ -187,6 +227,21 @@ def _torch_matmul(a, b, out):
     torch.matmul(vm_to_torch(a), vm_to_torch(b), out=vm_to_torch(out))
 
 
+def _register_transposed(name: str, ta: bool, tb: bool) -> None:
+    """A product whose operand(s) arrive untransposed: cuBLAS reads the transposed view directly."""
+    def matmul(a, b, out):
+        a, b = vm_to_torch(a), vm_to_torch(b)
+        torch.matmul(a.mT if ta else a, b.mT if tb else b, out=vm_to_torch(out))
+    tvm.register_global_func(name, matmul, override=True)
+
+
+# transposed operands by suffix: "nt" is a @ b.mT
+TORCH_MATMUL_T = {(ta, tb): f"{TORCH_MATMUL}_{'t' if ta else 'n'}{'t' if tb else 'n'}"
+                  for ta in (False, True) for tb in (False, True) if ta or tb}
+for (_ta, _tb), _name in TORCH_MATMUL_T.items():
+    _register_transposed(_name, _ta, _tb)
+
+
 @relax.expr_functor.mutator
 class _MatmulToTorch(relax.PyExprMutator):
     def visit_call_(self, call):
@@ -196,8 +251,24 @@ class _MatmulToTorch(relax.PyExprMutator):
             ok = all(str(x.ty.dtype) in ("float16", "bfloat16", "float32") and x.ty.ndim >= 2 for x in (a, b))
             out_dtype = call.attrs.out_dtype
             if ok and out_dtype in (None, "", str(a.ty.dtype)) and str(a.ty.dtype) == str(b.ty.dtype):
-                return relax.op.call_dps_packed(relax.ExternFunc(TORCH_MATMUL), [a, b], call.ty)
+                (a, ta), (b, tb) = self._untransposed(a), self._untransposed(b)
+                name = TORCH_MATMUL_T.get((ta, tb), TORCH_MATMUL)
+                return relax.op.call_dps_packed(relax.ExternFunc(name), [a, b], call.ty)
         return call
+
+    def _untransposed(self, operand):
+        """(x, True) for an operand that is permute_dims(x) swapping its last two axes, else (operand, False):
+        torch hands cuBLAS the transposed view, so the transpose needs no kernel of its own."""
+        value = self.lookup_binding(operand) if isinstance(operand, relax.Var) else None
+        if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+                and value.op.name == "relax.permute_dims"):
+            return operand, False
+        n = operand.ty.ndim
+        axes = value.attrs.axes
+        axes = list(range(n))[::-1] if axes is None else [int(x) for x in axes]
+        if n < 2 or axes != list(range(n - 2)) + [n - 1, n - 2]:
+            return operand, False
+        return value.args[0], True
 
 
 def offloads_matmul(target: tvm.target.Target | None, schedule: str) -> bool:

@@ -63,7 +63,7 @@ def test_cpu_source_is_llvm_ir():
 
 def test_passes_are_one_visible_sequence():
     assert [name for name, _ in pipeline.passes()] == [
-        "ConvertToDataflow", "LegalizeOps", "AnnotateTIROpPattern", "FuseOps", "FuseTIR"]
+        "ConvertToDataflow", "LegalizeOps", "AnnotateTIROpPattern", "FuseRowwise", "FuseOps", "FuseTIR"]
 
 
 @pytest.mark.gpu

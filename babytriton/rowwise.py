@@ -1,0 +1,337 @@
+"""FuseRowwise: one kernel per row-wise computation written from primitives (layernorm, RMSNorm, softmax,
+log-softmax, logsumexp, variance), like the library ops get.
+
+FuseOps never fuses a reduction into a later reduction, so `mean -> subtract -> square -> mean -> rsqrt`
+becomes one kernel per reduction, each reading the row again. This pass runs after AnnotateTIROpPattern
+and groups the kernel calls of each dataflow block that work on the same rows: reductions over the same
+trailing axes of the same shape, element-wise ops on those row tiles or on their per-row results,
+reshapes between per-row results (`keepdims=False` then `expand_dims`) and gathers of one value per row
+from an input (the picked logit of a cross-entropy). Each group becomes a Relax function
+marked "Primitive": FuseOps leaves it alone and FuseTIR merges it into one PrimFunc, which Dlight's row
+rules schedule as one thread block per row. FuseTIR keeps every op's arithmetic, so results only change
+by how the compiler reassociates floats; no op is computed twice (each belongs to at most one group).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tvm
+import tvm_ffi
+from tvm import relax, s_tir, tirx
+
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+# AnnotateTIROpPattern's op kinds (mean is OUT_EWISE_FUSABLE: its divide follows the sum)
+_ELEMWISE, _BROADCAST, _INJECTIVE, _COMM_REDUCE, _OUT_EWISE_FUSABLE, _OPAQUE = 0, 1, 2, 3, 4, 8
+PREFIX = "fused_rows_"
+
+
+# --------------------------------------------------------------------------------------------------
+# what each kernel call does to rows
+# --------------------------------------------------------------------------------------------------
+
+class Rows:
+    """A row space: the tile `shape`, whose leading `k` axes index rows and whose other axes are reduced."""
+
+    def __init__(self, shape: tuple, k: int):
+        self.shape, self.k = shape, k
+
+    @property
+    def kept(self) -> tuple:  # a keepdims reduction's result
+        return self.shape[:self.k] + tuple(tirx.IntImm(str(d.ty), 1) for d in self.shape[self.k:])
+
+    @property
+    def dropped(self) -> tuple:  # keepdims=False
+        return self.shape[:self.k]
+
+    def per_row(self, shape) -> bool:
+        return _same(shape, self.kept) or _same(shape, self.dropped)
+
+    def __eq__(self, other):
+        return isinstance(other, Rows) and self.k == other.k and _same(self.shape, other.shape)
+
+    def __repr__(self):
+        return f"Rows({list(self.shape)}, k={self.k})"
+
+
+@dataclass
+class _Op:
+    kind: str            # "reduce", "ewise" or "injective" (a reshape back, a gather of one value per row)
+    shape: tuple         # of the result
+    rows: Rows | None    # the rows a reduction reduces
+    operands: tuple      # its tensor operands
+    pattern: int = _OPAQUE  # its op_pattern
+
+
+def _shape(expr) -> tuple | None:
+    ty = expr.ty
+    if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr):
+        return tuple(ty.shape.values)
+    return None
+
+
+def _same(a, b) -> bool:
+    return a is not None and b is not None and len(a) == len(b) and all(
+        tvm_ffi.structural_equal(p, q) for p, q in zip(a, b))
+
+
+def _is_one(dim) -> bool:
+    return isinstance(dim, tirx.IntImm) and dim.value == 1
+
+
+def _classify(mod: tvm.IRModule, binding) -> _Op | None:
+    call = binding.value
+    if not (isinstance(call, relax.Call) and call.op.same_as(_CALL_TIR)):
+        return None
+    out = _shape(binding.var)
+    func = mod[call.args[0]]
+    if out is None or func.attrs is None or "op_pattern" not in func.attrs:
+        return None
+    pattern = int(func.attrs["op_pattern"])
+    tensors = [a for a in call.args[1].fields if isinstance(a.ty, relax.TensorType)]
+    shapes = tuple(_shape(a) for a in tensors)
+    if any(s is None for s in shapes):
+        return None
+    if pattern in (_ELEMWISE, _BROADCAST):
+        return _Op("ewise", out, None, tuple(tensors), pattern)
+    if pattern == _INJECTIVE or (pattern == _OPAQUE and _one_spatial_block(func)):  # a gather is opaque
+        return _Op("injective", out, None, tuple(tensors), pattern)
+    if len(tensors) != 1:  # a matmul (OUT_EWISE_FUSABLE too) reads two tensors
+        return None
+    (full,) = shapes
+    if pattern in (_COMM_REDUCE, _OUT_EWISE_FUSABLE):
+        for k in range(len(full) - 1, 0, -1):  # the trailing axes k.. reduced, kept or dropped
+            rows = Rows(full, k)
+            if rows.per_row(out) and not all(_is_one(d) for d in full[k:]):
+                return _Op("reduce", out, rows, tuple(tensors), pattern)
+    return None
+
+
+def _one_spatial_block(func) -> bool:
+    """Whether a PrimFunc is one loop nest writing each output element once (an indexed read, say)."""
+    blocks = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, blocks.append))
+    blocks = [b for b in blocks if b.iter_vars]  # not the root block
+    return len(blocks) == 1 and blocks[0].init is None and all(
+        iv.iter_type == tirx.IterVar.DataPar for iv in blocks[0].iter_vars)
+
+
+# --------------------------------------------------------------------------------------------------
+# grouping the bindings of one dataflow block
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class _Group:
+    members: list
+    rows: Rows | None     # None until a reduction joins: then every member is a tile or a per-row value
+    shape: tuple          # the common shape of a group without rows
+    tile: bool            # whether a group without rows may join others of its shape (no lone injective op)
+    singleton: _Op | None = field(default=None)  # the op of a one-member group (joins per-row values)
+
+
+def _vars(expr) -> list:
+    found = []
+    relax.analysis.post_order_visit(expr, lambda e: found.append(e) if isinstance(e, relax.Var) else None)
+    return found
+
+
+class _Graph:
+    """The dataflow between the bindings of one block."""
+
+    def __init__(self, bindings):
+        self.order = {b.var: i for i, b in enumerate(bindings)}
+        self.producers = {b.var: _unique(v for v in _vars(b.value) if v in self.order) for b in bindings}
+        self.consumers = {b.var: [] for b in bindings}
+        for b in bindings:
+            for p in self.producers[b.var]:
+                self.consumers[p].append(b.var)
+
+    def reach(self, start, edges) -> set:
+        seen, todo = set(), list(start)
+        while todo:
+            for v in edges[todo.pop()]:
+                if v not in seen:
+                    seen.add(v)
+                    todo.append(v)
+        return seen
+
+    def convex(self, members) -> bool:
+        """No path leaves the set and comes back (the group's call would depend on itself)."""
+        members = set(members)
+        return not (self.reach(members, self.consumers) & self.reach(members, self.producers)) - members
+
+
+def _unique(items) -> list:
+    return list(dict.fromkeys(items))
+
+
+def _joinable(a: _Group, b: _Group) -> Rows | None | bool:
+    """The rows of a and b joined, None for two row-less groups of one shape, False when they don't join."""
+    if a.rows is not None and b.rows is not None:
+        return a.rows if a.rows == b.rows else False
+    if a.rows is None and b.rows is None:
+        return None if a.tile and b.tile and _same(a.shape, b.shape) else False
+    rows, other, group = (a.rows, b, a) if a.rows is not None else (b.rows, a, b)
+    if other.tile and _same(other.shape, rows.shape):  # tiles of these rows
+        return rows
+    op = other.singleton  # one op giving a per-row value: lse - picked, a reshape back, a gather
+    if op is None or not rows.per_row(op.shape):
+        return False
+    if op.kind == "ewise":
+        return rows
+    # an injective op reads per-row values, or picks from a tile the group does not compute (its
+    # index need not be the row's own, and a block only holds its own row of what the group computes)
+    inside = set(group.members)
+    if all(rows.per_row(_shape(v)) or (_same(_shape(v), rows.shape) and v not in inside) for v in op.operands):
+        return rows
+    return False
+
+
+def partition(mod: tvm.IRModule, bindings: list) -> list[list]:
+    """The row groups of a block's bindings, each a list of vars in binding order whose last one is
+    the group's only output."""
+    graph = _Graph(bindings)
+    ops = {b.var: _classify(mod, b) for b in bindings}
+    group_of: dict = {}
+    for b in bindings:
+        op = ops[b.var]
+        if op is None:
+            continue
+        mine = _Group([b.var], op.rows, op.shape, op.kind != "injective", op)
+        group_of[b.var] = mine
+        producer_groups = _unique(group_of[p] for p in graph.producers[b.var] if p in group_of)
+        for g in sorted(producer_groups, key=lambda g: g.rows is None):  # groups with rows first
+            if g is mine:
+                continue
+            rows = _joinable(g, mine)
+            if rows is False or not graph.convex(g.members + mine.members):
+                continue
+            g.members = sorted(g.members + mine.members, key=graph.order.get)
+            g.rows, g.tile, g.singleton = rows, g.tile and mine.tile, None
+            for v in mine.members:
+                group_of[v] = g
+            mine = g
+
+    result = []
+    todo = [g.members for g in _unique(group_of.values())]
+    while todo:
+        members = todo.pop(0)
+        outs = _outputs(members, graph)
+        if len(outs) > 1:
+            # Dlight's row rules take one output: split off the first one and what it needs (both
+            # parts stay convex: the first is closed under producers), and try each part on its own
+            first = {outs[0]} | graph.reach([outs[0]], graph.producers)
+            todo += [[v for v in members if v in first], [v for v in members if v not in first]]
+            continue
+        if not outs:
+            continue
+        # only what the output needs (a dead member would be a second output of the kernel)
+        needed = graph.reach(outs, graph.producers) | set(outs)
+        members = [v for v in members if v in needed]
+        if len(members) > 1 and any(ops[v].kind == "reduce" for v in members) and not _fuse_ops_does_it(
+                members, ops):
+            result.append(members)
+    return result
+
+
+def _fuse_ops_does_it(members: list, ops: dict) -> bool:
+    """Whether FuseOps alone makes this group one kernel, so it is left to FuseOps: one reduction that
+    ends it and takes in element-wise producers (sum, max), or one that starts it and takes in
+    element-wise consumers (mean, whose divide makes it OUT_EWISE_FUSABLE)."""
+    reductions = [i for i, v in enumerate(members) if ops[v].kind == "reduce"]
+    if len(reductions) != 1 or any(ops[v].kind == "injective" for v in members):
+        return False
+    (i,) = reductions
+    pattern = ops[members[i]].pattern
+    return (pattern == _COMM_REDUCE and i == len(members) - 1) or (pattern == _OUT_EWISE_FUSABLE and i == 0)
+
+
+def _outputs(members: list, graph: _Graph) -> list:
+    inside = set(members)
+    return [v for v in members
+            if not isinstance(v, relax.DataflowVar) or any(c not in inside for c in graph.consumers[v])]
+
+
+# --------------------------------------------------------------------------------------------------
+# rewriting: one Primitive function per group
+# --------------------------------------------------------------------------------------------------
+
+def _group_function(bindings_of: dict, members: list):
+    """The group as a Relax function and the arguments its call takes."""
+    inside = set(members)
+    params, args, remap, body = [], [], {}, []
+    for v in members:
+        call = bindings_of[v].value
+        for a in call.args[1].fields:
+            if a in inside or any(a.same_as(x) for x in args):
+                continue
+            args.append(a)
+            remap[a] = relax.Var(a.name if isinstance(a, relax.Var) else f"c{len(args)}", a.ty)
+            params.append(remap[a])
+        operands = relax.Tuple([remap[a] for a in call.args[1].fields])
+        new = relax.Call(call.op, [call.args[0], operands, *call.args[2:]], call.attrs, call.ty_args, call.span)
+        remap[v] = (relax.Var if v is members[-1] else relax.DataflowVar)(v.name, v.ty)
+        body.append(relax.VarBinding(remap[v], new))
+    out = remap[members[-1]]
+    func = relax.Function(params, relax.SeqExpr([relax.DataflowBlock(body)], out), out.ty, True)
+    return func.with_attr("Primitive", 1), args
+
+
+class _Rewriter:
+    def __init__(self, mod: tvm.IRModule):
+        self.mod = mod
+        self.builder = relax.BlockBuilder(mod)
+
+    def function(self, func: relax.Function) -> relax.Function:
+        body = self.seq(func.body)
+        if body.same_as(func.body):
+            return func
+        return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
+
+    def seq(self, seq):
+        if not isinstance(seq, relax.SeqExpr):
+            return seq
+        blocks = [self.block(b) for b in seq.blocks]
+        if all(new.same_as(old) for new, old in zip(blocks, seq.blocks)):
+            return seq
+        return relax.SeqExpr(blocks, seq.body, seq.span)
+
+    def block(self, block):
+        bindings = [self.branches(b) for b in block.bindings]
+        groups = partition(self.mod, bindings) if isinstance(block, relax.DataflowBlock) else []
+        if not groups and all(new.same_as(old) for new, old in zip(bindings, block.bindings)):
+            return block
+        bindings_of = {b.var: b for b in bindings}
+        replaced, grouped = {}, set()
+        for members in groups:
+            func, args = _group_function(bindings_of, members)
+            names = [bindings_of[v].value.args[0].name_hint for v in members]
+            gvar = self.builder.add_func(func, PREFIX + "_".join(names))
+            call = relax.Call(gvar, args)
+            out = members[-1]  # every member precedes it, so its place has all the arguments
+            replaced[out] = relax.VarBinding(out, call)
+            grouped.update(members)
+        new = [replaced.get(b.var, b) for b in bindings if b.var in replaced or b.var not in grouped]
+        return type(block)(new, block.span)
+
+    def branches(self, binding):
+        value = binding.value
+        if not isinstance(value, relax.If):
+            return binding
+        true, false = self.seq(value.true_branch), self.seq(value.false_branch)
+        if true.same_as(value.true_branch) and false.same_as(value.false_branch):
+            return binding
+        return relax.VarBinding(binding.var, relax.If(value.cond, true, false, value.span), binding.span)
+
+
+def fuse_rowwise(mod: tvm.IRModule) -> tvm.IRModule:
+    """Group each row-wise computation into one Primitive function (see the module docstring)."""
+    rewriter = _Rewriter(mod)
+    for gvar, func in list(mod.functions_items()):
+        if isinstance(func, relax.Function) and not (func.attrs is not None and "Primitive" in func.attrs):
+            new = rewriter.function(func)
+            if not new.same_as(func):
+                rewriter.builder.update_func(gvar, new)
+    return rewriter.builder.get()
+
+
+FuseRowwise = tvm.transform.module_pass(lambda mod, _ctx: fuse_rowwise(mod), opt_level=0, name="FuseRowwise")
