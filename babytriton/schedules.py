@@ -60,6 +60,8 @@ class Elementwise(GPUScheduleRule):
             return None
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p)), default=4)
         vector = max(self.vector_bytes // widest, 1)
+        if _computes_bools(func):  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
+            vector = min(vector, 4)
         loops = sch.get_loops(info.block_rv)
         if not loops:
             return None  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
@@ -91,6 +93,8 @@ class RowReduction(GPUScheduleRule):
         if len(dom) < 2 or not dom.endswith("R") or dom.count("R") != 1:
             return None
         block = info.block_rv
+        if len(sch.get(block).writes) != 1:  # argmax's (index, value) pairs: Dlight's GeneralReduction
+            return None
         if not _reduces_innermost_axis(sch.get(block)):
             return None
         *spatial, r = sch.get_loops(block)
@@ -114,6 +118,17 @@ class RowReduction(GPUScheduleRule):
             sch.reorder(*rest, lane)
         sch.bind(lane, "threadIdx.x")
         return sch
+
+
+def _computes_bools(func) -> bool:
+    """Whether a kernel computes a bool anywhere (a compare, a NaN test, a select's condition)."""
+    found = []
+
+    def visit(node):
+        if isinstance(node, tvm.ir.PrimExpr) and str(node.ty.dtype) == "bool":
+            found.append(node)
+    tvm.tirx.stmt_functor.post_order_visit(func.body, visit)
+    return bool(found)
 
 
 def _reduces_innermost_axis(block) -> bool:
