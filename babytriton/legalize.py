@@ -10,7 +10,7 @@ torch propagates NaN instead: `maximum`/`clamp`/`relu` of a NaN is NaN, `amax` o
 is NaN, `argmax` is the index of the first NaN, and `NaN != NaN` is True.
 
 Here each of those ops is written out in TIR that says what torch does, on any target:
-- element-wise max(a, b) is `select(a < b or isnan(b), b, a)` (min with `>`): a NaN on either side
+- element-wise max(a, b) is `isnan(b) ? b : a < b ? b : a` (min with `>`): a NaN on either side
   wins, a tie keeps `a` (torch's sign of zero: relu(-0.0) is -0.0). It stays one element-wise
   select, which LLVM vectorises and CUDA computes without a branch;
 - the reductions use the same select as the combiner of a `comm_reducer` whose identity is -inf
@@ -46,12 +46,12 @@ def isnan(x):
 
 def nan_max(a, b):
     """max(a, b) with torch's NaN rule: NaN if either is NaN; a tie keeps a."""
-    return tirx.Select(tirx.Or(a < b, isnan(b)), b, a)
+    return tirx.Select(a < b, b, tirx.Select(b <= a, a, a + b))
 
 
 def nan_min(a, b):
     """min(a, b) with torch's NaN rule: NaN if either is NaN; a tie keeps a."""
-    return tirx.Select(tirx.Or(a > b, isnan(b)), b, a)
+    return tirx.Select(a > b, b, tirx.Select(b >= a, a, a + b))
 
 
 def _arg_combine(better):
@@ -124,10 +124,11 @@ def _broadcast_shape(a, b):
     shapes = [list(t.shape) if isinstance(t, te.Tensor) else [] for t in (a, b)]
     ndim = max(len(s) for s in shapes)
     shapes = [[1] * (ndim - len(s)) + s for s in shapes]
-    out = []
-    for x, y in zip(*shapes):
-        out.append(y if isinstance(x, tirx.IntImm) and x.value == 1 else x)
-    return out
+    return [y if _is_one(x) else x for x, y in zip(*shapes)]
+
+
+def _is_one(size) -> bool:
+    return int(size) == 1 if isinstance(size, (int, tirx.IntImm)) else False
 
 
 def _at(t, index):
@@ -135,7 +136,7 @@ def _at(t, index):
     if not isinstance(t, te.Tensor):
         return t
     offset = len(index) - len(t.shape)
-    return t(*[tirx.const(0, _dtype(i)) if isinstance(n, tirx.IntImm) and n.value == 1 else i
+    return t(*[tirx.const(0, _dtype(i)) if _is_one(n) else i
                for n, i in zip(t.shape, index[offset:])])
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 import tvm
+import tvm_ffi
 from tvm import relax, s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
@@ -125,9 +126,10 @@ def _computes_bools(func) -> bool:
     found = []
 
     def visit(node):
-        if isinstance(node, tvm.ir.PrimExpr) and str(node.ty.dtype) == "bool":
+        ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
+        if isinstance(ty, tvm.ir.PrimType) and str(ty.dtype).startswith("bool"):
             found.append(node)
-    tvm.tirx.stmt_functor.post_order_visit(func.body, visit)
+    tvm_ffi.structural_walk(func.body, visit)
     return bool(found)
 
 
