@@ -10,10 +10,11 @@ torch propagates NaN instead: `maximum`/`clamp`/`relu` of a NaN is NaN, `amax` o
 is NaN, `argmax` is the index of the first NaN, and `NaN != NaN` is True.
 
 Here each of those ops is written out in TIR that says what torch does, on any target:
-- element-wise max(a, b) is `isnan(b) ? b : a < b ? b : a` (min with `>`): a NaN on either side
-  wins, a tie keeps `a` (torch's sign of zero: relu(-0.0) is -0.0). It stays one element-wise
-  select, which LLVM vectorises and CUDA computes without a branch;
-- the reductions use the same select as the combiner of a `comm_reducer` whose identity is -inf
+- element-wise max(a, b) is `a < b ? b : (b <= a ? a : a + b)` (min with `>`/`>=`): ordered compares
+  only, false for NaN on every target, so the last arm is taken exactly when a or b is NaN, and
+  `a + b` is NaN then; a tie keeps `a` (torch's sign of zero: relu(-0.0) is -0.0). No `isnan` call:
+  TVM cannot vectorise one (CUDA would lose its float4 loads), and it folds `not x == x` away;
+- the reductions use the same rule as the combiner of a `comm_reducer` whose identity is -inf
   (+inf for min), and argmax/argmin one that ranks NaN above everything with ties to the first
   index (identity: the largest index, so that every real element beats it). Both combiners are
   registered with TVM's reducer registry, so rfactor and cross-thread (warp-shuffle) reductions,

@@ -275,13 +275,19 @@ def meta_schedule(mod: tvm.IRModule, target: tvm.target.Target, trials: int) -> 
         ms.tune_tasks(
             tasks=contexts, task_weights=weights, work_dir=str(work_dir), database=database,
             # each build is a fresh process importing TVM: on a busy 2-core machine that alone can take 30 s
-            builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S),
+            # each build worker knows babytriton's NaN-propagating reducers (cross-thread reductions look them up)
+            builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S, initializer=_register_reducers),
             max_trials_global=per_task * len(todo), max_trials_per_task=per_task,
             num_trials_per_iter=min(8, per_task), cost_model="xgb",
             measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), progress])
         sys.stderr.write("\n")
     with target, database:
         return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+
+
+def _register_reducers():
+    from . import legalize
+    legalize.reducers()
 
 
 def _progress_bar(names: list[str], per_task: int):
