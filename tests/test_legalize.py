@@ -213,3 +213,30 @@ def test_nan_and_infinities_on_the_gpu(dtype):
             torch.amax(x), torch.argmax(x, -1), torch.argmin(x, 0), x != y)
     for got, expected in zip(f(x, y), want):
         torch.testing.assert_close(got, expected, equal_nan=True, rtol=0, atol=0)
+
+
+@bt.jit
+def several_axes(x: bt.Tensor(("n", 5, 6), "float32")):
+    return (x.max(axis=(0, 2)), x.min(axis=[1, 2], keepdims=True), argmax(x, axis=1),
+            argmin(x, axis=0, keepdims=True))
+
+
+@bt.jit
+def broadcast(a: bt.Tensor((4, 1), "float16"), b: bt.Tensor((1, 6), "float16")):
+    return maximum(a, b), minimum(b, a)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(1, 6), st.lists(st.tuples(st.integers(0, 179), st.sampled_from([NAN, INF, -INF])), max_size=12))
+def test_several_axes_symbolic_sizes_and_broadcasting(n, specials):
+    x = torch.randn(n, 5, 6)
+    for at, value in specials:
+        x.view(-1)[at % x.numel()] = value
+    want = (torch.amax(x, (0, 2)), torch.amin(x, (1, 2), keepdim=True), torch.argmax(x, 1),
+            torch.argmin(x, 0, keepdim=True))
+    for got, expected in zip(several_axes(x), want):
+        torch.testing.assert_close(got, expected, equal_nan=True)
+    a = torch.tensor([[NAN], [1.0], [-INF], [2.0]], dtype=torch.float16)
+    b = torch.tensor([[0.0, NAN, 3.0, -1.0, INF, 2.0]], dtype=torch.float16)
+    for got, expected in zip(broadcast(a, b), (torch.maximum(a, b), torch.minimum(b, a))):
+        torch.testing.assert_close(got, expected, equal_nan=True)
