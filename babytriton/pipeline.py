@@ -14,7 +14,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from . import rowwise, schedules
+from . import legalize, rowwise, schedules
 
 TARGET_ALIASES = {"cpu": "llvm", "llvm": "llvm", "gpu": "cuda", "cuda": "cuda"}
 SCHEDULES = schedules.SCHEDULES
@@ -60,7 +60,8 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
         sequence.append(("MatmulToCuBLAS", tvm.transform.module_pass(
             lambda mod, _ctx: schedules.offload_matmul(mod), opt_level=0, name="MatmulToCuBLAS")))
     return sequence + [
-        ("LegalizeOps", relax.transform.LegalizeOps()),
+        # babytriton's rules first where TVM's lowering loses NaN or infinities (see legalize.py)
+        ("LegalizeOps", relax.transform.LegalizeOps(legalize.legalize_map())),
         ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),
         # one kernel per row-wise computation: FuseOps never puts two reductions in one kernel
         ("FuseRowwise", rowwise.FuseRowwise),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 import tvm
+import tvm_ffi
 from tvm import relax, s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
@@ -61,6 +62,8 @@ class Elementwise(GPUScheduleRule):
             return None
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p)), default=4)
         vector = max(self.vector_bytes // widest, 1)
+        if _computes_bools(func):  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
+            vector = min(vector, 4)
         loops = sch.get_loops(info.block_rv)
         if not loops:
             return None  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
@@ -94,6 +97,8 @@ class RowReduction(GPUScheduleRule):
         if len(dom) < 2 or not dom.endswith("R") or dom.count("R") != 1:
             return None
         block = info.block_rv
+        if len(sch.get(block).writes) != 1:  # argmax's (index, value) pairs: Dlight's GeneralReduction
+            return None
         if not _reduces_innermost_axis(sch.get(block)):
             return None
         *spatial, r = sch.get_loops(block)
@@ -154,6 +159,18 @@ def _uses(expr, var) -> bool:
 
 def _is_int(expr, value: int) -> bool:
     return isinstance(expr, tirx.IntImm) and int(expr) == value
+
+
+def _computes_bools(func) -> bool:
+    """Whether a kernel computes a bool anywhere (a compare, a NaN test, a select's condition)."""
+    found = []
+
+    def visit(node):
+        ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
+        if isinstance(ty, tvm.ir.PrimType) and str(ty.dtype).startswith("bool"):
+            found.append(node)
+    tvm_ffi.structural_walk(func.body, visit)
+    return bool(found)
 
 
 def _reduces_innermost_axis(block) -> bool:
@@ -329,13 +346,19 @@ def meta_schedule(mod: tvm.IRModule, target: tvm.target.Target, trials: int) -> 
         ms.tune_tasks(
             tasks=contexts, task_weights=weights, work_dir=str(work_dir), database=database,
             # each build is a fresh process importing TVM: on a busy 2-core machine that alone can take 30 s
-            builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S),
+            # each build worker knows babytriton's NaN-propagating reducers (cross-thread reductions look them up)
+            builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S, initializer=_register_reducers),
             max_trials_global=per_task * len(todo), max_trials_per_task=per_task,
             num_trials_per_iter=min(8, per_task), cost_model="xgb",
             measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), progress])
         sys.stderr.write("\n")
     with target, database:
         return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+
+
+def _register_reducers():
+    from . import legalize
+    legalize.reducers()
 
 
 def _progress_bar(names: list[str], per_task: int):

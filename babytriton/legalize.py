@@ -1,0 +1,274 @@
+"""NaN and ±inf as torch has them: babytriton's own legalization of the Relax ops whose TVM lowering
+drops a NaN or mistakes an infinity.
+
+TVM legalizes `maximum`, `minimum`, `clip` (so `relu6`), `relu`, `max`/`min` and `argmax`/`argmin` to
+TIR `max`/`min`, which the LLVM code generator emits as `a > b ? a : b` (max(NaN, 0) is 0, max(0, NaN)
+is NaN) and CUDA as `fmaxf` (which ignores a NaN); its reductions start from the lowest *finite* value
+(the max of a row of -inf is -3.4e38) and its argmax from index -1 (a row of -inf gives -1). The LLVM
+code generator also compiles float `!=` as an *ordered* compare, so `x != x` is False for NaN.
+torch propagates NaN instead: `maximum`/`clamp`/`relu` of a NaN is NaN, `amax` of a row holding one
+is NaN, `argmax` is the index of the first NaN, and `NaN != NaN` is True.
+
+Here each of those ops is written out in TIR that says what torch does, on any target:
+- element-wise max(a, b) is `a < b ? b : (b <= a ? a : a + b)` (min with `>`/`>=`): ordered compares
+  only, false for NaN on every target, so the last arm is taken exactly when a or b is NaN, and
+  `a + b` is NaN then; a tie keeps `a` (torch's sign of zero: relu(-0.0) is -0.0). No `isnan` call:
+  TVM cannot vectorise one (CUDA would lose its float4 loads), and it folds `not x == x` away;
+- the reductions use the same rule as the combiner of a `comm_reducer` whose identity is -inf
+  (+inf for min), and argmax/argmin one that ranks NaN above everything with ties to the first
+  index (identity: the largest index, so that every real element beats it). Both combiners are
+  registered with TVM's reducer registry, so rfactor and cross-thread (warp-shuffle) reductions,
+  hence Dlight's GPU rules and ours, schedule them like the built-in max;
+- float `!=` is `a != b or isnan(a) or isnan(b)`, which the ordered compare cannot get wrong.
+Integer and bool operands keep TVM's own lowering (no NaN there).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import tvm
+import tvm_ffi
+from tvm import te, tirx
+from tvm.relax.transform.legalize_ops.common import _try_convert_to_scalar_const
+
+INF = float("inf")
+
+
+def _is_float(dtype) -> bool:
+    return str(dtype).startswith(("float", "bfloat"))
+
+
+# -- scalar rules: one TIR expression each, shared by the element-wise ops and the reducers --------
+def isnan(x):
+    """tirx.isnan, which TVM refuses on bfloat16: that tests the exact float32 value instead."""
+    return tirx.isnan(tirx.Cast("float32", x) if _dtype(x) == "bfloat16" else x)
+
+
+def nan_max(a, b):
+    """max(a, b) with torch's NaN rule: NaN if either is NaN; a tie keeps a."""
+    return tirx.Select(a < b, b, tirx.Select(b <= a, a, a + b))
+
+
+def nan_min(a, b):
+    """min(a, b) with torch's NaN rule: NaN if either is NaN; a tie keeps a."""
+    return tirx.Select(a > b, b, tirx.Select(b >= a, a, a + b))
+
+
+def _arg_combine(better):
+    """The (index, value) combiner of argmax (`better` is `>`) or argmin (`<`): a NaN beats any
+    number, then the better value, and among equals (NaNs too) the smaller index."""
+    def combine(x, y):
+        (xi, xv), (yi, yv) = x, y
+        x_nan, y_nan = isnan(xv), isnan(yv)
+        first = xi < yi
+        x_wins = tirx.Select(x_nan, tirx.Or(tirx.Not(y_nan), first),
+                             tirx.And(tirx.Not(y_nan), tirx.Or(better(xv, yv), tirx.And(xv == yv, first))))
+        return [tirx.Select(x_wins, xi, yi), tirx.Select(x_wins, xv, yv)]
+    return combine
+
+
+_ARG_COMBINE = {"argmax": _arg_combine(lambda a, b: a > b), "argmin": _arg_combine(lambda a, b: a < b)}
+_IDENTITY = {"max": -INF, "min": INF, "argmax": -INF, "argmin": INF}
+
+
+def _dtype(expr) -> str:
+    return str(expr.ty.dtype)
+
+
+def _last_index(dtype: str):
+    return tirx.const((1 << (tvm.DataType(dtype).bits - 1)) - 1, dtype)
+
+
+# -- the reducers, registered with TVM so that its schedules recognise them ----------------------
+@functools.cache
+def reducers() -> dict:
+    """name -> te.comm_reducer; the first call registers their patterns with TVM's registry."""
+    registry = tvm.get_global_func("s_tir.schedule.RegisterReducer")
+
+    def register(n_buffers, combiner, identity):
+        # TVM keeps these in a C++ static that outlives the interpreter: one extra reference each
+        # means they are never freed (freeing them after Python has shut down aborts the process)
+        functions = [tvm_ffi.convert(combiner), tvm_ffi.convert(identity)]
+        for function in functions:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(function))
+        registry(n_buffers, *functions)
+    found = {}
+    for name, rule in (("max", nan_max), ("min", nan_min)):
+        identity = _IDENTITY[name]
+        found[name] = te.comm_reducer(rule, lambda dtype, v=identity: tirx.const(v, dtype), name=f"nan_{name}")
+        register(1, lambda x, y, rule=rule: [rule(x[0], y[0])],
+                 lambda values, v=identity: [tirx.const(v, _dtype(values[0])) if _is_float(_dtype(values[0]))
+                                             else values[0]])
+    for name, combine in _ARG_COMBINE.items():
+        identity = _IDENTITY[name]
+        found[name] = te.comm_reducer(
+            combine, lambda index_dtype, value_dtype, v=identity: [_last_index(index_dtype),
+                                                                    tirx.const(v, value_dtype)],
+            name=f"nan_{name}")
+
+        def identity_getter(values, v=identity):
+            index, value = values
+            if not (_dtype(index).startswith("int") and _is_float(_dtype(value))):
+                return list(values)  # not ours: the combiner will not match either
+            return [_last_index(_dtype(index)), tirx.const(v, _dtype(value))]
+        register(2, lambda x, y, combine=combine: combine(x, y), identity_getter)
+    return found
+
+
+# -- the legalizations ---------------------------------------------------------------------------
+def _elementwise(rule, a, b):
+    return te.compute(_broadcast_shape(a, b), lambda *i: rule(_at(a, i), _at(b, i)), name="T_" + rule.__name__)
+
+
+def _broadcast_shape(a, b):
+    shapes = [list(t.shape) if isinstance(t, te.Tensor) else [] for t in (a, b)]
+    ndim = max(len(s) for s in shapes)
+    shapes = [[1] * (ndim - len(s)) + s for s in shapes]
+    return [y if _is_one(x) else x for x, y in zip(*shapes)]
+
+
+def _is_one(size) -> bool:
+    return int(size) == 1 if isinstance(size, (int, tirx.IntImm)) else False
+
+
+def _at(t, index):
+    """The element of `t` (a tensor broadcast to the output, or a scalar) at the output's `index`."""
+    if not isinstance(t, te.Tensor):
+        return t
+    offset = len(index) - len(t.shape)
+    return t(*[tirx.const(0, _dtype(i)) if _is_one(n) else i
+               for n, i in zip(t.shape, index[offset:])])
+
+
+def _binary(rule, topi_fn):
+    def legalize(bb, call):
+        if not _is_float(call.ty.dtype):
+            return None
+        a, b = call.args
+        b = _try_convert_to_scalar_const(b)
+        return bb.call_te(lambda x, y: _elementwise(rule, x, y), a, b, primfunc_name_hint=topi_fn)
+    return legalize
+
+
+def _relu(bb, call):
+    if not _is_float(call.ty.dtype):
+        return None
+    return bb.call_te(lambda x: te.compute(x.shape, lambda *i: nan_max(x(*i), tirx.const(0, x.dtype)),
+                                           name="T_relu"), call.args[0], primfunc_name_hint="relu")
+
+
+def _clip(bb, call):
+    if not _is_float(call.ty.dtype):
+        return None
+
+    def clip(x, lo, hi):
+        lo, hi = (tirx.Cast(x.dtype, v) if _dtype(v) != x.dtype else v for v in (lo, hi))
+        return te.compute(x.shape, lambda *i: nan_min(nan_max(x(*i), lo), hi), name="T_clip")
+    return bb.call_te(clip, call.args[0], call.args[1], call.args[2], primfunc_name_hint="clip")
+
+
+def _not_equal(bb, call):
+    a, b = call.args
+    if not _is_float(a.ty.dtype):
+        return None
+
+    def rule(x, y):
+        return tirx.Or(tirx.Or(x != y, isnan(x)), isnan(y))
+    rule.__name__ = "not_equal"
+    return bb.call_te(lambda x, y: _elementwise(rule, x, y), a, _try_convert_to_scalar_const(b),
+                      primfunc_name_hint="not_equal")
+
+
+def _axes(axis, ndim: int) -> list[int]:
+    if axis is None:
+        return list(range(ndim))
+    axes = [int(a) for a in axis] if isinstance(axis, (list, tuple, tvm.ir.Array)) else [int(axis)]
+    return sorted({a % ndim for a in axes})
+
+
+def _reduce_compute(x, axes, keepdims, body, name):
+    """te.compute of a reduction of `x` over `axes`; `body(index_of_x, reduce_axes)` is the Reduce."""
+    ndim = len(x.shape)
+    raxes = [te.reduce_axis((0, x.shape[a]), name=f"k{a}") for a in axes]
+    shape = [1 if i in axes else n for i, n in enumerate(x.shape) if keepdims or i not in axes]
+
+    def compute(*index):
+        out, red = iter(index), iter(raxes)
+        full = []
+        for i in range(ndim):
+            if i in axes:
+                full.append(next(red))
+                if keepdims:
+                    next(out)
+            else:
+                full.append(next(out))
+        return body(full, raxes)
+    return te.compute(shape, compute, name=name)
+
+
+def _statistical(name):
+    def legalize(bb, call):
+        x = call.args[0]
+        if not _is_float(x.ty.dtype) or x.ty.ndim == 0:
+            return None
+        axes = _axes(call.attrs.axis, x.ty.ndim)
+        reducer = reducers()[name]
+
+        def te_fn(data):
+            return _reduce_compute(data, axes, call.attrs.keepdims,
+                                   lambda full, raxes: reducer(data[tuple(full)], axis=raxes), f"T_{name}")
+        return bb.call_te(te_fn, x, primfunc_name_hint=name)
+    return legalize
+
+
+def _arg(name):
+    def legalize(bb, call):
+        x = call.args[0]
+        if not _is_float(x.ty.dtype) or x.ty.ndim == 0:
+            return None
+        axes = _axes(call.attrs.axis, x.ty.ndim)
+        reducer = reducers()[name]
+        index_dtype = call.ty.dtype
+
+        def te_fn(data):
+            def body(full, raxes):
+                index = tirx.const(0, index_dtype)
+                for r in raxes:  # the row-major position within the reduced axes
+                    index = index * tirx.Cast(index_dtype, r.dom.extent) + tirx.Cast(index_dtype, r.var)
+                return reducer((index, data[tuple(full)]), axis=raxes)
+            index, _ = _reduce_compute(data, axes, call.attrs.keepdims, body, f"T_{name}_temp")
+            # both halves of the pair stay temporaries, copied out by a block of their own (as
+            # TVM's argmax is): Dlight's GeneralReduction keeps them in registers then
+            return te.compute(index.shape, lambda *i: index(*i), name=f"T_{name}")
+        return bb.call_te(te_fn, x, primfunc_name_hint=name)
+    return legalize
+
+
+_RULES = {
+    "relax.maximum": _binary(nan_max, "maximum"),
+    "relax.minimum": _binary(nan_min, "minimum"),
+    "relax.nn.relu": _relu,
+    "relax.clip": _clip,
+    "relax.not_equal": _not_equal,
+    "relax.max": _statistical("max"),
+    "relax.min": _statistical("min"),
+    "relax.argmax": _arg("argmax"),
+    "relax.argmin": _arg("argmin"),
+}
+
+
+def _with_default(op_name, rule):
+    """`rule`, falling back to TVM's own legalization where it returns None (integer operands)."""
+    default = tvm.ir.Op.get(op_name).get_attr("FLegalize")
+
+    def legalize(bb, call):
+        result = rule(bb, call)
+        return default(bb, call) if result is None else result
+    return legalize
+
+
+@functools.cache
+def legalize_map() -> dict:
+    """Op name -> legalization, for `relax.transform.LegalizeOps(customize_legalize_map=...)`."""
+    return {name: _with_default(name, rule) for name, rule in _RULES.items()}

@@ -1,0 +1,242 @@
+"""NaN, ±inf and -0.0 through the ops whose TVM lowering drops or mistakes them (babytriton/legalize.py):
+compiled (CPU), eager and torch agree on every float dtype; the CUDA code keeps the NaN tests and
+is scheduled as before."""
+import re
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+import tvm
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import babytriton as bt
+from babytriton import legalize
+
+NAN, INF = float("nan"), float("inf")
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+SM90 = {"kind": "cuda", "arch": "sm_90"}
+
+# rows that catch each rule: NaN among numbers, NaN first, all -inf, all +inf, all NaN, ties and -0.0
+EDGES = torch.tensor([
+    [1.0, NAN, -2.0, INF, -INF, -0.0, 0.5, 7.0],
+    [NAN, 3.0, -1.0, 2.0, 0.0, 9.0, -INF, NAN],
+    [-INF, -INF, -INF, -INF, -INF, -INF, -INF, -INF],
+    [INF, INF, INF, INF, INF, INF, INF, INF],
+    [NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN],
+    [2.0, 7.0, 7.0, -0.0, 0.0, 7.0, -3.0, 2.0],
+    [1.0, 2.0, 3.0, INF, INF, -5.0, 6.0, -INF],
+    [-0.0, 0.0, -0.0, 0.0, -1.0, 1.0, -INF, INF],
+])
+
+
+def values(dtype):
+    """(8, 8) tensors: finite values with NaN, ±inf and ±0.0 mixed in anywhere."""
+    special = st.sampled_from([NAN, INF, -INF, -0.0, 0.0])
+    finite = st.floats(-8, 8, width=16)
+    return st.lists(st.one_of(special, finite, finite), min_size=64, max_size=64).map(
+        lambda v: torch.tensor(v).reshape(8, 8).to(dtype))
+
+
+def k_relu(x, y): return relu(x)
+def k_relu6(x, y): return relu6(x)
+def k_clip(x, y): return clip(x, -1.0, 1.0)
+def k_clip_inf(x, y): return clip(x, -INF, 2.0)
+def k_maximum(x, y): return maximum(x, y)
+def k_minimum(x, y): return minimum(x, y)
+def k_maximum_number(x, y): return maximum(x, 0.0)
+def k_minimum_number(x, y): return minimum(2.0, x)
+def k_max(x, y): return max(x)
+def k_min(x, y): return min(x)
+def k_max_rows(x, y): return x.max(axis=1)
+def k_min_columns(x, y): return x.min(axis=0)
+def k_max_keepdims(x, y): return x.max(axis=-1, keepdims=True)
+def k_argmax_rows(x, y): return argmax(x, axis=1)
+def k_argmin_columns(x, y): return argmin(x, axis=0)
+def k_argmax(x, y): return argmax(x)
+def k_argmin_keepdims(x, y): return argmin(x, axis=-1, keepdims=True)
+def k_where(x, y): return where(x > 0, x, 0.0)
+def k_ifexp(x, y): return x if x >= y else y
+def k_compare(x, y): return x != y, x != x, x == y, x < y, x <= y, x > y, x >= y, isnan(x)
+def k_leaky_relu(x, y): return leakyrelu(x, 0.1)
+def k_silu(x, y): return silu(x)
+def k_softplus(x, y): return softplus(x)
+def k_softmax(x, y): return softmax(x, axis=-1), log_softmax(x, axis=-1)
+def k_gelu(x, y): return gelu(x)
+
+
+# each kernel's torch meaning; `exact`: a select or compare, bit for bit (NaN for NaN)
+CASES = {
+    k_relu: (lambda x, y: torch.relu(x), True),
+    k_relu6: (lambda x, y: F.relu6(x), True),
+    k_clip: (lambda x, y: torch.clamp(x, -1.0, 1.0), True),
+    k_clip_inf: (lambda x, y: torch.clamp(x, -INF, 2.0), True),
+    k_maximum: (lambda x, y: torch.maximum(x, y), True),
+    k_minimum: (lambda x, y: torch.minimum(x, y), True),
+    k_maximum_number: (lambda x, y: torch.clamp_min(x, 0.0), True),
+    k_minimum_number: (lambda x, y: torch.clamp_max(x, 2.0), True),
+    k_max: (lambda x, y: torch.amax(x), True),
+    k_min: (lambda x, y: torch.amin(x), True),
+    k_max_rows: (lambda x, y: torch.amax(x, 1), True),
+    k_min_columns: (lambda x, y: torch.amin(x, 0), True),
+    k_max_keepdims: (lambda x, y: torch.amax(x, -1, keepdim=True), True),
+    k_argmax_rows: (lambda x, y: torch.argmax(x, 1), True),
+    k_argmin_columns: (lambda x, y: torch.argmin(x, 0), True),
+    k_argmax: (lambda x, y: torch.argmax(x), True),
+    k_argmin_keepdims: (lambda x, y: torch.argmin(x, -1, keepdim=True), True),
+    k_where: (lambda x, y: torch.where(x > 0, x, 0.0), True),
+    k_ifexp: (lambda x, y: torch.where(x >= y, x, y), True),
+    k_compare: (lambda x, y: (x != y, x != x, x == y, x < y, x <= y, x > y, x >= y, torch.isnan(x)), True),
+    k_leaky_relu: (lambda x, y: F.leaky_relu(x, 0.1), False),  # x * 0.1 rounds alpha in half dtypes
+    k_silu: (lambda x, y: F.silu(x), False),
+    k_softplus: (lambda x, y: F.softplus(x), False),
+    k_softmax: (lambda x, y: (torch.softmax(x, -1), torch.log_softmax(x, -1)), False),
+}
+
+
+def check(f, x, y, reference, exact):
+    want = reference(x, y)
+    for got in (f(x, y), f.eager(x, y)):
+        tol = {"rtol": 0, "atol": 0} if exact else {"rtol": 2e-2, "atol": 2e-2} if x.element_size() == 2 else {}
+        torch.testing.assert_close(got, want, equal_nan=True, **tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kernel", list(CASES), ids=lambda k: k.__name__[2:])
+def test_nan_and_infinities_as_in_torch(kernel, dtype):
+    f = bt.jit(kernel)
+    reference, exact = CASES[kernel]
+    x = EDGES.to(dtype)
+    check(f, x, x.flip(1), reference, exact)
+    check(f, x.T.contiguous(), x, reference, exact)
+
+    @settings(max_examples=8, deadline=None)
+    @given(values(dtype), values(dtype))
+    def anywhere(a, b):
+        check(f, a, b, reference, exact)
+    anywhere()
+
+
+def k_zeros(x):
+    return relu(x), clip(x, 0.0, 1.0), maximum(x, -x), minimum(-x, x)
+
+
+def test_signed_zeros_as_in_torch():
+    """relu and clip keep -0.0 (torch returns the operand itself); a tie keeps the first operand."""
+    x = torch.tensor([-0.0, 0.0, -0.0, 1.0, -1.0])
+    want = (torch.relu(x), torch.clamp(x, 0.0, 1.0), torch.maximum(x, -x), torch.minimum(-x, x))
+    for got in (bt.jit(k_zeros)(x), bt.jit(k_zeros).eager(x)):
+        for g, w in zip(got, want):
+            assert torch.equal(g, w) and torch.equal(torch.signbit(g), torch.signbit(w)), (g, w)
+
+
+def test_gelu_of_nan_is_nan():
+    """gelu keeps TVM's erf form; torch's own gelu(±inf) differs between its scalar and vector paths
+    (inf or NaN), so only NaN among finite values is compared."""
+    f = bt.jit(k_gelu)
+    x = torch.tensor([[1.0, NAN, -2.0, 0.5, -0.0, 3.0, NAN, 7.0]])
+    torch.testing.assert_close(f(x, x), F.gelu(x), equal_nan=True)
+
+
+def test_integers_keep_tvms_lowering():
+    @bt.jit
+    def f(a, b):
+        return maximum(a, b), minimum(a, 3), relu(a), clip(a, -2, 2), a.max(axis=1), argmax(a, axis=1), a != b
+
+    a = torch.randint(-5, 5, (4, 6), dtype=torch.int32)
+    b = torch.randint(-5, 5, (4, 6), dtype=torch.int32)
+    for got, want in zip(f(a, b), (torch.maximum(a, b), torch.clamp_max(a, 3), torch.relu(a), torch.clamp(a, -2, 2),
+                                   torch.amax(a, 1), torch.argmax(a, 1), a != b)):
+        torch.testing.assert_close(got, want)
+
+
+def test_reducers_are_registered_with_tvm():
+    """rfactor (hence Dlight's cross-thread reductions) recognises the NaN-propagating combiners."""
+    from tvm import relax, s_tir
+    x = relax.Var("x", relax.TensorType((64, 1024), "float32"))
+    for op in (relax.op.max, relax.op.argmin):
+        bb = relax.BlockBuilder()
+        with bb.function("main", [x]):
+            bb.emit_func_output(bb.emit(op(x, axis=-1)))
+        mod = relax.transform.LegalizeOps(legalize.legalize_map())(bb.get())
+        func = next(f for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
+        legalize.reducers()
+        sch = s_tir.Schedule(func)
+        block = sch.get_sblock(f"T_{op.__name__}" + ("_temp" if op is relax.op.argmin else ""))
+        _, k = sch.get_loops(block)
+        _, lanes = sch.split(k, [None, 128])
+        sch.rfactor(lanes, 0)
+
+
+# -- CUDA ----------------------------------------------------------------------------------------
+def gpu_ops(x, y):
+    return (relu(x), maximum(x, y), clip(x, 0.0, 6.0), x.max(axis=-1), x.min(axis=0), max(x),
+            argmax(x, axis=-1), argmin(x, axis=0), x != y)
+
+
+def self_compares(source: str) -> int:
+    """How many `e != e` (CUDA's NaN test, `isnan` lowered) the source holds."""
+    found = 0
+    for at in [m.start() for m in re.finditer(" != ", source)]:
+        found += any(source[at - n:at] == source[at + 4:at + 4 + n] and source[at - n - 1] in "(! "
+                     and source[at + 4 + n] in ")" for n in range(1, min(at, 300)))
+    return found
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_cuda_keeps_the_nan_tests(dtype):
+    t = getattr(torch, dtype)
+    k = bt.jit(target=SM90)(gpu_ops).compile(torch.empty(256, 4096, dtype=t), torch.empty(256, 4096, dtype=t))
+    kernels = set(re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)", k.source))
+    assert k.stages["schedule"].count('"tirx.is_scheduled": True') == len(kernels)
+    # CUDA's max()/fmaxf would drop a NaN: the kernels compare and select instead, and test for NaN
+    # where they need to (argmax's `v != v`, `!=`'s)
+    bodies = re.findall(r"__global__ void [^;{]*\{.*?\n}\n", k.source, re.S)
+    assert len(bodies) == len(kernels) and not any(re.search(r"\b(f?max|f?min)f?\(", b) for b in bodies)
+    assert self_compares(k.source) >= 4
+    assert "__shfl_down_sync" in k.source  # the row reductions still reduce across threads
+    if shutil.which("nvcc"):
+        from tvm.support import nvcc
+        with tvm.target.Target(SM90):
+            nvcc.compile_cuda(k.source, target_format="ptx", compiler="nvcc")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_nan_and_infinities_on_the_gpu(dtype):
+    f = bt.jit(target="gpu")(gpu_ops)
+    x = EDGES.repeat(32, 512).to(dtype).cuda()
+    x[5:, 100:200] = torch.randn(251, 100, dtype=dtype)
+    y = x.flip(1)
+    want = (torch.relu(x), torch.maximum(x, y), torch.clamp(x, 0, 6), torch.amax(x, -1), torch.amin(x, 0),
+            torch.amax(x), torch.argmax(x, -1), torch.argmin(x, 0), x != y)
+    for got, expected in zip(f(x, y), want):
+        torch.testing.assert_close(got, expected, equal_nan=True, rtol=0, atol=0)
+
+
+@bt.jit
+def several_axes(x: bt.Tensor(("n", 5, 6), "float32")):
+    return (x.max(axis=(0, 2)), x.min(axis=[1, 2], keepdims=True), argmax(x, axis=1),
+            argmin(x, axis=0, keepdims=True))
+
+
+@bt.jit
+def broadcast(a: bt.Tensor((4, 1), "float16"), b: bt.Tensor((1, 6), "float16")):
+    return maximum(a, b), minimum(b, a)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(1, 6), st.lists(st.tuples(st.integers(0, 179), st.sampled_from([NAN, INF, -INF])), max_size=12))
+def test_several_axes_symbolic_sizes_and_broadcasting(n, specials):
+    x = torch.randn(n, 5, 6)
+    for at, value in specials:
+        x.view(-1)[at % x.numel()] = value
+    want = (torch.amax(x, (0, 2)), torch.amin(x, (1, 2), keepdim=True), torch.argmax(x, 1),
+            torch.argmin(x, 0, keepdim=True))
+    for got, expected in zip(several_axes(x), want):
+        torch.testing.assert_close(got, expected, equal_nan=True)
+    a = torch.tensor([[NAN], [1.0], [-INF], [2.0]], dtype=torch.float16)
+    b = torch.tensor([[0.0, NAN, 3.0, -1.0, INF, 2.0]], dtype=torch.float16)
+    for got, expected in zip(broadcast(a, b), (torch.maximum(a, b), torch.minimum(b, a))):
+        torch.testing.assert_close(got, expected, equal_nan=True)
