@@ -167,7 +167,8 @@ def _computes_bools(func) -> bool:
 
     def visit(node):
         ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
-        if isinstance(ty, tvm.ir.PrimType) and str(ty.dtype).startswith("bool"):
+        # a constant (a block's `T.bool(True)` predicate) is never a vector of bools
+        if isinstance(ty, tvm.ir.PrimType) and str(ty.dtype).startswith("bool") and not isinstance(node, tirx.IntImm):
             found.append(node)
     tvm_ffi.structural_walk(func.body, visit)
     return bool(found)
