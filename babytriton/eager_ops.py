@@ -20,6 +20,7 @@ import tvm
 
 from . import pipeline, schedules
 from .codegen import kernels, library
+from .codegen.ops import weak_dtype
 from .errors import Diagnostic
 from .types import DTYPES, TORCH_TO_NAME, Tensor, dtype_name, format_shape, torch_to_vm
 
@@ -42,6 +43,70 @@ def _describe(value) -> str:
         dtype = TORCH_TO_NAME.get(value.dtype, str(value.dtype))
         return f"{'an' if dtype.startswith('int') else 'a'} {dtype} tensor of shape {format_shape(tuple(value.shape))}"
     return f"{type(value).__name__} {value!r}"
+
+
+# Operators whose weak-only form computes as Python does (codegen.ops.weak_dtype), by the names
+# torch hands __torch_function__ (methods, dunders and their reflected forms).
+_WEAK_SYMBOLS = {}
+for _symbol, _names in {"+": "add", "-": "sub subtract", "*": "mul multiply", "/": "div truediv true_divide",
+                        "//": "floordiv floor_divide", "%": "mod remainder", "**": "pow",
+                        "&": "and bitwise_and", "|": "or bitwise_or", "^": "xor bitwise_xor",
+                        "<": "lt less", "<=": "le less_equal", ">": "gt greater", ">=": "ge greater_equal",
+                        "==": "eq equal", "!=": "ne not_equal"}.items():
+    for _name in _names.split():
+        _WEAK_SYMBOLS.update({_name: _symbol, f"__{_name}__": _symbol, f"__r{_name}__": _symbol})
+_WEAK_UNARY = {"neg", "negative", "__neg__", "positive", "__pos__"}
+
+
+class WeakScalar(torch.Tensor):
+    """A run-time scalar parameter in eager mode: the 0-d int64/float64/bool tensor the compiled
+    function sees, promoting as the Python number it was passed as (torch's "wrapped number", which
+    Python cannot make): meeting other tensors it takes their dtype unless its kind is higher;
+    with numbers and other weak scalars it computes as Python does, and stays weak."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        leaves = [*args, *kwargs.values()]
+        weak = [v for v in leaves if isinstance(v, WeakScalar)]
+        plain = [v for v in leaves if isinstance(v, torch.Tensor) and not isinstance(v, WeakScalar)]
+        symbol = _WEAK_SYMBOLS.get(getattr(func, "__name__", ""))
+        with torch._C.DisableTorchFunctionSubclass():
+            if plain:
+                dtype = DTYPES[library.common_dtype([*plain, *(_number(w) for w in weak)])]
+                cast = {id(w): w.as_subclass(torch.Tensor).to(dtype) for w in weak}
+            elif symbol is not None:
+                numbers = [v for v in leaves if isinstance(v, PY_SCALARS)]
+                dtype = DTYPES[weak_dtype(symbol, [TORCH_TO_NAME[w.dtype] for w in weak] +
+                                                      [_number_kind(v) for v in numbers])]
+                cast = {id(w): w.as_subclass(torch.Tensor).to(dtype) for w in weak}
+            else:
+                cast = {id(w): w.as_subclass(torch.Tensor) for w in weak}
+            args = [cast.get(id(v), v) for v in args]
+            kwargs = {k: cast.get(id(v), v) for k, v in kwargs.items()}
+            result = func(*args, **kwargs)
+        stays_weak = symbol is not None or getattr(func, "__name__", "") in _WEAK_UNARY
+        if not plain and stays_weak and isinstance(result, torch.Tensor) and result.dim() == 0:
+            return result.as_subclass(WeakScalar)
+        return result
+
+
+def weak(value) -> "WeakScalar":
+    """A run-time scalar as eager code sees it: a weak 0-d tensor."""
+    return value.as_subclass(WeakScalar)
+
+
+def _number(w: torch.Tensor):
+    return False if w.dtype == torch.bool else 0.0 if w.dtype.is_floating_point else 0
+
+
+def _number_kind(v) -> str:
+    return "bool" if isinstance(v, bool) else "int64" if isinstance(v, int) else "float64"
+
+
+def promotion_operand(value):
+    """What `value` is to torch's promotion: a weak scalar counts as a Python number of its kind."""
+    return _number(value) if isinstance(value, WeakScalar) else value
 
 
 def _is_size(value) -> bool:
@@ -71,11 +136,12 @@ def call_op(op: library.Op, args: list, kwargs: dict):
     values = {name: _convert(op, name, value, arguments) for name, value in arguments.items()}
     promoted = [n for n in op.promoted if n in values]
     if promoted:
-        dtype = DTYPES[library.common_dtype([values[n] for n in promoted])]
+        dtype = DTYPES[library.common_dtype([promotion_operand(values[n]) for n in promoted])]
         for n in promoted:
             values[n] = _as_tensor(values[n], dtype)
     else:
-        dtype = DTYPES[library.common_dtype([v for n, v in values.items() if op.kinds[n] in library.TENSOR_KINDS])]
+        dtype = DTYPES[library.common_dtype([promotion_operand(v) for n, v in values.items()
+                                             if op.kinds[n] in library.TENSOR_KINDS])]
         for name, value in values.items():
             if op.kinds[name] in library.TENSOR_KINDS and _is_scalar(value):
                 values[name] = torch.tensor(value, dtype=dtype, device=_DEVICE.get())

@@ -272,11 +272,11 @@ def call(cg, op: Op, args: list, kwargs: dict):
     values = {name: _convert(cg, op, name, value, arguments) for name, value in arguments.items()}
     promoted = [n for n in op.promoted if n in values]
     if promoted:
-        dtype = common_dtype([values[n] for n in promoted])
+        dtype = common_dtype([cg.promotion_operand(values[n]) for n in promoted])
         for n in promoted:
             values[n] = cg.as_tensor(values[n], dtype)
     else:
-        dtype = common_dtype([v for n, v in values.items() if op.kinds[n] in TENSOR_KINDS])
+        dtype = common_dtype([cg.promotion_operand(v) for n, v in values.items() if op.kinds[n] in TENSOR_KINDS])
         for name, value in values.items():
             if op.kinds[name] in TENSOR_KINDS and core.is_python_scalar(value):
                 values[name] = cg.const(value, dtype)
@@ -527,7 +527,8 @@ def _to_lists(value):
 def common_dtype(values: list) -> str:
     """The dtype that numbers and tensors combine to, by torch's promotion: dimensioned tensors
     outrank 0-d tensors, which outrank Python numbers. Bool tensors (conditions) count only when
-    nothing else is there. Tensors are Relax tensors, or torch tensors (the eager reference)."""
+    nothing else is there. Tensors are Relax tensors, or torch tensors (the eager reference); weak
+    0-d tensors (run-time scalars) come as the numbers they stand for (`promotion_operand`)."""
     tensors = [torch.empty((1,) if v.ty.ndim else (), dtype=DTYPES[core.dtype_of(v)]) if core.is_tensor(v)
                else torch.empty((1,) if v.dim() else (), dtype=v.dtype)
                for v in values if core.is_tensor(v) or isinstance(v, torch.Tensor)]
