@@ -21,6 +21,7 @@ import tvm
 from . import pipeline, schedules
 from .codegen import kernels, library
 from .codegen.ops import weak_dtype
+from .codegen.relax import wrap_int
 from .errors import Diagnostic
 from .types import DTYPES, TORCH_TO_NAME, Tensor, dtype_name, format_shape, torch_to_vm
 
@@ -116,6 +117,8 @@ def _is_size(value) -> bool:
 def _as_tensor(value, dtype: torch.dtype) -> torch.Tensor:
     if _is_tensor(value):
         return value.to(dtype)
+    if isinstance(value, int) and not isinstance(value, bool) and not dtype.is_floating_point and dtype != torch.bool:
+        value = wrap_int(value, TORCH_TO_NAME[dtype])  # as the compiler's constants (relax.wrap_int)
     return torch.tensor(value, dtype=dtype, device=_DEVICE.get())
 
 

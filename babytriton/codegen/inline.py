@@ -47,6 +47,7 @@ def call(cg, callee, args: list, kwargs: dict, call_line: int | None):
     # the fusion map relates kernels to the caller's lines: the callee's bindings are this call's
     for var in child.binding_lines:
         cg.binding_lines[var] = cg.lineno
+        cg.binding_nodes[var] = cg.node
     return result
 
 

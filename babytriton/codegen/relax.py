@@ -12,6 +12,7 @@ import contextlib
 import functools
 import gc
 import inspect
+import math
 import os
 import sys
 import threading
@@ -145,6 +146,16 @@ def promote(lhs, rhs) -> str:
     return TORCH_TO_NAME[torch.result_type(_torch_operand(lhs), _torch_operand(rhs))]
 
 
+def wrap_int(value: int, dtype: str) -> int:
+    """A Python int as an integer dtype holds it, wrapping as torch converts a number meeting an
+    integer tensor (`int32 + 2**40` adds 0); beyond 64 bits torch refuses, and so do we."""
+    if not -2**63 <= value < 2**64:
+        raise Diagnostic(f"the int {value} is too big to convert to {dtype} (torch refuses it too)")
+    bits = int(dtype.lstrip("uint"))
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if dtype.startswith("int") and value >= 1 << (bits - 1) else value
+
+
 def scalar_kind(value) -> str:
     """The dtype name of a number or 0-d tensor: Python numbers as bool, int64 or float64."""
     if is_tensor(value):
@@ -195,7 +206,9 @@ class RelaxCodeGen(CodeGenerator):
         # Which source line (relative to the parsed def) produced each emitted binding: the
         # fusion map relates fused kernels back to them (babytriton/fusion.py).
         self.binding_lines: dict[relax.Var, int] = {}
+        self.binding_nodes: dict[relax.Var, ast.AST] = {}  # and the expression: TVM's failures point there
         self.lineno = None             # line of the innermost node being compiled
+        self.node = None               # the innermost node with a location being compiled
         self.kernels: list = []        # kernels.Declared: the TensorIR kernels added to the module
         self.inline_chain: list = [fn]  # the @jit functions being compiled, outermost first
         self.weak: list = []           # 0-d tensors that promote like Python numbers (see `is_weak`)
@@ -245,12 +258,14 @@ class RelaxCodeGen(CodeGenerator):
         return None if isinstance(self.returned, tuple) and not self.returned else self.returned
 
     def visit(self, node):
-        outer_line = self.lineno
+        outer_line, outer_node = self.lineno, self.node
         self.lineno = getattr(node, "lineno", outer_line)
+        if hasattr(node, "lineno"):
+            self.node = node
         try:
             return super().visit(node)
         finally:
-            self.lineno = outer_line
+            self.lineno, self.node = outer_line, outer_node
 
     # ------------------------------------------------------------------------------------------
     # helpers
@@ -259,6 +274,7 @@ class RelaxCodeGen(CodeGenerator):
         var = self._emit(expr)
         if self.lineno is not None:
             self.binding_lines[var] = self.lineno
+            self.binding_nodes[var] = self.node
         return var
 
     def _emit(self, expr: relax.Expr) -> relax.Var:
@@ -274,6 +290,8 @@ class RelaxCodeGen(CodeGenerator):
             dtype = "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else "float32"
         if dtype.startswith(("int", "uint")) and isinstance(value, float) and not value.is_integer():
             raise Diagnostic(f"the float {value!r} cannot be exactly represented as {dtype}")
+        if dtype.startswith(("int", "uint")):
+            value = wrap_int(int(value), dtype)
         return relax.const(value, dtype)
 
     def as_tensor(self, value, dtype: str) -> relax.Expr:
@@ -510,9 +528,23 @@ class RelaxCodeGen(CodeGenerator):
             return self.matmul(lhs, rhs)
         if kind is ast.Pow and not dtype.startswith(("float", "bfloat")):
             return self.integer_power(lhs, rhs, dtype)
+        if kind in (ast.Div, ast.FloorDiv, ast.Mod) and is_python_scalar(rhs) and rhs == 0:
+            return self.divide_by_zero(kind, sym, lhs, rhs, dtype)
         if kind is ast.Pow and dtype == "bfloat16":  # TVM's pow has no bfloat16: float32, rounded once
             return self.emit(relax.op.astype(self.emit_binary(relax.op.power, lhs, rhs, "float32", sym), dtype))
         return self.emit_binary(ops.ARITH[kind], lhs, rhs, dtype, sym)
+
+    def divide_by_zero(self, kind, sym: str, lhs, rhs, dtype: str):
+        """`x / 0.0`, `x // 0.0`, `x % 0.0` with torch's meaning (inf, -inf, nan), written so that TVM
+        does not fold a division by the constant zero (which it refuses); integer `//`, `%` by 0
+        raise, as torch does."""
+        if not dtype.startswith(("float", "bfloat")):
+            raise Diagnostic(f"integer `{sym}` by zero: torch raises ZeroDivisionError for it")
+        if kind is ast.Mod:  # x - floor(x / 0) * 0: nan everywhere
+            return self.emit_binary(relax.op.multiply, lhs, float("nan"), dtype, sym)
+        # x / ±0 is x * ±inf, for every x (0 and nan give nan)
+        quotient = self.emit_binary(relax.op.multiply, lhs, math.copysign(math.inf, rhs), dtype, sym)
+        return self.emit(relax.op.floor(quotient)) if kind is ast.FloorDiv else quotient
 
     def is_weak(self, value) -> bool:
         """A Python number, or a 0-d tensor standing for one (a run-time scalar parameter, a recursive
@@ -644,7 +676,9 @@ class RelaxCodeGen(CodeGenerator):
         if kind is ast.USub:
             if dtype == "bool":
                 raise Diagnostic("`-` on a bool tensor is not supported; use `not` / `~` for logical negation")
-            negated = self.emit(relax.op.negative(value))
+            # unsigned: 0 - u, which wraps as torch's `-u` does (TVM's negative multiplies by -1)
+            negated = self.emit(relax.op.subtract(self.const(0, dtype), value) if dtype.startswith("uint")
+                                else relax.op.negative(value))
             if self.is_weak(value):  # `-s` is still a Python number
                 self.weak.append(negated)
             return negated
