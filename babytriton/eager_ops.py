@@ -209,11 +209,20 @@ def _convert(op: library.Op, name: str, value, arguments: dict):
         if isinstance(value, (tuple, list)) and value and all(_is_tensor(v) for v in value):
             return list(value)
         raise TypeError(f"{where} takes a tuple of tensors, got {_describe(value)}")
-    if kind == "shape":
+    if kind == "index":
+        if _is_tensor(value):
+            return value
+        if library.is_index(value):
+            return torch.tensor(value, dtype=torch.int64, device=_DEVICE.get())
+        raise TypeError(f"{where} takes an integer tensor, an int or a list of ints, got {_describe(value)}")
+    if kind in ("shape", "optional shape"):
+        if value is None and kind == "optional shape":
+            return None
         sizes = (value,) if _is_size(value) else value
         if isinstance(sizes, (tuple, list)) and all(_is_size(s) for s in sizes):
             return tuple(sizes)
-        raise TypeError(f"{where} takes a shape (a tuple of sizes), got {_describe(value)}")
+        raise TypeError(f"{where} takes {'a shape (a tuple of sizes)' if name == 'shape' else 'a tuple of ints'}, "
+                        f"got {_describe(value)}")
     if kind == "dtype":
         if value is None and op.signature.parameters[name].default is None:
             return None
@@ -393,6 +402,15 @@ def _take(x, indices, axis=None, mode="fast"):
     return out.movedim(tuple(range(indices.dim())), tuple(range(axis, axis + indices.dim())))
 
 
+def _strided_slice(x, axes, begin, end, strides=None, assume_inbound=False):
+    """Relax's strided_slice: on each of `axes`, begin:end:stride as Python slices them (clipped)."""
+    for i, axis in enumerate(axes):
+        stride = strides[i] if strides is not None else 1
+        picked = range(*slice(begin[i], end[i], stride).indices(x.shape[axis]))
+        x = x.index_select(axis, torch.tensor(list(picked), dtype=torch.int64, device=x.device))
+    return x
+
+
 def _topk(data, k=1, axis=-1, ret_type="both", largest=True, dtype=torch.int32):
     values, indices = torch.topk(data, k, dim=axis, largest=largest)
     indices = indices.to(dtype)
@@ -453,7 +471,7 @@ TORCH = {
         else torch.arange(start, end, step, dtype=dtype, device=_DEVICE.get())),
     "tile": lambda data, repeats: torch.tile(data, (repeats,) if isinstance(repeats, int) else repeats),
     "repeat": _t(torch.repeat_interleave, "data", "repeats", axis="dim"),
-    "take": _take, "gather_elements": lambda data, indices, axis=0: torch.gather(data, axis, indices.long()),
+    "take": _take, "strided_slice": _strided_slice, "gather_elements": lambda data, indices, axis=0: torch.gather(data, axis, indices.long()),
     "masked_fill": lambda x, mask, value: torch.where(mask, value, x),
     "sort": lambda x, axis=-1, descending=False: torch.sort(x, dim=axis, descending=descending, stable=True).values,
     "argsort": lambda data, axis=-1, descending=False, dtype=torch.int32: torch.argsort(

@@ -26,6 +26,7 @@ import types
 import typing
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import tvm
 from tvm import relax
@@ -91,6 +92,11 @@ BITWISE = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "left_shif
 TENSOR_KINDS = ("tensor", "optional tensor")
 # Parameters annotated as expressions that Relax takes as scalars (TIR values), not tensors.
 SCALAR_PARAMS = {"clip": ("min", "max")}
+# Parameters annotated as expressions that Relax takes as lists of ints (strided_slice's `axes=[0]`).
+SIZES_PARAMS = {"strided_slice": ("axes", "begin", "end", "strides")}
+# Integer index tensors: a Python int or list of ints is an int64 index, never promoted with the data.
+INDEX_PARAMS = {"take": ("indices",), "gather_elements": ("indices",), "gather_nd": ("indices",),
+                "scatter_elements": ("indices",), "scatter_nd": ("indices",), "one_hot": ("indices",)}
 # torch spellings of keyword arguments, accepted wherever the op has the Relax spelling.
 KEYWORD_ALIASES = {"dim": "axis", "keepdim": "keepdims"}
 # torch / numpy names of ops that Relax spells otherwise: only for "did you mean" hints.
@@ -122,7 +128,8 @@ class Op:
     name: str
     fn: typing.Callable
     signature: inspect.Signature
-    kinds: dict  # parameter name -> "tensor" | "optional tensor" | "tensors" | "shape" | "dtype" | "scalar" | "value"
+    kinds: dict  # parameter name -> "tensor" | "optional tensor" | "tensors" | "shape" | "optional shape" |
+    #                                 "index" | "dtype" | "scalar" | "value"
     promoted: tuple  # parameters whose operands are promoted to one dtype
 
     @property
@@ -188,6 +195,10 @@ def _options(annotation) -> tuple:
 def _param_kind(op_name: str, param: inspect.Parameter) -> str:
     if param.name in SCALAR_PARAMS.get(op_name, ()):
         return "scalar"
+    if param.name in SIZES_PARAMS.get(op_name, ()):
+        return "optional shape" if param.default is None else "shape"
+    if param.name in INDEX_PARAMS.get(op_name, ()):
+        return "index"
     if param.name.endswith("dtype"):
         return "dtype"
     options = _options(param.annotation)
@@ -433,11 +444,20 @@ def _convert(cg, op: Op, name: str, value, arguments: dict):
         if isinstance(value, (tuple, list)) and value and all(core.is_tensor(v) for v in value):
             return list(value)
         raise Diagnostic(f"{where} takes a tuple of tensors, got {core.describe(value)}")
-    if kind == "shape":
+    if kind == "index":
+        if core.is_tensor(value):
+            return value
+        if is_index(value):
+            return relax.const(np.array(value, dtype="int64"))
+        raise Diagnostic(f"{where} takes an integer tensor, an int or a list of ints, got {core.describe(value)}")
+    if kind in ("shape", "optional shape"):
+        if value is None and kind == "optional shape":
+            return None
         sizes = (value,) if _is_size(value) else value
         if isinstance(sizes, (tuple, list)) and all(_is_size(s) for s in sizes):
             return list(sizes)
-        raise Diagnostic(f"{where} takes a shape (a tuple of sizes), got {core.describe(value)}")
+        raise Diagnostic(f"{where} takes {'a shape (a tuple of sizes)' if kind == 'shape' and name == 'shape' else 'a tuple of ints'}"
+                         f", got {core.describe(value)}")
     if kind == "dtype":
         if value is None and param.default is None:
             return None
@@ -463,6 +483,13 @@ def _convert(cg, op: Op, name: str, value, arguments: dict):
     if not _accepts(param.annotation, value):
         raise Diagnostic(f"{where} must be {_type_text(param.annotation)}, got {core.describe(value)}")
     return _to_lists(value)
+
+
+def is_index(value) -> bool:
+    """A Python int, or a (nested) list or tuple of them: an index given as Python values."""
+    if isinstance(value, (list, tuple)):
+        return all(is_index(v) for v in value)
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_size(value) -> bool:
