@@ -504,8 +504,9 @@ class JITFunction:
                 # at the expression whose op fails alone, if one does; else at the `def`
                 var = pipeline.failing_binding(generated, target, self.options["schedule"], self.options["trials"])
                 node = codegen.binding_nodes.get(var, self.parsed.tree) if var is not None else self.parsed.tree
-                what = f"'{self.__name__}'" if node is self.parsed.tree else "this expression"
-                message = f"TVM failed to compile {what} (during {stage} after {list(stages)[-1]})"
+                during = f"during {stage} after {list(stages)[-1]}"
+                message = f"TVM failed to compile '{self.__name__}' ({during})" if node is self.parsed.tree else \
+                    f"could not compile `{ast.unparse(node)}`: the compiler failed on it ({during})"
                 if debug_enabled():
                     raise self.parsed.source_map.error(node, f"{message}\n[BABYTRITON_DEBUG] {e}") from e
                 failed = (node, message + "; set BABYTRITON_DEBUG=1 to see the cause")

@@ -296,6 +296,8 @@ def call(cg, op: Op, args: list, kwargs: dict):
         values.update(zip(operands, cg.aligned(*[values[n] for n in operands])))
     as_int8 = _widen_bools_and_ints(cg, op, values)
     check_axis(op, values)
+    if op.name == "strided_slice":
+        _empty_slices(values)
     narrow = _via_float32(cg, op, values)
     row = op.name in AS_ROW and _first_tensor(op, values).ty.ndim == 1
     if row:
@@ -325,6 +327,22 @@ def _first_tensor_name(op: Op, values: dict) -> str | None:
 def _first_tensor(op: Op, values: dict):
     name = _first_tensor_name(op, values)
     return values[name] if name is not None else None
+
+
+def _empty_slices(values: dict) -> None:
+    """A strided_slice that selects nothing on a static axis (`begin=3, end=1`), which TVM fails to
+    build: given as 0:0:1, its empty equivalent."""
+    x, axes, begin, end = values["x"], values["axes"], values["begin"], values["end"]
+    strides = values.get("strides") or [1] * len(axes)
+    shape = core.shape_of(x)
+    if not all(isinstance(v, int) for v in [*axes, *begin, *end, *strides]):
+        return
+    for i, axis in enumerate(axes):
+        if -len(shape) <= axis < len(shape) and isinstance(shape[axis], int) and strides[i] != 0 \
+                and not range(*slice(begin[i], end[i], strides[i]).indices(shape[axis])):
+            begin[i], end[i], strides[i] = 0, 0, 1
+    if values.get("strides") is not None or any(s != 1 for s in strides):
+        values["strides"] = strides
 
 
 def check_axis(op: Op, values: dict) -> None:

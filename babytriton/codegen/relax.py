@@ -304,6 +304,8 @@ class RelaxCodeGen(CodeGenerator):
 
     def operand(self, value):
         """Check that a value can take part in arithmetic."""
+        if isinstance(value, int) and not -2**63 <= value < 2**64:
+            raise Diagnostic(f"the int {value} is too big to meet a tensor (torch refuses it too)")
         if is_tensor(value) or is_python_scalar(value):
             return value
         if is_symbolic(value):
