@@ -17,7 +17,7 @@ NUMBERS = {"int": 3, "float": 2.5, "bool": True}
 # operand kind -> (source expression in the @jit function, how torch gets it)
 TENSOR_KINDS = ("tensor", "zero_d", "reduced")
 SCALAR_KINDS = ("param", "const", "global", "constexpr")
-OPS = ["+", "-", "*", "/", "//", "%", "**", "&", "|", "^", "<", "==", ">=", "where"]
+OPS = ["+", "-", "*", "/", "//", "%", "**", "&", "|", "^", "<", "==", ">=", "where", "where_op"]
 
 
 def _values(dtype: str, shape):
@@ -50,7 +50,7 @@ def _operand(i: int, kind: str, sort: str):
 
 
 def _torch_op(op: str, a, b, cond):
-    if op == "where":
+    if op in ("where", "where_op"):
         return torch.where(cond, a, b) if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) \
             else torch.where(cond, torch.tensor(a), b)
     return eval(f"a {op} b")  # noqa: S307 - a fixed operator table
@@ -93,10 +93,11 @@ def test_operators_promote_as_torch(tmp_path, left, right, swap):
             want = _torch_op(op, ta, tb, cond)
         except RuntimeError:
             continue  # torch refuses (bitwise on floats, arithmetic on bools): so does babytriton
-        if want.dtype == torch.bool and op not in ("<", "==", ">=", "&", "|", "^", "where"):
+        if want.dtype == torch.bool and op not in ("<", "==", ">=", "&", "|", "^", "where", "where_op"):
             continue  # bool arithmetic: babytriton refuses it (documented)
         expected.append(want)
-        body.append(f"({ea} if c else {eb})" if op == "where" else f"({ea} {op} {eb})")
+        body.append(f"({ea} if c else {eb})" if op == "where" else f"bt.where(c, {ea}, {eb})" if op == "where_op"
+                    else f"({ea} {op} {eb})")
     if not body:
         return
     f = _compile(tmp_path, _COUNT, params, ", ".join(body) + ",")

@@ -97,7 +97,7 @@ def check(cg, fname: str, param, value, sizes: dict):
 
 def weak_const(cg, value, dtype: str):
     """A number passed for a run-time scalar: a 0-d tensor that promotes as the number (cg.is_weak)."""
-    const = cg.emit(cg.const(value, dtype))
+    const = cg.const(value, dtype)
     cg.weak.append(const)
     return const
 

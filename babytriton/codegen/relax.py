@@ -248,6 +248,7 @@ class RelaxCodeGen(CodeGenerator):
         self.sym_vars, self.kernels, self.inline_chain = caller.sym_vars, caller.kernels, chain
         self.placement = caller.placement
         self.size_checks = caller.size_checks
+        self.weak = caller.weak  # the numbers the caller passes stay numbers here
 
     def inline(self, values: dict):
         """Compile this function's body in place with its parameters bound to `values`; its value."""
@@ -707,7 +708,10 @@ class RelaxCodeGen(CodeGenerator):
         lhs, rhs = self.operand(lhs), self.operand(rhs)
         dtype = self.operator_dtype(ops.SYMBOL[kind], lhs, rhs)
         # TVM's LLVM backend emits a float compare for bool operands; compare them as int8.
-        return self.emit_binary(ops.COMPARE[kind], lhs, rhs, "int8" if dtype == "bool" else dtype, ops.SYMBOL[kind])
+        result = self.emit_binary(ops.COMPARE[kind], lhs, rhs, "int8" if dtype == "bool" else dtype, ops.SYMBOL[kind])
+        if self.is_weak(lhs) and self.is_weak(rhs):  # a Python bool, as in Python
+            self.weak.append(result)
+        return result
 
     def visit_BoolOp(self, node: ast.BoolOp):
         # Python values short-circuit as in Python; tensors combine element-wise.
