@@ -1,8 +1,8 @@
 """Eager reference mode: a @jit function's own Python, run by torch (`f.eager(*args)`).
 
 The undecorated function is the reference implementation of what the compiler builds. It runs on the
-arguments the compiled version sees (runtime scalars as 0-d int64/float64/bool tensors, constexprs as
-Python values), so dtypes promote the same way, and its results come back as the compiled call's do.
+arguments the compiled version sees (runtime scalars as 0-d int64/float64/bool tensors that promote as
+the Python numbers they are, eager_ops.WeakScalar; constexprs as Python values), so dtypes promote the same way, and its results come back as the compiled call's do.
 Every name the compiler resolves is mapped to torch:
 - library ops (`sigmoid(x)`, `R.nn.softmax`, `bt.sum`, `x.sum(axis=1)`, `x.T`) through one table,
   Relax op name -> torch function, after the compiler's own argument rules (eager_ops.py);
