@@ -71,22 +71,23 @@ class WeakScalar(torch.Tensor):
         leaves = [*args, *kwargs.values()]
         weak = [v for v in leaves if isinstance(v, WeakScalar)]
         plain = [v for v in leaves if isinstance(v, torch.Tensor) and not isinstance(v, WeakScalar)]
-        symbol = _WEAK_SYMBOLS.get(getattr(func, "__name__", ""))
+        name = getattr(func, "__name__", "")
+        symbol = _WEAK_SYMBOLS.get(name)
         with torch._C.DisableTorchFunctionSubclass():
-            if plain:
+            if plain and (symbol is not None or name == "result_type"):  # operands of one element-wise op
                 dtype = DTYPES[library.common_dtype([*plain, *(_number(w) for w in weak)])]
                 cast = {id(w): w.as_subclass(torch.Tensor).to(dtype) for w in weak}
             elif symbol is not None:
                 numbers = [v for v in leaves if isinstance(v, PY_SCALARS)]
                 dtype = DTYPES[weak_dtype(symbol, [TORCH_TO_NAME[w.dtype] for w in weak] +
-                                                      [_number_kind(v) for v in numbers])]
+                                          [_number_kind(v) for v in numbers])]
                 cast = {id(w): w.as_subclass(torch.Tensor).to(dtype) for w in weak}
             else:
                 cast = {id(w): w.as_subclass(torch.Tensor) for w in weak}
             args = [cast.get(id(v), v) for v in args]
             kwargs = {k: cast.get(id(v), v) for k, v in kwargs.items()}
             result = func(*args, **kwargs)
-        stays_weak = symbol is not None or getattr(func, "__name__", "") in _WEAK_UNARY
+        stays_weak = symbol is not None or name in _WEAK_UNARY
         if not plain and stays_weak and isinstance(result, torch.Tensor) and result.dim() == 0:
             return result.as_subclass(WeakScalar)
         return result
