@@ -72,9 +72,12 @@ class WeakScalar(torch.Tensor):
         weak = [v for v in leaves if isinstance(v, WeakScalar)]
         plain = [v for v in leaves if isinstance(v, torch.Tensor) and not isinstance(v, WeakScalar)]
         name = getattr(func, "__name__", "")
+        if name == "result_type" and not kwargs:  # as if each weak scalar were its number (torch.where(c, s, s))
+            with torch._C.DisableTorchFunctionSubclass():
+                return DTYPES[library.common_dtype([_number(v) if isinstance(v, WeakScalar) else v for v in args])]
         symbol = _WEAK_SYMBOLS.get(name)
         with torch._C.DisableTorchFunctionSubclass():
-            if plain and (symbol is not None or name == "result_type"):  # operands of one element-wise op
+            if plain and symbol is not None:  # operands of one element-wise op
                 dtype = DTYPES[library.common_dtype([*plain, *(_number(w) for w in weak)])]
                 cast = {id(w): w.as_subclass(torch.Tensor).to(dtype) for w in weak}
             elif symbol is not None:
