@@ -111,8 +111,8 @@ def test_maximum_promotion_and_broadcasting(a, b, shape):
         return maximum(x, y)
 
     x = torch.randint(-9, 9, shape[0]).to(getattr(torch, a))
-    if isinstance(b, (int, float)):  # a run-time scalar: a 0-d int64 / float64 tensor
-        y, torch_y = b, torch.tensor(b, dtype=torch.float64 if isinstance(b, float) else torch.int64)
+    if isinstance(b, (int, float)):  # a run-time scalar: promotes as the Python number (torch's wrapped number)
+        y, torch_y = b, torch.tensor(b, dtype=torch.result_type(x, b))
     elif b == "0d-float64":
         y = torch_y = torch.tensor(1.25, dtype=torch.float64)
     else:
