@@ -1,8 +1,8 @@
 """Eager reference mode: a @jit function's own Python, run by torch (`f.eager(*args)`).
 
 The undecorated function is the reference implementation of what the compiler builds. It runs on the
-arguments the compiled version sees (runtime scalars as 0-d int64/float64/bool tensors, constexprs as
-Python values), so dtypes promote the same way, and its results come back as the compiled call's do.
+arguments the compiled version sees (runtime scalars as 0-d int64/float64/bool tensors that promote as
+the Python numbers they are, eager_ops.WeakScalar; constexprs as Python values), so dtypes promote the same way, and its results come back as the compiled call's do.
 Every name the compiler resolves is mapped to torch:
 - library ops (`sigmoid(x)`, `R.nn.softmax`, `bt.sum`, `x.sum(axis=1)`, `x.T`) through one table,
   Relax op name -> torch function, after the compiler's own argument rules (eager_ops.py);
@@ -46,7 +46,7 @@ from . import devices, pipeline
 from .codegen import kernels, library
 from .codegen.relax import PY_BUILTINS
 from .eager_ops import (_DEVICE, PY_SCALARS, TORCH, _as_tensor, _describe, _is_scalar, _is_size, _is_tensor,  # noqa: F401
-                        call_op, run_kernel)
+                        WeakScalar, call_op, run_kernel, weak)
 from .types import DTYPES, SCALAR_TYPES, TORCH_TO_NAME, unwrap
 
 def interpret_requested() -> bool:
@@ -78,8 +78,8 @@ def run(jitfn, args: tuple, kwargs: dict):
         if spec.kind == "tensor":
             data = unwrap(value)
             values.append(torch.from_numpy(data) if isinstance(data, np.ndarray) else data)
-        elif spec.kind == "scalar":  # what the compiled call passes: a 0-d tensor
-            values.append(torch.tensor(value, dtype=DTYPES[spec.dtype], device=device))
+        elif spec.kind == "scalar":  # what the compiled call passes: a 0-d tensor, promoting as a number
+            values.append(weak(torch.tensor(value, dtype=DTYPES[spec.dtype], device=device)))
         else:
             values.append(value)
     token = _DEVICE.set(device)
@@ -100,6 +100,8 @@ def _results(value, all_numpy: bool, fname: str, device):
     if _is_scalar(value):
         dtype = torch.bool if isinstance(value, bool) else torch.int64 if isinstance(value, int) else torch.float32
         value = torch.tensor(value, dtype=dtype, device=device)
+    if isinstance(value, WeakScalar):
+        value = value.as_subclass(torch.Tensor)
     if not _is_tensor(value):
         raise TypeError(f"{fname}() returned {_describe(value)}; @jit functions return tensors, numbers "
                         "and tuples of them")
@@ -152,7 +154,7 @@ def call_nested(callee, *args, **kwargs):
         value = bound.arguments[param.name]
         if param.kind in ("auto", "scalar") and _is_scalar(value):
             dtype = SCALAR_TYPES[param.annotation if param.kind == "scalar" else type(value)]
-            value = torch.tensor(value, dtype=DTYPES[dtype], device=_DEVICE.get())
+            value = weak(torch.tensor(value, dtype=DTYPES[dtype], device=_DEVICE.get()))
         elif param.kind == "scalar" and _is_tensor(value) and value.dim() == 0:
             value = value.to(DTYPES[SCALAR_TYPES[param.annotation]])
         values.append(value)

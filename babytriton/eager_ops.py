@@ -20,6 +20,8 @@ import tvm
 
 from . import pipeline, schedules
 from .codegen import kernels, library
+from .codegen.ops import weak_dtype
+from .codegen.relax import wrap_int
 from .errors import Diagnostic
 from .types import DTYPES, TORCH_TO_NAME, Tensor, dtype_name, format_shape, torch_to_vm
 
@@ -44,6 +46,74 @@ def _describe(value) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
+# Operators whose weak-only form computes as Python does (codegen.ops.weak_dtype), by the names
+# torch hands __torch_function__ (methods, dunders and their reflected forms).
+_WEAK_SYMBOLS = {}
+for _symbol, _names in {"+": "add", "-": "sub subtract", "*": "mul multiply", "/": "div truediv true_divide",
+                        "//": "floordiv floor_divide", "%": "mod remainder", "**": "pow",
+                        "&": "and bitwise_and", "|": "or bitwise_or", "^": "xor bitwise_xor",
+                        "<": "lt less", "<=": "le less_equal", ">": "gt greater", ">=": "ge greater_equal",
+                        "==": "eq equal", "!=": "ne not_equal"}.items():
+    for _name in _names.split():
+        _WEAK_SYMBOLS.update({_name: _symbol, f"__{_name}__": _symbol, f"__r{_name}__": _symbol})
+_WEAK_UNARY = {"neg", "negative", "__neg__", "positive", "__pos__"}
+
+
+class WeakScalar(torch.Tensor):
+    """A run-time scalar parameter in eager mode: the 0-d int64/float64/bool tensor the compiled
+    function sees, promoting as the Python number it was passed as (torch's "wrapped number", which
+    Python cannot make): meeting other tensors it takes their dtype unless its kind is higher;
+    with numbers and other weak scalars it computes as Python does, and stays weak."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        leaves = [*args, *kwargs.values()]
+        weak = [v for v in leaves if isinstance(v, WeakScalar)]
+        plain = [v for v in leaves if isinstance(v, torch.Tensor) and not isinstance(v, WeakScalar)]
+        name = getattr(func, "__name__", "")
+        if name == "result_type" and not kwargs:  # as if each weak scalar were its number (torch.where(c, s, s))
+            with torch._C.DisableTorchFunctionSubclass():
+                return DTYPES[library.common_dtype([_number(v) if isinstance(v, WeakScalar) else v for v in args])]
+        symbol = _WEAK_SYMBOLS.get(name)
+        with torch._C.DisableTorchFunctionSubclass():
+            if plain and symbol is not None:  # operands of one element-wise op
+                dtype = DTYPES[library.common_dtype([*plain, *(_number(w) for w in weak)])]
+                cast = {id(w): w.as_subclass(torch.Tensor).to(dtype) for w in weak}
+            elif symbol is not None:
+                numbers = [v for v in leaves if isinstance(v, PY_SCALARS)]
+                dtype = DTYPES[weak_dtype(symbol, [TORCH_TO_NAME[w.dtype] for w in weak] +
+                                          [_number_kind(v) for v in numbers])]
+                cast = {id(w): w.as_subclass(torch.Tensor).to(dtype) for w in weak}
+            else:
+                cast = {id(w): w.as_subclass(torch.Tensor) for w in weak}
+            args = [cast.get(id(v), v) for v in args]
+            kwargs = {k: cast.get(id(v), v) for k, v in kwargs.items()}
+            result = func(*args, **kwargs)
+        stays_weak = symbol is not None or name in _WEAK_UNARY
+        if not plain and stays_weak and isinstance(result, torch.Tensor) and result.dim() == 0:
+            return result.as_subclass(WeakScalar)
+        return result
+
+
+def weak(value) -> "WeakScalar":
+    """A run-time scalar as eager code sees it: a weak 0-d tensor."""
+    return value.as_subclass(WeakScalar)
+
+
+def _number(w: torch.Tensor):
+    return False if w.dtype == torch.bool else 0.0 if w.dtype.is_floating_point else 0
+
+
+def _number_kind(v) -> str:
+    return "bool" if isinstance(v, bool) else "int64" if isinstance(v, int) else "float64"
+
+
+def promotion_operand(value):
+    """What `value` is to torch's promotion: a weak scalar counts as a Python number of its kind."""
+    return _number(value) if isinstance(value, WeakScalar) else value
+
+
 def _is_size(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -51,6 +121,8 @@ def _is_size(value) -> bool:
 def _as_tensor(value, dtype: torch.dtype) -> torch.Tensor:
     if _is_tensor(value):
         return value.to(dtype)
+    if isinstance(value, int) and not isinstance(value, bool) and not dtype.is_floating_point and dtype != torch.bool:
+        value = wrap_int(value, TORCH_TO_NAME[dtype])  # as the compiler's constants (relax.wrap_int)
     return torch.tensor(value, dtype=dtype, device=_DEVICE.get())
 
 
@@ -71,11 +143,12 @@ def call_op(op: library.Op, args: list, kwargs: dict):
     values = {name: _convert(op, name, value, arguments) for name, value in arguments.items()}
     promoted = [n for n in op.promoted if n in values]
     if promoted:
-        dtype = DTYPES[library.common_dtype([values[n] for n in promoted])]
+        dtype = DTYPES[library.common_dtype([promotion_operand(values[n]) for n in promoted])]
         for n in promoted:
             values[n] = _as_tensor(values[n], dtype)
     else:
-        dtype = DTYPES[library.common_dtype([v for n, v in values.items() if op.kinds[n] in library.TENSOR_KINDS])]
+        dtype = DTYPES[library.common_dtype([promotion_operand(v) for n, v in values.items()
+                                             if op.kinds[n] in library.TENSOR_KINDS])]
         for name, value in values.items():
             if op.kinds[name] in library.TENSOR_KINDS and _is_scalar(value):
                 values[name] = torch.tensor(value, dtype=dtype, device=_DEVICE.get())
@@ -140,11 +213,20 @@ def _convert(op: library.Op, name: str, value, arguments: dict):
         if isinstance(value, (tuple, list)) and value and all(_is_tensor(v) for v in value):
             return list(value)
         raise TypeError(f"{where} takes a tuple of tensors, got {_describe(value)}")
-    if kind == "shape":
+    if kind == "index":
+        if _is_tensor(value):
+            return value
+        if library.is_index(value):
+            return torch.tensor(value, dtype=torch.int64, device=_DEVICE.get())
+        raise TypeError(f"{where} takes an integer tensor, an int or a list of ints, got {_describe(value)}")
+    if kind in ("shape", "optional shape"):
+        if value is None and kind == "optional shape":
+            return None
         sizes = (value,) if _is_size(value) else value
         if isinstance(sizes, (tuple, list)) and all(_is_size(s) for s in sizes):
             return tuple(sizes)
-        raise TypeError(f"{where} takes a shape (a tuple of sizes), got {_describe(value)}")
+        raise TypeError(f"{where} takes {'a shape (a tuple of sizes)' if name == 'shape' else 'a tuple of ints'}, "
+                        f"got {_describe(value)}")
     if kind == "dtype":
         if value is None and op.signature.parameters[name].default is None:
             return None
@@ -324,6 +406,15 @@ def _take(x, indices, axis=None, mode="fast"):
     return out.movedim(tuple(range(indices.dim())), tuple(range(axis, axis + indices.dim())))
 
 
+def _strided_slice(x, axes, begin, end, strides=None, assume_inbound=False):
+    """Relax's strided_slice: on each of `axes`, begin:end:stride as Python slices them (clipped)."""
+    for i, axis in enumerate(axes):
+        stride = strides[i] if strides is not None else 1
+        picked = range(*slice(begin[i], end[i], stride).indices(x.shape[axis]))
+        x = x.index_select(axis, torch.tensor(list(picked), dtype=torch.int64, device=x.device))
+    return x
+
+
 def _topk(data, k=1, axis=-1, ret_type="both", largest=True, dtype=torch.int32):
     values, indices = torch.topk(data, k, dim=axis, largest=largest)
     indices = indices.to(dtype)
@@ -384,7 +475,7 @@ TORCH = {
         else torch.arange(start, end, step, dtype=dtype, device=_DEVICE.get())),
     "tile": lambda data, repeats: torch.tile(data, (repeats,) if isinstance(repeats, int) else repeats),
     "repeat": _t(torch.repeat_interleave, "data", "repeats", axis="dim"),
-    "take": _take, "gather_elements": lambda data, indices, axis=0: torch.gather(data, axis, indices.long()),
+    "take": _take, "strided_slice": _strided_slice, "gather_elements": lambda data, indices, axis=0: torch.gather(data, axis, indices.long()),
     "masked_fill": lambda x, mask, value: torch.where(mask, value, x),
     "sort": lambda x, axis=-1, descending=False: torch.sort(x, dim=axis, descending=descending, stable=True).values,
     "argsort": lambda data, axis=-1, descending=False, dtype=torch.int32: torch.argsort(

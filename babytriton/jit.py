@@ -333,9 +333,11 @@ class JITFunction:
         try:
             run = runners[key]
         except KeyError:
-            run = self._prepare(args, key, values, runners)
+            run = None
         except TypeError:  # an unhashable argument: _prepare explains which
-            run = self._prepare(args, None, values, runners)
+            run = key = None
+        if run is None:  # compiled outside the `except`, so that no lookup error is chained to its errors
+            run = self._prepare(args, key, values, runners)
         return run(args)
 
     def _globals_changed(self) -> tuple:
@@ -557,6 +559,9 @@ class JITFunction:
         if self.options["backend"] == "tir":  # loop-level code straight to a TIR PrimFunc, no Relax
             from . import tir_backend
             return tir_backend.build(self, specs, record, stages)
+        if self.options["schedule"] == "meta_schedule":  # before compiling: say which extra to install
+            from . import schedules
+            schedules.require_tuning_extras()
         named = dict(zip((p.name for p in self.params), specs))
         codegen = RelaxCodeGen(self.parsed, named, self.options)
         generated = mod = codegen.build()
@@ -571,14 +576,19 @@ class JITFunction:
                 stage = "build"
                 executable = pipeline.build(mod, target)
             except Exception as e:  # noqa: BLE001 - TVM's failures past code generation
-                message = f"TVM failed to compile '{self.__name__}' (during {stage} after {list(stages)[-1]})"
+                # at the expression whose op fails alone, if one does; else at the `def`
+                var = pipeline.failing_binding(generated, target, self.options["schedule"], self.options["trials"])
+                node = codegen.binding_nodes.get(var, self.parsed.tree) if var is not None else self.parsed.tree
+                during = f"during {stage} after {list(stages)[-1]}"
+                message = f"TVM failed to compile '{self.__name__}' ({during})" if node is self.parsed.tree else \
+                    f"could not compile `{ast.unparse(node)}`: the compiler failed on it ({during})"
                 if debug_enabled():
-                    raise self.parsed.source_map.error(self.parsed.tree, f"{message}\n[BABYTRITON_DEBUG] {e}") from e
-                failed = message + "; set BABYTRITON_DEBUG=1 to see the cause"
+                    raise self.parsed.source_map.error(node, f"{message}\n[BABYTRITON_DEBUG] {e}") from e
+                failed = (node, message + "; set BABYTRITON_DEBUG=1 to see the cause")
             if failed:  # TVM's objects in the failed passes are freed here, their warnings silenced
                 gc.collect()
         if failed:
-            raise self.parsed.source_map.error(self.parsed.tree, failed)
+            raise self.parsed.source_map.error(*failed)
         record("source", pipeline.generated_source(executable, target, both="vdevice" in mod.global_infos))
         kernel = Kernel(self.__name__, self.params, specs, target, executable, mod, stages,
                         fusion=self._fusion_record(generated, codegen.binding_lines, modules),

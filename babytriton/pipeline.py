@@ -98,6 +98,41 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
     return mod
 
 
+def failing_binding(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, trials: int = 16,
+                    budget: int = 200):
+    """After the pipeline failed on `mod`: the first binding (a call of one Relax op) that fails
+    alone, lowered and built as a module of its own; None if none does. It locates TVM's failure
+    at the user's expression that produced the op (costly, so only run after a failure)."""
+    try:
+        return _failing_binding(mod, target, schedule, trials, budget)
+    except Exception:  # noqa: BLE001 - locating is a courtesy: the error then points at the `def`
+        return None
+
+
+def _failing_binding(mod, target, schedule, trials, budget):
+    for _, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                call = binding.value
+                if not isinstance(binding, relax.VarBinding) or not isinstance(call, relax.Call) \
+                        or not isinstance(call.op, tvm.ir.Op):
+                    continue
+                budget -= 1
+                if budget < 0:
+                    return None
+                params = list(relax.analysis.free_vars(call))
+                body = relax.SeqExpr([relax.BindingBlock([binding])], binding.var)
+                alone = tvm.IRModule({"main": relax.Function(params, body, binding.var.ty)},
+                                     global_infos=mod.global_infos)
+                try:
+                    build(lower(alone, target, schedule, lambda *_: None, trials), target)
+                except Exception:  # noqa: BLE001 - the failure being located
+                    return binding.var
+    return None
+
+
 def place_on_devices(mod: tvm.IRModule) -> tvm.IRModule:
     """After fusion, for a module with vdevices: give every kernel the target of the device its
     call's result lives on (FuseTIR drops it), and copy onto that device the inputs that have no

@@ -287,6 +287,8 @@ def static_spec(param: Param) -> ArgSpec:
 # --------------------------------------------------------------------------------------------------
 
 def torch_to_vm(t: torch.Tensor):
+    if t.is_neg():  # a lazily negated view (`x._neg_view()`): its memory holds -x, so negate for real
+        t = t.resolve_neg()
     try:
         return tvm.runtime.from_dlpack(t)
     except Exception:

@@ -107,6 +107,8 @@ CASES = {
     "tril": ("tril(x, 1)", (X,)), "triu": ("triu(x)", (X,)), "tile": ("tile(x, (2, 1))", (X,)),
     "repeat": ("repeat(x, 2, axis=1)", (X,)), "take": ("take(x, y, axis=1)", (X, torch.tensor([2, 0]))),
     "take_flat": ("take(x, y)", (X.reshape(6), torch.tensor([[5, 0], [1, 1]]))),
+    "take_int": ("take(x, 1, axis=0)", (X,)),
+    "strided_slice": ("strided_slice(x, axes=[1, 0], begin=[2, 0], end=[0, 2], strides=[-1, 1])", (X,)),
     "gather_elements": ("gather_elements(x, y, axis=1)", (X, torch.tensor([[0, 2, 1], [1, 1, 0]]))),
     "sort": ("sort(x, axis=1, descending=True)", (X,)), "argsort": ("argsort(x, axis=0)", (X,)),
     "topk": ("topk(x, 2, axis=1)", (X,)), "split": ("split(x, 3, axis=1)", (X,)),

@@ -209,3 +209,72 @@ def test_debug_mode_keeps_the_raw_cause(monkeypatch):
         bt.jit(deep)(torch.ones(3))
     assert_clean(info.value)
     assert "BABYTRITON_DEBUG=1" in info.value.message and info.value.__cause__ is None
+
+
+# -- TVM's failures past code generation: at the user's expression, nothing internal chained ----------
+def _no_internal_chain(err: BaseException):
+    assert err.__cause__ is None and err.__context__ is None, (err.__cause__, err.__context__)
+
+
+def lowers_badly(x):
+    y = x + 1
+    z = sigmoid(y) * 2 + exp(y)  # error  # noqa: F821 - library ops resolve by name
+    return z
+
+
+def test_a_pipeline_failure_points_at_the_expression_whose_op_fails(monkeypatch):
+    """A pass that TVM fails on an op (here: a pass made to fail on `exp`) is reported at the
+    expression that produced the op, found by lowering each op alone."""
+    import tvm
+    from babytriton import pipeline
+    real = pipeline.passes
+
+    def refuse_exp(mod, _ctx):
+        if "R.exp(" in mod.script():
+            raise tvm.error.InternalError("Check failed: a simulated failure")
+        return mod
+
+    monkeypatch.setattr(pipeline, "passes", lambda target=None, schedule="dlight": [
+        ("Refuse", tvm.transform.module_pass(refuse_exp, opt_level=0, name="Refuse"))] + real(target, schedule))
+    err = compile_error(lowers_badly, torch.ones(3))
+    assert (err.lineno, err.col) == (line_of(lowers_badly, "# error"), 25)
+    assert err.source_line[err.col:err.end_col] == "exp(y)"
+    assert "could not compile `exp(y)`" in err.message and "BABYTRITON_DEBUG=1" in err.message
+    _no_internal_chain(err)
+
+
+def test_a_compile_error_from_a_call_chains_no_lookup_error():
+    """The call path's cache miss (a KeyError) is not the context of the compile error."""
+    err = compile_error(shape_mismatch, torch.ones(2, 3), torch.ones(4, 5))
+    _no_internal_chain(err)
+
+
+def divides_by_int_zero(x):
+    return x // 0  # error
+
+
+def too_big(x):
+    return x + 2**64  # error
+
+
+@pytest.mark.parametrize("fn, words", [(divides_by_int_zero, "by zero"), (too_big, "too big")])
+def test_what_torch_refuses_is_a_located_error(fn, words):
+    x = torch.arange(3, dtype=torch.int32)
+    with pytest.raises((RuntimeError, OverflowError)):
+        fn(x)  # torch refuses it too
+    err = compile_error(fn, x)
+    assert (err.lineno, err.col) == (line_of(fn, "# error"), 11) and words in err.message
+    _no_internal_chain(err)
+
+
+def test_meta_schedule_without_its_extras_says_what_to_install(monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("psutil", "xgboost") else real(name, *a))
+    f = bt.jit(schedule="meta_schedule")(shape_mismatch)
+    with pytest.raises(ImportError) as info:
+        f(torch.ones(3), torch.ones(3))
+    assert "pip install 'babytriton[tune]'" in str(info.value) and "psutil" in str(info.value)
+    assert "TVM" not in str(info.value)
+    _no_internal_chain(info.value)

@@ -111,8 +111,8 @@ def test_maximum_promotion_and_broadcasting(a, b, shape):
         return maximum(x, y)
 
     x = torch.randint(-9, 9, shape[0]).to(getattr(torch, a))
-    if isinstance(b, (int, float)):  # a run-time scalar: a 0-d int64 / float64 tensor
-        y, torch_y = b, torch.tensor(b, dtype=torch.float64 if isinstance(b, float) else torch.int64)
+    if isinstance(b, (int, float)):  # a run-time scalar: promotes as the Python number (torch's wrapped number)
+        y, torch_y = b, torch.tensor(b, dtype=torch.result_type(x, b))
     elif b == "0d-float64":
         y = torch_y = torch.tensor(1.25, dtype=torch.float64)
     else:
@@ -462,3 +462,49 @@ def test_reexports_refuse_to_run_outside_jit():
     namespace = {}
     exec("from babytriton import *", namespace)  # must not shadow Python's sum, max, abs, ...
     assert not {"sum", "max", "min", "abs", "round"} & set(namespace)
+
+
+# -- index arguments and Relax's list arguments --------------------------------------------------------
+def test_python_int_indices_are_integer_indices():
+    """`take(x, i)` with a Python int (an unrolled loop's index, a constant, a list) indexes, as
+    an int64 index; it is never promoted to the data's float dtype."""
+    @bt.jit
+    def f(x):
+        acc = take(x, 0, axis=0)  # noqa: F821 - library op by name
+        for i in range(3):
+            acc = acc + take(x, i, axis=0)  # noqa: F821
+        return acc, take(x, [0, 2], axis=1), take(x, 2, axis=1)  # noqa: F821
+
+    x = torch.arange(12.0).reshape(4, 3)
+    want = (x[0] + x[0] + x[1] + x[2], x[:, [0, 2]], x[:, 2])
+    for run in (f, f.eager):
+        for got, w in zip(run(x), want):
+            torch.testing.assert_close(got, w)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.tuples(st.integers(-6, 6), st.integers(-6, 6), st.sampled_from([1, 2, 3, -1, -2])),
+                min_size=1, max_size=2))
+def test_strided_slice_takes_lists_as_relax_means(slices):
+    """`strided_slice(x, axes=[0], begin=[1], end=[3])`: on each axis, Python's slice (clipped)."""
+    axes = tuple(range(len(slices)))
+    begin, end, strides = (tuple(s[k] for s in slices) for k in range(3))
+    x = torch.arange(20.0).reshape(4, 5)
+    want = x.numpy()[tuple(slice(b, e, s) for b, e, s in slices)]
+    for run in (_sliced, _sliced.eager):
+        got = run(x, axes, begin, end, strides)
+        assert got.shape == want.shape and np.array_equal(got.numpy(), want), (slices, got, want)
+
+
+@bt.jit
+def _sliced(x, axes: bt.constexpr, begin: bt.constexpr, end: bt.constexpr, strides: bt.constexpr):
+    return strided_slice(x, axes=axes, begin=begin, end=end, strides=strides)  # noqa: F821
+
+
+def test_strided_slice_names_a_wrong_argument():
+    @bt.jit
+    def f(x):
+        return strided_slice(x, axes=[0], begin=[1.5], end=[3])  # noqa: F821
+
+    with pytest.raises(bt.CompilationError, match=r"strided_slice\(\): argument 'begin' takes a tuple of ints"):
+        f(torch.ones(4))

@@ -439,3 +439,43 @@ def test_results_are_fresh_tensors_sharing_no_input_memory():
     out = f(a)
     out.add_(1)
     assert not torch.equal(out, a)
+
+
+# -- what TVM used to refuse, with torch's meaning ---------------------------------------------------
+def _div_zero(x):
+    return x / 0.0, x / -0.0, x // 0.0, x % 0.0, 1.0 / x, x / 0
+
+
+def _neg_unsigned(u):
+    return -u, u + (-1), u - 2, u < -1
+
+
+def _wrapping_ints(x):
+    return x + 2**40, x * (2**40 + 3), x + 2**31, x < 2**40, x == 2**32 + 1
+
+
+def _where_int_bool(c, a, b):
+    return bt.where(c, a, b), (a if c else b), bt.where(c, a, True)
+
+
+@pytest.mark.parametrize("fn, args", [
+    (_div_zero, (torch.tensor([1.0, 0.0, -1.0, float("nan"), float("inf"), -float("inf")]),)),
+    (_div_zero, (torch.tensor([3, 0, -2], dtype=torch.int32),)),
+    (_div_zero, (torch.tensor([1.5, 0.0, -2.0], dtype=torch.float16),)),
+    (_neg_unsigned, (torch.tensor([0, 1, 200, 255], dtype=torch.uint8),)),
+    (_wrapping_ints, (torch.tensor([1, 5, 2**20], dtype=torch.int32),)),  # the sums themselves in range
+    (_wrapping_ints, (torch.tensor([1, -5, 9], dtype=torch.int8),)),
+    (_where_int_bool, (torch.tensor([True, False, True]), torch.tensor([1, 2, 3], dtype=torch.int32),
+                       torch.tensor([False, True, True]))),
+])
+def test_what_tvm_refused_computes_as_torch(fn, args):
+    """Division by a zero constant (inf, nan), negating unsigned ints (wraps), integer constants
+    beyond the tensor's dtype (wrap as torch converts them), ints meeting bools in `where`."""
+    want = fn(*args) if fn is not _where_int_bool else (
+        torch.where(*args), torch.where(*args), torch.where(args[0], args[1], True))
+    f = bt.jit(fn)
+    for run in (f, f.eager):
+        got = run(*[a.clone() for a in args])
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype, (run, g, w)
+            torch.testing.assert_close(g, w, equal_nan=True)

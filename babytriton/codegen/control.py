@@ -473,6 +473,9 @@ class Flow:
                     slots.append((name, ty, x, y))
             plans[name] = (a, parts)
         outs = self.emit_merge(cond, slots, then_seq, else_seq)
+        for k, (_, _, x, y) in enumerate(slots):  # a run-time scalar on both paths stays one
+            if is_tensor(x) and is_tensor(y) and self.cg.is_weak(x) and self.cg.is_weak(y):
+                self.cg.weak.append(outs[k])
         for name, plan in plans.items():
             if isinstance(plan, Undefined):
                 value = plan

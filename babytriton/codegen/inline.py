@@ -47,6 +47,7 @@ def call(cg, callee, args: list, kwargs: dict, call_line: int | None):
     # the fusion map relates kernels to the caller's lines: the callee's bindings are this call's
     for var in child.binding_lines:
         cg.binding_lines[var] = cg.lineno
+        cg.binding_nodes[var] = cg.node
     return result
 
 
@@ -72,7 +73,7 @@ def check(cg, fname: str, param, value, sizes: dict):
         if core.is_tensor(value):
             return value
         if core.is_python_scalar(value):  # what a direct call would pass: a 0-d int64/float64/bool tensor
-            return cg.const(value, SCALAR_TYPES[type(value)])
+            return weak_const(cg, value, SCALAR_TYPES[type(value)])
         raise Diagnostic(f"{where} expects a tensor or a number, got {core.describe(value)}")
     if param.kind == "scalar":
         return check_scalar(cg, where, param, value)
@@ -94,6 +95,13 @@ def check(cg, fname: str, param, value, sizes: dict):
     return value
 
 
+def weak_const(cg, value, dtype: str):
+    """A number passed for a run-time scalar: a 0-d tensor that promotes as the number (cg.is_weak)."""
+    const = cg.const(value, dtype)
+    cg.weak.append(const)
+    return const
+
+
 def check_scalar(cg, where: str, param, value):
     """A run-time scalar parameter takes a number or a 0-d tensor of its kind, as the 0-d tensor a
     direct call would pass (int64, float64, bool), so that dtypes promote the same either way."""
@@ -101,7 +109,7 @@ def check_scalar(cg, where: str, param, value):
     if core.is_python_scalar(value):
         if isinstance(value, bool) and param.annotation is not bool or not isinstance(value, SCALAR_KINDS[dtype]):
             raise Diagnostic(f"{where} is annotated {param.annotation.__name__}, got {core.describe(value)}")
-        return cg.const(value, dtype)
+        return weak_const(cg, value, dtype)
     if core.is_tensor(value) and value.ty.ndim == 0:
         got = core.dtype_of(value)
         kind_ok = {"bool": got == "bool", "int64": got.startswith(("int", "uint")),

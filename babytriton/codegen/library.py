@@ -28,6 +28,7 @@ import types
 import typing
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import tvm
 from tvm import relax
@@ -93,6 +94,11 @@ BITWISE = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "left_shif
 TENSOR_KINDS = ("tensor", "optional tensor")
 # Parameters annotated as expressions that Relax takes as scalars (TIR values), not tensors.
 SCALAR_PARAMS = {"clip": ("min", "max")}
+# Parameters annotated as expressions that Relax takes as lists of ints (strided_slice's `axes=[0]`).
+SIZES_PARAMS = {"strided_slice": ("axes", "begin", "end", "strides")}
+# Integer index tensors: a Python int or list of ints is an int64 index, never promoted with the data.
+INDEX_PARAMS = {"take": ("indices",), "gather_elements": ("indices",), "gather_nd": ("indices",),
+                "scatter_elements": ("indices",), "scatter_nd": ("indices",), "one_hot": ("indices",)}
 # torch spellings of keyword arguments, accepted wherever the op has the Relax spelling.
 KEYWORD_ALIASES = {"dim": "axis", "keepdim": "keepdims"}
 # torch / numpy names of ops that Relax spells otherwise: only for "did you mean" hints.
@@ -124,7 +130,8 @@ class Op:
     name: str
     fn: typing.Callable
     signature: inspect.Signature
-    kinds: dict  # parameter name -> "tensor" | "optional tensor" | "tensors" | "shape" | "dtype" | "scalar" | "value"
+    kinds: dict  # parameter name -> "tensor" | "optional tensor" | "tensors" | "shape" | "optional shape" |
+    #                                 "index" | "dtype" | "scalar" | "value"
     promoted: tuple  # parameters whose operands are promoted to one dtype
 
     @property
@@ -190,6 +197,10 @@ def _options(annotation) -> tuple:
 def _param_kind(op_name: str, param: inspect.Parameter) -> str:
     if param.name in SCALAR_PARAMS.get(op_name, ()):
         return "scalar"
+    if param.name in SIZES_PARAMS.get(op_name, ()):
+        return "optional shape" if param.default is None else "shape"
+    if param.name in INDEX_PARAMS.get(op_name, ()):
+        return "index"
     if param.name.endswith("dtype"):
         return "dtype"
     options = _options(param.annotation)
@@ -274,11 +285,11 @@ def call(cg, op: Op, args: list, kwargs: dict):
     values = {name: _convert(cg, op, name, value, arguments) for name, value in arguments.items()}
     promoted = [n for n in op.promoted if n in values]
     if promoted:
-        dtype = common_dtype([values[n] for n in promoted])
+        dtype = common_dtype([cg.promotion_operand(values[n]) for n in promoted])
         for n in promoted:
             values[n] = cg.as_tensor(values[n], dtype)
     else:
-        dtype = common_dtype([v for n, v in values.items() if op.kinds[n] in TENSOR_KINDS])
+        dtype = common_dtype([cg.promotion_operand(v) for n, v in values.items() if op.kinds[n] in TENSOR_KINDS])
         for name, value in values.items():
             if op.kinds[name] in TENSOR_KINDS and core.is_python_scalar(value):
                 values[name] = cg.const(value, dtype)
@@ -287,6 +298,8 @@ def call(cg, op: Op, args: list, kwargs: dict):
         values.update(zip(operands, cg.aligned(*[values[n] for n in operands])))
     as_int8 = _widen_bools_and_ints(cg, op, values)
     check_axis(op, values)
+    if op.name == "strided_slice":
+        _empty_slices(values)
     narrow = _via_float32(cg, op, values)
     row = op.name in AS_ROW and _first_tensor(op, values).ty.ndim == 1
     if row:
@@ -316,6 +329,22 @@ def _first_tensor_name(op: Op, values: dict) -> str | None:
 def _first_tensor(op: Op, values: dict):
     name = _first_tensor_name(op, values)
     return values[name] if name is not None else None
+
+
+def _empty_slices(values: dict) -> None:
+    """A strided_slice that selects nothing on a static axis (`begin=3, end=1`), which TVM fails to
+    build: given as 0:0:1, its empty equivalent."""
+    x, axes, begin, end = values["x"], values["axes"], values["begin"], values["end"]
+    strides = values.get("strides") or [1] * len(axes)
+    shape = core.shape_of(x)
+    if not all(isinstance(v, int) for v in [*axes, *begin, *end, *strides]):
+        return
+    for i, axis in enumerate(axes):
+        if -len(shape) <= axis < len(shape) and isinstance(shape[axis], int) and strides[i] != 0 \
+                and not range(*slice(begin[i], end[i], strides[i]).indices(shape[axis])):
+            begin[i], end[i], strides[i] = 0, 0, 1
+    if values.get("strides") is not None or any(s != 1 for s in strides):
+        values["strides"] = strides
 
 
 def check_axis(op: Op, values: dict) -> None:
@@ -435,11 +464,20 @@ def _convert(cg, op: Op, name: str, value, arguments: dict):
         if isinstance(value, (tuple, list)) and value and all(core.is_tensor(v) for v in value):
             return list(value)
         raise Diagnostic(f"{where} takes a tuple of tensors, got {core.describe(value)}")
-    if kind == "shape":
+    if kind == "index":
+        if core.is_tensor(value):
+            return value
+        if is_index(value):
+            return relax.const(np.array(value, dtype="int64"))
+        raise Diagnostic(f"{where} takes an integer tensor, an int or a list of ints, got {core.describe(value)}")
+    if kind in ("shape", "optional shape"):
+        if value is None and kind == "optional shape":
+            return None
         sizes = (value,) if _is_size(value) else value
         if isinstance(sizes, (tuple, list)) and all(_is_size(s) for s in sizes):
             return list(sizes)
-        raise Diagnostic(f"{where} takes a shape (a tuple of sizes), got {core.describe(value)}")
+        raise Diagnostic(f"{where} takes {'a shape (a tuple of sizes)' if kind == 'shape' and name == 'shape' else 'a tuple of ints'}"
+                         f", got {core.describe(value)}")
     if kind == "dtype":
         if value is None and param.default is None:
             return None
@@ -465,6 +503,13 @@ def _convert(cg, op: Op, name: str, value, arguments: dict):
     if not _accepts(param.annotation, value):
         raise Diagnostic(f"{where} must be {_type_text(param.annotation)}, got {core.describe(value)}")
     return _to_lists(value)
+
+
+def is_index(value) -> bool:
+    """A Python int, or a (nested) list or tuple of them: an index given as Python values."""
+    if isinstance(value, (list, tuple)):
+        return all(is_index(v) for v in value)
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_size(value) -> bool:
@@ -529,7 +574,8 @@ def _to_lists(value):
 def common_dtype(values: list) -> str:
     """The dtype that numbers and tensors combine to, by torch's promotion: dimensioned tensors
     outrank 0-d tensors, which outrank Python numbers. Bool tensors (conditions) count only when
-    nothing else is there. Tensors are Relax tensors, or torch tensors (the eager reference)."""
+    nothing else is there. Tensors are Relax tensors, or torch tensors (the eager reference); weak
+    0-d tensors (run-time scalars) come as the numbers they stand for (`promotion_operand`)."""
     tensors = [torch.empty((1,) if v.ty.ndim else (), dtype=DTYPES[core.dtype_of(v)]) if core.is_tensor(v)
                else torch.empty((1,) if v.dim() else (), dtype=v.dtype)
                for v in values if core.is_tensor(v) or isinstance(v, torch.Tensor)]

@@ -47,6 +47,19 @@ SYMBOL = {
     ast.And: "and", ast.Or: "or",
 }
 
+
+def weak_dtype(symbol: str, dtypes) -> str:
+    """The dtype of an operator on two weak operands (Python numbers, run-time scalars, a recursive
+    loop's index), which compute as Python does: bools stay bools only under `&`, `|`, `^` and
+    comparisons; ints stay int64, except under `/`; a float makes float64 (a Python float)."""
+    dtypes = list(dtypes)
+    if any(d.startswith(("float", "bfloat")) for d in dtypes) or symbol == "/":
+        return "float64"
+    if all(d == "bool" for d in dtypes) and symbol in ("&", "|", "^", "<", "<=", ">", ">=", "==", "!="):
+        return "bool"
+    return "int64"
+
+
 # --------------------------------------------------------------------------------------------------
 # The TensorIR backend: the same Python operators on scalar TIR expressions (both sides already of
 # one dtype), with Python's semantics: `//` and `%` floor, `/` is true division (on floats).

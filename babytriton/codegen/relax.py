@@ -12,6 +12,7 @@ import contextlib
 import functools
 import gc
 import inspect
+import math
 import os
 import sys
 import threading
@@ -145,6 +146,23 @@ def promote(lhs, rhs) -> str:
     return TORCH_TO_NAME[torch.result_type(_torch_operand(lhs), _torch_operand(rhs))]
 
 
+def wrap_int(value: int, dtype: str) -> int:
+    """A Python int as an integer dtype holds it, wrapping as torch converts a number meeting an
+    integer tensor (`int32 + 2**40` adds 0); beyond 64 bits torch refuses, and so do we."""
+    if not -2**63 <= value < 2**64:
+        raise Diagnostic(f"the int {value} is too big to convert to {dtype} (torch refuses it too)")
+    bits = int(dtype.lstrip("uint"))
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if dtype.startswith("int") and value >= 1 << (bits - 1) else value
+
+
+def scalar_kind(value) -> str:
+    """The dtype name of a number or 0-d tensor: Python numbers as bool, int64 or float64."""
+    if is_tensor(value):
+        return dtype_of(value)
+    return "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else "float64"
+
+
 def same_size(a, b) -> bool:
     """Whether two sizes are known to be equal at compile time (ints, or the same symbolic size)."""
     if isinstance(a, int) or isinstance(b, int):
@@ -188,10 +206,12 @@ class RelaxCodeGen(CodeGenerator):
         # Which source line (relative to the parsed def) produced each emitted binding: the
         # fusion map relates fused kernels back to them (babytriton/fusion.py).
         self.binding_lines: dict[relax.Var, int] = {}
+        self.binding_nodes: dict[relax.Var, ast.AST] = {}  # and the expression: TVM's failures point there
         self.lineno = None             # line of the innermost node being compiled
+        self.node = None               # the innermost node with a location being compiled
         self.kernels: list = []        # kernels.Declared: the TensorIR kernels added to the module
         self.inline_chain: list = [fn]  # the @jit functions being compiled, outermost first
-        self.weak: list = []           # 0-d tensors that promote like Python ints (see `is_weak`)
+        self.weak: list = []           # 0-d tensors that promote like Python numbers (see `is_weak`)
         from .control import Flow      # control flow builds on this module's helpers
         self.flow = Flow(self)
         # (symbolic size, the size it was matched to, where): checked at each call (see `aligned`)
@@ -228,6 +248,7 @@ class RelaxCodeGen(CodeGenerator):
         self.sym_vars, self.kernels, self.inline_chain = caller.sym_vars, caller.kernels, chain
         self.placement = caller.placement
         self.size_checks = caller.size_checks
+        self.weak = caller.weak  # the numbers the caller passes stay numbers here
 
     def inline(self, values: dict):
         """Compile this function's body in place with its parameters bound to `values`; its value."""
@@ -238,12 +259,14 @@ class RelaxCodeGen(CodeGenerator):
         return None if isinstance(self.returned, tuple) and not self.returned else self.returned
 
     def visit(self, node):
-        outer_line = self.lineno
+        outer_line, outer_node = self.lineno, self.node
         self.lineno = getattr(node, "lineno", outer_line)
+        if hasattr(node, "lineno"):
+            self.node = node
         try:
             return super().visit(node)
         finally:
-            self.lineno = outer_line
+            self.lineno, self.node = outer_line, outer_node
 
     # ------------------------------------------------------------------------------------------
     # helpers
@@ -252,6 +275,7 @@ class RelaxCodeGen(CodeGenerator):
         var = self._emit(expr)
         if self.lineno is not None:
             self.binding_lines[var] = self.lineno
+            self.binding_nodes[var] = self.node
         return var
 
     def _emit(self, expr: relax.Expr) -> relax.Var:
@@ -267,6 +291,8 @@ class RelaxCodeGen(CodeGenerator):
             dtype = "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else "float32"
         if dtype.startswith(("int", "uint")) and isinstance(value, float) and not value.is_integer():
             raise Diagnostic(f"the float {value!r} cannot be exactly represented as {dtype}")
+        if dtype.startswith(("int", "uint")):
+            value = wrap_int(int(value), dtype)
         return relax.const(value, dtype)
 
     def as_tensor(self, value, dtype: str) -> relax.Expr:
@@ -279,6 +305,8 @@ class RelaxCodeGen(CodeGenerator):
 
     def operand(self, value):
         """Check that a value can take part in arithmetic."""
+        if isinstance(value, int) and not -2**63 <= value < 2**64:
+            raise Diagnostic(f"the int {value} is too big to meet a tensor (torch refuses it too)")
         if is_tensor(value) or is_python_scalar(value):
             return value
         if is_symbolic(value):
@@ -350,6 +378,8 @@ class RelaxCodeGen(CodeGenerator):
         vdevice = self.placement.param_vdevice(spec) if self.placement is not None else None
         var = RB.arg(arg.arg, relax.TensorType(list(shape), spec.dtype, vdevice=vdevice))
         self.params.add(var)
+        if spec.kind == "scalar":  # a run-time number promotes as the Python number it is (torch's rule)
+            self.weak.append(var)
         self.scope.assign(arg.arg, var)
 
     def visit_body(self, body: list[ast.stmt]):
@@ -478,12 +508,7 @@ class RelaxCodeGen(CodeGenerator):
         lhs, rhs = self.operand(lhs), self.operand(rhs)
         sym = ops.SYMBOL[kind]
         both_weak = self.is_weak(lhs) and self.is_weak(rhs)
-        if both_weak:  # Python arithmetic on a loop index: an int (float once a float joins), as in Python
-            floats = any(isinstance(v, float) or is_tensor(v) and dtype_of(v).startswith("float") for v in (lhs, rhs))
-            dtype = "float64" if floats or kind is ast.Div else "int64"
-        else:
-            dtype = promote(*((0.0 if dtype_of(v).startswith("float") else 0) if is_tensor(v) and self.is_weak(v)
-                              else v for v in (lhs, rhs)))
+        dtype = self.operator_dtype(sym, lhs, rhs)
         result = self._binary(kind, sym, lhs, rhs, dtype)
         if both_weak and is_tensor(result):
             self.weak.append(result)
@@ -497,25 +522,57 @@ class RelaxCodeGen(CodeGenerator):
             return self.emit_binary(int_op if dtype != "bool" else bool_op, lhs, rhs, dtype, sym)
         if kind not in ops.ARITH:
             raise Diagnostic(f"the operator `{sym}` is not supported on tensors")
+        if kind is ast.Div and not dtype.startswith(("float", "bfloat")):
+            dtype = TORCH_TO_NAME[torch.get_default_dtype()]  # true division, as in Python and torch
         if dtype == "bool" or kind is ast.Sub and any(is_tensor(v) and dtype_of(v) == "bool" for v in (lhs, rhs)):
             raise Diagnostic(f"`{sym}` on bool tensors is not supported; use `|`, `&`, `^`, `~` or convert "
                              "with .astype()")
-        if kind is ast.Div and not dtype.startswith(("float", "bfloat")):
-            dtype = TORCH_TO_NAME[torch.get_default_dtype()]  # true division, as in Python and torch
         if kind is ast.MatMult:
             return self.matmul(lhs, rhs)
         if kind is ast.Pow and not dtype.startswith(("float", "bfloat")):
             return self.integer_power(lhs, rhs, dtype)
+        if kind in (ast.Div, ast.FloorDiv, ast.Mod) and is_python_scalar(rhs) and rhs == 0:
+            return self.divide_by_zero(kind, sym, lhs, rhs, dtype)
         if kind is ast.Pow and dtype == "bfloat16":  # TVM's pow has no bfloat16: float32, rounded once
             return self.emit(relax.op.astype(self.emit_binary(relax.op.power, lhs, rhs, "float32", sym), dtype))
         return self.emit_binary(ops.ARITH[kind], lhs, rhs, dtype, sym)
 
+    def divide_by_zero(self, kind, sym: str, lhs, rhs, dtype: str):
+        """`x / 0.0`, `x // 0.0`, `x % 0.0` with torch's meaning (inf, -inf, nan), written so that TVM
+        does not fold a division by the constant zero (which it refuses); integer `//`, `%` by 0
+        raise, as torch does."""
+        if not dtype.startswith(("float", "bfloat")):
+            raise Diagnostic(f"integer `{sym}` by zero: torch raises ZeroDivisionError for it")
+        if kind is ast.Mod:  # x - floor(x / 0) * 0: nan everywhere
+            return self.emit_binary(relax.op.multiply, lhs, float("nan"), dtype, sym)
+        # x / ±0 is x * ±inf, for every x (0 and nan give nan)
+        quotient = self.emit_binary(relax.op.multiply, lhs, math.copysign(math.inf, rhs), dtype, sym)
+        return self.emit(relax.op.floor(quotient)) if kind is ast.FloorDiv else quotient
+
     def is_weak(self, value) -> bool:
-        """A Python number, or a 0-d tensor standing for one (a recursive loop's index): it takes the
-        other operand's dtype, as a Python int does in the unrolled loop and in torch."""
+        """A Python number, or a 0-d tensor standing for one (a run-time scalar parameter, a recursive
+        loop's index): it takes the other operand's dtype unless its kind is higher, as in torch."""
         if is_python_scalar(value):
             return True
         return is_tensor(value) and any(value.same_as(w) for w in self.weak)
+
+    def promotion_operand(self, value):
+        """What `value` is to torch's promotion: a weak 0-d tensor counts as a Python number of its kind."""
+        if is_tensor(value) and not is_python_scalar(value) and self.is_weak(value):
+            dtype = dtype_of(value)
+            return False if dtype == "bool" else 0.0 if dtype.startswith(("float", "bfloat")) else 0
+        return value
+
+    def operator_dtype(self, symbol: str, lhs, rhs) -> str:
+        """The dtype a binary operator or comparison computes in: two weak operands compute as
+        Python does (ops.weak_dtype), anything else by torch's promotion."""
+        if self.is_weak(lhs) and self.is_weak(rhs):
+            return ops.weak_dtype(symbol, [scalar_kind(v) for v in (lhs, rhs)])
+        return self.promote(lhs, rhs)
+
+    def promote(self, *values) -> str:
+        """The dtype operands combine to (torch.result_type), weak 0-d tensors counting as numbers."""
+        return promote(*(self.promotion_operand(v) for v in values))
 
     def emit_binary(self, relax_op, lhs, rhs, dtype: str, sym: str):
         if is_tensor(lhs) and is_tensor(rhs) and broadcast(shape_of(lhs), shape_of(rhs)) is None:
@@ -622,7 +679,12 @@ class RelaxCodeGen(CodeGenerator):
         if kind is ast.USub:
             if dtype == "bool":
                 raise Diagnostic("`-` on a bool tensor is not supported; use `not` / `~` for logical negation")
-            return self.emit(relax.op.negative(value))
+            # unsigned: 0 - u, which wraps as torch's `-u` does (TVM's negative multiplies by -1)
+            negated = self.emit(relax.op.subtract(self.const(0, dtype), value) if dtype.startswith("uint")
+                                else relax.op.negative(value))
+            if self.is_weak(value):  # `-s` is still a Python number
+                self.weak.append(negated)
+            return negated
         if kind is ast.Invert:
             if dtype.startswith(("float", "bfloat")):
                 raise Diagnostic(f"`~` needs a bool or integer tensor, got {describe(value)}")
@@ -644,9 +706,12 @@ class RelaxCodeGen(CodeGenerator):
             if _plain(lhs) and _plain(rhs):  # dtype names, shapes, None: `x.dtype == "float16"`
                 return ops.PY_COMPARE[kind](lhs, rhs)
         lhs, rhs = self.operand(lhs), self.operand(rhs)
-        dtype = promote(lhs, rhs)
+        dtype = self.operator_dtype(ops.SYMBOL[kind], lhs, rhs)
         # TVM's LLVM backend emits a float compare for bool operands; compare them as int8.
-        return self.emit_binary(ops.COMPARE[kind], lhs, rhs, "int8" if dtype == "bool" else dtype, ops.SYMBOL[kind])
+        result = self.emit_binary(ops.COMPARE[kind], lhs, rhs, "int8" if dtype == "bool" else dtype, ops.SYMBOL[kind])
+        if self.is_weak(lhs) and self.is_weak(rhs):  # a Python bool, as in Python
+            self.weak.append(result)
+        return result
 
     def visit_BoolOp(self, node: ast.BoolOp):
         # Python values short-circuit as in Python; tensors combine element-wise.
@@ -679,7 +744,7 @@ class RelaxCodeGen(CodeGenerator):
         if dtype_of(cond) != "bool":
             raise Diagnostic(f"the condition must be a bool tensor, got {describe(cond)}")
         a, b = self.operand(self.visit(node.body)), self.operand(self.visit(node.orelse))
-        dtype = promote(a, b)
+        dtype = self.promote(a, b)
         if dtype == "bool":  # bools select as int8 (see library.BOOL_AS_INT8)
             chosen = relax.op.where(*self.aligned(cond, self.as_tensor(a, "int8"), self.as_tensor(b, "int8")))
             return self.emit(relax.op.astype(self.emit(chosen), "bool"))

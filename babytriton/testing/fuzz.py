@@ -73,6 +73,7 @@ class V:
     exact: bool = True
     err: float = 0.0
     dims: tuple | None = None  # the shape as compiled (symbolic sizes by name); None: the shape itself
+    weak: bool = False  # a 0-d tensor promoting as a Python number: a run-time scalar, arithmetic on them
 
     @property
     def static(self) -> bool:
@@ -121,16 +122,19 @@ def _balanced(code: str) -> bool:
 
 
 def _dummy(v: V):
-    if v.py:
-        return {"bool": True, "int": 1, "float": 1.0}[v.dtype]
+    if v.py or v.weak:
+        return {"bool": True, "int": 1, "float": 1.0, "int64": 1, "float64": 1.0}[v.dtype]
     return torch.empty(v.shape, dtype=DTYPES[v.dtype])
 
 
 def promote(a: V, b: V, tensor: bool = False) -> str:
-    """The result dtype by torch's rules (Python numbers weak, as compiled); of two Python numbers,
-    Python's kind (or, where the result is a `tensor` all the same, torch's default dtypes)."""
+    """The result dtype by torch's rules (Python numbers and run-time scalars weak, as compiled); of
+    two Python numbers, Python's kind (or, where the result is a `tensor` all the same, torch's
+    default dtypes); of a run-time scalar and a number, Python's kind as a 0-d int64/float64 tensor."""
     if a.py and b.py and not tensor:
         return "float" if "float" in (a.dtype, b.dtype) else "int"
+    if (a.py or a.weak) and (b.py or b.weak) and not tensor:
+        return "float64" if any(v.dtype in ("float", "float64") for v in (a, b)) else "int64"
     return NAMES[torch.result_type(_dummy(a), _dummy(b))]
 
 
@@ -336,9 +340,10 @@ class Generator:
             if special and base_kind == "float" and rng.random() < 0.5:
                 value = rng.choice(("nan", "inf", "-inf", -0.0))
             annotation = "" if kind.startswith("auto") else kind
+            dtype = {"int": "int64", "float": "float64", "bool": "bool"}[base_kind]
             self.params.append(Param(f"s{i}", "scalar", annotation, ("scalar", kind, value)))
             mag = max(abs(float(value)), 1) if isinstance(value, (int, float)) else 1.0
-            self.pool.append(V(f"s{i}", base_kind, None, mag, 2 if base_kind == "float" else 0))
+            self.pool.append(V(f"s{i}", dtype, (), mag, 2 if base_kind == "float" else 0, weak=True))
         if rng.random() < 0.35:
             value = rng.choice((1, 2, 3, 0.5, 1.5, True))
             self.params.append(Param("k", "constexpr", "bt.constexpr", ("constexpr", value)))
@@ -571,8 +576,11 @@ class Generator:
         else:
             mag, gran, err = a.mag + b.mag, max(a.gran, b.gran), ea + eb
         exact = a.exact and b.exact and ea == 0 and eb == 0
-        return finish(f"{paren(a)} {op} {paren(b)}", dtype, broadcast(a.shape, b.shape), mag, gran, exact, err,
-                      broadcast_dims(a, b))
+        result = finish(f"{paren(a)} {op} {paren(b)}", dtype, broadcast(a.shape, b.shape), mag, gran, exact, err,
+                        broadcast_dims(a, b))
+        if result is not None and (a.weak or b.weak) and (a.py or a.weak) and (b.py or b.weak):
+            result.weak = True  # arithmetic on run-time scalars and numbers: still a Python number
+        return result
 
     def divide(self, depth):
         a, b = self.operand(depth), self.operand(depth)
@@ -702,7 +710,7 @@ class Generator:
                  a.exact and b.exact, max(a.err, b.err), a.dims if a.dims == b.dims else None)
 
     def call_helper(self, depth):
-        """A call of another @jit function (inlined when compiled); numbers reach it as the 0-d
+        """A call of another @jit function (inlined when compiled); numbers reach it as the weak 0-d
         int64/float64 tensors a direct call passes."""
         a, b = self.operand(depth), self.operand(depth)
         if not (a.numeric and b.numeric):
@@ -990,11 +998,11 @@ class Generator:
 
 
 def as_argument(v: V) -> V:
-    """A value as a @jit callee's unannotated parameter sees it: numbers become 0-d tensors."""
+    """A value as a @jit callee's unannotated parameter sees it: numbers become weak 0-d tensors."""
     if not v.py:
         return v
     dtype = {"bool": "bool", "int": "int64", "float": "float64"}[v.dtype]
-    return V(v.code, dtype, (), v.mag, v.gran, v.exact, v.err)
+    return V(v.code, dtype, (), v.mag, v.gran, v.exact, v.err, weak=True)
 
 
 def _mul_add(a: V, b: V):
