@@ -537,9 +537,9 @@ class Generator:
     def tensor_operand(self, depth: int, want=lambda v: True) -> V | None:
         for _ in range(6):
             v = self.operand(depth)
-            if not v.py and want(v):
+            if not (v.py or v.weak) and want(v):  # a run-time scalar is a Python number, not a tensor
                 return v
-        candidates = [v for v in self.pool if not v.py and want(v)]
+        candidates = [v for v in self.pool if not (v.py or v.weak) and want(v)]
         return self.rng.choice(candidates) if candidates else None
 
     def float_operand(self, depth: int) -> V | None:
