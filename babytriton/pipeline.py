@@ -7,11 +7,12 @@ gets each kernel's target and inputs on its device (PlaceOnDevices).
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import tvm
 import tvm_ffi
-from tvm import relax
+from tvm import relax, te, topi
 from tvm.s_tir import dlight as dl
 
 from . import schedules
@@ -60,13 +61,97 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
         sequence.append(("MatmulToCuBLAS", tvm.transform.module_pass(
             lambda mod, _ctx: schedules.offload_matmul(mod), opt_level=0, name="MatmulToCuBLAS")))
     return sequence + [
-        ("LegalizeOps", relax.transform.LegalizeOps()),
+        ("LegalizeOps", relax.transform.LegalizeOps(half_accumulating_legalizations())),
         ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),
         # unused bindings first (e.g. what zeros_like(x) no longer reads once legalized): FuseOps
         # warns about them, and fails on them inside the branches of an If
         ("FuseOps", tvm.transform.Sequential([relax.transform.DeadCodeElimination(), relax.transform.FuseOps()])),
         ("FuseTIR", relax.transform.FuseTIR()),
     ]
+
+
+HALF = ("float16", "bfloat16")
+# FuseOps's op pattern kinds (tvm/relax/analysis): only their order matters here.
+OP_PATTERN = "op_pattern"
+
+
+def half_accumulating_legalizations() -> dict:
+    """LegalizeOps overrides for the ops that add up many elements (library.HALF_ACCUMULATE): on
+    float16/bfloat16 operands, TVM's own kernel computed in float32 and rounded once at the end, as
+    torch computes them. The casts are stages of that one kernel (no float32 copy in memory), and
+    the kernel keeps the fusion pattern of the half one, so fusion makes the same kernels as before."""
+    from .codegen import library
+
+    overrides = {}
+    for name in library.HALF_ACCUMULATE:
+        relax_name = ("relax.nn." if library.lookup(name).fn.__module__.startswith("tvm.relax.op.nn") else "relax.") + name
+        default = tvm.ir.Op.get(relax_name).get_attr("FLegalize")
+        if default is not None:
+            overrides[relax_name] = functools.partial(_legalize_in_float32, default)
+    return overrides
+
+
+def _legalize_in_float32(default, bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    if not any(_is_half(a) for a in call.args):
+        return default(bb, call)
+    # the fusion pattern of the op's own kernel, on float32 operands (a half one may not even build)
+    scratch = relax.BlockBuilder()
+    wide = [relax.Var("x", relax.TensorType(a.ty.shape, "float32")) if _is_half(a) else a for a in call.args]
+    pattern = _pattern(scratch, default(scratch, scratch.normalize(relax.Call(call.op, wide, call.attrs))))
+    return default(_InFloat32(bb, pattern), call)
+
+
+def _is_half(expr) -> bool:
+    return isinstance(expr.ty, relax.TensorType) and expr.ty.dtype in HALF
+
+
+def _pattern(scratch: relax.BlockBuilder, call) -> int | None:
+    if not isinstance(call, relax.Call) or call.op != tvm.ir.Op.get("relax.call_tir"):
+        return None
+    mod = relax.transform.AnnotateTIROpPattern()(scratch.get())
+    attrs = mod[call.args[0]].attrs
+    return int(attrs[OP_PATTERN]) if attrs is not None and OP_PATTERN in attrs else None
+
+
+class _InFloat32:
+    """A BlockBuilder whose call_te computes the TE function on float32 copies of its half inputs and
+    rounds its float32 results back to that half dtype (other calls go to the real builder)."""
+
+    def __init__(self, bb, pattern):
+        self._bb, self._pattern = bb, pattern
+
+    def __getattr__(self, name):
+        return getattr(self._bb, name)
+
+    def call_te(self, func, *args, **kwargs):
+        half = next(a.ty.dtype for a in _relax_args(args) if _is_half(a))
+
+        @functools.wraps(func)
+        def in_float32(*te_args, **te_kwargs):
+            cast = [topi.cast(a, "float32") if _te_half(a) else a for a in te_args]
+            return _round(func(*cast, **te_kwargs), half)
+
+        if self._pattern is not None:
+            kwargs["primfunc_attrs"] = {**kwargs.get("primfunc_attrs", {}), OP_PATTERN: self._pattern}
+        return self._bb.call_te(in_float32, *args, **kwargs)
+
+
+def _relax_args(args):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from _relax_args(a)
+        elif isinstance(a, relax.Expr):
+            yield a
+
+
+def _te_half(value) -> bool:
+    return isinstance(value, te.Tensor) and value.dtype in HALF
+
+
+def _round(result, half: str):
+    if isinstance(result, (list, tuple)):
+        return type(result)(_round(r, half) for r in result)
+    return topi.cast(result, half) if isinstance(result, te.Tensor) and result.dtype == "float32" else result
 
 
 def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: Callable[[str, str], None],

@@ -76,6 +76,17 @@ VIA_FLOAT32 = {
                  "argsort", "topk"},
     "float16": {"atan", "asin", "acos", "asinh", "acosh", "sinh", "cosh", "atan2"},
 }
+# Scans accumulate too (see HALF_ACCUMULATE below), and TVM builds them past LegalizeOps: float32 copies.
+for _half in VIA_FLOAT32.values():
+    _half |= {"cumsum", "cumprod"}
+# Ops that add up (or multiply up) many elements: in a half dtype they accumulate in float32 and
+# round once at the end, as torch does (a float16 sum stops growing at 2048, a bfloat16 one at 256).
+# The compiler legalizes them so (pipeline.half_accumulating_legalizations), the eager reference
+# computes them on float32 copies like VIA_FLOAT32.
+HALF_ACCUMULATE = {"sum", "mean", "prod", "std", "variance", "softmax", "log_softmax",
+                   "layer_norm", "rms_norm", "group_norm", "instance_norm", "cross_entropy_with_logits",
+                   "nll_loss", "collapse_sum_like", "collapse_sum_to", "avg_pool1d", "avg_pool2d", "avg_pool3d",
+                   "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"}
 # Ops whose TVM kernels only take these float dtypes (float64 would fail to build).
 # (TVM's rms_norm computes float64 in float32: refused rather than silently less precise.)
 FLOAT_DTYPES_ONLY = {"layer_norm": ("float32", "float16", "bfloat16"), "rms_norm": ("float32", "float16", "bfloat16")}
@@ -347,11 +358,23 @@ def _via_float32(cg, op: Op, values: dict) -> str | None:
                              "convert with .astype()")
     narrow = next((core.dtype_of(values[n]) for n in operands
                    if op.name in VIA_FLOAT32.get(core.dtype_of(values[n]), ())), None)
+    narrow = half_result(narrow, values)
     if narrow:
         for n in operands:
             if core.dtype_of(values[n]) == narrow:
                 values[n] = cg.as_tensor(values[n], "float32")
     return narrow
+
+
+def half_result(narrow: str | None, values: dict) -> str | None:
+    """The half dtype an op computed in float32 rounds back to: its operands' (an explicit
+    `dtype=` of that half dtype means the same and is dropped); None when `dtype=` asks for another."""
+    if narrow is None or values.get("dtype") is None:
+        return narrow
+    if values["dtype"] in (narrow, DTYPES[narrow]):
+        values["dtype"] = None
+        return narrow
+    return None
 
 
 def _rounded_back(cg, result, dtype: str):
