@@ -176,6 +176,7 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
                 mod = dl.ApplyDefaultSchedule(*schedules.gpu_rules(schedule))(mod)
     else:
         mod = schedules.apply(mod, target, schedule, trials)
+    mod = schedules.init_outside_reductions(mod)
     record("schedule", mod.script())
     return mod
 

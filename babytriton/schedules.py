@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 import tvm
+import tvm_ffi
 from tvm import relax, s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
@@ -173,6 +174,48 @@ def apply(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, trials: i
         # Dlight skips functions already scheduled (tuned ones); on a GPU everything left needs threads.
         rules = gpu_rules("fallback" if schedule == "meta_schedule" else schedule) if gpu else cpu_rules()
         return dl.ApplyDefaultSchedule(*rules)(mod)
+
+
+def init_outside_reductions(mod: tvm.IRModule) -> tvm.IRModule:
+    """Give every reduction left with its init inside its reduction loops a separate init loop nest.
+    TVM lowers such an init to "on the first reduction step", which never comes when a reduced size is
+    0 at run time (a symbolic n = 0): the result would be uninitialised memory instead of the sum's 0,
+    the product's 1, a matrix product's zeros. Reductions whose loops are bound to GPU threads are
+    left to TVM's cross-thread lowering, which starts every thread from the identity."""
+    out = mod
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        sch = s_tir.Schedule(func)
+        for realize in _reductions_with_init(func):
+            block = sch.get_sblock(realize.block.name_hint)
+            loop = _outermost_reduction_loop(sch, block, realize)
+            if loop is not None:
+                sch.decompose_reduction(block, loop)
+        if not sch.mod["main"].same_as(func):
+            out = out if out is not mod else mod.clone()
+            out[gvar] = sch.mod["main"]
+    return out
+
+
+def _reductions_with_init(func) -> list:
+    found = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlockRealize, found.append))
+    return [r for r in found if r.block.init is not None]
+
+
+def _outermost_reduction_loop(sch, block, realize):
+    """The outermost loop that steps a reduction variable of the block (None: there is none, or the
+    reduction runs across GPU threads)."""
+    reduced = set()
+    for iv, value in zip(realize.block.iter_vars, realize.iter_values):
+        if iv.iter_type == tirx.IterVar.CommReduce:
+            reduced |= {v for v in tirx.analysis.undefined_vars(value)}
+    loops = [sch.get(rv) for rv in sch.get_loops(block)]
+    steps = [i for i, loop in enumerate(loops) if any(loop.loop_var.same_as(v) for v in reduced)]
+    if not steps or any(loops[i].thread_binding is not None for i in steps):
+        return None
+    return sch.get_loops(block)[steps[0]]
 
 
 # --------------------------------------------------------------------------------------------------
