@@ -91,7 +91,21 @@ def half_accumulating_legalizations() -> dict:
     return overrides
 
 
+# Averages over a static size 0 are NaN, as in torch (TVM's kernel would divide by a constant 0).
+NAN_WHEN_EMPTY = {"relax.mean", "relax.variance", "relax.std"}
+
+
+def _averages_nothing(call: relax.Call) -> bool:
+    if call.op.name not in NAN_WHEN_EMPTY or call.args[0].ty.shape is None:
+        return False
+    shape = call.args[0].ty.shape.values
+    axes = range(len(shape)) if call.attrs.axis is None else [int(a) % len(shape) for a in call.attrs.axis]
+    return any(isinstance(shape[a], tvm.tirx.IntImm) and int(shape[a]) == 0 for a in axes)
+
+
 def _legalize_in_float32(default, bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    if _averages_nothing(call):
+        return bb.call_te(topi.full, call.ty.shape.values, str(call.ty.dtype), float("nan"))
     if not any(_is_half(a) for a in call.args):
         return default(bb, call)
     # the fusion pattern of the op's own kernel, on float32 operands (a half one may not even build)

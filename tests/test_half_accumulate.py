@@ -142,3 +142,15 @@ def test_cuda_accumulates_half_in_a_float_without_extra_kernels(fn, kernels):
     bodies = re.findall(r'extern "C" __global__ void[^;{]*\{(.*?)\n\}', k.source, re.S)
     assert len(bodies) == kernels
     assert any(re.search(r"\bfloat \w*red\w*\[", b) for b in bodies)  # a float accumulator
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALVES)
+@pytest.mark.parametrize("ours", [t_sum, t_mean_rows, t_softmax, t_variance, user_softmax], ids=lambda f: f.__name__)
+def test_half_reductions_match_torch_on_the_gpu(ours, dtype):
+    x = (torch.randn(3, 32000, device="cuda") + 0.5).to(dtype)
+    want = CASES[ours](x)
+    got = bt.jit(target="gpu", cache=False)(ours)(x)
+    torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+    ones = torch.ones(100000, dtype=dtype, device="cuda")
+    assert bt.jit(target="gpu", cache=False)(t_sum)(ones).item() == torch.sum(ones).item()

@@ -21,6 +21,7 @@ import ast
 import difflib
 import functools
 import inspect
+import os
 import re
 import types
 import typing
@@ -87,6 +88,11 @@ HALF_ACCUMULATE = {"sum", "mean", "prod", "std", "variance", "softmax", "log_sof
                    "layer_norm", "rms_norm", "group_norm", "instance_norm", "cross_entropy_with_logits",
                    "nll_loss", "collapse_sum_like", "collapse_sum_to", "avg_pool1d", "avg_pool2d", "avg_pool3d",
                    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"}
+# Reductions with no value for an empty axis (torch raises): a reduced size of 0 is an error, at
+# compile time when it is static, at run time (before any kernel runs) when it is symbolic.
+NO_IDENTITY = {"max", "min", "argmax", "argmin"}
+# The prefix of a run-time check's message: jit shows such messages as they are.
+RUN_TIME_CHECK = "babytriton check: "
 # Ops whose TVM kernels only take these float dtypes (float64 would fail to build).
 # (TVM's rms_norm computes float64 in float32: refused rather than silently less precise.)
 FLOAT_DTYPES_ONLY = {"layer_norm": ("float32", "float16", "bfloat16"), "rms_norm": ("float32", "float16", "bfloat16")}
@@ -296,6 +302,7 @@ def call(cg, op: Op, args: list, kwargs: dict):
         values.update(zip(operands, cg.aligned(*[values[n] for n in operands])))
     as_int8 = _widen_bools_and_ints(cg, op, values)
     check_axis(op, values)
+    check_nonempty(cg, op, values)
     narrow = _via_float32(cg, op, values)
     row = op.name in AS_ROW and _first_tensor(op, values).ty.ndim == 1
     if row:
@@ -334,6 +341,28 @@ def check_axis(op: Op, values: dict) -> None:
         problem = axis_problem(op.name, values.get("axis"), tensor.ty.ndim)
         if problem:
             raise Diagnostic(problem)
+
+
+def check_nonempty(cg, op: Op, values: dict) -> None:
+    """max/min/argmax/argmin of an axis of size 0 fail, as in torch (they have no value to give)."""
+    tensor = _first_tensor(op, values)
+    if op.name not in NO_IDENTITY or tensor is None or tensor.ty.ndim <= 0:
+        return
+    shape, axis = core.shape_of(tensor), values.get("axis")
+    axes = range(len(shape)) if axis is None else [axis] if isinstance(axis, int) else axis
+    for a in axes:
+        if not isinstance(a, int) or not -len(shape) <= a < len(shape):
+            continue  # Relax reports a bad axis
+        size = shape[a]
+        message = (f"{op.name}(): cannot reduce axis {a % len(shape)} of a tensor of shape {core.format_shape(shape)}: "
+                   f"it has size 0{' in this call' if core.is_symbolic(size) else ''}, and an empty axis has no "
+                   f"{op.name} (torch raises too)")
+        if size == 0:
+            raise Diagnostic(message)
+        if core.is_symbolic(size):
+            source = cg.parsed.source_map
+            where = f" (line {source.first_line + (cg.lineno or 1) - 1} of {os.path.basename(source.filename)})"
+            cg.emit(relax.op.assert_op(relax.prim_value(size != 0), [], RUN_TIME_CHECK + message + where))
 
 
 def axis_problem(op_name: str, axis, ndim: int) -> str | None:
