@@ -190,7 +190,7 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
                 mod = dl.ApplyDefaultSchedule(*schedules.gpu_rules(schedule))(mod)
     else:
         mod = schedules.apply(mod, target, schedule, trials)
-    mod = schedules.init_outside_reductions(mod)
+    mod = schedules.skip_empty_outputs(schedules.init_outside_reductions(mod), None if heterogeneous else target)
     record("schedule", mod.script())
     return mod
 
