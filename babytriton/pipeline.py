@@ -112,7 +112,8 @@ def _legalize_in_float32(default, bb: relax.BlockBuilder, call: relax.Call) -> r
     scratch = relax.BlockBuilder()
     wide = [relax.Var("x", relax.TensorType(a.ty.shape, "float32")) if _is_half(a) else a for a in call.args]
     pattern = _pattern(scratch, default(scratch, scratch.normalize(relax.Call(call.op, wide, call.attrs))))
-    return default(_InFloat32(bb, pattern), call)
+    scalar = isinstance(call.ty, relax.TensorType) and call.ty.ndim == 0
+    return default(_InFloat32(bb, pattern, scalar), call)
 
 
 def _is_half(expr) -> bool:
@@ -131,8 +132,8 @@ class _InFloat32:
     """A BlockBuilder whose call_te computes the TE function on float32 copies of its half inputs and
     rounds its float32 results back to that half dtype (other calls go to the real builder)."""
 
-    def __init__(self, bb, pattern):
-        self._bb, self._pattern = bb, pattern
+    def __init__(self, bb, pattern, scalar: bool):
+        self._bb, self._pattern, self._scalar = bb, pattern, scalar
 
     def __getattr__(self, name):
         return getattr(self._bb, name)
@@ -145,6 +146,12 @@ class _InFloat32:
             cast = [topi.cast(a, "float32") if _te_half(a) else a for a in te_args]
             return _round(func(*cast, **te_kwargs), half)
 
+        if self._scalar:
+            # a reduction to one number: its cast stays a kernel of its own (one element), since
+            # Dlight's GPU reduction rules decline a scalar reduction with an epilogue
+            wide = self._bb.emit(self._bb.call_te(functools.wraps(func)(lambda *a, **k: func(*[
+                topi.cast(x, "float32") if _te_half(x) else x for x in a], **k)), *args, **kwargs))
+            return self._bb.call_te(topi.cast, wide, half)
         if self._pattern is not None:
             kwargs["primfunc_attrs"] = {**kwargs.get("primfunc_attrs", {}), OP_PATTERN: self._pattern}
         return self._bb.call_te(in_float32, *args, **kwargs)

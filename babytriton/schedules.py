@@ -277,6 +277,9 @@ def _outermost_reduction_loop(sch, block, realize):
     steps = [i for i, loop in enumerate(loops) if any(loop.loop_var.same_as(v) for v in reduced)]
     if not steps or any(loops[i].thread_binding is not None for i in steps):
         return None
+    bound = [i for i, loop in enumerate(loops) if loop.thread_binding is not None]
+    if bound and bound[0] > steps[0]:  # the init would leave the kernel for the host
+        return None
     return sch.get_loops(block)[steps[0]]
 
 

@@ -92,7 +92,7 @@ def test_empty_then_nonempty_on_one_symbolic_version(cases, target):
     fn = getattr(cases, _name("sum0", "symbolic", (0, 4), target))
     for rows in (0, 5, 0, 2000, 0):
         x = torch.randn(rows, 4, device=device)
-        torch.testing.assert_close(fn(x), torch.sum(x, 0))
+        torch.testing.assert_close(fn(x), torch.sum(x, 0), rtol=1e-4, atol=1e-4)  # summation order
     fn = getattr(cases, _name("matmul", "symbolic", (0, 4), target))
     for rows in (0, 3, 0):
         x = torch.randn(rows, 4, device=device)
