@@ -161,10 +161,33 @@ def call_op(op: library.Op, args: list, kwargs: dict):
     if fn is None:
         raise NotImplementedError(f"{op.name}() has no torch equivalent in babytriton's eager mode yet; "
                                   "run the compiled function instead")
+    narrow = _via_float32(op, values)
     result = fn(**values)
     if as_int8 and _is_tensor(result) and result.dtype == torch.int8:
         result = result.bool()
-    return result
+    return _rounded_back(result, narrow) if narrow is not None else result
+
+
+def _via_float32(op: library.Op, values: dict) -> torch.dtype | None:
+    """library._via_float32 on torch tensors: half operands of the ops it lists, and of the ops that
+    accumulate (library.HALF_ACCUMULATE, which the compiler legalizes in float32), go in as float32."""
+    operands = [n for n in values if op.kinds[n] in library.TENSOR_KINDS and _is_tensor(values[n])]
+    narrow = next((values[n].dtype for n in operands
+                   if op.name in library.HALF_ACCUMULATE and values[n].dtype in (torch.float16, torch.bfloat16)
+                   or op.name in library.VIA_FLOAT32.get(TORCH_TO_NAME[values[n].dtype], ())), None)
+    narrow = library.half_result(narrow and TORCH_TO_NAME[narrow], values)
+    if narrow is None:
+        return None
+    for n in operands:
+        if TORCH_TO_NAME[values[n].dtype] == narrow:
+            values[n] = values[n].float()
+    return DTYPES[narrow]
+
+
+def _rounded_back(result, dtype: torch.dtype):
+    if isinstance(result, (tuple, list)):
+        return type(result)(_rounded_back(r, dtype) for r in result)
+    return result.to(dtype) if _is_tensor(result) and result.dtype == torch.float32 else result
 
 
 def _widen_bools_and_ints(op: library.Op, values: dict) -> bool:

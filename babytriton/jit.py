@@ -6,6 +6,7 @@ import difflib
 import functools
 import gc
 import inspect
+import re
 import threading
 
 import numpy as np
@@ -16,6 +17,7 @@ from tvm import relax
 from . import cache, devices, dump, eager, pipeline
 from . import explain as explaining
 from . import fusion as fusion_
+from .codegen import library
 from .codegen.relax import RelaxCodeGen, quiet_tvm
 from .codegen.source import parse_function
 from .errors import CompilationError, debug_enabled
@@ -225,6 +227,9 @@ class Kernel:
 def _run_error(name: str, error: Exception) -> RuntimeError:
     """A failure inside the compiled code (TVM's run-time checks), without TVM's internals."""
     text = str(error)
+    checked = re.search(re.escape(library.RUN_TIME_CHECK) + r"(.*)", text)
+    if checked:  # a check that the generated code makes, with its own message
+        return RuntimeError(checked.group(1).strip())
     if "match_cast" in text or "shape" in text and "mismatch" in text:
         reason = "an argument's sizes differ from the sizes this compiled version relies on"
     else:

@@ -1,5 +1,5 @@
-"""NaN and ±inf as torch has them: babytriton's own legalization of the Relax ops whose TVM lowering
-drops a NaN or mistakes an infinity.
+"""babytriton's own legalization of the Relax ops whose TVM lowering differs from torch: NaN and ±inf
+(below), and half-precision sums, which torch accumulates in float32 (`half_accumulating_legalizations`).
 
 TVM legalizes `maximum`, `minimum`, `clip` (so `relu6`), `relu`, `max`/`min` and `argmax`/`argmin` to
 TIR `max`/`min`, which the LLVM code generator emits as `a > b ? a : b` (max(NaN, 0) is 0, max(0, NaN)
@@ -29,7 +29,7 @@ import functools
 
 import tvm
 import tvm_ffi
-from tvm import te, tirx
+from tvm import relax, te, tirx, topi
 from tvm.relax.transform.legalize_ops.common import _try_convert_to_scalar_const
 
 INF = float("inf")
@@ -271,4 +271,115 @@ def _with_default(op_name, rule):
 @functools.cache
 def legalize_map() -> dict:
     """Op name -> legalization, for `relax.transform.LegalizeOps(customize_legalize_map=...)`."""
-    return {name: _with_default(name, rule) for name, rule in _RULES.items()}
+    half = half_accumulating_legalizations()
+    assert not half.keys() & _RULES.keys(), "an op has two of babytriton's legalizations"
+    return {**half, **{name: _with_default(name, rule) for name, rule in _RULES.items()}}
+
+
+# --------------------------------------------------------------------------------------------------
+# half-precision sums accumulate in float32
+# --------------------------------------------------------------------------------------------------
+
+HALF = ("float16", "bfloat16")
+# FuseOps's op pattern kinds (tvm/relax/analysis): only their order matters here.
+OP_PATTERN = "op_pattern"
+
+
+def half_accumulating_legalizations() -> dict:
+    """LegalizeOps overrides for the ops that add up many elements (library.HALF_ACCUMULATE): on
+    float16/bfloat16 operands, TVM's own kernel computed in float32 and rounded once at the end, as
+    torch computes them. The casts are stages of that one kernel (no float32 copy in memory), and
+    the kernel keeps the fusion pattern of the half one, so fusion makes the same kernels as before."""
+    from .codegen import library
+
+    overrides = {}
+    for name in library.HALF_ACCUMULATE:
+        relax_name = ("relax.nn." if library.lookup(name).fn.__module__.startswith("tvm.relax.op.nn") else "relax.") + name
+        default = tvm.ir.Op.get(relax_name).get_attr("FLegalize")
+        if default is not None:
+            overrides[relax_name] = functools.partial(_legalize_in_float32, default)
+    return overrides
+
+
+# Averages over a static size 0 are NaN, as in torch (TVM's kernel would divide by a constant 0).
+NAN_WHEN_EMPTY = {"relax.mean", "relax.variance", "relax.std"}
+
+
+def _averages_nothing(call: relax.Call) -> bool:
+    if call.op.name not in NAN_WHEN_EMPTY or call.args[0].ty.shape is None:
+        return False
+    shape = call.args[0].ty.shape.values
+    axes = range(len(shape)) if call.attrs.axis is None else [int(a) % len(shape) for a in call.attrs.axis]
+    return any(isinstance(shape[a], tvm.tirx.IntImm) and int(shape[a]) == 0 for a in axes)
+
+
+def _legalize_in_float32(default, bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    if _averages_nothing(call):
+        return bb.call_te(topi.full, call.ty.shape.values, str(call.ty.dtype), float("nan"))
+    if not any(_is_half(a) for a in call.args):
+        return default(bb, call)
+    # the fusion pattern of the op's own kernel, on float32 operands (a half one may not even build)
+    scratch = relax.BlockBuilder()
+    wide = [relax.Var("x", relax.TensorType(a.ty.shape, "float32")) if _is_half(a) else a for a in call.args]
+    pattern = _pattern(scratch, default(scratch, scratch.normalize(relax.Call(call.op, wide, call.attrs))))
+    scalar = isinstance(call.ty, relax.TensorType) and call.ty.ndim == 0
+    return default(_InFloat32(bb, pattern, scalar), call)
+
+
+def _is_half(expr) -> bool:
+    return isinstance(expr.ty, relax.TensorType) and expr.ty.dtype in HALF
+
+
+def _pattern(scratch: relax.BlockBuilder, call) -> int | None:
+    if not isinstance(call, relax.Call) or call.op != tvm.ir.Op.get("relax.call_tir"):
+        return None
+    mod = relax.transform.AnnotateTIROpPattern()(scratch.get())
+    attrs = mod[call.args[0]].attrs
+    return int(attrs[OP_PATTERN]) if attrs is not None and OP_PATTERN in attrs else None
+
+
+class _InFloat32:
+    """A BlockBuilder whose call_te computes the TE function on float32 copies of its half inputs and
+    rounds its float32 results back to that half dtype (other calls go to the real builder)."""
+
+    def __init__(self, bb, pattern, scalar: bool):
+        self._bb, self._pattern, self._scalar = bb, pattern, scalar
+
+    def __getattr__(self, name):
+        return getattr(self._bb, name)
+
+    def call_te(self, func, *args, **kwargs):
+        half = next(a.ty.dtype for a in _relax_args(args) if _is_half(a))
+
+        @functools.wraps(func)
+        def in_float32(*te_args, **te_kwargs):
+            cast = [topi.cast(a, "float32") if _te_half(a) else a for a in te_args]
+            return _round(func(*cast, **te_kwargs), half)
+
+        if self._scalar:
+            # a reduction to one number: its cast stays a kernel of its own (one element), since
+            # Dlight's GPU reduction rules decline a scalar reduction with an epilogue
+            wide = self._bb.emit(self._bb.call_te(functools.wraps(func)(lambda *a, **k: func(*[
+                topi.cast(x, "float32") if _te_half(x) else x for x in a], **k)), *args, **kwargs))
+            return self._bb.call_te(topi.cast, wide, half)
+        if self._pattern is not None:
+            kwargs["primfunc_attrs"] = {**kwargs.get("primfunc_attrs", {}), OP_PATTERN: self._pattern}
+        return self._bb.call_te(in_float32, *args, **kwargs)
+
+
+def _relax_args(args):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from _relax_args(a)
+        elif isinstance(a, relax.Expr):
+            yield a
+
+
+def _te_half(value) -> bool:
+    return isinstance(value, te.Tensor) and value.dtype in HALF
+
+
+def _round(result, half: str):
+    if isinstance(result, (list, tuple)):
+        return type(result)(_round(r, half) for r in result)
+    return topi.cast(result, half) if isinstance(result, te.Tensor) and result.dtype == "float32" else result

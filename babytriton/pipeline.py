@@ -60,7 +60,8 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
         sequence.append(("MatmulToCuBLAS", tvm.transform.module_pass(
             lambda mod, _ctx: schedules.offload_matmul(mod), opt_level=0, name="MatmulToCuBLAS")))
     return sequence + [
-        # babytriton's rules first where TVM's lowering loses NaN or infinities (see legalize.py)
+        # babytriton's rules first where TVM's lowering loses NaN or infinities, or sums halves in
+        # half precision (see legalize.py)
         ("LegalizeOps", relax.transform.LegalizeOps(legalize.legalize_map())),
         ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),
         # one kernel per row-wise computation: FuseOps never puts two reductions in one kernel
@@ -94,6 +95,7 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
                 mod = dl.ApplyDefaultSchedule(*schedules.gpu_rules(schedule))(mod)
     else:
         mod = schedules.apply(mod, target, schedule, trials)
+    mod = schedules.skip_empty_outputs(schedules.init_outside_reductions(mod), None if heterogeneous else target)
     record("schedule", mod.script())
     return mod
 

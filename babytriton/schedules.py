@@ -6,6 +6,7 @@ TVM's PyPI build has no cuBLAS, while torch ships it and a Relax packed call rea
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -231,6 +232,112 @@ def apply(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, trials: i
         # Dlight skips functions already scheduled (tuned ones); on a GPU everything left needs threads.
         rules = gpu_rules("fallback" if schedule == "meta_schedule" else schedule) if gpu else cpu_rules()
         return dl.ApplyDefaultSchedule(*rules)(mod)
+
+
+def init_outside_reductions(mod: tvm.IRModule) -> tvm.IRModule:
+    """Give every reduction left with its init inside its reduction loops a separate init loop nest.
+    TVM lowers such an init to "on the first reduction step", which never comes when a reduced size is
+    0 at run time (a symbolic n = 0): the result would be uninitialised memory instead of the sum's 0,
+    the product's 1, a matrix product's zeros. Reductions whose loops are bound to GPU threads are
+    left to TVM's cross-thread lowering, which starts every thread from the identity."""
+    out = mod
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        sch = s_tir.Schedule(func)
+        for realize in _reductions_with_init(func):
+            block = sch.get_sblock(realize.block.name_hint)
+            loop = _outermost_reduction_loop(sch, block, realize)
+            if loop is not None:
+                try:
+                    sch.decompose_reduction(block, loop)
+                except s_tir.ScheduleError:  # a layout it cannot split (left as scheduled)
+                    continue
+        if not sch.mod["main"].same_as(func):
+            out = out if out is not mod else mod.clone()
+            out[gvar] = sch.mod["main"]
+    return out
+
+
+def skip_empty_outputs(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
+    """Run no kernel whose outputs are all empty (a size 0): there is nothing to write, and schedules
+    that assume a size of at least 1 read and write out of bounds (on the GPU, `x * 2` of a (0, 4)
+    tensor was an illegal memory access). A statically empty kernel loses its body; on the CPU, a
+    symbolic size guards the body at run time. (On the GPU such a guard would enclose the kernel's
+    thread syncs, which TVM refuses: symbolic sizes of 0 there are not guarded yet.) Kernels with a
+    non-empty output still run, so a reduction over an empty axis writes its init."""
+    out = mod
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        conditions = [_nonempty(buffer) for buffer in _written_params(func)]
+        if not conditions or any(c is True for c in conditions):
+            continue
+        conditions = [c for c in conditions if c is not False]
+        own = func.attrs["target"] if func.attrs is not None and "target" in func.attrs else target
+        if conditions and (own is None or own.kind.name != "llvm"):
+            continue
+        if conditions:
+            guard = functools.reduce(tirx.Or, conditions)
+            body = lambda stmt: tirx.IfThenElse(guard, stmt, None)  # noqa: E731
+        else:
+            body = lambda stmt: tirx.Evaluate(0)  # noqa: E731
+        root = func.body
+        if isinstance(root, s_tir.SBlockRealize):  # the guard goes inside the root block
+            block = root.block
+            new_block = s_tir.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint,
+                                     body(block.body), block.init,
+                                     block.alloc_buffers if conditions else [], block.match_buffers,
+                                     block.annotations)
+            root = s_tir.SBlockRealize(root.iter_values, root.predicate, new_block)
+        else:
+            root = body(root)
+        out = out if out is not mod else mod.clone()
+        out[gvar] = func.with_body(root)
+    return out
+
+
+def _nonempty(buffer):
+    """Whether a buffer has elements: True, False, or a run-time condition on its symbolic sizes."""
+    sizes = [d for d in buffer.shape if not isinstance(d, tirx.IntImm)]
+    if any(isinstance(d, tirx.IntImm) and int(d) == 0 for d in buffer.shape):
+        return False
+    return functools.reduce(tirx.And, [d > 0 for d in sizes]) if sizes else True
+
+
+def _written_params(func) -> list:
+    written = [region.source for realize in _all(func.body, s_tir.SBlockRealize) for region in realize.block.writes]
+    written += [store.buffer for store in _all(func.body, tirx.BufferStore)]
+    return [p for p in func.params if tirx.is_buffer_var(p) and any(p.same_as(w) for w in written)]
+
+
+def _all(node, kind) -> list:
+    found = []
+    tvm_ffi.structural_walk(node, (kind, found.append))
+    return found
+
+
+def _reductions_with_init(func) -> list:
+    found = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlockRealize, found.append))
+    return [r for r in found if r.block.init is not None]
+
+
+def _outermost_reduction_loop(sch, block, realize):
+    """The outermost loop that steps a reduction variable of the block (None: there is none, or the
+    reduction runs across GPU threads)."""
+    reduced = set()
+    for iv, value in zip(realize.block.iter_vars, realize.iter_values):
+        if iv.iter_type == tirx.IterVar.CommReduce:
+            reduced |= {v for v in tirx.analysis.undefined_vars(value)}
+    loops = [sch.get(rv) for rv in sch.get_loops(block)]
+    steps = [i for i, loop in enumerate(loops) if any(loop.loop_var.same_as(v) for v in reduced)]
+    if not steps or any(loops[i].thread_binding is not None for i in steps):
+        return None
+    bound = [i for i, loop in enumerate(loops) if loop.thread_binding is not None]
+    if bound and bound[0] > steps[0]:  # the init would leave the kernel for the host
+        return None
+    return sch.get_loops(block)[steps[0]]
 
 
 # --------------------------------------------------------------------------------------------------

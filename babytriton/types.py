@@ -289,6 +289,12 @@ def static_spec(param: Param) -> ArgSpec:
 def torch_to_vm(t: torch.Tensor):
     if t.is_neg():  # a lazily negated view (`x._neg_view()`): its memory holds -x, so negate for real
         t = t.resolve_neg()
+    if t.numel() == 0:  # torch gives an empty tensor any strides ((3, 0): (1, 1)); TVM checks them
+        compact = [1] * t.dim()
+        for i in range(t.dim() - 2, -1, -1):
+            compact[i] = compact[i + 1] * t.shape[i + 1]
+        if list(t.stride()) != compact:
+            t = torch.empty_strided(t.shape, compact, dtype=t.dtype, device=t.device)
     try:
         return tvm.runtime.from_dlpack(t)
     except Exception:

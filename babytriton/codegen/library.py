@@ -23,6 +23,7 @@ import ast
 import difflib
 import functools
 import inspect
+import os
 import re
 import types
 import typing
@@ -79,6 +80,22 @@ VIA_FLOAT32 = {
                  "argsort", "topk", "max", "min"},  # max/min: CUDA code prints a bfloat16 -inf as `inff`
     "float16": {"atan", "asin", "acos", "asinh", "acosh", "sinh", "cosh", "atan2"},
 }
+# Scans accumulate too (see HALF_ACCUMULATE below), and TVM builds them past LegalizeOps: float32 copies.
+for _half in VIA_FLOAT32.values():
+    _half |= {"cumsum", "cumprod"}
+# Ops that add up (or multiply up) many elements: in a half dtype they accumulate in float32 and
+# round once at the end, as torch does (a float16 sum stops growing at 2048, a bfloat16 one at 256).
+# The compiler legalizes them so (legalize.half_accumulating_legalizations), the eager reference
+# computes them on float32 copies like VIA_FLOAT32.
+HALF_ACCUMULATE = {"sum", "mean", "prod", "std", "variance", "softmax", "log_softmax",
+                   "layer_norm", "rms_norm", "group_norm", "instance_norm", "cross_entropy_with_logits",
+                   "nll_loss", "collapse_sum_like", "collapse_sum_to", "avg_pool1d", "avg_pool2d", "avg_pool3d",
+                   "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"}
+# Reductions with no value for an empty axis (torch raises): a reduced size of 0 is an error, at
+# compile time when it is static, at run time (before any kernel runs) when it is symbolic.
+NO_IDENTITY = {"max", "min", "argmax", "argmin"}
+# The prefix of a run-time check's message: jit shows such messages as they are.
+RUN_TIME_CHECK = "babytriton check: "
 # Ops whose TVM kernels only take these float dtypes (float64 would fail to build).
 # (TVM's rms_norm computes float64 in float32: refused rather than silently less precise.)
 FLOAT_DTYPES_ONLY = {"layer_norm": ("float32", "float16", "bfloat16"), "rms_norm": ("float32", "float16", "bfloat16")}
@@ -300,6 +317,7 @@ def call(cg, op: Op, args: list, kwargs: dict):
     check_axis(op, values)
     if op.name == "strided_slice":
         _empty_slices(values)
+    check_nonempty(cg, op, values)
     narrow = _via_float32(cg, op, values)
     row = op.name in AS_ROW and _first_tensor(op, values).ty.ndim == 1
     if row:
@@ -356,6 +374,28 @@ def check_axis(op: Op, values: dict) -> None:
             raise Diagnostic(problem)
 
 
+def check_nonempty(cg, op: Op, values: dict) -> None:
+    """max/min/argmax/argmin of an axis of size 0 fail, as in torch (they have no value to give)."""
+    tensor = _first_tensor(op, values)
+    if op.name not in NO_IDENTITY or tensor is None or tensor.ty.ndim <= 0:
+        return
+    shape, axis = core.shape_of(tensor), values.get("axis")
+    axes = range(len(shape)) if axis is None else [axis] if isinstance(axis, int) else axis
+    for a in axes:
+        if not isinstance(a, int) or not -len(shape) <= a < len(shape):
+            continue  # Relax reports a bad axis
+        size = shape[a]
+        message = (f"{op.name}(): cannot reduce axis {a % len(shape)} of a tensor of shape {core.format_shape(shape)}: "
+                   f"it has size 0{' in this call' if core.is_symbolic(size) else ''}, and an empty axis has no "
+                   f"{op.name} (torch raises too)")
+        if size == 0:
+            raise Diagnostic(message)
+        if core.is_symbolic(size):
+            source = cg.parsed.source_map
+            where = f" (line {source.first_line + (cg.lineno or 1) - 1} of {os.path.basename(source.filename)})"
+            cg.emit(relax.op.assert_op(relax.prim_value(size != 0), [], RUN_TIME_CHECK + message + where))
+
+
 def axis_problem(op_name: str, axis, ndim: int) -> str | None:
     """What is wrong with an op's `axis` for an input of `ndim` axes (None: nothing)."""
     if op_name not in INPUT_AXIS or axis is None:
@@ -378,11 +418,23 @@ def _via_float32(cg, op: Op, values: dict) -> str | None:
                              "convert with .astype()")
     narrow = next((core.dtype_of(values[n]) for n in operands
                    if op.name in VIA_FLOAT32.get(core.dtype_of(values[n]), ())), None)
+    narrow = half_result(narrow, values)
     if narrow:
         for n in operands:
             if core.dtype_of(values[n]) == narrow:
                 values[n] = cg.as_tensor(values[n], "float32")
     return narrow
+
+
+def half_result(narrow: str | None, values: dict) -> str | None:
+    """The half dtype an op computed in float32 rounds back to: its operands' (an explicit
+    `dtype=` of that half dtype means the same and is dropped); None when `dtype=` asks for another."""
+    if narrow is None or values.get("dtype") is None:
+        return narrow
+    if values["dtype"] in (narrow, DTYPES[narrow]):
+        values["dtype"] = None
+        return narrow
+    return None
 
 
 def _rounded_back(cg, result, dtype: str):

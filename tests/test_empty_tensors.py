@@ -1,0 +1,103 @@
+"""Tensors with a size 0: reductions give torch's answer (sum 0, prod 1, mean NaN; max/min/argmax an
+error naming the op), softmax, matmul and element-wise ops run, and nothing returns uninitialised
+memory. Static, symbolic and unannotated sizes; each call twice (garbage would change)."""
+import importlib.util
+import itertools
+import warnings
+
+import pytest
+import torch
+
+import babytriton as bt
+
+# expression over x -> torch's
+OPS = {
+    "sum0": ("x.sum(axis=0)", lambda x: torch.sum(x, 0)),
+    "sum1": ("x.sum(axis=1)", lambda x: torch.sum(x, 1)),
+    "sum_all": ("x.sum()", lambda x: torch.sum(x)),
+    "sum_keep": ("x.sum(axis=0, keepdims=True)", lambda x: torch.sum(x, 0, keepdim=True)),
+    "prod0": ("x.prod(axis=0)", lambda x: torch.prod(x, 0)),
+    "prod_all": ("x.prod()", lambda x: torch.prod(x)),
+    "mean0": ("x.mean(axis=0)", lambda x: torch.mean(x, 0)),
+    "mean1": ("x.mean(axis=1)", lambda x: torch.mean(x, 1)),
+    "max0": ("x.max(axis=0)", lambda x: torch.amax(x, 0)),
+    "max1": ("x.max(axis=1)", lambda x: torch.amax(x, 1)),
+    "min_all": ("x.min()", lambda x: torch.amin(x)),
+    "argmax0": ("x.argmax(axis=0)", lambda x: torch.argmax(x, 0)),
+    "variance0": ("variance(x, axis=0)", lambda x: torch.var(x, 0, correction=0)),
+    "softmax1": ("softmax(x, axis=1)", lambda x: torch.softmax(x, 1)),
+    "softmax0": ("softmax(x, axis=0)", lambda x: torch.softmax(x, 0)),
+    "exp_add": ("exp(x) + x * 2", lambda x: torch.exp(x) + x * 2),
+    "matmul": ("x.T @ x", lambda x: x.T @ x),
+    "matmul_outer": ("x @ x.T", lambda x: x @ x.T),
+}
+SHAPES = [(0, 4), (3, 0), (0, 0)]
+ANNOTATIONS = {"static": None, "symbolic": '("m", "n")', "unannotated": ""}
+TARGETS = {"cpu": torch.device("cpu"), "gpu": torch.device("cuda")}
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    """One real source file of @jit functions (babytriton reads source): op × annotation × shape."""
+    text = "import babytriton as bt\nfrom babytriton.ops import *\nfrom tvm.relax.op import variance\n\n"
+    for (name, (expr, _)), mode, shape, target in itertools.product(OPS.items(), ANNOTATIONS, SHAPES, TARGETS):
+        annotation = ANNOTATIONS[mode] if mode != "static" else repr(shape)
+        param = f"x: bt.Tensor({annotation})" if annotation else "x"
+        text += (f"@bt.jit(target={target!r}, cache=False)\n"
+                 f"def {_name(name, mode, shape, target)}({param}):\n    return {expr}\n\n")
+    path = tmp_path_factory.mktemp("empty") / "empty_cases.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("empty_cases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _name(op, mode, shape, target="cpu"):
+    return f"{op}_{mode}_{'x'.join(map(str, shape))}_{target}"
+
+
+def _torch(op, x):
+    try:
+        with warnings.catch_warnings():  # var() of nothing: torch warns, and gives NaN
+            warnings.simplefilter("ignore")
+            return OPS[op][1](x), None
+    except (RuntimeError, IndexError) as e:
+        return None, e
+
+
+@pytest.mark.parametrize("target", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("mode", ANNOTATIONS)
+@pytest.mark.parametrize("op", OPS)
+def test_empty_tensors_match_torch(op, mode, shape, target, cases):
+    fn = getattr(cases, _name(op, mode, shape, target))
+    x = torch.empty(shape, device=TARGETS[target])
+    want, error = _torch(op, x)
+    if error is not None:  # torch raises: so do we, naming the op, at compile time where the size is known
+        with pytest.raises((RuntimeError, bt.CompilationError), match=rf"{OPS[op][0].split('(')[0].split('.')[-1]}\(\)"
+                           r".*size 0"):
+            fn(x)
+        return
+    for _ in range(2):  # uninitialised memory would differ between calls (and from torch's)
+        got = fn(x)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        torch.testing.assert_close(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("target", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_empty_then_nonempty_on_one_symbolic_version(cases, target):
+    """The same compiled version serves n = 0 and n > 0 (the init is not just skipped or fixed)."""
+    device = TARGETS[target]
+    fn = getattr(cases, _name("sum0", "symbolic", (0, 4), target))
+    for rows in (0, 5, 0, 2000, 0):
+        x = torch.randn(rows, 4, device=device)
+        torch.testing.assert_close(fn(x), torch.sum(x, 0), rtol=1e-4, atol=1e-4)  # summation order
+    fn = getattr(cases, _name("matmul", "symbolic", (0, 4), target))
+    for rows in (0, 3, 0):
+        x = torch.randn(rows, 4, device=device)
+        torch.testing.assert_close(fn(x), x.T @ x)
+    fn = getattr(cases, _name("max0", "symbolic", (0, 4), target))
+    torch.testing.assert_close(fn(torch.ones(2, 4, device=device)), torch.ones(4, device=device))
+    with pytest.raises(RuntimeError, match=r"max\(\): cannot reduce axis 0 .* size 0 in this call"):
+        fn(torch.empty(0, 4, device=device))
