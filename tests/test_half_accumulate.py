@@ -134,7 +134,7 @@ def half_mean_times_two(x: bt.Tensor((4, 32000), "float16")):
     return x.mean(axis=-1) * 2
 
 
-@pytest.mark.parametrize("fn,kernels", [(half_user_softmax, 4), (half_mean_times_two, 1)])
+@pytest.mark.parametrize("fn,kernels", [(half_user_softmax, 1), (half_mean_times_two, 1)])
 def test_cuda_accumulates_half_in_a_float_without_extra_kernels(fn, kernels):
     k = bt.jit(target={"kind": "cuda", "arch": "sm_90"}, cache=False)(fn).compile()
     assert len(re.findall(r"R\.call_tir", k.stages["FuseTIR"])) == kernels
