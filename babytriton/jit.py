@@ -14,7 +14,7 @@ import torch
 import tvm
 from tvm import relax
 
-from . import cache, devices, dump, eager, pipeline
+from . import cache, devices, dump, eager, pipeline, schedules
 from . import explain as explaining
 from . import fusion as fusion_
 from .codegen.relax import RelaxCodeGen, quiet_tvm
@@ -145,6 +145,7 @@ class Kernel:
         converters = tuple(converters)
 
         def run(args):
+            schedules.sync_threads()
             values = [convert(args[i]) for i, convert in converters]
             try:
                 out = fn(*values)

@@ -57,8 +57,9 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
     """The Relax passes, in order, each named as its stage."""
     sequence = [("ConvertToDataflow", relax.transform.ConvertToDataflow(min_size=1))]
     if schedules.offloads_matmul(target, schedule):
-        sequence.append(("MatmulToCuBLAS", tvm.transform.module_pass(
-            lambda mod, _ctx: schedules.offload_matmul(mod), opt_level=0, name="MatmulToCuBLAS")))
+        name = "MatmulToCuBLAS" if target.kind.name == "cuda" else "MatmulToTorch"
+        sequence.append((name, tvm.transform.module_pass(
+            lambda mod, _ctx: schedules.offload_matmul(mod), opt_level=0, name=name)))
     return sequence + [
         ("LegalizeOps", relax.transform.LegalizeOps()),
         ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),
@@ -86,9 +87,13 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
         mod = place_on_devices(mod)
         record("PlaceOnDevices", mod.script())
         cuda = [v.target for v in mod.global_infos["vdevice"] if v.target.kind.name == "cuda"]
-        if cuda:  # each kernel carries its target: the rules schedule the CUDA ones only
+        cpu = [v.target for v in mod.global_infos["vdevice"] if v.target.kind.name == "llvm"]
+        if cuda:  # each kernel carries its target: each rule set schedules its own target's kernels
             with cuda[0]:
                 mod = dl.ApplyDefaultSchedule(*schedules.gpu_rules(schedule))(mod)
+        if cpu:
+            with cpu[0]:
+                mod = dl.ApplyDefaultSchedule(*schedules.cpu_rules(schedule))(mod)
     else:
         mod = schedules.apply(mod, target, schedule, trials)
     record("schedule", mod.script())
@@ -138,6 +143,11 @@ class _DevicePlacer(relax.PyExprMutator):
 
 
 def build(mod: tvm.IRModule, target: tvm.target.Target):
+    with schedules.fast_exp():
+        return _build(mod, target)
+
+
+def _build(mod: tvm.IRModule, target: tvm.target.Target):
     if "vdevice" in mod.global_infos:  # every kernel carries its own target
         target = None
     if not has_branches(mod):
