@@ -192,6 +192,21 @@ class Kernel:
         return f"<babytriton.Kernel {self.name} for {self.target.kind.name}, stages: {', '.join(self.stages)}>"
 
 
+def warn_serial(kernel: Kernel) -> None:
+    """A SerialKernelWarning for each kernel left with a large amount of work on one thread (one GPU
+    block), naming the user's lines that it computes."""
+    for name, work in schedules.serial_kernels(kernel.module, kernel.target):
+        try:
+            ops = kernel.fusion[name].ops
+        except KeyError:
+            ops = ()
+        lines = [f"{kernel.fusion.filename}:{op.line}: {op.source}" for op in ops if op.line is not None]
+        where = "; ".join(dict.fromkeys(lines)) or "(line unknown)"
+        one = "one GPU block" if kernel.device_kind == "cuda" else "one thread"
+        cache.warn(f"babytriton: kernel '{name}' of '{kernel.name}' runs about {work:,} loop iterations on {one} "
+                   f"(no schedule rule spread it over more): {where}", schedules.SerialKernelWarning)
+
+
 def _run_error(name: str, error: Exception) -> RuntimeError:
     """A failure inside the compiled code (TVM's run-time checks), without TVM's internals."""
     text = str(error)
@@ -510,6 +525,7 @@ class JITFunction:
                         fusion=self._fusion_record(generated, codegen.binding_lines, modules),
                         source_map=self.parsed.source_map)
         kernel.size_checks = tuple(codegen.size_checks)
+        warn_serial(kernel)
         return kernel
 
     def _fusion_record(self, generated, binding_lines, modules) -> dict | None:

@@ -482,6 +482,78 @@ class fast_exp:  # noqa: N801 - used as `with schedules.fast_exp():`
         _fast.on = self.before
 
 
+# --------------------------------------------------------------------------------------------------
+# the check after scheduling: no large kernel left on one thread
+# --------------------------------------------------------------------------------------------------
+
+SERIAL_LIMIT = 10 ** 5  # loop iterations on one thread (one GPU block) that earn a warning
+SYMBOLIC_GUESS = 4096   # what a symbolic size counts for in that estimate
+
+
+class SerialKernelWarning(UserWarning):
+    """A compiled kernel runs a large amount of work on one CPU thread or in one GPU block: no
+    schedule rule spread it, so it is likely many times slower than it could be."""
+
+
+def serial_work(func: tirx.PrimFunc, gpu: bool) -> int:
+    """Loop iterations of `func` outside any loop that spreads them: a parallel loop on a CPU, a
+    blockIdx loop on a GPU (either of extent > 1). A symbolic extent counts as SYMBOLIC_GUESS."""
+    total = 0
+
+    def spreads(loop) -> bool:
+        extent = loop.extent
+        wide = not isinstance(extent, tirx.IntImm) or int(extent) > 1
+        if gpu:
+            return wide and loop.kind == tirx.ForKind.THREAD_BINDING and loop.thread_binding is not None \
+                and loop.thread_binding.thread_tag.startswith("blockIdx")
+        return wide and loop.kind == tirx.ForKind.PARALLEL
+
+    def extent_of(loop) -> int:
+        return int(loop.extent) if isinstance(loop.extent, tirx.IntImm) else SYMBOLIC_GUESS
+
+    def visit(stmt, iterations: int):
+        nonlocal total
+        if isinstance(stmt, tirx.For):
+            if spreads(stmt):
+                return
+            visit(stmt.body, iterations * extent_of(stmt))
+        elif isinstance(stmt, tirx.SeqStmt):
+            for part in stmt.seq:
+                visit(part, iterations)
+        elif isinstance(stmt, s_tir.SBlockRealize):
+            visit(stmt.block, iterations)
+        elif isinstance(stmt, s_tir.SBlock):
+            if stmt.init is not None:
+                visit(stmt.init, iterations)
+            before = total
+            visit(stmt.body, iterations)
+            if total == before:  # a leaf block: one iteration of its body per enclosing iteration
+                total += iterations
+        elif isinstance(stmt, tirx.IfThenElse):
+            visit(stmt.then_case, iterations)
+            if stmt.else_case is not None:
+                visit(stmt.else_case, iterations)
+        elif hasattr(stmt, "body"):  # LetStmt, AttrStmt, DeclBuffer, ...
+            visit(stmt.body, iterations)
+
+    visit(func.body, 1)
+    return total
+
+
+def serial_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> list[tuple[str, int]]:
+    """(kernel name, serial iterations) of each kernel over SERIAL_LIMIT, in name order."""
+    found = []
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        kind = func.attrs["target"].kind.name if func.attrs is not None and "target" in func.attrs \
+            else target.kind.name
+        work = serial_work(func, kind == "cuda")
+        if work > SERIAL_LIMIT:
+            found.append((gvar.name_hint, work))
+    return sorted(found)
+
+
 def gpu_rules(schedule: str) -> list:
     if schedule == "fallback":  # the 2024 tutorial: one thread per element, nothing else
         return [dl.gpu.Fallback()]
