@@ -121,6 +121,63 @@ class RowReduction(GPUScheduleRule):
         return sch
 
 
+class SplitReduction(GPUScheduleRule):
+    """A reduction to few results over contiguous elements (`x.sum()`, `x.mean()`, a row sum of 4 long
+    rows), with any element-wise epilogue: Dlight gives each result one block, or one thread, and leaves
+    the GPU idle. Here the reduction is cut into chunks of whole `threads`-wide steps, up to `parts` per
+    result (rfactor); a block sums each chunk (coalesced loads, then a cross-thread reduction) into a
+    buffer of partial results, and a second kernel folds them with one block per result."""
+
+    def __init__(self, threads: int = 256, parts: int = 1024, max_rows: int = 32, min_chunk: int = 4096):
+        self.threads, self.parts, self.max_rows, self.min_chunk = threads, parts, max_rows, min_chunk
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
+        if not infos:
+            return None
+        blocks = [b.block_rv for b in try_inline(sch, infos[:-1])] + [infos[-1].block_rv]
+        red, epilogues = blocks[0], blocks[1:]
+        if not _reduce_count(sch, red) or any(_reduce_count(sch, b) for b in epilogues):
+            return None
+        loops = sch.get_loops(red)
+        n_rows = len(loops) - _reduce_count(sch, red)
+        rows = _static_product(sch, loops[:n_rows])
+        if rows is None or rows > self.max_rows or not _contiguous_reduction(sch, red):
+            return None
+        for b in epilogues:
+            if not sch.get_loops(b):  # rfactor fails on a neighbour block without loops
+                sch.add_unit_loop(b)
+        k = _fuse(sch, sch.get_loops(red)[n_rows:])
+        extent = get_extent(sch, k)
+        step = self.threads
+        if isinstance(extent, int):  # chunks of whole steps, every one of them non-empty
+            chunk = -(-extent // (self.parts * step)) * step
+            chunk = max(chunk, -(-min(extent, self.min_chunk) // step) * step)
+        else:
+            chunk = 4 * self.min_chunk
+        sch.split(k, [None, chunk])
+        rf = sch.rfactor(sch.get_loops(red)[-2], factor_axis=0)
+        *spatial, inner = sch.get_loops(rf)
+        _, lane = sch.split(inner, [None, step])
+        sch.bind(_fuse(sch, spatial), "blockIdx.x")
+        sch.bind(lane, "threadIdx.x")
+        *spatial, parts = sch.get_loops(red)   # the fold of the partial results
+        if not spatial:
+            spatial = [sch.add_unit_loop(red)]
+        row = _fuse(sch, spatial)
+        _, lane = sch.split(parts, [None, step])
+        sch.bind(row, "blockIdx.x")
+        sch.bind(lane, "threadIdx.x")
+        if epilogues:  # every thread holds the folded value: the epilogue reads a register
+            sch.set_scope(red, 0, "local")
+        for epilogue in reversed(epilogues):
+            sch.reverse_compute_at(epilogue, row, preserve_unit_loops=True)
+        return sch
+
+
 def _reduces_innermost_axis(block) -> bool:
     """Whether every buffer the reduction reads is indexed by the reduction variable last (coalesced)."""
     reduce_vars = [iv.var for iv in block.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
@@ -509,7 +566,10 @@ def serial_work(func: tirx.PrimFunc, gpu: bool) -> int:
         return wide and loop.kind == tirx.ForKind.PARALLEL
 
     def extent_of(loop) -> int:
-        return int(loop.extent) if isinstance(loop.extent, tirx.IntImm) else SYMBOLIC_GUESS
+        try:
+            return max(_estimate(loop.extent), 0)
+        except (TypeError, ZeroDivisionError):
+            return SYMBOLIC_GUESS
 
     def visit(stmt, iterations: int):
         nonlocal total
@@ -540,6 +600,24 @@ def serial_work(func: tirx.PrimFunc, gpu: bool) -> int:
     return total
 
 
+_ARITH = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,
+          tirx.FloorDiv: lambda a, b: a // b, tirx.FloorMod: lambda a, b: a % b, tirx.Min: min, tirx.Max: max}
+
+
+def _estimate(expr) -> int:
+    """An integer expression's value with every size variable at SYMBOLIC_GUESS (TypeError if odd)."""
+    if isinstance(expr, tirx.IntImm):
+        return int(expr)
+    if isinstance(expr, tirx.Var):
+        return SYMBOLIC_GUESS
+    if isinstance(expr, tirx.Cast):
+        return _estimate(expr.value)
+    for kind, fn in _ARITH.items():
+        if isinstance(expr, kind):
+            return fn(_estimate(expr.a), _estimate(expr.b))
+    raise TypeError(type(expr).__name__)
+
+
 def serial_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> list[tuple[str, int]]:
     """(kernel name, serial iterations) of each kernel over SERIAL_LIMIT, in name order."""
     found = []
@@ -557,7 +635,7 @@ def serial_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> list[tuple[s
 def gpu_rules(schedule: str) -> list:
     if schedule == "fallback":  # the 2024 tutorial: one thread per element, nothing else
         return [dl.gpu.Fallback()]
-    return [Guarded(r) for r in (dl.gpu.Matmul(), dl.gpu.GEMV(), RowReduction(), dl.gpu.Reduction(),
+    return [Guarded(r) for r in (dl.gpu.Matmul(), dl.gpu.GEMV(), SplitReduction(), RowReduction(), dl.gpu.Reduction(),
                                  dl.gpu.GeneralReduction(), Elementwise())] + [dl.gpu.Fallback()]
 
 
