@@ -57,9 +57,8 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
     """The Relax passes, in order, each named as its stage."""
     sequence = [("ConvertToDataflow", relax.transform.ConvertToDataflow(min_size=1))]
     if schedules.offloads_matmul(target, schedule):
-        name = "MatmulToCuBLAS" if target.kind.name == "cuda" else "MatmulToTorch"
-        sequence.append((name, tvm.transform.module_pass(
-            lambda mod, _ctx: schedules.offload_matmul(mod), opt_level=0, name=name)))
+        sequence.append(("MatmulToCuBLAS", tvm.transform.module_pass(
+            lambda mod, _ctx: schedules.offload_matmul(mod), opt_level=0, name="MatmulToCuBLAS")))
     return sequence + [
         ("LegalizeOps", relax.transform.LegalizeOps()),
         ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),

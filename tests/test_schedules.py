@@ -272,9 +272,25 @@ def test_cpu_schedule_is_parallel_and_vectorised():
     assert softmax.stages["schedule"].count("T.parallel") == 1  # every block of a row in one loop
 
 
-def test_cpu_matmul_goes_to_torch_blas():
-    k = bt.jit(target="cpu")(cpu_matmul).compile()
-    assert 'R.call_dps_packed("babytriton.torch_matmul"' in k.stages["MatmulToTorch"]
+def mm_epilogue(a: bt.Tensor(("m", 70), "float32"), b: bt.Tensor((70, 50), "float32"), c: bt.Tensor((50,), "float32")):
+    return bt.relu(a @ b + c)
+
+
+def test_cpu_matmul_is_tiled_and_keeps_its_epilogue():
+    f = bt.jit(target="cpu")(mm_epilogue)
+    a, b, c = torch.randn(100, 70), torch.randn(70, 50), torch.randn(50)
+    torch.testing.assert_close(f(a, b, c), torch.relu(a @ b + c), rtol=1e-4, atol=1e-4)
+    k = f.compile(a, b, c)
+    assert len(k.fusion) == 1 and k.fusion[0].fused  # matmul, add and relu: one kernel
+    assert "local" in k.stages["schedule"] and "T.parallel" in k.stages["schedule"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cpu_half_matmul(dtype):
+    def half_mm(a: bt.Tensor((64, 48), str(dtype).split(".")[1]), b: bt.Tensor((48, 40), str(dtype).split(".")[1])):
+        return a @ b
+    a, b = torch.randn(64, 48, dtype=dtype), torch.randn(48, 40, dtype=dtype)
+    torch.testing.assert_close(bt.jit(target="cpu")(half_mm)(a, b), (a.float() @ b.float()).to(dtype), **HALF_TOL[dtype])
 
 
 def exps(x: bt.Tensor((40,), "float32")):
