@@ -124,9 +124,11 @@ class RowReduction(GPUScheduleRule):
 class SplitReduction(GPUScheduleRule):
     """A reduction to few results over contiguous elements (`x.sum()`, `x.mean()`, a row sum of 4 long
     rows), with any element-wise epilogue: Dlight gives each result one block, or one thread, and leaves
-    the GPU idle. Here the reduction is cut into chunks of whole `threads`-wide steps, up to `parts` per
-    result (rfactor); a block sums each chunk (coalesced loads, then a cross-thread reduction) into a
-    buffer of partial results, and a second kernel folds them with one block per result."""
+    the GPU idle. Here the reduction is cut into equal chunks, up to `parts` per result (rfactor); a
+    block sums each chunk (coalesced loads, then a cross-thread reduction) into a buffer of partial
+    results, and a second kernel folds them with one block per result. The chunks must divide the size
+    exactly: TVM lowers no cross-thread reduction under a predicate that mixes the block index in (a
+    ragged last chunk), it would leave racing threads. A symbolic or prime size gets one block per result."""
 
     def __init__(self, threads: int = 256, parts: int = 1024, max_rows: int = 32, min_chunk: int = 4096):
         self.threads, self.parts, self.max_rows, self.min_chunk = threads, parts, max_rows, min_chunk
@@ -151,24 +153,20 @@ class SplitReduction(GPUScheduleRule):
             if not sch.get_loops(b):  # rfactor fails on a neighbour block without loops
                 sch.add_unit_loop(b)
         k = _fuse(sch, sch.get_loops(red)[n_rows:])
-        extent = get_extent(sch, k)
-        step = self.threads
-        if isinstance(extent, int):  # chunks of whole steps, every one of them non-empty
-            chunk = -(-extent // (self.parts * step)) * step
-            chunk = max(chunk, -(-min(extent, self.min_chunk) // step) * step)
-        else:
-            chunk = 4 * self.min_chunk
-        sch.split(k, [None, chunk])
-        rf = sch.rfactor(sch.get_loops(red)[-2], factor_axis=0)
-        *spatial, inner = sch.get_loops(rf)
-        _, lane = sch.split(inner, [None, step])
-        sch.bind(_fuse(sch, spatial), "blockIdx.x")
-        sch.bind(lane, "threadIdx.x")
-        *spatial, parts = sch.get_loops(red)   # the fold of the partial results
+        parts = self._parts(get_extent(sch, k))
+        if parts > 1:
+            sch.split(k, [parts, None])
+            rf = sch.rfactor(sch.get_loops(red)[-2], factor_axis=0)
+            *spatial, inner = sch.get_loops(rf)
+            _, lane = sch.split(inner, [None, self.threads])
+            wide = [loop for loop in spatial if get_extent(sch, loop) != 1] or spatial[:1]
+            sch.bind(_fuse(sch, wide), "blockIdx.x")
+            sch.bind(lane, "threadIdx.x")
+        *spatial, reduced = sch.get_loops(red)  # the fold of the partial results, or the whole reduction
         if not spatial:
             spatial = [sch.add_unit_loop(red)]
         row = _fuse(sch, spatial)
-        _, lane = sch.split(parts, [None, step])
+        _, lane = sch.split(reduced, [None, self.threads])
         sch.bind(row, "blockIdx.x")
         sch.bind(lane, "threadIdx.x")
         if epilogues:  # every thread holds the folded value: the epilogue reads a register
@@ -176,6 +174,15 @@ class SplitReduction(GPUScheduleRule):
         for epilogue in reversed(epilogues):
             sch.reverse_compute_at(epilogue, row, preserve_unit_loops=True)
         return sch
+
+    def _parts(self, extent) -> int:
+        """The most chunks, up to `parts`, of at least `min_chunk` elements that divide `extent`."""
+        if not isinstance(extent, int):
+            return 1
+        for parts in range(min(self.parts, extent // self.min_chunk), 1, -1):
+            if extent % parts == 0:
+                return parts
+        return 1
 
 
 def _reduces_innermost_axis(block) -> bool:

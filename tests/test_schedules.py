@@ -364,11 +364,25 @@ def test_gpu_reductions_leave_nothing_in_one_block(fn):
         bt.jit(target=SM90)(fn).compile()
 
 
+def prime_sum(x: bt.Tensor((1000003,), "float32")):
+    return x.sum()
+
+
 def test_gpu_full_reduction_is_split_over_blocks():
     k = bt.jit(target=SM90)(big_sum).compile()
     from babytriton.fusion import cuda_kernel_names
     assert len(cuda_kernel_names(k.source)) == 2  # partial sums, then their fold
     assert "blockIdx.x" in k.stages["schedule"] and "x_red_rf" in k.stages["schedule"]
+    # each kernel reduces across its threads (a predicate over the block index would leave races)
+    kernels = k.source.split('extern "C" __global__')[1:]
+    assert all("red_buf" in body for body in kernels if ") {" in body.split("\n")[0])
+    mean = bt.jit(target=SM90)(big_mean).compile()  # small: one block of threads, not one thread
+    assert 'thread="threadIdx.x"' in mean.stages["schedule"] and "red_buf" in mean.source
+
+
+def test_serial_kernel_warning_on_a_size_no_rule_splits():
+    with pytest.warns(schedules.SerialKernelWarning, match="one GPU block"):
+        bt.jit(target=SM90)(prime_sum).compile()
 
 
 @pytest.mark.gpu
