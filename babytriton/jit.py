@@ -143,9 +143,11 @@ class Kernel:
         wrap = _to_numpy if all_numpy and has_tensor else _to_torch
         fn = self.vm_function(device_index)
         converters = tuple(converters)
+        cpu_kernels = self.device_kind == "cpu" or self.vm_devices is not None
 
         def run(args):
-            schedules.sync_threads()
+            if cpu_kernels:
+                schedules.sync_threads()
             values = [convert(args[i]) for i, convert in converters]
             try:
                 out = fn(*values)

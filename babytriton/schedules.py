@@ -4,8 +4,9 @@ Fallback-only mode, or MetaSchedule tuning with an on-disk database that later r
 On a GPU, "dlight" also hands matrix products to cuBLAS through torch (see `offload_matmul`):
 TVM's PyPI build has no cuBLAS, while torch ships it and a Relax packed call reaches it. On a CPU,
 babytriton's own rules inline, parallelise (on TVM's thread pool, sized like torch's) and vectorise
-every kernel, matrix products included (a register-tiled schedule that keeps their epilogues fused). After scheduling, `check_parallel`
-finds the kernels that would still run a large amount of work on one thread (or one GPU block).
+every kernel, matrix products included (a register-tiled schedule that keeps their epilogues fused).
+After scheduling, `serial_kernels` finds the kernels that would still run a large amount of work on
+one thread (or one GPU block): the pipeline warns about them (SerialKernelWarning).
 """
 from __future__ import annotations
 
@@ -354,6 +355,8 @@ class CPUReduction(CPURule):
         first = reductions[0]
         loops = sch.get_loops(first)
         rows = _static_product(sch, loops[:len(loops) - _reduce_count(sch, first)])
+        work = _static_product(sch, loops)
+        self.threads = work is None or work >= MIN_PARALLEL  # a launch costs more than a small reduction
         many_rows = rows is None or rows >= self.min_rows
         if len(blocks) == 1:
             return self._single(sch, first, lanes, many_rows)
@@ -368,6 +371,10 @@ class CPUReduction(CPURule):
             return self._single(sch, first, lanes, many_rows)
         return False
 
+    def _parallel(self, sch, loop):
+        if self.threads:
+            sch.parallel(loop)
+
     # one reduction block ---------------------------------------------------------------------------
     def _single(self, sch, block, lanes, many_rows):
         n_red = _reduce_count(sch, block)
@@ -381,13 +388,13 @@ class CPUReduction(CPURule):
             n_rows = len(sch.get_loops(block)) - 1
         row, rf = _rfactor_rows(sch, block, n_rows, self.accum)
         if rf is None:  # a short or odd row: rows in parallel, each summed serially
-            sch.parallel(row)
+            self._parallel(sch, row)
             sch.decompose_reduction(block, sch.get_loops(block)[-1])
         else:
             sch.reverse_compute_at(block, row)  # fold each row's partials right after it
             ko, ki = sch.get_loops(rf)[-2:]
             sch.vectorize(ki)
-            sch.parallel(row)
+            self._parallel(sch, row)
             sch.decompose_reduction(rf, ko)
         if fold is not None:  # initialised outside its loop: with no chunks at all (size 0) it is 0
             sch.decompose_reduction(fold, sch.get_loops(fold)[-1])
@@ -414,12 +421,12 @@ class CPUReduction(CPURule):
         kept, red = _fuse(sch, loops[:n_rows]), _fuse(sch, loops[n_rows:])
         chunk = _pow2_divisor(get_extent(sch, kept), 4 * lanes)
         if chunk < lanes:
-            sch.parallel(kept)
+            self._parallel(sch, kept)
             sch.decompose_reduction(block, red)  # initialised even when nothing is reduced
             return True
         outer, inner = sch.split(kept, [None, chunk])
         sch.reorder(outer, red, inner)
-        sch.parallel(outer)
+        self._parallel(sch, outer)
         sch.vectorize(sch.split(inner, [None, lanes])[1])
         sch.decompose_reduction(block, red)
         return True
@@ -446,7 +453,7 @@ class CPUReduction(CPURule):
             vector = _pow2_divisor(get_extent(sch, j), lanes)
             if vector > 1:
                 sch.vectorize(sch.split(j, [None, vector])[1])
-        sch.parallel(row)
+        self._parallel(sch, row)
         for b in reversed(order):      # 3. every other block per row, consumers first
             sch.compute_at(b, row, preserve_unit_loops=True)
         for rf in rfs:                 # 4. the partial-result axis innermost, one vector register wide
@@ -502,7 +509,9 @@ class CPUMatmul(CPURule):
         j1o, j1i = sch.split(j1, [None, lanes])
         sch.unroll(j1o)
         sch.vectorize(j1i)
-        sch.parallel(sch.fuse(*batch, jb, i0))
+        work = _static_product(sch, sch.get_loops(block))
+        if work is None or work >= MIN_PARALLEL:  # a launch costs more than a small product
+            sch.parallel(sch.fuse(*batch, jb, i0))
         sch.decompose_reduction(block, k)
         return True
 
