@@ -303,6 +303,53 @@ def _static_product(sch, loops):
     return total
 
 
+MAX_CALL_DEPTH = 2  # math calls nested in one inlined expression (see `_inline`); 3 tanh: 7 s of LLVM
+_FIELDS = ("a", "b", "value", "condition", "true_value", "false_value", "body")
+
+
+def _call_depth(expr) -> int:
+    """How deeply math calls nest in an expression: tanh(exp(x)) is 2."""
+    if isinstance(expr, tvm.ir.expr.Call):
+        return 1 + max((_call_depth(arg) for arg in expr.args), default=0)
+    return max((_call_depth(getattr(expr, f)) for f in _FIELDS if isinstance(getattr(expr, f, None), tvm.ir.expr.Expr)),
+               default=0)
+
+
+def _block_depth(sch, block) -> int:
+    body = sch.get(block).body
+    return _call_depth(body.value) if isinstance(body, tirx.BufferStore) else 0
+
+
+def _inline(sch, infos):
+    """Dlight's `try_inline` with a limit: a producer goes into its consumers only while the math calls
+    nested in one expression stay within MAX_CALL_DEPTH. LLVM's lowering of tanh (or erf) names its
+    argument several times, so forty inlined tanh would be a 5**40-node expression; the chain keeps a
+    buffer every few calls instead."""
+    blocks = list(infos)
+
+    def fits(block, others) -> bool:
+        return _block_depth(sch, block) + max((_block_depth(sch, o) for o in others), default=0) <= MAX_CALL_DEPTH
+
+    def trial(inline, neighbours):
+        for i, info in enumerate(blocks):
+            if not fits(info.block_rv, neighbours(info.block_rv)):
+                continue
+            try:
+                inline(info.block_rv)
+            except Exception:  # noqa: BLE001 - not inlinable (TVM raises several types): the next block
+                continue
+            return i
+        return None
+
+    while True:
+        i = trial(sch.compute_inline, sch.get_consumers)
+        if i is None:
+            i = trial(sch.reverse_compute_inline, sch.get_producers)
+        if i is None:
+            return blocks
+        blocks.pop(i)
+
+
 class CPUElementwise(CPURule):
     """Injective kernels: inline every intermediate (one loop nest, no temporary buffers), fuse the
     loops, vectorise the innermost `lanes` (a register) and run the rest in parallel. An odd or
@@ -312,7 +359,7 @@ class CPUElementwise(CPURule):
         if not all(info.is_injective() for info in infos):
             return False
         lanes = _vector_lanes(sch, target)
-        for info in try_inline(sch, infos):
+        for info in _inline(sch, infos):
             loops = sch.get_loops(info.block_rv)
             if not loops:
                 continue  # a 0-d kernel: nothing to spread
@@ -348,7 +395,7 @@ class CPUReduction(CPURule):
         if all(info.is_injective() for info in infos):
             return False
         lanes = _vector_lanes(sch, target)
-        blocks = [b.block_rv for b in try_inline(sch, infos[:-1])] + [infos[-1].block_rv]
+        blocks = [b.block_rv for b in _inline(sch, infos[:-1])] + [infos[-1].block_rv]
         reductions = [b for b in blocks if _reduce_count(sch, b)]
         if not reductions:
             return False
@@ -488,7 +535,7 @@ class CPUMatmul(CPURule):
         if len(mains) != 1 or mains[0].dom_kind() not in ("SSR", "SSSR"):
             return False
         block = mains[0].block_rv
-        rest = try_inline(sch, [info for info in infos if info.block_rv != block])  # prologues go here
+        rest = _inline(sch, [info for info in infos if info.block_rv != block])  # prologues go here
         if not _matmul_operands(sch.get(block)):  # after inlining: a transposed B is another layout
             return False
         avx512 = tvm.target.codegen.target_has_features("avx512f", target)
@@ -573,7 +620,12 @@ _EXP_LOWERING = tvm.ir.Op.get("tirx.exp").get_attr("llvm.FLowerIntrinsic")
 _fast = threading.local()
 
 
-def _exp_f32(x, lanes: int):
+def _exp_f32(arg, lanes: int):
+    x = tirx.Var("x", arg.ty.dtype if hasattr(arg, "ty") else arg.dtype)  # named once: exp(exp(..)) stays linear
+    return tirx.Let(x, arg, _exp_f32_of(x, lanes))
+
+
+def _exp_f32_of(x, lanes: int):
     f32 = lambda v: tirx.const(v, "float32")  # noqa: E731 - scalars broadcast to the lanes
     i32 = lambda v: tirx.const(v, "int32")  # noqa: E731
     fdt, idt = ("float32", "int32") if lanes == 1 else (f"float32x{lanes}", f"int32x{lanes}")
