@@ -549,7 +549,10 @@ class CPUMatmul(CPURule):
         sch.reorder(*batch, jb, i0, j0, k, i1, j1)
         tile = sch.cache_write(block, 0, "local")   # the block now accumulates into a register tile
         sch.reverse_compute_at(tile, j0)             # written back once its k loop is done
-        for epilogue in rest:                        # epilogues read C: fold them into the write-back
+        for epilogue in rest:  # epilogues read C: fold them into the write-back, while C has one reader
+            consumers = sch.get_consumers(tile)       # (TVM would inline one of two and drop C's write)
+            if len(consumers) != 1 or not sch.get(consumers[0]).same_as(sch.get(epilogue.block_rv)):
+                break
             sch.reverse_compute_inline(epilogue.block_rv)
         sch.vectorize(sch.split(sch.get_loops(tile)[-1], [None, lanes])[1])
         sch.unroll(i1)

@@ -285,6 +285,17 @@ def test_cpu_matmul_is_tiled_and_keeps_its_epilogue():
     assert "local" in k.stages["schedule"] and "T.parallel" in k.stages["schedule"]
 
 
+def mm_two_readers(x: bt.Tensor(("n", 8), "float32"), w: bt.Tensor((8, 8), "float32")):
+    h = x @ w
+    return h * bt.sigmoid(h * 1.7) + h * 2.0
+
+
+def test_cpu_matmul_whose_result_two_epilogues_read():
+    x, w = torch.randn(5, 8), torch.randn(8, 8)
+    h = x @ w
+    torch.testing.assert_close(bt.jit(target="cpu")(mm_two_readers)(x, w), h * torch.sigmoid(h * 1.7) + h * 2.0)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_cpu_half_matmul(dtype):
     def half_mm(a: bt.Tensor((64, 48), str(dtype).split(".")[1]), b: bt.Tensor((48, 40), str(dtype).split(".")[1])):
