@@ -350,6 +350,16 @@ def _inline(sch, infos):
         blocks.pop(i)
 
 
+# Float intrinsics that TVM 0.27 cannot lower for a vector on llvm (compiling each one vectorised:
+# "unknown intrinsic"); a kernel that calls one keeps scalar loops, which LLVM's loop vectorizer takes.
+_SCALAR_ONLY = ("cosh", "sinh")
+
+
+def _vectorizable(sch) -> bool:
+    text = sch.mod["main"].script()
+    return not any(f"T.{name}(" in text for name in _SCALAR_ONLY)
+
+
 class CPUElementwise(CPURule):
     """Injective kernels: inline every intermediate (one loop nest, no temporary buffers), fuse the
     loops, vectorise the innermost `lanes` (a register) and run the rest in parallel. An odd or
@@ -358,7 +368,7 @@ class CPUElementwise(CPURule):
     def schedule(self, sch, infos, target):
         if not all(info.is_injective() for info in infos):
             return False
-        lanes = _vector_lanes(sch, target)
+        lanes = _vector_lanes(sch, target) if _vectorizable(sch) else 1
         for info in _inline(sch, infos):
             loops = sch.get_loops(info.block_rv)
             if not loops:
@@ -404,6 +414,7 @@ class CPUReduction(CPURule):
         rows = _static_product(sch, loops[:len(loops) - _reduce_count(sch, first)])
         work = _static_product(sch, loops)
         self.threads = work is None or work >= MIN_PARALLEL  # a launch costs more than a small reduction
+        self.vectors = _vectorizable(sch)
         many_rows = rows is None or rows >= self.min_rows
         if len(blocks) == 1:
             return self._single(sch, first, lanes, many_rows)
@@ -421,6 +432,10 @@ class CPUReduction(CPURule):
     def _parallel(self, sch, loop):
         if self.threads:
             sch.parallel(loop)
+
+    def _vectorize(self, sch, loop):
+        if self.vectors:
+            sch.vectorize(loop)
 
     # one reduction block ---------------------------------------------------------------------------
     def _single(self, sch, block, lanes, many_rows):
@@ -440,7 +455,7 @@ class CPUReduction(CPURule):
         else:
             sch.reverse_compute_at(block, row)  # fold each row's partials right after it
             ko, ki = sch.get_loops(rf)[-2:]
-            sch.vectorize(ki)
+            self._vectorize(sch, ki)
             self._parallel(sch, row)
             sch.decompose_reduction(rf, ko)
         if fold is not None:  # initialised outside its loop: with no chunks at all (size 0) it is 0
@@ -474,7 +489,7 @@ class CPUReduction(CPURule):
         outer, inner = sch.split(kept, [None, chunk])
         sch.reorder(outer, red, inner)
         self._parallel(sch, outer)
-        sch.vectorize(sch.split(inner, [None, lanes])[1])
+        self._vectorize(sch, sch.split(inner, [None, lanes])[1])
         sch.decompose_reduction(block, red)
         return True
 
@@ -499,20 +514,20 @@ class CPUReduction(CPURule):
             j = _fuse(sch, inner)
             vector = _pow2_divisor(get_extent(sch, j), lanes)
             if vector > 1:
-                sch.vectorize(sch.split(j, [None, vector])[1])
+                self._vectorize(sch, sch.split(j, [None, vector])[1])
         self._parallel(sch, row)
         for b in reversed(order):      # 3. every other block per row, consumers first
             sch.compute_at(b, row, preserve_unit_loops=True)
         for rf in rfs:                 # 4. the partial-result axis innermost, one vector register wide
             ki, unit, ko = sch.get_loops(rf)[-3:]
             sch.reorder(unit, ko, ki)
-            sch.vectorize(ki)
+            self._vectorize(sch, ki)
         for b in blocks[:-1]:          # 5. element-wise blocks that could not be inlined
             if not _reduce_count(sch, b) and len(sch.get_loops(b)) > 1:
                 loop = sch.get_loops(b)[-1]
                 vector = _pow2_divisor(get_extent(sch, loop), lanes)
                 if vector > 1:
-                    sch.vectorize(sch.split(loop, [None, vector])[1])
+                    self._vectorize(sch, sch.split(loop, [None, vector])[1])
         for rf in rfs:                 # 6. last: the partials' initialisation apart from their update
             sch.decompose_reduction(rf, sch.get_loops(rf)[-2])
         return True

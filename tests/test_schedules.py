@@ -218,7 +218,13 @@ def cpu_matmul(a: bt.Tensor((65, 48), "float32"), b: bt.Tensor((48, 33), "float3
     return a @ b + 1.0
 
 
+def hyperbolic(x: bt.Tensor((300, 256), "float32")):
+    return cosh(x) - sinh(x) * 0.5, (cosh(x) * 2.0).sum(axis=-1)  # noqa: F821 - Relax ops
+
+
 CPU_CASES = [
+    (hyperbolic, lambda: [torch.randn(300, 256)],  # no vector lowering in TVM: scalar loops instead
+     lambda x: (torch.cosh(x) - torch.sinh(x) * 0.5, (torch.cosh(x) * 2.0).sum(-1))),
     (ew_chain, lambda: [torch.randn(500, 37), torch.randn(500, 37)],
      lambda a, b: torch.sigmoid((a + b) * a - b) + torch.exp(a)),
     (ew_static, lambda: [torch.randn(64, 1024)], lambda a: torch.exp(a) * 2.0 - a),
