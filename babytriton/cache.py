@@ -560,10 +560,10 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def warn(message: str) -> None:
+def warn(message: str, category: type[Warning] = CacheWarning) -> None:
     """Warn, pointing at the first caller outside babytriton (the user's call or compile)."""
     package = str(Path(__file__).parent)
     frame, level = sys._getframe(1), 2
     while frame is not None and frame.f_code.co_filename.startswith(package):
         frame, level = frame.f_back, level + 1
-    warnings.warn(message, CacheWarning, stacklevel=level)
+    warnings.warn(message, category, stacklevel=level)

@@ -14,7 +14,7 @@ import torch
 import tvm
 from tvm import relax
 
-from . import cache, devices, dump, eager, pipeline
+from . import cache, devices, dump, eager, pipeline, schedules
 from . import explain as explaining
 from . import fusion as fusion_
 from .codegen import library
@@ -172,8 +172,11 @@ class Kernel:
         local = self._thread_local(device_index)
         new_vm = functools.partial(self._new_vm_function, device_index)
         converters = tuple(converters)
+        cpu_kernels = self.device_kind == "cpu" or self.vm_devices is not None
 
         def run(args):
+            if cpu_kernels:
+                schedules.sync_threads()
             values = [convert(args[i]) for i, convert in converters]
             try:
                 fn = local.fn
@@ -222,6 +225,21 @@ class Kernel:
 
     def __repr__(self):
         return f"<babytriton.Kernel {self.name} for {self.target.kind.name}, stages: {', '.join(self.stages)}>"
+
+
+def warn_serial(kernel: Kernel) -> None:
+    """A SerialKernelWarning for each kernel left with a large amount of work on one thread (one GPU
+    block), naming the user's lines that it computes."""
+    for name, work in schedules.serial_kernels(kernel.module, kernel.target):
+        try:
+            ops = kernel.fusion[name].ops
+        except KeyError:
+            ops = ()
+        lines = [f"{kernel.fusion.filename}:{op.line}: {op.source}" for op in ops if op.line is not None]
+        where = "; ".join(dict.fromkeys(lines)) or "(line unknown)"
+        one = "one GPU block" if kernel.device_kind == "cuda" else "one thread"
+        cache.warn(f"babytriton: kernel '{name}' of '{kernel.name}' runs about {work:,} loop iterations on {one} "
+                   f"(no schedule rule spread it over more): {where}", schedules.SerialKernelWarning)
 
 
 def _run_error(name: str, error: Exception) -> RuntimeError:
@@ -599,6 +617,7 @@ class JITFunction:
                         fusion=self._fusion_record(generated, codegen.binding_lines, modules),
                         source_map=self.parsed.source_map)
         kernel.size_checks = tuple(codegen.size_checks)
+        warn_serial(kernel)
         return kernel
 
     def _fusion_record(self, generated, binding_lines, modules) -> dict | None:

@@ -90,9 +90,13 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
         mod = place_on_devices(mod)
         record("PlaceOnDevices", mod.script())
         cuda = [v.target for v in mod.global_infos["vdevice"] if v.target.kind.name == "cuda"]
-        if cuda:  # each kernel carries its target: the rules schedule the CUDA ones only
+        cpu = [v.target for v in mod.global_infos["vdevice"] if v.target.kind.name == "llvm"]
+        if cuda:  # each kernel carries its target: each rule set schedules its own target's kernels
             with cuda[0]:
                 mod = dl.ApplyDefaultSchedule(*schedules.gpu_rules(schedule))(mod)
+        if cpu:
+            with cpu[0]:
+                mod = dl.ApplyDefaultSchedule(*schedules.cpu_rules(schedule))(mod)
     else:
         mod = schedules.apply(mod, target, schedule, trials)
     mod = schedules.skip_empty_outputs(schedules.init_outside_reductions(mod), None if heterogeneous else target)
@@ -178,6 +182,11 @@ class _DevicePlacer(relax.PyExprMutator):
 
 
 def build(mod: tvm.IRModule, target: tvm.target.Target):
+    with schedules.fast_exp():
+        return _build(mod, target)
+
+
+def _build(mod: tvm.IRModule, target: tvm.target.Target):
     if "vdevice" in mod.global_infos:  # every kernel carries its own target
         target = None
     if not has_branches(mod):

@@ -2,7 +2,11 @@
 Fallback-only mode, or MetaSchedule tuning with an on-disk database that later runs reuse.
 
 On a GPU, "dlight" also hands matrix products to cuBLAS through torch (see `offload_matmul`):
-TVM's PyPI build has no cuBLAS, while torch ships it and a Relax packed call reaches it.
+TVM's PyPI build has no cuBLAS, while torch ships it and a Relax packed call reaches it. On a CPU,
+babytriton's own rules inline, parallelise (on TVM's thread pool, sized like torch's) and vectorise
+every kernel, matrix products included (a register-tiled schedule that keeps their epilogues fused).
+After scheduling, `serial_kernels` finds the kernels that would still run a large amount of work on
+one thread (or one GPU block): the pipeline warns about them (SerialKernelWarning).
 """
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import importlib.util
 import logging
 import os
 import sys
+import threading
+import warnings
 from pathlib import Path
 
 import torch
@@ -20,7 +26,7 @@ import tvm_ffi
 from tvm import relax, s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
-from tvm.s_tir.dlight.base import try_inline
+from tvm.s_tir.dlight.base import get_extent, try_inline
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.sym.pattern import detect_linear_equation
 
@@ -175,6 +181,70 @@ def _computes_bools(func) -> bool:
     return bool(found)
 
 
+class SplitReduction(GPUScheduleRule):
+    """A reduction to few results over contiguous elements (`x.sum()`, `x.mean()`, a row sum of 4 long
+    rows), with any element-wise epilogue: Dlight gives each result one block, or one thread, and leaves
+    the GPU idle. Here the reduction is cut into equal chunks, up to `parts` per result (rfactor); a
+    block sums each chunk (coalesced loads, then a cross-thread reduction) into a buffer of partial
+    results, and a second kernel folds them with one block per result. The chunks must divide the size
+    exactly: TVM lowers no cross-thread reduction under a predicate that mixes the block index in (a
+    ragged last chunk), it would leave racing threads. A symbolic or prime size gets one block per result."""
+
+    def __init__(self, threads: int = 256, parts: int = 1024, max_rows: int = 32, min_chunk: int = 4096):
+        self.threads, self.parts, self.max_rows, self.min_chunk = threads, parts, max_rows, min_chunk
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
+        if not infos:
+            return None
+        blocks = [b.block_rv for b in try_inline(sch, infos[:-1])] + [infos[-1].block_rv]
+        red, epilogues = blocks[0], blocks[1:]
+        if not _reduce_count(sch, red) or any(_reduce_count(sch, b) for b in epilogues):
+            return None
+        loops = sch.get_loops(red)
+        n_rows = len(loops) - _reduce_count(sch, red)
+        rows = _static_product(sch, loops[:n_rows])
+        if rows is None or rows > self.max_rows or not _contiguous_reduction(sch, red):
+            return None
+        for b in epilogues:
+            if not sch.get_loops(b):  # rfactor fails on a neighbour block without loops
+                sch.add_unit_loop(b)
+        k = _fuse(sch, sch.get_loops(red)[n_rows:])
+        parts = self._parts(get_extent(sch, k))
+        if parts > 1:
+            sch.split(k, [parts, None])
+            rf = sch.rfactor(sch.get_loops(red)[-2], factor_axis=0)
+            *spatial, inner = sch.get_loops(rf)
+            _, lane = sch.split(inner, [None, self.threads])
+            wide = [loop for loop in spatial if get_extent(sch, loop) != 1] or spatial[:1]
+            sch.bind(_fuse(sch, wide), "blockIdx.x")
+            sch.bind(lane, "threadIdx.x")
+        *spatial, reduced = sch.get_loops(red)  # the fold of the partial results, or the whole reduction
+        if not spatial:
+            spatial = [sch.add_unit_loop(red)]
+        row = _fuse(sch, spatial)
+        _, lane = sch.split(reduced, [None, self.threads])
+        sch.bind(row, "blockIdx.x")
+        sch.bind(lane, "threadIdx.x")
+        if epilogues:  # every thread holds the folded value: the epilogue reads a register
+            sch.set_scope(red, 0, "local")
+        for epilogue in reversed(epilogues):
+            sch.reverse_compute_at(epilogue, row, preserve_unit_loops=True)
+        return sch
+
+    def _parts(self, extent) -> int:
+        """The most chunks, up to `parts`, of at least `min_chunk` elements that divide `extent`."""
+        if not isinstance(extent, int):
+            return 1
+        for parts in range(min(self.parts, extent // self.min_chunk), 1, -1):
+            if extent % parts == 0:
+                return parts
+        return 1
+
+
 def _reduces_innermost_axis(block) -> bool:
     """Whether every buffer the reduction reads is indexed by the reduction variable last (coalesced)."""
     reduce_vars = [iv.var for iv in block.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
@@ -212,15 +282,574 @@ class Guarded(dl.ScheduleRule):
         return f"Guarded({type(self.rule).__name__})"
 
 
+# --------------------------------------------------------------------------------------------------
+# babytriton's CPU rules (see the cookbook's Recipe 12 for the measurements behind each choice)
+# --------------------------------------------------------------------------------------------------
+
+MIN_PARALLEL = 1 << 14   # element-wise work below this stays on the calling thread: a launch costs more
+
+
+class CPURule(dl.ScheduleRule):
+    """A rule for llvm targets: `schedule(sch, infos, target)` returns whether it scheduled the kernel."""
+
+    def is_target_available(self, target) -> bool:
+        return target.kind.name == "llvm"
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
+        if not infos:
+            return None
+        return sch if self.schedule(sch, infos, target) else None
+
+
+def _vector_lanes(sch, target) -> int:
+    """Lanes of one vector register for the widest element the kernel touches (16 float32 with AVX-512)."""
+    width = 64 if tvm.target.codegen.target_has_features("avx512f", target) else 32
+    func = sch.mod["main"]
+    widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p)), default=4)
+    return max(width // max(widest, 1), 1)
+
+
+def _pow2_divisor(extent, cap: int) -> int:
+    """The largest power of two <= cap that divides a static extent (1 for a symbolic or zero one)."""
+    if not isinstance(extent, int) or extent <= 0:
+        return 1
+    v = 1
+    while v * 2 <= cap and extent % (v * 2) == 0:
+        v *= 2
+    return v
+
+
+def _fuse(sch, loops):
+    return loops[0] if len(loops) == 1 else sch.fuse(*loops)
+
+
+def _reduce_count(sch, block) -> int:
+    return sum(iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(block).iter_vars)
+
+
+def _contiguous_reduction(sch, block) -> bool:
+    """Whether every buffer the reduction reads along the reduced axes has a reduced variable in its
+    last index: consecutive reduction steps read consecutive elements (a row sum, not a column sum).
+    Reads that do not depend on the reduced axes (softmax's row maximum) don't matter."""
+    stmt = sch.get(block)
+    reduced = {iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce}
+    written = [region.source for region in stmt.writes]
+    along = 0
+    for region in stmt.reads:
+        if any(region.source.same_as(w) for w in written):
+            continue
+        used = [set(tvm.tirx.analysis.undefined_vars(r.min)) for r in region.region]
+        if not any(u & reduced for u in used):
+            continue
+        if not used or not used[-1] & reduced:
+            return False
+        along += 1
+    return along > 0
+
+
+def _static_product(sch, loops):
+    """The product of the loops' extents, or None when one is symbolic."""
+    total = 1
+    for loop in loops:
+        extent = get_extent(sch, loop)
+        if not isinstance(extent, int):
+            return None
+        total *= extent
+    return total
+
+
+MAX_CALL_DEPTH = 2  # math calls nested in one inlined expression (see `_inline`); 3 tanh: 7 s of LLVM
+_FIELDS = ("a", "b", "value", "condition", "true_value", "false_value", "body")
+
+
+def _call_depth(expr) -> int:
+    """How deeply math calls nest in an expression: tanh(exp(x)) is 2."""
+    if isinstance(expr, tvm.ir.expr.Call):
+        return 1 + max((_call_depth(arg) for arg in expr.args), default=0)
+    return max((_call_depth(getattr(expr, f)) for f in _FIELDS if isinstance(getattr(expr, f, None), tvm.ir.expr.Expr)),
+               default=0)
+
+
+def _block_depth(sch, block) -> int:
+    body = sch.get(block).body
+    return _call_depth(body.value) if isinstance(body, tirx.BufferStore) else 0
+
+
+def _inline(sch, infos):
+    """Dlight's `try_inline` with a limit: a producer goes into its consumers only while the math calls
+    nested in one expression stay within MAX_CALL_DEPTH. LLVM's lowering of tanh (or erf) names its
+    argument several times, so forty inlined tanh would be a 5**40-node expression; the chain keeps a
+    buffer every few calls instead."""
+    blocks = list(infos)
+
+    def fits(block, others) -> bool:
+        return _block_depth(sch, block) + max((_block_depth(sch, o) for o in others), default=0) <= MAX_CALL_DEPTH
+
+    def trial(inline, neighbours):
+        for i, info in enumerate(blocks):
+            if not fits(info.block_rv, neighbours(info.block_rv)):
+                continue
+            try:
+                inline(info.block_rv)
+            except Exception:  # noqa: BLE001 - not inlinable (TVM raises several types): the next block
+                continue
+            return i
+        return None
+
+    while True:
+        i = trial(sch.compute_inline, sch.get_consumers)
+        if i is None:
+            i = trial(sch.reverse_compute_inline, sch.get_producers)
+        if i is None:
+            return blocks
+        blocks.pop(i)
+
+
+# Float intrinsics that TVM 0.27 cannot lower for a vector on llvm (compiling each one vectorised:
+# "unknown intrinsic"); a kernel that calls one keeps scalar loops, which LLVM's loop vectorizer takes.
+_SCALAR_ONLY = ("cosh", "sinh")
+
+
+def _vectorizable(sch) -> bool:
+    text = sch.mod["main"].script()
+    return not any(f"T.{name}(" in text for name in _SCALAR_ONLY)
+
+
+class CPUElementwise(CPURule):
+    """Injective kernels: inline every intermediate (one loop nest, no temporary buffers), fuse the
+    loops, vectorise the innermost `lanes` (a register) and run the rest in parallel. An odd or
+    symbolic size is only parallelised: LLVM's loop vectorizer then takes each thread's range."""
+
+    def schedule(self, sch, infos, target):
+        if not all(info.is_injective() for info in infos):
+            return False
+        lanes = _vector_lanes(sch, target) if _vectorizable(sch) else 1
+        for info in _inline(sch, infos):
+            loops = sch.get_loops(info.block_rv)
+            if not loops:
+                continue  # a 0-d kernel: nothing to spread
+            fused = _fuse(sch, loops)
+            extent = get_extent(sch, fused)
+            vector = _pow2_divisor(extent, lanes)
+            outer = fused
+            if vector > 1:
+                outer, inner = sch.split(fused, [None, vector])
+                sch.vectorize(inner)
+            if not isinstance(extent, int) or extent >= MIN_PARALLEL:
+                sch.parallel(outer)
+        return True
+
+
+class CPUReduction(CPURule):
+    """Reductions, alone or in a kernel with element-wise blocks (softmax, layernorm, mean):
+
+    * rows (a reduction over contiguous elements, at least `min_rows` of them): one row per parallel
+      iteration; the row is summed into `accum` partial results that fill vector registers (rfactor),
+      then folded. A kernel of several blocks over the same rows (softmax: max, exp-sum, divide)
+      inlines its element-wise blocks and computes every block per row inside one parallel loop.
+    * a full reduction, or too few rows: the reduction is first cut into `parts` chunks (rfactor)
+      that become the parallel rows; the final fold of `parts` values, and any epilogue, is tiny.
+    * columns (`x.sum(axis=0)`, a middle axis): parallel over the kept elements, the reduction loop
+      outside a vector of contiguous kept elements.
+    `decompose_reduction` comes last: after it TVM refuses to vectorise or parallelise loops above."""
+
+    def __init__(self, accum: int = 64, parts: int = 256, min_rows: int = 64):
+        self.accum, self.parts, self.min_rows = accum, parts, min_rows
+
+    def schedule(self, sch, infos, target):
+        if all(info.is_injective() for info in infos):
+            return False
+        lanes = _vector_lanes(sch, target)
+        blocks = [b.block_rv for b in _inline(sch, infos[:-1])] + [infos[-1].block_rv]
+        reductions = [b for b in blocks if _reduce_count(sch, b)]
+        if not reductions:
+            return False
+        first = reductions[0]
+        loops = sch.get_loops(first)
+        rows = _static_product(sch, loops[:len(loops) - _reduce_count(sch, first)])
+        work = _static_product(sch, loops)
+        self.threads = work is None or work >= MIN_PARALLEL  # a launch costs more than a small reduction
+        self.vectors = _vectorizable(sch)
+        many_rows = rows is None or rows >= self.min_rows
+        if len(blocks) == 1:
+            return self._single(sch, first, lanes, many_rows)
+        if _reduce_count(sch, blocks[-1]):
+            return False
+        if many_rows and all(_contiguous_reduction(sch, b) for b in reductions):
+            return self._rows(sch, blocks, reductions, lanes)
+        if len(reductions) == 1 and blocks.index(first) == 0:  # a mean: its epilogue is small
+            for b in blocks[1:]:
+                if not sch.get_loops(b):  # rfactor fails on a neighbour block without loops
+                    sch.add_unit_loop(b)
+            return self._single(sch, first, lanes, many_rows)
+        return False
+
+    def _parallel(self, sch, loop):
+        if self.threads:
+            sch.parallel(loop)
+
+    def _vectorize(self, sch, loop):
+        if self.vectors:
+            sch.vectorize(loop)
+
+    # one reduction block ---------------------------------------------------------------------------
+    def _single(self, sch, block, lanes, many_rows):
+        n_red = _reduce_count(sch, block)
+        n_rows = len(sch.get_loops(block)) - n_red
+        contiguous = _contiguous_reduction(sch, block)
+        if many_rows and n_rows and not contiguous:
+            return self._columns(sch, block, n_rows, lanes)
+        fold = None
+        if not many_rows or not n_rows:
+            fold, block = block, self._cut(sch, block, n_rows)
+            n_rows = len(sch.get_loops(block)) - 1
+        row, rf = _rfactor_rows(sch, block, n_rows, self.accum)
+        if rf is None:  # a short or odd row: rows in parallel, each summed serially
+            self._parallel(sch, row)
+            sch.decompose_reduction(block, sch.get_loops(block)[-1])
+        else:
+            sch.reverse_compute_at(block, row)  # fold each row's partials right after it
+            ko, ki = sch.get_loops(rf)[-2:]
+            self._vectorize(sch, ki)
+            self._parallel(sch, row)
+            sch.decompose_reduction(rf, ko)
+        if fold is not None:  # initialised outside its loop: with no chunks at all (size 0) it is 0
+            sch.decompose_reduction(fold, sch.get_loops(fold)[-1])
+        return True
+
+    def _cut(self, sch, block, n_rows):
+        """Few rows: split the reduction into up to `parts` chunks of at least 2048 elements, made rows
+        of their own (rfactor). An odd or symbolic size gets chunks of a fixed size, the last one
+        ragged: a chunk that the predicate leaves empty would never initialise its partial result."""
+        loops = sch.get_loops(block)
+        k = _fuse(sch, loops[n_rows:])
+        extent = get_extent(sch, k)
+        want = max(1, min(self.parts, extent // 2048)) if isinstance(extent, int) else self.parts
+        parts = _pow2_divisor(extent, want)
+        if parts >= min(want, 8):
+            kp, _ = sch.split(k, [parts, None])
+        else:
+            kp, _ = sch.split(k, [None, 2048 if isinstance(extent, int) else 4096])
+        return sch.rfactor(kp, factor_axis=0)
+
+    def _columns(self, sch, block, n_rows, lanes):
+        """Reduce over a leading or middle axis: the kept elements in parallel, vectors of contiguous ones."""
+        loops = sch.get_loops(block)
+        kept, red = _fuse(sch, loops[:n_rows]), _fuse(sch, loops[n_rows:])
+        chunk = _pow2_divisor(get_extent(sch, kept), 4 * lanes)
+        if chunk < lanes:
+            self._parallel(sch, kept)
+            sch.decompose_reduction(block, red)  # initialised even when nothing is reduced
+            return True
+        outer, inner = sch.split(kept, [None, chunk])
+        sch.reorder(outer, red, inner)
+        self._parallel(sch, outer)
+        self._vectorize(sch, sch.split(inner, [None, lanes])[1])
+        sch.decompose_reduction(block, red)
+        return True
+
+    # several blocks over the same rows ---------------------------------------------------------------
+    def _rows(self, sch, blocks, reductions, lanes):
+        last = blocks[-1]
+        n_rows = min(len(sch.get_loops(b)) - _reduce_count(sch, b) for b in reductions)
+        if n_rows < 1 or any(len(sch.get_loops(b)) - _reduce_count(sch, b) != n_rows for b in reductions):
+            return False
+        order, rfs = [], []
+        for b in blocks[:-1]:          # 1. rfactor while each reduction still owns its loop nest
+            if _reduce_count(sch, b):
+                _, rf = _rfactor_rows(sch, b, n_rows, self.accum)
+                if rf is not None:
+                    order.append(rf)
+                    rfs.append(rf)
+            order.append(b)
+        loops = sch.get_loops(last)    # 2. the last block's rows in parallel, its row vectorised
+        row = _fuse(sch, loops[:n_rows])
+        inner = loops[n_rows:]
+        if inner:
+            j = _fuse(sch, inner)
+            vector = _pow2_divisor(get_extent(sch, j), lanes)
+            if vector > 1:
+                self._vectorize(sch, sch.split(j, [None, vector])[1])
+        self._parallel(sch, row)
+        for b in reversed(order):      # 3. every other block per row, consumers first
+            sch.compute_at(b, row, preserve_unit_loops=True)
+        for rf in rfs:                 # 4. the partial-result axis innermost, one vector register wide
+            ki, unit, ko = sch.get_loops(rf)[-3:]
+            sch.reorder(unit, ko, ki)
+            self._vectorize(sch, ki)
+        for b in blocks[:-1]:          # 5. element-wise blocks that could not be inlined
+            if not _reduce_count(sch, b) and len(sch.get_loops(b)) > 1:
+                loop = sch.get_loops(b)[-1]
+                vector = _pow2_divisor(get_extent(sch, loop), lanes)
+                if vector > 1:
+                    self._vectorize(sch, sch.split(loop, [None, vector])[1])
+        for rf in rfs:                 # 6. last: the partials' initialisation apart from their update
+            sch.decompose_reduction(rf, sch.get_loops(rf)[-2])
+        return True
+
+
+class CPUMatmul(CPURule):
+    """C[b.., i, j] += A[b.., i, k] * B[b.., k, j] with j contiguous in B: a register-tiled micro-kernel.
+    Each (i, j) tile of mr x nr results accumulates in registers over the whole k loop ("local"
+    cache_write), nr as nr/lanes vectors, i unrolled; tiles walk nb-wide column panels (B stays in
+    cache) and the panels x row tiles run in parallel. Element-wise prologues are inlined and
+    epilogues (bias, relu, a cast) folded into the tile's write-back, so the product stays one fused
+    kernel. The tile must fit the vector registers: 8x32 float32 = 16 zmm with AVX-512, 6x16 = 12 ymm
+    with AVX2 (the AVX-512 tile compiled for AVX2 spills and ran 1.6-2.6x slower)."""
+
+    AVX512 = (8, 32, 128, 16)  # mr, nr, nb, lanes
+    AVX2 = (6, 16, 128, 8)
+
+    def schedule(self, sch, infos, target):
+        mains = [info for info in infos if not info.is_injective()]
+        if len(mains) != 1 or mains[0].dom_kind() not in ("SSR", "SSSR"):
+            return False
+        block = mains[0].block_rv
+        rest = _inline(sch, [info for info in infos if info.block_rv != block])  # prologues go here
+        if not _matmul_operands(sch.get(block)):  # after inlining: a transposed B is another layout
+            return False
+        avx512 = tvm.target.codegen.target_has_features("avx512f", target)
+        mr, nr, nb, lanes = self.AVX512 if avx512 else self.AVX2
+        if tvm.DataType(sch.get(block).writes[0].source.dtype).bits != 32:
+            return False
+        *batch, i, j, k = sch.get_loops(block)
+        jb, j = sch.split(j, [None, nb])
+        i0, i1 = sch.split(i, [None, mr])
+        j0, j1 = sch.split(j, [None, nr])
+        sch.reorder(*batch, jb, i0, j0, k, i1, j1)
+        tile = sch.cache_write(block, 0, "local")   # the block now accumulates into a register tile
+        sch.reverse_compute_at(tile, j0)             # written back once its k loop is done
+        for epilogue in rest:  # epilogues read C: fold them into the write-back, while C has one reader
+            consumers = sch.get_consumers(tile)       # (TVM would inline one of two and drop C's write)
+            if len(consumers) != 1 or not sch.get(consumers[0]).same_as(sch.get(epilogue.block_rv)):
+                break
+            sch.reverse_compute_inline(epilogue.block_rv)
+        sch.vectorize(sch.split(sch.get_loops(tile)[-1], [None, lanes])[1])
+        sch.unroll(i1)
+        j1o, j1i = sch.split(j1, [None, lanes])
+        sch.unroll(j1o)
+        sch.vectorize(j1i)
+        work = _static_product(sch, sch.get_loops(block))
+        if work is None or work >= MIN_PARALLEL:  # a launch costs more than a small product
+            sch.parallel(sch.fuse(*batch, jb, i0))
+        sch.decompose_reduction(block, k)
+        return True
+
+
+def _matmul_operands(block) -> bool:
+    """Two reads indexed by plain variables, A by (i, k) and B by (k, j) with j last."""
+    i, j, k = [iv.var for iv in block.iter_vars][-3:]
+    if len(block.reads) != 2 or len(block.writes) != 1:
+        return False
+    indices = [[r.min for r in read.region] for read in block.reads]
+    if not all(isinstance(e, tirx.Var) for index in indices for e in index):
+        return False
+    used = [{e.name for e in index} for index in indices]
+    a, b = (0, 1) if j.name not in used[0] else (1, 0)
+    return (i.name in used[a] and k.name in used[a] and j.name not in used[a]
+            and k.name in used[b] and i.name not in used[b] and indices[b][-1].same_as(j))
+
+
+def _rfactor_rows(sch, block, n_rows, accum):
+    """A reduction block of loops [rows..., reduced...] as (row loop, rfactor block): the reduced loop
+    split by up to `accum` partial results (a power of two dividing it), which the original block then
+    folds. (row loop, None) when the row is too short or odd for at least 4 partials."""
+    loops = sch.get_loops(block)
+    row = _fuse(sch, loops[:n_rows])
+    k = _fuse(sch, loops[n_rows:])
+    vector = _pow2_divisor(get_extent(sch, k), accum)
+    if vector < 4:
+        return row, None
+    sch.split(k, [None, vector])
+    rf = sch.rfactor(sch.get_loops(block)[-1], factor_axis=-1)
+    return sch.get_loops(rf)[0], rf
+
+
+# TVM's thread pool is sized once per OS thread, when first used: to TVM_NUM_THREADS, else half the
+# cores on x86 (1 on a 2-core machine). Allow every core, then use as many as torch does (`sync_threads`).
+# Unpinned workers: torch doesn't pin its threads, and pinned TVM workers fought them for a core.
+os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
+os.environ.setdefault("TVM_BIND_THREADS", "0")
+_pool = threading.local()  # the pool is per OS thread, so is what it was last set to
+
+
+def sync_threads() -> None:
+    """Size the calling thread's TVM pool like torch's (`torch.set_num_threads`), so that one setting
+    holds for both; TVM caps it at TVM_NUM_THREADS."""
+    wanted = torch.get_num_threads()
+    if getattr(_pool, "threads", None) != wanted:
+        tvm.get_global_func("runtime.config_threadpool")(0, wanted)
+        _pool.threads = wanted
+
+
+# --------------------------------------------------------------------------------------------------
+# a vectorisable float32 exp for CPU builds
+# --------------------------------------------------------------------------------------------------
+# LLVM has no vector exp here: it turns a vectorised exp into one libm expf call per lane, which
+# caps every exp, sigmoid and softmax at scalar speed. While babytriton builds (`fast_exp`), the llvm
+# lowering of float32 exp is Cody-Waite range reduction and the Cephes degree-6 polynomial (about
+# 1 ulp), with inf, 0 and NaN where libm gives them. The lowering is global to TVM, hence the flag.
+_EXP_LOWERING = tvm.ir.Op.get("tirx.exp").get_attr("llvm.FLowerIntrinsic")
+_fast = threading.local()
+
+
+def _exp_f32(arg, lanes: int):
+    x = tirx.Var("x", arg.ty.dtype if hasattr(arg, "ty") else arg.dtype)  # named once: exp(exp(..)) stays linear
+    return tirx.Let(x, arg, _exp_f32_of(x, lanes))
+
+
+def _exp_f32_of(x, lanes: int):
+    f32 = lambda v: tirx.const(v, "float32")  # noqa: E731 - scalars broadcast to the lanes
+    i32 = lambda v: tirx.const(v, "int32")  # noqa: E731
+    fdt, idt = ("float32", "int32") if lanes == 1 else (f"float32x{lanes}", f"int32x{lanes}")
+    c = tirx.max(tirx.min(x, f32(88.72283935546875)), f32(-103.97))
+    n = tirx.floor(c * f32(1.4426950408889634) + f32(0.5))            # x = n ln2 + r
+    r = c - n * f32(0.693359375) - n * f32(-2.12194440e-4)             # ln2 as hi + lo
+    p = f32(1.9875691500e-4)
+    for coefficient in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+        p = p * r + f32(coefficient)
+    p = p * r * r + r + f32(1.0)                                        # e^r
+    # 2^n as two normal halves: n reaches 128 (e^88.7) and -150 (subnormal results)
+    half = n.astype(idt) // i32(2)
+    low = tirx.reinterpret(fdt, (half + i32(127)) * i32(1 << 23))
+    high = tirx.reinterpret(fdt, (n.astype(idt) - half + i32(127)) * i32(1 << 23))
+    y = p * low * high
+    splat = (lambda v: f32(v)) if lanes == 1 else (lambda v: tirx.Broadcast(f32(v), lanes))  # noqa: E731
+    y = tirx.Select(x > f32(88.72283935546875), splat(float("inf")), y)  # beyond float32: inf, as libm
+    y = tirx.Select(x < f32(-103.97), splat(0.0), y)                     # below the smallest subnormal
+    return tirx.Select(tirx.isnan(x), x, y)                              # NaN stays NaN
+
+
+def _lower_exp(call):
+    dtype = call.ty.dtype
+    if getattr(_fast, "on", False) and dtype.is_float and dtype.bits == 32:
+        return _exp_f32(call.args[0], dtype.lanes)
+    return _EXP_LOWERING(call)
+
+
+tirx.op.register_intrin_lowering("tirx.exp", target="llvm", f=_lower_exp, level=99)
+
+
+class fast_exp:  # noqa: N801 - used as `with schedules.fast_exp():`
+    """While active on this thread, LLVM builds lower float32 exp to the vectorisable polynomial."""
+
+    def __enter__(self):
+        self.before = getattr(_fast, "on", False)
+        _fast.on = True
+
+    def __exit__(self, *exc):
+        _fast.on = self.before
+
+
+# --------------------------------------------------------------------------------------------------
+# the check after scheduling: no large kernel left on one thread
+# --------------------------------------------------------------------------------------------------
+
+SERIAL_LIMIT = 10 ** 5  # loop iterations on one thread (one GPU block) that earn a warning
+SYMBOLIC_GUESS = 4096   # what a symbolic size counts for in that estimate
+
+
+class SerialKernelWarning(UserWarning):
+    """A compiled kernel runs a large amount of work on one CPU thread or in one GPU block: no
+    schedule rule spread it, so it is likely many times slower than it could be."""
+
+
+def serial_work(func: tirx.PrimFunc, gpu: bool) -> int:
+    """Loop iterations of `func` outside any loop that spreads them: a parallel loop on a CPU, a
+    blockIdx loop on a GPU (either of extent > 1). A symbolic extent counts as SYMBOLIC_GUESS."""
+    total = 0
+
+    def spreads(loop) -> bool:
+        extent = loop.extent
+        wide = not isinstance(extent, tirx.IntImm) or int(extent) > 1
+        if gpu:
+            return wide and loop.kind == tirx.ForKind.THREAD_BINDING and loop.thread_binding is not None \
+                and loop.thread_binding.thread_tag.startswith("blockIdx")
+        return wide and loop.kind == tirx.ForKind.PARALLEL
+
+    def extent_of(loop) -> int:
+        try:
+            return max(_estimate(loop.extent), 0)
+        except (TypeError, ZeroDivisionError):
+            return SYMBOLIC_GUESS
+
+    def visit(stmt, iterations: int):
+        nonlocal total
+        if isinstance(stmt, tirx.For):
+            if spreads(stmt):
+                return
+            visit(stmt.body, iterations * extent_of(stmt))
+        elif isinstance(stmt, tirx.SeqStmt):
+            for part in stmt.seq:
+                visit(part, iterations)
+        elif isinstance(stmt, s_tir.SBlockRealize):
+            visit(stmt.block, iterations)
+        elif isinstance(stmt, s_tir.SBlock):
+            if stmt.init is not None:
+                visit(stmt.init, iterations)
+            before = total
+            visit(stmt.body, iterations)
+            if total == before:  # a leaf block: one iteration of its body per enclosing iteration
+                total += iterations
+        elif isinstance(stmt, tirx.IfThenElse):
+            visit(stmt.then_case, iterations)
+            if stmt.else_case is not None:
+                visit(stmt.else_case, iterations)
+        elif hasattr(stmt, "body"):  # LetStmt, AttrStmt, DeclBuffer, ...
+            visit(stmt.body, iterations)
+
+    visit(func.body, 1)
+    return total
+
+
+_ARITH = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,
+          tirx.FloorDiv: lambda a, b: a // b, tirx.FloorMod: lambda a, b: a % b, tirx.Min: min, tirx.Max: max}
+
+
+def _estimate(expr) -> int:
+    """An integer expression's value with every size variable at SYMBOLIC_GUESS (TypeError if odd)."""
+    if isinstance(expr, tirx.IntImm):
+        return int(expr)
+    if isinstance(expr, tirx.Var):
+        return SYMBOLIC_GUESS
+    if isinstance(expr, tirx.Cast):
+        return _estimate(expr.value)
+    for kind, fn in _ARITH.items():
+        if isinstance(expr, kind):
+            return fn(_estimate(expr.a), _estimate(expr.b))
+    raise TypeError(type(expr).__name__)
+
+
+def serial_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> list[tuple[str, int]]:
+    """(kernel name, serial iterations) of each kernel over SERIAL_LIMIT, in name order."""
+    found = []
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        kind = func.attrs["target"].kind.name if func.attrs is not None and "target" in func.attrs \
+            else target.kind.name
+        work = serial_work(func, kind == "cuda")
+        if work > SERIAL_LIMIT:
+            found.append((gvar.name_hint, work))
+    return sorted(found)
+
+
 def gpu_rules(schedule: str) -> list:
     if schedule == "fallback":  # the 2024 tutorial: one thread per element, nothing else
         return [dl.gpu.Fallback()]
-    return [Guarded(r) for r in (dl.gpu.Matmul(), dl.gpu.GEMV(), RowReduction(), dl.gpu.Reduction(),
+    return [Guarded(r) for r in (dl.gpu.Matmul(), dl.gpu.GEMV(), SplitReduction(), RowReduction(), dl.gpu.Reduction(),
                                  dl.gpu.GeneralReduction(), Elementwise())] + [dl.gpu.Fallback()]
 
 
-def cpu_rules() -> list:
-    return [Guarded(dl.cpu.GEMV()), Guarded(dl.cpu.Reduction())]
+def cpu_rules(schedule: str = "dlight") -> list:
+    dlight = [dl.cpu.GEMV(), dl.cpu.Reduction()]  # all that Dlight has for CPUs
+    if schedule == "fallback":
+        return [Guarded(r) for r in dlight]
+    return [Guarded(r) for r in (CPUMatmul(), CPUElementwise(), CPUReduction(), *dlight)]
 
 
 def apply(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, trials: int) -> tvm.IRModule:
@@ -230,7 +859,7 @@ def apply(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, trials: i
         mod = meta_schedule(mod, target, trials)
     with target:
         # Dlight skips functions already scheduled (tuned ones); on a GPU everything left needs threads.
-        rules = gpu_rules("fallback" if schedule == "meta_schedule" else schedule) if gpu else cpu_rules()
+        rules = gpu_rules("fallback" if schedule == "meta_schedule" else schedule) if gpu else cpu_rules(schedule)
         return dl.ApplyDefaultSchedule(*rules)(mod)
 
 
@@ -397,7 +1026,8 @@ class _MatmulToTorch(relax.PyExprMutator):
 
 
 def offloads_matmul(target: tvm.target.Target | None, schedule: str) -> bool:
-    """Whether the pipeline hands float matrix products to cuBLAS (which accumulates float16 in float32)."""
+    """Whether the pipeline hands float matrix products to cuBLAS (which accumulates float16 in float32).
+    Not on a CPU: there `CPUMatmul` keeps them TIR kernels that fuse with their neighbours."""
     return target is not None and target.kind.name == "cuda" and schedule == "dlight"
 
 

@@ -252,3 +252,275 @@ def test_gpu_attention_and_transposed_products_agree_with_torch():
                                    a.mT @ b.mT, rtol=tol, atol=tol)
     x = torch.randn(512, 256, device="cuda", dtype=torch.float16)
     torch.testing.assert_close(bt.jit(target="gpu")(transposed_half)(x), x.T * 2.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# CPU rules
+# --------------------------------------------------------------------------------------------------
+import warnings  # noqa: E402
+
+import tvm  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+HALF_TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float16: dict(rtol=1e-2, atol=2e-2),
+            torch.bfloat16: dict(rtol=2e-2, atol=5e-2)}
+
+
+def ew_chain(a: bt.Tensor(("n", 37), "float32"), b: bt.Tensor(("n", 37), "float32")):
+    return bt.sigmoid((a + b) * a - b) + bt.exp(a)
+
+
+def ew_static(a: bt.Tensor((64, 1024), "float32")):
+    return bt.exp(a) * 2.0 - a
+
+
+def ew_half(a: bt.Tensor((256, 129), "float16"), b: bt.Tensor((256, 129), "bfloat16")):
+    return a * 2.0 + 1.0, bt.sigmoid(b)
+
+
+def row_max(x: bt.Tensor(("n", "m"), "float32")):
+    return x.max(axis=-1)
+
+
+def row_mean(x: bt.Tensor((300, 1000), "float32")):
+    return x.mean(axis=-1)
+
+
+def full_sum(x: bt.Tensor(("n",), "float32")):
+    return x.sum()
+
+
+def full_mean_2d(x: bt.Tensor((1000, 999), "float32")):
+    return x.mean()
+
+
+def few_rows(x: bt.Tensor((3, 70000), "float32")):
+    return x.sum(axis=1)
+
+
+def col_sum(x: bt.Tensor((777, 1024), "float32")):
+    return x.sum(axis=0)
+
+
+def col_sum_sym(x: bt.Tensor(("n", "m"), "float32")):
+    return x.sum(axis=0)
+
+
+def middle_sum(x: bt.Tensor((16, 300, 64), "float32")):
+    return x.sum(axis=1)
+
+
+def lib_softmax(x: bt.Tensor((100, 1000), "float32")):
+    return bt.softmax(x, axis=-1)
+
+
+def lib_layer_norm(x: bt.Tensor((64, 512), "float32"), g: bt.Tensor((512,), "float32"),
+                   b: bt.Tensor((512,), "float32")):
+    return bt.layer_norm(x, g, b, axes=[-1])
+
+
+def user_softmax(x: bt.Tensor(("n", 256), "float32")):
+    e = bt.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def cpu_matmul(a: bt.Tensor((65, 48), "float32"), b: bt.Tensor((48, 33), "float32")):
+    return a @ b + 1.0
+
+
+def hyperbolic(x: bt.Tensor((300, 256), "float32")):
+    return cosh(x) - sinh(x) * 0.5, (cosh(x) * 2.0).sum(axis=-1)  # noqa: F821 - Relax ops
+
+
+CPU_CASES = [
+    (hyperbolic, lambda: [torch.randn(300, 256)],  # no vector lowering in TVM: scalar loops instead
+     lambda x: (torch.cosh(x) - torch.sinh(x) * 0.5, (torch.cosh(x) * 2.0).sum(-1))),
+    (ew_chain, lambda: [torch.randn(500, 37), torch.randn(500, 37)],
+     lambda a, b: torch.sigmoid((a + b) * a - b) + torch.exp(a)),
+    (ew_static, lambda: [torch.randn(64, 1024)], lambda a: torch.exp(a) * 2.0 - a),
+    (row_max, lambda: [torch.randn(129, 1001)], lambda x: x.max(-1).values),
+    (row_mean, lambda: [torch.randn(300, 1000)], lambda x: x.mean(-1)),
+    (full_mean_2d, lambda: [torch.randn(1000, 999)], lambda x: x.mean()),
+    (few_rows, lambda: [torch.randn(3, 70000)], lambda x: x.sum(1)),
+    (col_sum, lambda: [torch.randn(777, 1024)], lambda x: x.sum(0)),
+    (col_sum_sym, lambda: [torch.randn(333, 65)], lambda x: x.sum(0)),
+    (middle_sum, lambda: [torch.randn(16, 300, 64)], lambda x: x.sum(1)),
+    (lib_softmax, lambda: [torch.randn(100, 1000) * 10], lambda x: torch.softmax(x, -1)),
+    (lib_layer_norm, lambda: [torch.randn(64, 512), torch.randn(512), torch.randn(512)],
+     lambda x, g, b: torch.nn.functional.layer_norm(x, (512,), g, b)),
+    (user_softmax, lambda: [torch.randn(77, 256)], lambda x: torch.softmax(x, -1)),
+    (cpu_matmul, lambda: [torch.randn(65, 48), torch.randn(48, 33)], lambda a, b: a @ b + 1.0),
+]
+
+
+@pytest.mark.parametrize("fn, make, ref", CPU_CASES, ids=[c[0].__name__ for c in CPU_CASES])
+def test_cpu_rules_agree_with_torch_and_leave_nothing_serial(fn, make, ref):
+    args = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", schedules.SerialKernelWarning)
+        got = bt.jit(target="cpu")(fn)(*args)
+    torch.testing.assert_close(got, ref(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_cpu_half_dtypes():
+    a, b = torch.randn(256, 129).half(), torch.randn(256, 129).bfloat16()
+    x, y = bt.jit(target="cpu")(ew_half)(a, b)
+    torch.testing.assert_close(x, a * 2.0 + 1.0, **HALF_TOL[torch.float16])
+    torch.testing.assert_close(y, torch.sigmoid(b), **HALF_TOL[torch.bfloat16])
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.sampled_from([0, 1, 2, 7, 255, 256, 2049, 4096, 4097, 65536, 100003]))
+def test_cpu_symbolic_full_sum_of_any_size(n):
+    x = torch.randn(n)
+    torch.testing.assert_close(bt.jit(target="cpu")(full_sum)(x), x.sum(), rtol=1e-4, atol=1e-3)
+
+
+def test_cpu_schedule_is_parallel_and_vectorised():
+    k = bt.jit(target="cpu")(ew_static).compile()
+    assert "T.parallel" in k.stages["schedule"] and "T.vectorized" in k.stages["schedule"]
+    assert "TVMBackendParallelLaunch" in k.source
+    assert " x float>" in k.source  # vector registers: <8 x float> / <16 x float>
+    assert "@expf" not in k.source  # exp is the vectorisable polynomial, not a libm call per lane
+    reduction = bt.jit(target="cpu")(row_mean).compile()
+    assert "TVMBackendParallelLaunch" in reduction.source and " x float>" in reduction.source
+    softmax = bt.jit(target="cpu")(lib_softmax).compile()
+    assert softmax.stages["schedule"].count("T.parallel") == 1  # every block of a row in one loop
+
+
+def mm_epilogue(a: bt.Tensor(("m", 70), "float32"), b: bt.Tensor((70, 50), "float32"), c: bt.Tensor((50,), "float32")):
+    return bt.relu(a @ b + c)
+
+
+def test_cpu_matmul_is_tiled_and_keeps_its_epilogue():
+    f = bt.jit(target="cpu")(mm_epilogue)
+    a, b, c = torch.randn(100, 70), torch.randn(70, 50), torch.randn(50)
+    torch.testing.assert_close(f(a, b, c), torch.relu(a @ b + c), rtol=1e-4, atol=1e-4)
+    k = f.compile(a, b, c)
+    assert len(k.fusion) == 1 and k.fusion[0].fused  # matmul, add and relu: one kernel
+    assert "local" in k.stages["schedule"] and "T.parallel" in k.stages["schedule"]
+
+
+def mm_two_readers(x: bt.Tensor(("n", 8), "float32"), w: bt.Tensor((8, 8), "float32")):
+    h = x @ w
+    return h * bt.sigmoid(h * 1.7) + h * 2.0
+
+
+def test_cpu_matmul_whose_result_two_epilogues_read():
+    x, w = torch.randn(5, 8), torch.randn(8, 8)
+    h = x @ w
+    torch.testing.assert_close(bt.jit(target="cpu")(mm_two_readers)(x, w), h * torch.sigmoid(h * 1.7) + h * 2.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cpu_half_matmul(dtype):
+    def half_mm(a: bt.Tensor((64, 48), str(dtype).split(".")[1]), b: bt.Tensor((48, 40), str(dtype).split(".")[1])):
+        return a @ b
+    a, b = torch.randn(64, 48, dtype=dtype), torch.randn(48, 40, dtype=dtype)
+    torch.testing.assert_close(bt.jit(target="cpu")(half_mm)(a, b), (a.float() @ b.float()).to(dtype), **HALF_TOL[dtype])
+
+
+def exps(x: bt.Tensor((40,), "float32")):
+    return bt.exp(x)
+
+
+def test_fast_exp_edges_match_torch():
+    x = torch.tensor([float("inf"), float("-inf"), float("nan"), 100.0, -100.0, -104.0, 88.7, -87.3,
+                      0.0, 1.0, -1.0, 1e-8] + torch.linspace(-80, 80, 28).tolist())
+    torch.testing.assert_close(bt.jit(target="cpu")(exps)(x), torch.exp(x), rtol=2e-7, atol=1e-38,
+                               equal_nan=True)
+
+
+def test_tvm_threads_follow_torch():
+    f = bt.jit(target="cpu")(ew_static)
+    x = torch.randn(64, 1024)
+    before = torch.get_num_threads()
+    try:
+        for n in (1, min(2, os.cpu_count() or 1)):
+            torch.set_num_threads(n)
+            f(x)
+            assert tvm.runtime.num_threads() == n
+    finally:
+        torch.set_num_threads(before)
+
+
+# --------------------------------------------------------------------------------------------------
+# the serial-kernel check, and reductions on a GPU
+# --------------------------------------------------------------------------------------------------
+
+def big_sum(x: bt.Tensor((1024, 1024), "float32")):
+    return x.sum()
+
+
+def big_mean(x: bt.Tensor((4096,), "float32")):
+    return x.mean()
+
+
+def half_sum(x: bt.Tensor(("n",), "float16")):
+    return x.sum()
+
+
+def test_serial_check_on_a_serial_primfunc():
+    from tvm.script import tirx as T
+
+    @T.prim_func(s_tir=True)
+    def serial(a: T.Buffer((1000, 1000), "float32"), b: T.Buffer((1000, 1000), "float32")):
+        for i, j in T.grid(1000, 1000):
+            with T.sblock("b"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                b[vi, vj] = a[vi, vj] + 1.0
+
+    assert schedules.serial_work(serial, gpu=False) == 10 ** 6
+    cpu = tvm.target.Target("llvm")
+    assert schedules.serial_kernels(tvm.IRModule({"serial": serial}), cpu) == [("serial", 10 ** 6)]
+    scheduled = schedules.apply(tvm.IRModule({"serial": serial}), cpu, "dlight", 0)
+    assert schedules.serial_kernels(scheduled, cpu) == []
+
+
+def test_serial_kernel_warning_names_the_line():
+    with pytest.warns(schedules.SerialKernelWarning, match=r"kernel 'sum' of 'big_sum' .*test_schedules.py:\d+: "
+                      r"return x.sum\(\)"):
+        bt.jit(target="cpu", schedule="fallback")(big_sum).compile()
+
+
+@pytest.mark.parametrize("fn", [big_sum, big_mean, half_sum, full_sum, col_sum, middle_sum, row_max, lib_softmax,
+                                user_softmax], ids=lambda f: f.__name__)
+def test_gpu_reductions_leave_nothing_in_one_block(fn):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", schedules.SerialKernelWarning)
+        bt.jit(target=SM90)(fn).compile()
+
+
+def prime_sum(x: bt.Tensor((1000003,), "float32")):
+    return x.sum()
+
+
+def test_gpu_full_reduction_is_split_over_blocks():
+    k = bt.jit(target=SM90)(big_sum).compile()
+    from babytriton.fusion import cuda_kernel_names
+    assert len(cuda_kernel_names(k.source)) == 2  # partial sums, then their fold
+    assert "blockIdx.x" in k.stages["schedule"] and "x_red_rf" in k.stages["schedule"]
+    # each kernel reduces across its threads (a predicate over the block index would leave races)
+    kernels = k.source.split('extern "C" __global__')[1:]
+    assert all("red_buf" in body for body in kernels if ") {" in body.split("\n")[0])
+    mean = bt.jit(target=SM90)(big_mean).compile()  # small: one block of threads, not one thread
+    assert 'thread="threadIdx.x"' in mean.stages["schedule"] and "red_buf" in mean.source
+
+
+def test_serial_kernel_warning_on_a_size_no_rule_splits():
+    with pytest.warns(schedules.SerialKernelWarning, match="one GPU block"):
+        bt.jit(target=SM90)(prime_sum).compile()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fn, dtype", [(full_sum, torch.float32), (half_sum, torch.float16)])
+def test_gpu_split_reductions_agree_with_torch(fn, dtype):
+    for n in (0, 1, 1000, 4096, 1 << 20, (1 << 20) + 3):
+        x = torch.randn(n, device="cuda").to(dtype)
+        tol = HALF_TOL[dtype] if dtype == torch.float32 else dict(rtol=1e-2, atol=0.05 * max(n, 1) ** 0.5)
+        torch.testing.assert_close(bt.jit(target="gpu")(fn)(x).float(), x.float().sum(), **tol)
+    x = torch.randn(4096, device="cuda")
+    torch.testing.assert_close(bt.jit(target="gpu")(big_mean)(x), x.mean(), rtol=1e-4, atol=1e-5)
+    x = torch.randn(1024, 1024, device="cuda")
+    torch.testing.assert_close(bt.jit(target="gpu")(big_sum)(x), x.sum(), rtol=1e-4, atol=1e-2)
