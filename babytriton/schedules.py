@@ -475,6 +475,15 @@ class CPUReduction(CPURule):
         self.threads = work is None or work >= MIN_PARALLEL  # a launch costs more than a small reduction
         self.vectors = _vectorizable(sch)
         many_rows = rows is None or rows >= self.min_rows
+        if any(len(sch.get(b).writes) > 1 for b in reductions):
+            # argmax's (index, value) pairs: rfactor and vectors mixed up its NaN-aware combiner, so
+            # only the rows go in parallel, each reduced in order
+            if len(blocks) != 1 or not many_rows or not self.threads:
+                return False
+            n_rows = len(loops) - _reduce_count(sch, first)
+            if n_rows:
+                self._parallel(sch, sch.fuse(*loops[:n_rows]) if n_rows > 1 else loops[0])
+            return bool(n_rows)
         if len(blocks) == 1:
             return self._single(sch, first, lanes, many_rows)
         if _reduce_count(sch, blocks[-1]):
