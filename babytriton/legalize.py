@@ -313,7 +313,17 @@ def _averages_nothing(call: relax.Call) -> bool:
     return any(isinstance(shape[a], tvm.tirx.IntImm) and int(shape[a]) == 0 for a in axes)
 
 
+def _statically_empty(call: relax.Call) -> bool:
+    """A result with no elements (layer_norm over a size-0 axis): nothing to compute, and TVM's
+    kernel would divide by a constant 0."""
+    ty = call.ty
+    return isinstance(ty, relax.TensorType) and ty.shape is not None and any(
+        isinstance(d, tvm.tirx.IntImm) and int(d) == 0 for d in ty.shape.values)
+
+
 def _legalize_in_float32(default, bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    if _statically_empty(call):
+        return bb.call_te(topi.full, call.ty.shape.values, str(call.ty.dtype), 0.0)
     if _averages_nothing(call):
         return bb.call_te(topi.full, call.ty.shape.values, str(call.ty.dtype), float("nan"))
     if not any(_is_half(a) for a in call.args):

@@ -22,48 +22,11 @@ def test_fuzz_regression(path):
     assert outcome.kind == "ok", outcome.detail
 
 
-# Bugs the torch oracle finds that are being fixed on other branches (issue 13): a failure of the
-# fixed-seed batches is let through only where its program has the feature that triggers one of them.
-# Empty this once those fixes are merged.
-PENDING = {
-    "neg-bit": "tensors with torch's negative bit read without it",
-    "empty": "empty tensors: garbage reductions, crashes, no error where torch raises",
-    "special": "NaN not propagated by relu/clip/max/maximum/argmax",
-    "half-sum": "float16/bfloat16 reductions not accumulated in float32",
-    "scalar": "a runtime float scalar (or number passed to a helper) with an integer tensor gives float64",
-    "threads": "the VM is not re-entrant: calls from several threads at once fail",
-}
-
-
-def pending_cause(text: str, outcome) -> str | None:
-    """Which pending bug a failing program's features point to (None: none, a new bug)."""
-    module = {}
-    exec("ARGS = " + text.split("ARGS = ", 1)[1], module)  # noqa: S102 - the fuzzer's own file
-    specs = module["ARGS"]
-    extras = [spec[3] for spec in specs if spec[0] == "tensor" and len(spec) > 3]
-    if outcome.kind.startswith("thread") or outcome.kind == "fatal" and "THREADS =" in text:
-        return "threads"
-    if any(e.get("view") == "neg" for e in extras):
-        return "neg-bit"
-    if any(spec[0] == "tensor" and 0 in spec[1] for spec in specs):
-        return "empty"
-    if any(e.get("special") for e in extras) or any(spec[0] == "scalar" and (isinstance(spec[2], str) or (
-            isinstance(spec[2], float) and math.copysign(1, spec[2]) < 0 and spec[2] == 0)) for spec in specs):
-        return "special"
-    if any(spec[0] == "tensor" and spec[2] in ("float16", "bfloat16") and math.prod(spec[1]) >= 4096 for spec in specs):
-        return "half-sum"
-    if "float64" in outcome.detail or "def mul_add" in text or "def max_sub" in text or "def select" in text or \
-            any(spec[0] == "scalar" and "float" in spec[1] for spec in specs):
-        return "scalar"
-    return None
-
-
 def _unexplained(report) -> list:
     problems = []
     for seed, outcome, path in report.failures:
         text = path.read_text() if path else fuzz.generate(seed).module_text()
-        if pending_cause(text, outcome) not in PENDING:
-            problems.append(f"seed {seed}: {outcome.kind}: {outcome.detail}\n{text}")
+        problems.append(f"seed {seed}: {outcome.kind}: {outcome.detail}\n{text}")
     return problems
 
 
