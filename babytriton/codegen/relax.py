@@ -183,6 +183,10 @@ def broadcast(a: tuple, b: tuple) -> tuple | None:
     return tuple(reversed(out))
 
 
+# Float `x ** n` for an integral constant n up to this many multiplies (by squaring) instead of calling pow.
+MAX_SQUARING_EXPONENT = 16
+
+
 class RelaxCodeGen(CodeGenerator):
     """Compiles one parsed Python function into a Relax function inside an IRModule."""
 
@@ -533,6 +537,12 @@ class RelaxCodeGen(CodeGenerator):
             return self.integer_power(lhs, rhs, dtype)
         if kind in (ast.Div, ast.FloorDiv, ast.Mod) and is_python_scalar(rhs) and rhs == 0:
             return self.divide_by_zero(kind, sym, lhs, rhs, dtype)
+        if kind is ast.Pow and is_tensor(lhs) and is_python_scalar(rhs) and not isinstance(rhs, bool) and \
+                float(rhs).is_integer() and 1 <= abs(rhs) <= MAX_SQUARING_EXPONENT:
+            # `x ** 2` multiplies, as torch does: exact, and right for a negative x on a GPU, where TVM
+            # builds CUDA with --use_fast_math and powf(-2, 2) becomes exp2(2 * log2(-2)), a NaN
+            result = self.power_by_squaring(self.as_tensor(lhs, dtype), abs(int(rhs)))
+            return result if rhs > 0 else self.emit(relax.op.divide(self.const(1, dtype), result))
         if kind is ast.Pow and dtype == "bfloat16":  # TVM's pow has no bfloat16: float32, rounded once
             return self.emit(relax.op.astype(self.emit_binary(relax.op.power, lhs, rhs, "float32", sym), dtype))
         return self.emit_binary(ops.ARITH[kind], lhs, rhs, dtype, sym)
@@ -628,18 +638,24 @@ class RelaxCodeGen(CodeGenerator):
         if is_python_scalar(exponent):
             if exponent < 0:
                 raise Diagnostic("integers to negative integer powers are not allowed (as in torch)")
-            result, square, n = self.const(1, dtype), self.as_tensor(base, dtype), int(exponent)
-            while n:
-                if n & 1:
-                    result = self.emit(relax.op.multiply(result, square))
-                n >>= 1
-                if n:
-                    square = self.emit(relax.op.multiply(square, square))
+            n = int(exponent)
+            result = self.power_by_squaring(self.as_tensor(base, dtype), n) if n else self.const(1, dtype)
             if is_tensor(base) and shape_of(result) != shape_of(base):  # x ** 0 keeps x's shape
                 result = self.emit(relax.op.broadcast_to(result, base.ty.shape))
             return result
         wide = self.emit_binary(relax.op.power, base, exponent, "float64", "**")
         return self.emit(relax.op.astype(relax.op.round(wide), dtype))
+
+    def power_by_squaring(self, base, n: int):
+        """`base ** n` for a positive int n in about log2(n) multiplications."""
+        result, square = None, base
+        while n:
+            if n & 1:
+                result = square if result is None else self.emit(relax.op.multiply(result, square))
+            n >>= 1
+            if n:
+                square = self.emit(relax.op.multiply(square, square))
+        return result
 
     def matmul(self, lhs, rhs):
         if not (is_tensor(lhs) and is_tensor(rhs)):
