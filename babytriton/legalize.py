@@ -273,7 +273,41 @@ def legalize_map() -> dict:
     """Op name -> legalization, for `relax.transform.LegalizeOps(customize_legalize_map=...)`."""
     half = half_accumulating_legalizations()
     assert not half.keys() & _RULES.keys(), "an op has two of babytriton's legalizations"
-    return {**half, **{name: _with_default(name, rule) for name, rule in _RULES.items()}}
+    rules = {**half, **{name: _with_default(name, rule) for name, rule in _RULES.items()}}
+    for name in UNIT_REDUCTIONS:
+        default = rules.get(name) or tvm.ir.Op.get(name).get_attr("FLegalize")
+        rules[name] = functools.partial(_unit_axes_first, default)
+    return rules
+
+
+# A reduction over axes that all have size 1 reads one element per result: it is written as that
+# element (a reshape). TVM's schedules would see a reduction whose only axis normalises away, then
+# inline the next op into both its init and its update (the `+ y` after `x.mean(axis=0)` of a (1, n)
+# tensor added twice: found by the fuzzer).
+UNIT_REDUCTIONS = {"relax.sum": "same", "relax.mean": "same", "relax.prod": "same", "relax.max": "same",
+                   "relax.min": "same", "relax.variance": "zero", "relax.std": "zero",
+                   "relax.argmax": "index", "relax.argmin": "index"}
+
+
+def _unit_axes_first(default, bb, call):
+    x, ty = call.args[0], call.ty
+    if not (isinstance(x.ty, relax.TensorType) and x.ty.shape is not None and isinstance(ty, relax.TensorType)
+            and ty.shape is not None):
+        return default(bb, call)
+    shape = x.ty.shape.values
+    axis = call.attrs.axis
+    axes = range(len(shape)) if axis is None else (
+        [int(axis) % len(shape)] if isinstance(axis, (int, tvm.tirx.IntImm)) else [int(a) % len(shape) for a in axis])
+    if not shape or not all(isinstance(shape[a], tvm.tirx.IntImm) and int(shape[a]) == 1 for a in axes):
+        return default(bb, call)
+    kind, out = UNIT_REDUCTIONS[call.op.name], list(ty.shape.values)
+
+    def compute(data):
+        if kind == "index":
+            return topi.full(out, str(ty.dtype), 0)
+        value = topi.subtract(data, data) if kind == "zero" else data  # x - x: 0, and NaN where x is
+        return topi.reshape(topi.cast(value, str(ty.dtype)), out)
+    return bb.call_te(compute, x, primfunc_name_hint=call.op.name.split(".")[-1])
 
 
 # --------------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import tvm_ffi
 from tvm import relax, s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
-from tvm.s_tir.dlight.base import get_extent, try_inline
+from tvm.s_tir.dlight.base import get_extent
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.sym.pattern import detect_linear_equation
 
@@ -50,7 +50,7 @@ def _single_block(rule: GPUScheduleRule, func, target):
     infos = normalize_prim_func(sch)
     if infos is None:
         return None, None
-    infos = try_inline(sch, infos)
+    infos = _inline(sch, infos)
     return (sch, infos[0]) if len(infos) == 1 else (None, None)
 
 
@@ -200,7 +200,7 @@ class SplitReduction(GPUScheduleRule):
         infos = normalize_prim_func(sch)
         if not infos:
             return None
-        blocks = [b.block_rv for b in try_inline(sch, infos[:-1])] + [infos[-1].block_rv]
+        blocks = [b.block_rv for b in _inline(sch, infos[:-1])] + [infos[-1].block_rv]
         red, epilogues = blocks[0], blocks[1:]
         if not _reduce_count(sch, red) or any(_reduce_count(sch, b) for b in epilogues):
             return None
@@ -380,7 +380,7 @@ def _block_depth(sch, block) -> int:
 
 
 def _inline(sch, infos):
-    """Dlight's `try_inline` with a limit: a producer goes into its consumers only while the math calls
+    """Dlight's `try_inline` with limits: a producer goes into its consumers only while the math calls
     nested in one expression stay within MAX_CALL_DEPTH. LLVM's lowering of tanh (or erf) names its
     argument several times, so forty inlined tanh would be a 5**40-node expression; the chain keeps a
     buffer every few calls instead."""
@@ -400,10 +400,17 @@ def _inline(sch, infos):
             return i
         return None
 
+    def reverse_inline(block):
+        # never into a reduction: a reduction over a unit axis may pass TVM's check (normalising
+        # dropped the axis) and the epilogue would then run on its init and on its update too
+        if any(sch.get(p).init is not None for p in sch.get_producers(block)):
+            raise ValueError("a producer is a reduction")
+        sch.reverse_compute_inline(block)
+
     while True:
         i = trial(sch.compute_inline, sch.get_consumers)
         if i is None:
-            i = trial(sch.reverse_compute_inline, sch.get_producers)
+            i = trial(reverse_inline, sch.get_producers)
         if i is None:
             return blocks
         blocks.pop(i)
@@ -416,7 +423,8 @@ _SCALAR_ONLY = ("cosh", "sinh")
 
 def _vectorizable(sch) -> bool:
     text = sch.mod["main"].script()
-    return not any(f"T.{name}(" in text for name in _SCALAR_ONLY)
+    # bfloat16 vectors fail to build on llvm (its bfloat16 legalization stores them as uint16 lanes)
+    return not any(f"T.{name}(" in text for name in _SCALAR_ONLY) and "bfloat16" not in text
 
 
 class CPUElementwise(CPURule):

@@ -84,6 +84,10 @@ class V:
         return self.shape is None
 
     @property
+    def number(self) -> bool:  # a Python number or a run-time scalar: no tensor operand at all
+        return self.py or self.weak
+
+    @property
     def is_float(self) -> bool:
         return self.dtype in FLOATS or self.dtype == "float"
 
@@ -584,7 +588,7 @@ class Generator:
 
     def divide(self, depth):
         a, b = self.operand(depth), self.operand(depth)
-        if not (a.numeric and b.numeric) or a.py and b.py:
+        if not (a.numeric and b.numeric) or a.number and b.number:
             return None
         divisor = V(f"(abs({b.code}) + 1)", b.dtype if not b.py else b.dtype, b.shape, b.mag + 1, b.gran,
                     b.exact, b.err, b.dims)
@@ -597,7 +601,7 @@ class Generator:
 
     def floor_div_mod(self, depth):
         a, b = self.operand(depth), self.operand(depth)
-        if not (a.numeric and b.numeric and a.exact and b.exact) or a.py and b.py:
+        if not (a.numeric and b.numeric and a.exact and b.exact) or a.number and b.number:
             return None
         divisor = V(f"(abs({b.code}) + 1)", b.dtype, b.shape, b.mag + 1, b.gran, True, 0.0, b.dims)
         dtype = promote(a, divisor)
@@ -628,7 +632,7 @@ class Generator:
 
     def compare(self, depth):
         a, b = self.operand(depth), self.operand(depth)
-        if not (a.exact and b.exact) or a.py and b.py:
+        if not (a.exact and b.exact) or a.number and b.number:
             return None
         dtype = promote(a, b)
         if converted_err(a, dtype) or converted_err(b, dtype):
@@ -636,7 +640,7 @@ class Generator:
         op = self.rng.choice(("<", "<=", ">", ">=", "==", "!="))
         if self.rng.random() < 0.15:  # a chain: a < b < c
             c = self.operand(depth)
-            if c.exact and not converted_err(c, promote(b, c)) and not (c.py and b.py):
+            if c.exact and not converted_err(c, promote(b, c)) and not (c.number and b.number):
                 op2 = self.rng.choice(("<", "<=", ">"))
                 return V(f"{paren(a)} {op} {paren(b)} {op2} {paren(c)}", "bool", broadcast(a.shape, b.shape, c.shape),
                          dims=broadcast_dims(a, b, c))
@@ -668,7 +672,7 @@ class Generator:
 
     def bitwise(self, depth):
         a, b = self.operand(depth), self.operand(depth)
-        if a.is_float or b.is_float or a.py and b.py:
+        if a.is_float or b.is_float or a.number and b.number:
             return None
         dtype = promote(a, b)
         if self.rng.random() < 0.2:
@@ -684,7 +688,7 @@ class Generator:
         if cond is None:
             return None
         a, b = self.operand(depth), self.operand(depth)
-        if a.py and b.py and a.dtype != b.dtype:
+        if a.number and b.number and a.dtype != b.dtype:
             return None
         dtype = promote(a, b, tensor=True)
         exact = a.exact and b.exact and not converted_err(a, dtype) and not converted_err(b, dtype)
@@ -777,7 +781,7 @@ class Generator:
 
     def binary_op(self, depth):
         a, b = self.operand(depth), self.operand(depth)
-        if not (a.numeric and b.numeric) or a.py and b.py:
+        if not (a.numeric and b.numeric) or a.number and b.number:
             return None
         name = self.rng.choice(("maximum", "minimum", "add", "multiply", "subtract"))
         dtype = promote(a, b)
