@@ -101,3 +101,17 @@ def test_empty_then_nonempty_on_one_symbolic_version(cases, target):
     torch.testing.assert_close(fn(torch.ones(2, 4, device=device)), torch.ones(4, device=device))
     with pytest.raises(RuntimeError, match=r"max\(\): cannot reduce axis 0 .* size 0 in this call"):
         fn(torch.empty(0, 4, device=device))
+
+
+def scans(x: bt.Tensor(("n", 3), "float32")):
+    return cumsum(x, axis=0), cumprod(x, axis=1), cumsum(x)  # noqa: F821 - Relax ops
+
+
+def test_scans_over_a_symbolic_size_that_is_zero_at_run_time():
+    """TVM's scan kernel writes its first element whatever the size: it segfaulted at n = 0."""
+    f = bt.jit(scans)
+    for n in (0, 1, 5, 0):
+        x = torch.randn(n, 3)
+        got = f(x)
+        for g, want in zip(got, (torch.cumsum(x, 0), torch.cumprod(x, 1), torch.cumsum(x.flatten(), 0))):
+            torch.testing.assert_close(g, want)

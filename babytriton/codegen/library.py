@@ -324,7 +324,7 @@ def call(cg, op: Op, args: list, kwargs: dict):
         first = _first_tensor_name(op, values)
         values[first] = cg.emit(relax.op.expand_dims(values[first], 0))
     try:
-        result = cg.emit(op.fn(**values))
+        result = _scan(cg, op, values) if op.name in SCANS else cg.emit(op.fn(**values))
     except Diagnostic:
         raise
     except Exception as e:  # noqa: BLE001 - TVM's type inference raises several types
@@ -338,6 +338,28 @@ def call(cg, op: Op, args: list, kwargs: dict):
     if narrow:
         result = _rounded_back(cg, result, narrow)
     return result
+
+
+SCANS = {"cumsum", "cumprod"}
+
+
+def _scan(cg, op: Op, values: dict):
+    """cumsum/cumprod. TVM's scan kernel stores its first element before it looks at the axis's size,
+    past the end of an empty result (a segfault): over a size that may be 0 at run time (symbolic),
+    the axis gets one more element, and the result is cut back to the size."""
+    x, axis = values["data"], values.get("axis")
+    if core.shape_of(x) and None in core.shape_of(x):
+        return cg.emit(op.fn(**values))
+    if axis is None:  # over the flattened tensor, as Relax means it
+        x, axis = cg.emit(relax.op.reshape(x, [-1])), 0
+    shape = list(core.shape_of(x))
+    axis %= len(shape)
+    if isinstance(shape[axis], int):
+        return cg.emit(op.fn(**{**values, "data": x, "axis": axis}))
+    pad = cg.emit(relax.op.zeros(relax.ShapeExpr(shape[:axis] + [1] + shape[axis + 1:]), core.dtype_of(x)))
+    padded = cg.emit(relax.op.concat([x, pad], axis=axis))
+    scanned = cg.emit(op.fn(**{**values, "data": padded, "axis": axis}))
+    return cg.emit(relax.op.strided_slice(scanned, [axis], [0], [shape[axis]], assume_inbound=True))
 
 
 def _first_tensor_name(op: Op, values: dict) -> str | None:

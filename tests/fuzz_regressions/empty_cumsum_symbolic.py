@@ -1,4 +1,4 @@
-# fatal: SIGSEGV in this process (cumsum of a symbolic size that is 0 at run time)
+# fatal (fixed): SIGSEGV: TVM's scan kernel stored its first element past an empty result (a symbolic size 0 at run time)
 # babytriton fuzz program, seed 7008021240
 import torch
 import babytriton as bt
