@@ -107,8 +107,17 @@ def scans(x: bt.Tensor(("n", 3), "float32")):
     return cumsum(x, axis=0), cumprod(x, axis=1), cumsum(x)  # noqa: F821 - Relax ops
 
 
-def test_scans_over_a_symbolic_size_that_is_zero_at_run_time():
-    """TVM's scan kernel writes its first element whatever the size: it segfaulted at n = 0."""
+def static_scans(x: bt.Tensor((0, 3), "float32")):
+    return cumsum(x, axis=0), cumprod(x, axis=1), cumsum(x)  # noqa: F821 - Relax ops
+
+
+def test_scans_over_an_empty_axis():
+    """TVM's scan kernel writes its first element whatever the size: it segfaulted at n = 0, and
+    corrupted memory over a static size 0."""
+    for n in (0, 0):
+        x = torch.randn(n, 3)
+        for g, want in zip(bt.jit(static_scans)(x), (torch.cumsum(x, 0), torch.cumprod(x, 1), torch.cumsum(x.flatten(), 0))):
+            torch.testing.assert_close(g, want)
     f = bt.jit(scans)
     for n in (0, 1, 5, 0):
         x = torch.randn(n, 3)

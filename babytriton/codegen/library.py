@@ -345,8 +345,8 @@ SCANS = {"cumsum", "cumprod"}
 
 def _scan(cg, op: Op, values: dict):
     """cumsum/cumprod. TVM's scan kernel stores its first element before it looks at the axis's size,
-    past the end of an empty result (a segfault): over a size that may be 0 at run time (symbolic),
-    the axis gets one more element, and the result is cut back to the size."""
+    past the end of an empty result (a segfault, or corrupted memory): over a size that is or may be
+    0 (static 0, symbolic), the axis gets one more element, and the result is cut back to the size."""
     x, axis = values["data"], values.get("axis")
     if core.shape_of(x) and None in core.shape_of(x):
         return cg.emit(op.fn(**values))
@@ -354,7 +354,7 @@ def _scan(cg, op: Op, values: dict):
         x, axis = cg.emit(relax.op.reshape(x, [-1])), 0
     shape = list(core.shape_of(x))
     axis %= len(shape)
-    if isinstance(shape[axis], int):
+    if isinstance(shape[axis], int) and shape[axis] > 0:
         return cg.emit(op.fn(**{**values, "data": x, "axis": axis}))
     pad = cg.emit(relax.op.zeros(relax.ShapeExpr(shape[:axis] + [1] + shape[axis + 1:]), core.dtype_of(x)))
     padded = cg.emit(relax.op.concat([x, pad], axis=axis))

@@ -1,4 +1,4 @@
-# fatal: SIGABRT (malloc_consolidate: unaligned fastbin chunk) checking this program: memory corrupted
+# fatal (fixed): SIGABRT from corrupted memory: TVM's scan kernel stored past an empty result (cumsum over a static size 0)
 # babytriton fuzz program, seed 7002021083
 import torch
 import babytriton as bt
