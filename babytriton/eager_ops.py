@@ -137,6 +137,15 @@ def call_op(op: library.Op, args: list, kwargs: dict):
         raise TypeError(str(e)) from None
     if op.name in SAME_AS_OPERATOR and set(arguments) == {"x1", "x2"}:
         return SAME_AS_OPERATOR[op.name](arguments["x1"], arguments["x2"])
+    operands = [v for n, v in arguments.items() if op.kinds.get(n) in library.TENSOR_KINDS and _is_tensor(v)]
+    result = _call_op(op, arguments)
+    if library.on_numbers_only(op, operands, lambda v: isinstance(v, WeakScalar)) and _is_tensor(result) \
+            and result.dim() == 0 and not isinstance(result, WeakScalar):
+        result = weak(result)
+    return result
+
+
+def _call_op(op: library.Op, arguments: dict):
     for name, param in op.signature.parameters.items():  # the Relax op's own defaults
         if name not in arguments and param.default is not param.empty:
             arguments[name] = param.default

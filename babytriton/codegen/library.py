@@ -48,6 +48,7 @@ NOT_OPS = {"wrap_param"}  # marks a constant as a parameter; no tensor computati
 # Ops whose tensor operands follow torch's type promotion, as Python's operators do here: the
 # element-wise binary family (every operand) and `where`'s two value operands.
 BINARY_MODULE = "tvm.relax.op.binary"
+UNARY_MODULE = "tvm.relax.op.unary"
 PROMOTED = {"where": ("x1", "x2")}
 # Element-wise ops beyond the binary family: their operands broadcast together.
 ELEMENTWISE = {"where", "ewise_fma"}
@@ -297,6 +298,20 @@ def call_method(cg, bound: Method, args: list, kwargs: dict):
 def call(cg, op: Op, args: list, kwargs: dict):
     """Check the arguments against the op's signature, convert them, emit the op."""
     arguments = bind(op, args, kwargs)
+    operands = [v for n, v in arguments.items() if op.kinds.get(n) in TENSOR_KINDS and core.is_tensor(v)]
+    result = _call(cg, op, arguments)
+    if on_numbers_only(op, operands, cg.is_weak) and core.is_tensor(result):
+        cg.weak.append(result)  # `abs(s) + 1` on a run-time scalar is still a Python number
+    return result
+
+
+def on_numbers_only(op: Op, operands: list, is_weak) -> bool:
+    """An element-wise op whose tensor operands are all run-time scalars (weak 0-d tensors): its
+    result is a Python number too, as `abs(s)` is in Python (the compiler and eager both ask)."""
+    return op.fn.__module__ in (BINARY_MODULE, UNARY_MODULE) and bool(operands) and all(map(is_weak, operands))
+
+
+def _call(cg, op: Op, arguments: dict):
     if op.name in SAME_AS_OPERATOR and set(arguments) == {"x1", "x2"}:
         return SAME_AS_OPERATOR[op.name](cg, arguments["x1"], arguments["x2"])
     values = {name: _convert(cg, op, name, value, arguments) for name, value in arguments.items()}
