@@ -42,13 +42,20 @@ BUILD_TIMEOUT_S = 300
 # babytriton's own Dlight rules
 # --------------------------------------------------------------------------------------------------
 
-def _single_block(rule: GPUScheduleRule, func, target):
-    """A schedule of `func` and its one block after inlining, or (None, None) when the rule can't apply."""
+def _normalized(rule, func, target):
+    """A schedule of `func` and its blocks' infos (every block as [spatial..., reduce...] loops), or
+    (None, None) when `func` is no PrimFunc for the rule's target or does not normalise."""
     if not isinstance(func, tirx.PrimFunc) or not rule.is_target_available(target):
         return None, None
     sch = s_tir.Schedule(func)
     infos = normalize_prim_func(sch)
-    if infos is None:
+    return (sch, infos) if infos else (None, None)
+
+
+def _single_block(rule: GPUScheduleRule, func, target):
+    """A schedule of `func` and its one block after inlining, or (None, None) when the rule can't apply."""
+    sch, infos = _normalized(rule, func, target)
+    if sch is None:
         return None, None
     infos = _inline(sch, infos)
     return (sch, infos[0]) if len(infos) == 1 else (None, None)
@@ -194,11 +201,8 @@ class SplitReduction(GPUScheduleRule):
         self.threads, self.parts, self.max_rows, self.min_chunk = threads, parts, max_rows, min_chunk
 
     def apply(self, func, target, _tunable):
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
-            return None
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if not infos:
+        sch, infos = _normalized(self, func, target)
+        if sch is None:
             return None
         blocks = [b.block_rv for b in _inline(sch, infos[:-1])] + [infos[-1].block_rv]
         red, epilogues = blocks[0], blocks[1:]
@@ -296,13 +300,8 @@ class CPURule(dl.ScheduleRule):
         return target.kind.name == "llvm"
 
     def apply(self, func, target, _tunable):
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
-            return None
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if not infos:
-            return None
-        return sch if self.schedule(sch, infos, target) else None
+        sch, infos = _normalized(self, func, target)
+        return sch if sch is not None and self.schedule(sch, infos, target) else None
 
 
 def _vector_lanes(sch, target) -> int:
