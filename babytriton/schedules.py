@@ -685,21 +685,35 @@ def _rfactor_rows(sch, block, n_rows, accum):
     return sch.get_loops(rf)[0], rf
 
 
-# TVM's thread pool is sized once per OS thread, when first used: to TVM_NUM_THREADS, else half the
-# cores on x86 (1 on a 2-core machine). Allow every core, then use as many as torch does (`sync_threads`).
+# TVM's thread pool is made once per OS thread, on its first parallel kernel, with TVM_NUM_THREADS
+# workers (else half the cores on x86), and is never freed: not even when its thread ends. So the
+# main thread gets a pool of every core and uses as many as torch does (`sync_threads`); any other
+# thread gets a pool of one (its kernels run on that thread alone, no workers): a program that starts
+# a thread per task would otherwise leak a pool of spinning workers per thread (16 per thread on a
+# 16-core machine) until thread creation fails, and eight threads' pools would fight for the cores.
 # Unpinned workers: torch doesn't pin its threads, and pinned TVM workers fought them for a core.
 os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
 os.environ.setdefault("TVM_BIND_THREADS", "0")
 _pool = threading.local()  # the pool is per OS thread, so is what it was last set to
+_pool_made = threading.Lock()  # TVM reads TVM_NUM_THREADS when it makes a pool: one thread at a time
 
 
 def sync_threads() -> None:
-    """Size the calling thread's TVM pool like torch's (`torch.set_num_threads`), so that one setting
-    holds for both; TVM caps it at TVM_NUM_THREADS."""
-    wanted = torch.get_num_threads()
-    if getattr(_pool, "threads", None) != wanted:
-        tvm.get_global_func("runtime.config_threadpool")(0, wanted)
-        _pool.threads = wanted
+    """Size the calling thread's TVM pool: like torch's (`torch.set_num_threads`) on the main thread,
+    so that one setting holds for both, one thread anywhere else (see above)."""
+    main = threading.current_thread() is threading.main_thread()
+    wanted = torch.get_num_threads() if main else 1
+    if getattr(_pool, "threads", None) == wanted:
+        return
+    with _pool_made:
+        cap = os.environ["TVM_NUM_THREADS"]
+        if not main:
+            os.environ["TVM_NUM_THREADS"] = "1"
+        try:
+            tvm.get_global_func("runtime.config_threadpool")(0, wanted)
+        finally:
+            os.environ["TVM_NUM_THREADS"] = cap
+    _pool.threads = wanted
 
 
 # --------------------------------------------------------------------------------------------------

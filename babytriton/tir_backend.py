@@ -18,7 +18,7 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from . import pipeline
+from . import pipeline, schedules
 from .codegen.tir import TIRCodeGen
 from .errors import debug_enabled
 from .jit import Kernel
@@ -198,7 +198,11 @@ class TIRKernel(Kernel):
         converters = tuple(converters)
         outputs = tuple(positions)
 
+        cpu = self.target.kind.name != "cuda"
+
         def run(args):
+            if cpu:  # bt.parallel loops run on this thread's TVM pool
+                schedules.sync_threads()
             _check_aliasing(args, outputs, tensors, names, self.name)
             write_back = []
             call_args = []

@@ -179,6 +179,24 @@ HAMMERS = {f.__name__: f for f in (hammer_symbolic_sizes, hammer_unannotated_sha
                                    hammer_tir_backend)}
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc (Linux)")
+def test_threads_that_end_leave_no_pool_workers_behind():
+    """TVM keeps a pool of workers per OS thread that ran a parallel kernel and never frees it: a
+    thread per task used to leak one pool per thread. Other threads now run on a pool of one."""
+    @bt.jit(cache=False)
+    def f(x):
+        return (x * 2 + 1).sum(axis=-1)
+
+    x = torch.randn(256, 1024)
+    want = (x * 2 + 1).sum(-1)
+    torch.testing.assert_close(f(x), want)       # the main thread's pool exists from here on
+    before = len(os.listdir("/proc/self/task"))
+    for _ in range(3):
+        assert not run_threads(lambda i: torch.testing.assert_close(f(x), want))
+    assert len(os.listdir("/proc/self/task")) <= before, "threads that ended left TVM workers behind"
+    torch.testing.assert_close(f(x), want)       # the main thread keeps its own pool
+
+
 @pytest.mark.parametrize("name", list(HAMMERS))
 def test_eight_threads_hundreds_of_calls_each(name):
     env = dict(os.environ, BABYTRITON_CACHE="0",
