@@ -20,7 +20,7 @@ from tvm.script.ir_builder import relax as RB
 from tvm.sym import Analyzer
 
 from ..errors import Diagnostic
-from ..types import TORCH_TO_NAME, format_shape
+from ..types import DTYPES, TORCH_TO_NAME, format_shape
 from .relax import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, promote, shape_of
 from .scope import Undefined
 
@@ -275,6 +275,15 @@ def scalar_dtype(*values) -> str:
     return "int64"
 
 
+def weak_join(*dtypes: str) -> str:
+    """The dtype holding run-time scalars (Python numbers) of these dtypes: an int and a float on two
+    paths is a float, as in Python."""
+    result = DTYPES[dtypes[0]]
+    for d in dtypes[1:]:
+        result = torch.promote_types(result, DTYPES[d])
+    return TORCH_TO_NAME[result]
+
+
 def type_dtype(ty) -> str:
     """A TensorType's dtype as a name ("float32")."""
     return str(ty.dtype)
@@ -473,8 +482,8 @@ class Flow:
                     slots.append((name, ty, x, y))
             plans[name] = (a, parts)
         outs = self.emit_merge(cond, slots, then_seq, else_seq)
-        for k, (_, _, x, y) in enumerate(slots):  # a run-time scalar on both paths stays one
-            if is_tensor(x) and is_tensor(y) and self.cg.is_weak(x) and self.cg.is_weak(y):
+        for k, (_, _, x, y) in enumerate(slots):  # a Python number on both paths stays one
+            if self.cg.is_weak(x) and self.cg.is_weak(y):
                 self.cg.weak.append(outs[k])
         for name, plan in plans.items():
             if isinstance(plan, Undefined):
@@ -554,6 +563,8 @@ class Flow:
             raise Diagnostic(f"{what} is {describe(a)} on one path of this `if` and {describe(b)} on the "
                              "other; only tensors and numbers can differ between paths chosen at run time")
         if is_tensor(a) and is_tensor(b):
+            if self.cg.is_weak(a) and self.cg.is_weak(b) and a.ty.ndim == 0 and b.ty.ndim == 0:
+                return relax.TensorType([], weak_join(dtype_of(a), dtype_of(b)))  # Python numbers
             if dtype_of(a) != dtype_of(b):
                 raise Diagnostic(f"{what} is {describe(a)} on one path of this `if` and {describe(b)} on the "
                                  "other; both paths must give it one dtype (convert one with .astype())")
