@@ -20,8 +20,9 @@ from tvm.script.ir_builder import relax as RB
 from tvm.sym import Analyzer
 
 from ..errors import Diagnostic
-from ..types import DTYPES, TORCH_TO_NAME, format_shape
-from .relax import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, promote, shape_of
+from ..types import TORCH_TO_NAME, format_shape
+from .relax import (describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, promote, scalar_kind,
+                    shape_of)
 from .scope import Undefined
 
 # Scope slots the compiler keeps beside the user's names; '<' keeps them apart from identifiers.
@@ -266,22 +267,13 @@ def same_value(a, b) -> bool:
         return False
 
 
-def scalar_dtype(*values) -> str:
-    """The tensor dtype for Python numbers that differ between paths: torch's defaults."""
-    if any(isinstance(v, float) for v in values):
-        return TORCH_TO_NAME[torch.get_default_dtype()]
-    if all(isinstance(v, bool) for v in values):
-        return "bool"
-    return "int64"
-
-
-def weak_join(*dtypes: str) -> str:
-    """The dtype holding run-time scalars (Python numbers) of these dtypes: an int and a float on two
-    paths is a float, as in Python."""
-    result = DTYPES[dtypes[0]]
-    for d in dtypes[1:]:
-        result = torch.promote_types(result, DTYPES[d])
-    return TORCH_TO_NAME[result]
+def number_dtype(*dtypes: str) -> str:
+    """The dtype of a Python number that differs between paths or iterations (numbers and run-time
+    scalars, by scalar_kind): its kind as Python holds it, bool, int64 or float64, as a `s: float`
+    parameter is; it stays weak (cg.is_weak), promoting as the number it is."""
+    if any(d.startswith(("float", "bfloat")) for d in dtypes):
+        return "float64"
+    return "bool" if all(d == "bool" for d in dtypes) else "int64"
 
 
 def type_dtype(ty) -> str:
@@ -559,12 +551,10 @@ class Flow:
             if same_value(a, b):
                 return None
             if is_python_scalar(a) and is_python_scalar(b):
-                return relax.TensorType([], scalar_dtype(a, b))
+                return relax.TensorType([], number_dtype(scalar_kind(a), scalar_kind(b)))
             raise Diagnostic(f"{what} is {describe(a)} on one path of this `if` and {describe(b)} on the "
                              "other; only tensors and numbers can differ between paths chosen at run time")
         if is_tensor(a) and is_tensor(b):
-            if self.cg.is_weak(a) and self.cg.is_weak(b) and a.ty.ndim == 0 and b.ty.ndim == 0:
-                return relax.TensorType([], weak_join(dtype_of(a), dtype_of(b)))  # Python numbers
             if dtype_of(a) != dtype_of(b):
                 raise Diagnostic(f"{what} is {describe(a)} on one path of this `if` and {describe(b)} on the "
                                  "other; both paths must give it one dtype (convert one with .astype())")
@@ -578,6 +568,8 @@ class Flow:
         if tensor.ty.ndim != 0:
             raise Diagnostic(f"{what} is {describe(tensor)} on one path of this `if` and the number "
                              f"{other!r} on the other; both paths must give it one shape")
+        if self.cg.is_weak(tensor):  # a run-time scalar on one path, a number on the other
+            return relax.TensorType([], number_dtype(dtype_of(tensor), scalar_kind(other)))
         return relax.TensorType([], promote(tensor, other))
 
     def coerce(self, value, ty):

@@ -33,10 +33,10 @@ from tvm.script.ir_builder import relax as RB
 from ..errors import Diagnostic
 from ..types import DTYPES, TORCH_TO_NAME, format_shape
 from .control import (Jump, LoopEnd, IterEnd, Marker, SetName, SetTarget, Stream, assigned_names,
-                      describe_type, exit_keys, leaves, loaded_names, pack, rebuild, same_type, same_value,
-                      scalar_dtype, structure, symbolic_vars, type_dtype, weak_join)
+                      describe_type, exit_keys, leaves, loaded_names, number_dtype, pack, rebuild, same_type,
+                      same_value, structure, symbolic_vars, type_dtype)
 from .relax import _quiet_stderr as quiet_stderr
-from .relax import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, shape_of
+from .relax import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, scalar_kind, shape_of
 from .scope import Undefined
 
 INDEX = relax.TensorType([], "int64")
@@ -470,10 +470,12 @@ class RecursiveLoop:
             if same_value(start, end):
                 return spec
             if is_python_scalar(start) and is_python_scalar(end):
-                return Slot(relax.TensorType([], scalar_dtype(start, end)), weak=True)
+                return Slot(relax.TensorType([], number_dtype(scalar_kind(start), scalar_kind(end))), weak=True)
             if is_python_scalar(start) and is_tensor(end):
+                if end.ty.ndim == 0 and self.cg.is_weak(end):  # still a Python number
+                    return Slot(relax.TensorType([], number_dtype(scalar_kind(start), dtype_of(end))), weak=True)
                 if end.ty.ndim == 0:
-                    return Slot(relax.TensorType([], promote_type(dtype_of(end), start)), self.cg.is_weak(end))
+                    return Slot(relax.TensorType([], promote_type(dtype_of(end), start)))
                 raise ShapeChange(f"'{name}' starts as the number {start!r} and becomes {describe(end)} in {loop}; "
                                  f"a variable it carries keeps one shape: start '{name}' as a tensor of that "
                                  f"shape (e.g. `{name} = x * 0`)")
@@ -481,12 +483,12 @@ class RecursiveLoop:
                              "iteration; only tensors and numbers can change in such a loop")
         ty = spec.ty
         if is_python_scalar(end):
+            if isinstance(ty, relax.TensorType) and ty.ndim == 0 and spec.weak:
+                return Slot(relax.TensorType([], number_dtype(type_dtype(ty), scalar_kind(end))), weak=True)
             if isinstance(ty, relax.TensorType) and ty.ndim == 0:
-                return Slot(relax.TensorType([], promote_type(type_dtype(ty), end)), spec.weak)
+                return Slot(relax.TensorType([], promote_type(type_dtype(ty), end)))
         elif is_tensor(end) and isinstance(ty, relax.TensorType):
             weak = spec.weak and self.cg.is_weak(end)
-            if weak and dtype_of(end) != type_dtype(ty):  # a Python int that becomes a float, as in Python
-                return Slot(relax.TensorType([], weak_join(type_dtype(ty), dtype_of(end))), weak=True)
             if dtype_of(end) != type_dtype(ty):
                 raise Diagnostic(f"'{name}' changes from {describe_type(ty)} to {describe(end)} in {loop}; a "
                                  "carried variable keeps one dtype (convert with .astype())")
