@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import ast
 
-import torch
 import tvm_ffi
 from tvm import relax, tirx
 from tvm.script.ir_builder import relax as RB
 from tvm.sym import Analyzer
 
 from ..errors import Diagnostic
-from ..types import TORCH_TO_NAME, format_shape
+from ..types import format_shape
+from .ops import number_dtype
 from .relax import (describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, promote, scalar_kind,
                     shape_of)
 from .scope import Undefined
@@ -265,15 +265,6 @@ def same_value(a, b) -> bool:
         return type(a) is type(b) and bool(a == b)
     except Exception:  # noqa: BLE001 - an object without a usable ==
         return False
-
-
-def number_dtype(*dtypes: str) -> str:
-    """The dtype of a Python number that differs between paths or iterations (numbers and run-time
-    scalars, by scalar_kind): its kind as Python holds it, bool, int64 or float64, as a `s: float`
-    parameter is; it stays weak (cg.is_weak), promoting as the number it is."""
-    if any(d.startswith(("float", "bfloat")) for d in dtypes):
-        return "float64"
-    return "bool" if all(d == "bool" for d in dtypes) else "int64"
 
 
 def type_dtype(ty) -> str:
