@@ -723,3 +723,100 @@ def test_branch_and_recursive_loop_on_the_gpu():
     for s in (1.0, 200.0):
         x, start = torch.randn(4, device="cuda"), torch.tensor(s, device="cuda")
         same(growing(x, start), growing.__wrapped__(x, start))
+
+
+# --------------------------------------------------------------------------------------------------
+# run-time scalars through loops and ifs: still Python numbers to torch's promotion (test_promotion
+# audits every operator; these are the fuzzer's findings, minimised)
+# --------------------------------------------------------------------------------------------------
+
+@bt.jit
+def scalar_into_while(x, xi: bt.Tensor((4,), "int64"), s: float):
+    c = xi.sum() * 0
+    while c < 1:
+        x = x - (s % (abs(xi) + 1))  # float32, as `s` is a Python float to torch
+        c = c + 1
+    return x
+
+
+@bt.jit
+def scalar_into_recursive_for(x, s):
+    v = x.sum()
+    for i in range(18):  # above unroll: `s` comes in as the loop function's argument
+        v = v + (-0.25) * s  # 0-d float32 with a Python float: float32
+    return v
+
+
+@bt.jit
+def scalar_times_int_with_continue(x, xi, s):
+    v = x + x
+    for i in range(24):
+        if i == 20:
+            continue
+        v = v - s * xi
+    return v
+
+
+@bt.jit
+def scalar_minus_int_times_index(x, xi, s: float, n: int):
+    v = x
+    for i in range(n):  # run-time trip count; `i` is a Python int too
+        v = v + (s - xi) * i
+    return v
+
+
+@bt.jit
+def scalar_carried_then_int(xi, x0, s: float, n: int):
+    w = s
+    k = 0
+    for i in range(n):
+        w = w * 0.5  # still a Python float after the loop
+        k = k + i    # a Python int made in the loop
+    return xi + w, x0 + k
+
+
+@bt.jit
+def number_or_scalar_by_branch(xi, x0, s: int):
+    if xi.sum() > 2:
+        v = 3
+    else:
+        v = s
+    return x0 + v  # a Python int on either path: int32 with a 0-d int32 tensor
+
+
+XI = torch.tensor([3, -1, 0, 7])
+X0 = torch.tensor(4, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("fn, args", [
+    (scalar_into_while, (X, XI, 1.75)),
+    (scalar_into_recursive_for, (X, 1.25)),
+    (scalar_into_recursive_for, (X, -8.0)),
+    (scalar_times_int_with_continue, (X.reshape(1, 2, 2), XI.reshape(2, 2), 0.5)),
+    (scalar_minus_int_times_index, (X, XI, 0.25, 5)),
+    (scalar_minus_int_times_index, (X, XI, 0.25, 0)),
+    (scalar_carried_then_int, (XI.int(), X0, 1.5, 20)),
+    (number_or_scalar_by_branch, (XI, X0, 5)),
+    (number_or_scalar_by_branch, (-XI, X0, 5)),
+])
+def test_runtime_scalars_in_loops_and_ifs_promote_as_torch(fn, args):
+    want = fn.__wrapped__(*args)  # plain torch with Python numbers
+    for run in (fn, fn.eager):
+        got = run(*args)
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            assert g.dtype == w.dtype, (run, g.dtype, w.dtype)
+            torch.testing.assert_close(g, w)
+
+
+def int_or_float_by_branch(xi, s: int, t: float):
+    if xi.sum() > 2:
+        v = s
+    else:
+        v = t
+    return xi + v  # error
+
+
+def test_a_number_whose_kind_depends_on_the_path_is_refused():
+    """torch's dtype here depends on the path taken at run time: one compiled dtype cannot follow it."""
+    err = compile_error(int_or_float_by_branch, XI.int(), 1, 2.5)
+    assert "'v' is an int64 tensor of shape () on one path of this `if` and a float64 tensor" in err.message

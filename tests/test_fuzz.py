@@ -165,6 +165,24 @@ def test_the_generator_writes_hostile_programs():
                    if spec[0] == "tensor") >= 4096 for t in texts)
 
 
+def test_the_generators_dtypes_for_divisions_by_a_runtime_scalar_are_torchs():
+    """`x / (abs(s) + 1)`, `x % ...`, `x // ...` with `s` a run-time scalar: the generator's dtype is
+    torch's (a Python float against an int8 tensor: float32), so its `if` paths agree as in torch."""
+    g = fuzz.Generator(5)
+    x, s = torch.tensor([3, -1, 0, 7], dtype=torch.int8), 1.5
+    checked = set()
+    for _ in range(300):
+        g.pool = [fuzz.V("x", "int8", (4,), 7), fuzz.V("s", "float64", (), 1.5, 1, weak=True)]
+        for make in (g.divide, g.floor_div_mod):
+            v = make(0)
+            if v is None or "abs(s)" not in v.code or v.code.count("x") != 1:
+                continue
+            got = eval(v.code, {"x": x, "s": s})  # noqa: S307 - the generator's own expression
+            assert isinstance(got, torch.Tensor) and fuzz.NAMES[got.dtype] == v.dtype, (v.code, v.dtype)
+            checked.add(v.code.split()[1])
+    assert checked == {"/", "//", "%"}
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGSEGV"), reason="POSIX signals")
 def test_an_isolated_run_reports_a_dead_process_and_goes_on(tmp_path, monkeypatch):
     """The worker child dies on one program (an environment hook kills it): a 'fatal' finding with a

@@ -1,7 +1,9 @@
 """Scalar dtype rules audited against torch: every kind of operand (dimensioned and 0-d tensors,
-reduction results, run-time int/float/bool parameters, Python constants, globals, constexprs) under
-every binary operator, comparison and `where`, compiled and eager, against torch.result_type and
-torch's values (Python numbers standing for the run-time scalars and constants, as in torch)."""
+reduction results, run-time int/float/bool parameters, Python constants, globals, constexprs, and
+numbers that pass through a run-time `if` or a loop compiled as a function) under every binary
+operator, comparison and `where`, straight or inside such an `if` or loop, compiled and eager,
+against torch.result_type and torch's values (Python numbers standing for the run-time scalars and
+constants, as in torch)."""
 import importlib.util
 import os
 
@@ -16,7 +18,15 @@ DTYPES = ["uint8", "int8", "int32", "int64", "float16", "float32", "float64", "b
 NUMBERS = {"int": 3, "float": 2.5, "bool": True}
 # operand kind -> (source expression in the @jit function, how torch gets it)
 TENSOR_KINDS = ("tensor", "zero_d", "reduced")
-SCALAR_KINDS = ("param", "const", "global", "constexpr")
+SCALAR_KINDS = ("param", "const", "global", "constexpr", "merged", "carried", "counted")
+CONTEXTS = ("straight", "if", "loop")
+TRIPS = 17  # above the default unroll=16: the loop becomes a recursive function, its inputs arguments
+# setup lines of the kinds that pass a number through control flow chosen at run time (`c.sum() > 0` holds)
+_SETUP = {
+    "merged": ["w{i} = {number!r}", "if c.sum() > 0:", "    w{i} = v{i}"],  # a number or a run-time scalar
+    "carried": ["w{i} = v{i}", f"for k in range({TRIPS}):", "    w{i} = {keep}"],  # a run-time scalar
+    "counted": ["w{i} = {number!r}", f"for k in range({TRIPS}):", "    w{i} = {count}"],  # the index `k`
+}
 OPS = ["+", "-", "*", "/", "//", "%", "**", "&", "|", "^", "<", "==", ">=", "where", "where_op"]
 
 
@@ -28,7 +38,18 @@ def _values(dtype: str, shape):
 
 
 def _operand(i: int, kind: str, sort: str):
-    """(parameter source, argument, expression in the function, the value torch computes with)."""
+    """(parameter source, argument, expression in the function, the value torch computes with,
+    statements that compute the expression's value first)."""
+    name = f"v{i}"
+    if kind in _SETUP:
+        number = NUMBERS[sort]
+        keep, count = (f"w{i} & True", f"w{i} & (k >= 0)") if sort == "bool" else (f"w{i} * 1", f"w{i} + 0 * k")
+        setup = [line.format(i=i, number=number, keep=keep, count=count) for line in _SETUP[kind]]
+        return f"{name}: {sort}", number, f"w{i}", number, setup
+    return (*_plain_operand(i, kind, sort), [])
+
+
+def _plain_operand(i: int, kind: str, sort: str):
     name = f"v{i}"
     if kind == "tensor":
         t = _values(sort, (3,))
@@ -56,11 +77,19 @@ def _torch_op(op: str, a, b, cond):
     return eval(f"a {op} b")  # noqa: S307 - a fixed operator table
 
 
-def _compile(tmp_path, count: list, params: list, body: str):
+def _compile(tmp_path, count: list, params: list, body: str, setup=(), context: str = "straight"):
+    """The @jit function computing `body` after `setup`: straight, or again in a run-time `if` or in a
+    loop compiled as a recursive function (where run-time scalars come in as its arguments)."""
     count[0] += 1
     path = tmp_path / f"promo_{count[0]}.py"
+    lines = [*setup, f"r = {body}"]
+    if context == "if":
+        lines += ["if c.sum() > 0:", f"    r = {body}"]
+    elif context == "loop":
+        lines += [f"for j in range({TRIPS}):", f"    r = {body}"]
+    source = "\n".join("    " + line for line in [*lines, "return r"])
     path.write_text("import babytriton as bt\nG_INT, G_FLOAT, G_BOOL = 3, 2.5, True\n\n\n@bt.jit\n"
-                    f"def f(c, {', '.join(params)}):\n    return {body}\n")
+                    f"def f(c, {', '.join(params)}):\n{source}\n")
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -72,8 +101,8 @@ operand = st.tuples(st.sampled_from(TENSOR_KINDS + SCALAR_KINDS), st.sampled_fro
 
 
 @settings(max_examples=int(os.environ.get("PROMOTION_EXAMPLES", 30)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(left=operand, right=operand, swap=st.booleans())
-def test_operators_promote_as_torch(tmp_path, left, right, swap):
+@given(left=operand, right=operand, swap=st.booleans(), context=st.sampled_from(CONTEXTS))
+def test_operators_promote_as_torch(tmp_path, left, right, swap, context):
     sides = []
     for i, (kind, sort) in enumerate((left, right)):
         if (kind in TENSOR_KINDS) != (sort in DTYPES):  # a tensor has a dtype, a number a kind
@@ -83,7 +112,7 @@ def test_operators_promote_as_torch(tmp_path, left, right, swap):
         sides[0] = _operand(0, "tensor", "int32")  # numbers alone are Python's business
     if swap:
         sides.reverse()
-    (pa, aa, ea, ta), (pb, ab, eb, tb) = sides
+    (pa, aa, ea, ta, sa), (pb, ab, eb, tb, sb) = sides
     params = [p for p in (pa, pb) if p]
     args = [a for p, a in ((pa, aa), (pb, ab)) if p]
     cond = torch.tensor([True, False, True])
@@ -100,7 +129,7 @@ def test_operators_promote_as_torch(tmp_path, left, right, swap):
                     else f"({ea} {op} {eb})")
     if not body:
         return
-    f = _compile(tmp_path, _COUNT, params, ", ".join(body) + ",")
+    f = _compile(tmp_path, _COUNT, params, ", ".join(body) + ",", sa + sb, context)
     for run in (f, f.eager):
         got = run(cond, *args)
         for source, g, want in zip(body, got, expected):

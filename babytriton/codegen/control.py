@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import ast
 
-import torch
 import tvm_ffi
 from tvm import relax, tirx
 from tvm.script.ir_builder import relax as RB
 from tvm.sym import Analyzer
 
 from ..errors import Diagnostic
-from ..types import TORCH_TO_NAME, format_shape
-from .relax import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, promote, shape_of
+from ..types import format_shape
+from .ops import number_dtype
+from .relax import (describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, promote, scalar_kind,
+                    shape_of)
 from .scope import Undefined
 
 # Scope slots the compiler keeps beside the user's names; '<' keeps them apart from identifiers.
@@ -266,15 +267,6 @@ def same_value(a, b) -> bool:
         return False
 
 
-def scalar_dtype(*values) -> str:
-    """The tensor dtype for Python numbers that differ between paths: torch's defaults."""
-    if any(isinstance(v, float) for v in values):
-        return TORCH_TO_NAME[torch.get_default_dtype()]
-    if all(isinstance(v, bool) for v in values):
-        return "bool"
-    return "int64"
-
-
 def type_dtype(ty) -> str:
     """A TensorType's dtype as a name ("float32")."""
     return str(ty.dtype)
@@ -473,8 +465,8 @@ class Flow:
                     slots.append((name, ty, x, y))
             plans[name] = (a, parts)
         outs = self.emit_merge(cond, slots, then_seq, else_seq)
-        for k, (_, _, x, y) in enumerate(slots):  # a run-time scalar on both paths stays one
-            if is_tensor(x) and is_tensor(y) and self.cg.is_weak(x) and self.cg.is_weak(y):
+        for k, (_, _, x, y) in enumerate(slots):  # a Python number on both paths stays one
+            if self.cg.is_weak(x) and self.cg.is_weak(y):
                 self.cg.weak.append(outs[k])
         for name, plan in plans.items():
             if isinstance(plan, Undefined):
@@ -550,7 +542,7 @@ class Flow:
             if same_value(a, b):
                 return None
             if is_python_scalar(a) and is_python_scalar(b):
-                return relax.TensorType([], scalar_dtype(a, b))
+                return relax.TensorType([], number_dtype(scalar_kind(a), scalar_kind(b)))
             raise Diagnostic(f"{what} is {describe(a)} on one path of this `if` and {describe(b)} on the "
                              "other; only tensors and numbers can differ between paths chosen at run time")
         if is_tensor(a) and is_tensor(b):
@@ -567,6 +559,8 @@ class Flow:
         if tensor.ty.ndim != 0:
             raise Diagnostic(f"{what} is {describe(tensor)} on one path of this `if` and the number "
                              f"{other!r} on the other; both paths must give it one shape")
+        if self.cg.is_weak(tensor):  # a run-time scalar on one path, a number on the other
+            return relax.TensorType([], number_dtype(dtype_of(tensor), scalar_kind(other)))
         return relax.TensorType([], promote(tensor, other))
 
     def coerce(self, value, ty):

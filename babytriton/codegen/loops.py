@@ -34,9 +34,10 @@ from ..errors import Diagnostic
 from ..types import DTYPES, TORCH_TO_NAME, format_shape
 from .control import (Jump, LoopEnd, IterEnd, Marker, SetName, SetTarget, Stream, assigned_names,
                       describe_type, exit_keys, leaves, loaded_names, pack, rebuild, same_type, same_value,
-                      scalar_dtype, structure, symbolic_vars, type_dtype)
+                      structure, symbolic_vars, type_dtype)
+from .ops import number_dtype
 from .relax import _quiet_stderr as quiet_stderr
-from .relax import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, shape_of
+from .relax import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, scalar_kind, shape_of
 from .scope import Undefined
 
 INDEX = relax.TensorType([], "int64")
@@ -55,20 +56,21 @@ class Const:
 
 
 class Slot:
-    """A carried variable's leaf that the loop function takes and returns, of type `ty`."""
+    """A carried variable's leaf that the loop function takes and returns, of type `ty`; `weak`
+    when it is a Python number on every iteration (a 0-d tensor that promotes as one, cg.is_weak)."""
 
-    def __init__(self, ty):
-        self.ty = ty
+    def __init__(self, ty, weak: bool = False):
+        self.ty, self.weak = ty, weak
 
     def __eq__(self, other):
-        return isinstance(other, Slot) and same_type(self.ty, other.ty)
+        return isinstance(other, Slot) and same_type(self.ty, other.ty) and self.weak == other.weak
 
 
-def spec_of(value):
+def spec_of(value, is_weak):
     if isinstance(value, tuple):
-        return tuple(spec_of(v) for v in value)
+        return tuple(spec_of(v, is_weak) for v in value)
     if isinstance(value, relax.Expr) and not is_symbolic(value):
-        return Slot(value.ty)
+        return Slot(value.ty, is_tensor(value) and is_weak(value))
     return Const(value)
 
 
@@ -331,8 +333,8 @@ class RecursiveLoop:
         flow, scope, outs = self.flow, self.cg.scope, list(outs)
         values = iter(outs)
         for name in self.carried:
-            flow.set(name, rebuild(specs[name], (next(values) if isinstance(s, Slot) else s.value
-                                                 for s in leaves(specs[name]))))
+            flow.set(name, rebuild(specs[name], (self.weakened(next(values), s.weak) if isinstance(s, Slot)
+                                                 else s.value for s in leaves(specs[name]))))
         for name in self.locals:
             scope.assign(name, Undefined(
                 f"'{name}' is assigned only inside the loop on line {self.line}, which is compiled as a recursive "
@@ -379,6 +381,12 @@ class RecursiveLoop:
                 del flow.leaves[self.node]
             return {name: scope.lookup(name) for name in [*self.carried, *self.flags]}
 
+    def weakened(self, value, weak: bool):
+        """`value`, promoting as a Python number when `weak` (cg.is_weak)."""
+        if weak:
+            self.cg.weak.append(value)
+        return value
+
     @property
     def live(self) -> set:
         return {*self.carried, *self.flags}
@@ -411,7 +419,7 @@ class RecursiveLoop:
 
         A variable that is a Python number before the loop stays one if the body leaves it unchanged;
         otherwise it becomes a 0-d tensor, as the values of both paths of an `if` do."""
-        specs = {name: spec_of(self.cg.scope.lookup(name)) for name in self.carried}
+        specs = {name: spec_of(self.cg.scope.lookup(name), self.cg.is_weak) for name in self.carried}
         for _ in range(MAX_ROUNDS):
             end = self.trial(specs)
             settled = {name: self.unify(name, specs[name], end[name]) for name in self.carried}
@@ -431,7 +439,8 @@ class RecursiveLoop:
                 self.cg.params.add(lo)
                 carried = {}
                 for name in self.carried:
-                    args = (RB.arg(name, s.ty) if isinstance(s, Slot) else s.value for s in leaves(specs[name]))
+                    args = (self.weakened(RB.arg(name, s.ty), s.weak) if isinstance(s, Slot) else s.value
+                            for s in leaves(specs[name]))
                     carried[name] = rebuild(specs[name], args)
                     self.cg.params.update(a for a in leaves(carried[name]) if isinstance(a, relax.Var))
                 end = self.iteration(lo, carried, None)
@@ -462,8 +471,10 @@ class RecursiveLoop:
             if same_value(start, end):
                 return spec
             if is_python_scalar(start) and is_python_scalar(end):
-                return Slot(relax.TensorType([], scalar_dtype(start, end)))
+                return Slot(relax.TensorType([], number_dtype(scalar_kind(start), scalar_kind(end))), weak=True)
             if is_python_scalar(start) and is_tensor(end):
+                if end.ty.ndim == 0 and self.cg.is_weak(end):  # still a Python number
+                    return Slot(relax.TensorType([], number_dtype(scalar_kind(start), dtype_of(end))), weak=True)
                 if end.ty.ndim == 0:
                     return Slot(relax.TensorType([], promote_type(dtype_of(end), start)))
                 raise ShapeChange(f"'{name}' starts as the number {start!r} and becomes {describe(end)} in {loop}; "
@@ -473,9 +484,12 @@ class RecursiveLoop:
                              "iteration; only tensors and numbers can change in such a loop")
         ty = spec.ty
         if is_python_scalar(end):
+            if isinstance(ty, relax.TensorType) and ty.ndim == 0 and spec.weak:
+                return Slot(relax.TensorType([], number_dtype(type_dtype(ty), scalar_kind(end))), weak=True)
             if isinstance(ty, relax.TensorType) and ty.ndim == 0:
                 return Slot(relax.TensorType([], promote_type(type_dtype(ty), end)))
         elif is_tensor(end) and isinstance(ty, relax.TensorType):
+            weak = spec.weak and self.cg.is_weak(end)
             if dtype_of(end) != type_dtype(ty):
                 raise Diagnostic(f"'{name}' changes from {describe_type(ty)} to {describe(end)} in {loop}; a "
                                  "carried variable keeps one dtype (convert with .astype())")
@@ -483,7 +497,7 @@ class RecursiveLoop:
                 raise Diagnostic(f"'{name}' changes shape from {format_shape(self.shape(ty))} to "
                                  f"{format_shape(shape_of(end))} from one iteration to the next of {loop}; "
                                  "a carried variable keeps one shape")
-            return spec
+            return spec if weak == spec.weak else Slot(ty, weak)
         elif isinstance(end, relax.Expr) and same_type(end.ty, ty):
             return spec
         raise Diagnostic(f"'{name}' changes from {describe_type(ty)} to {describe(end)} in {loop}")
@@ -570,13 +584,16 @@ class RecursiveLoop:
     def declare_body(self, specs, inputs):
         """One iteration as a function of its own: Relax fuses operators only at a function's top
         level, not inside an `If` branch, so the body keeps its fusion here."""
+        cg = self.cg
         head = [("i" if self.simple_index() else "iteration", INDEX)] if self.is_for else []
         with self.function(f"{self.name}_body", head, self.flags) as f:
             values = iter(f.slots)
-            carried = {n: rebuild(specs[n], (next(values) if isinstance(s, Slot) else subst_value(s.value, f.subst)
-                                             for s in leaves(specs[n]))) for n in self.carried}
-            given = iter(f.passed)
-            bound = {n: rebuild(v, (next(given) if isinstance(leaf, relax.Expr) and not is_symbolic(leaf)
+            carried = {n: rebuild(specs[n], (self.weakened(next(values), s.weak) if isinstance(s, Slot)
+                                             else subst_value(s.value, f.subst) for s in leaves(specs[n])))
+                       for n in self.carried}
+            given = iter(f.passed)  # a run-time scalar passed in is still a Python number inside
+            bound = {n: rebuild(v, (self.weakened(next(given), is_tensor(leaf) and cg.is_weak(leaf))
+                                    if isinstance(leaf, relax.Expr) and not is_symbolic(leaf)
                                     else subst_value(leaf, f.subst) for leaf in leaves(v))) for n, v in inputs}
             end = self.iteration(f.head[0] if f.head else None, carried, bound)
             RB.func_ret_value(pack(self.outputs(specs, end, f.subst)))
@@ -637,7 +654,7 @@ class RecursiveLoop:
             for s, value in zip(leaves(specs[name]), leaves(end[name])):
                 if isinstance(s, Slot):
                     ty = subst(s.ty)
-                    self.unify_leaf(name, Slot(ty), value)  # raises if the iteration changed its type
+                    self.unify_leaf(name, Slot(ty, s.weak), value)  # raises if the iteration changed its type
                     values.append(self.flow.coerce(value, ty))
                 elif not same_value(subst_value(s.value, subst), value):
                     raise Diagnostic(f"'{name}' changes in the loop on line {self.line} in a way the compiler "

@@ -48,16 +48,25 @@ SYMBOL = {
 }
 
 
+def number_dtype(*dtypes: str) -> str:
+    """The dtype of a Python number of these kinds (numbers and run-time scalars, by scalar_kind), as
+    Python holds it: bool, int64 or float64 (the dtype of a `s: float` parameter). It is what a number
+    that differs between the paths of an `if` or the iterations of a loop becomes, still weak."""
+    if any(d.startswith(("float", "bfloat")) for d in dtypes):
+        return "float64"
+    return "bool" if all(d == "bool" for d in dtypes) else "int64"
+
+
 def weak_dtype(symbol: str, dtypes) -> str:
     """The dtype of an operator on two weak operands (Python numbers, run-time scalars, a recursive
     loop's index), which compute as Python does: bools stay bools only under `&`, `|`, `^` and
     comparisons; ints stay int64, except under `/`; a float makes float64 (a Python float)."""
-    dtypes = list(dtypes)
-    if any(d.startswith(("float", "bfloat")) for d in dtypes) or symbol == "/":
+    if symbol == "/":
         return "float64"
-    if all(d == "bool" for d in dtypes) and symbol in ("&", "|", "^", "<", "<=", ">", ">=", "==", "!="):
-        return "bool"
-    return "int64"
+    dtype = number_dtype(*dtypes)
+    if dtype == "bool" and symbol not in ("&", "|", "^", "<", "<=", ">", ">=", "==", "!="):
+        return "int64"
+    return dtype
 
 
 # --------------------------------------------------------------------------------------------------

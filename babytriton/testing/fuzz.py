@@ -591,8 +591,8 @@ class Generator:
         a, b = self.operand(depth), self.operand(depth)
         if not (a.numeric and b.numeric) or a.number and b.number:
             return None
-        divisor = V(f"(abs({b.code}) + 1)", b.dtype if not b.py else b.dtype, b.shape, b.mag + 1, b.gran,
-                    b.exact, b.err, b.dims)
+        # `abs(s) + 1` of a run-time scalar is still a Python number (library.on_numbers_only)
+        divisor = V(f"(abs({b.code}) + 1)", b.dtype, b.shape, b.mag + 1, b.gran, b.exact, b.err, b.dims, b.weak)
         dtype = promote(a, divisor)
         if dtype not in FLOATS:
             dtype = "float32"  # true division
@@ -604,7 +604,7 @@ class Generator:
         a, b = self.operand(depth), self.operand(depth)
         if not (a.numeric and b.numeric and a.exact and b.exact) or a.number and b.number:
             return None
-        divisor = V(f"(abs({b.code}) + 1)", b.dtype, b.shape, b.mag + 1, b.gran, True, 0.0, b.dims)
+        divisor = V(f"(abs({b.code}) + 1)", b.dtype, b.shape, b.mag + 1, b.gran, True, 0.0, b.dims, b.weak)
         dtype = promote(a, divisor)
         # A rounded half-precision quotient can land on an integer that the exact one is just below.
         if dtype in ("float16", "bfloat16") or converted_err(a, dtype) or converted_err(divisor, dtype):

@@ -1,3 +1,5 @@
+# Fixed: `s0 * (int64 tensor)` inside a recursive loop computed in float64 (s0 came in as a plain
+# argument, no longer a Python number), so the `continue` path and the other disagreed.
 # compile-error: torch runs the program; babytriton refuses it
 # 'v0' is a float32 tensor of shape (1, 2, 2) on one path of this `if` and a float64 tensor of shape (1, 2, 2) on the other; both paths must give it one dtype (convert one with .astype())
 # babytriton fuzz program, seed 7012021226

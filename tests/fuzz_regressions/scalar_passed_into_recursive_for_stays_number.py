@@ -1,3 +1,5 @@
+# Fixed: `(-0.25) * s0` inside an 18-trip loop (a recursive function) was a float64 tensor, not a
+# Python float, so `maximum` with a 0-d float32 changed v2's dtype across the loop.
 # compile-error: torch runs the program; babytriton refuses it
 # 'v2' changes from a float32 tensor of shape () to a float64 tensor of shape () in the loop on line 11, compiled as a recursive function (its trip count 18 is above unroll=16); a carried variable keeps one dtype (convert with .astype())
 # babytriton fuzz program, seed 7008021235

@@ -1,3 +1,5 @@
+# Fixed: `(s0 - x3) * i` in a loop with a run-time trip count was float64 (s0 passed in lost its
+# weakness), so v0 changed from float32 to float64 in the loop.
 # compile-error: torch runs the program; babytriton refuses it
 # 'v0' changes from a float32 tensor of shape (1, 4) to a float64 tensor of shape (1, 4) in the loop on line 9, compiled as a recursive function (its trip count is only known at run time); a carried variable keeps one dtype (convert with .astype())
 # babytriton fuzz program, seed 7013021124

@@ -1,3 +1,5 @@
+# Fixed: a run-time scalar passed into a loop compiled as a recursive function lost its weakness
+# (a Python number to torch) there, so `s0 % int64 tensor` was float64 inside and float32 outside.
 # compile-error: torch runs the program; babytriton refuses it
 # 'v0' is a float64 tensor of shape (11,) on one path of this `if` and a float32 tensor of shape (11,) on the other; both paths must give it one dtype (convert one with .astype())
 # babytriton fuzz program, seed 7006021074
