@@ -180,6 +180,18 @@ def _not_equal(bb, call):
                       primfunc_name_hint="not_equal")
 
 
+def _logical_not(bb, call):
+    """`not c` as `c ^ True`: TVM's simplifier rewrites `!(a >= b)` as `a < b`, which is false where
+    a or b is NaN (torch: `~(nan >= 1)` is True). An exclusive-or it leaves alone, and LLVM and
+    nvcc fold it into an unordered comparison, NaN-correct and as fast."""
+    (x,) = call.args
+    if x.ty.dtype != "bool":
+        return None
+    true = tirx.const(True, "bool")
+    return bb.call_te(lambda data: te.compute(data.shape, lambda *i: tirx.bitwise_xor(data(*i), true),
+                                              name="T_logical_not"), x, primfunc_name_hint="logical_not")
+
+
 def _axes(axis, ndim: int) -> list[int]:
     if axis is None:
         return list(range(ndim))
@@ -251,6 +263,7 @@ _RULES = {
     "relax.nn.relu": _relu,
     "relax.clip": _clip,
     "relax.not_equal": _not_equal,
+    "relax.logical_not": _logical_not,
     "relax.max": _statistical("max"),
     "relax.min": _statistical("min"),
     "relax.argmax": _arg("argmax"),

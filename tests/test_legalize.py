@@ -59,6 +59,7 @@ def k_argmin_keepdims(x, y): return argmin(x, axis=-1, keepdims=True)
 def k_where(x, y): return where(x > 0, x, 0.0)
 def k_ifexp(x, y): return x if x >= y else y
 def k_compare(x, y): return x != y, x != x, x == y, x < y, x <= y, x > y, x >= y, isnan(x)
+def k_negated_compare(x, y): return not (x >= y), ~(x < y), not (x > 0), where(not (x <= y), x, y)
 def k_leaky_relu(x, y): return leakyrelu(x, 0.1)
 def k_silu(x, y): return silu(x)
 def k_softplus(x, y): return softplus(x)
@@ -88,6 +89,7 @@ CASES = {
     k_where: (lambda x, y: torch.where(x > 0, x, 0.0), True),
     k_ifexp: (lambda x, y: torch.where(x >= y, x, y), True),
     k_compare: (lambda x, y: (x != y, x != x, x == y, x < y, x <= y, x > y, x >= y, torch.isnan(x)), True),
+    k_negated_compare: (lambda x, y: (~(x >= y), ~(x < y), ~(x > 0), torch.where(~(x <= y), x, y)), True),
     k_leaky_relu: (lambda x, y: F.leaky_relu(x, 0.1), False),  # x * 0.1 rounds alpha in half dtypes
     k_silu: (lambda x, y: F.silu(x), False),
     k_softplus: (lambda x, y: F.softplus(x), False),

@@ -558,3 +558,21 @@ def test_gpu_runs_match_torch():
     gpu_rowsum = tir(rowsum.fn, target="gpu")
     w = torch.randn(9, 13, dtype=torch.float64, device="cuda")
     torch.testing.assert_close(gpu_rowsum(w, torch.empty(9, dtype=torch.float64, device="cuda")), w.sum(1))
+
+
+@tir(target="cpu")
+def negated_compare(a: bt.Tensor((6,), "float32"), b: bt.Tensor((6,), "float32"), out: bt.Tensor((6,), "float32")):
+    for i in range(6):
+        if not (a[i] >= b[i]):
+            out[i] = 1.0
+        else:
+            out[i] = 0.0
+
+
+def test_not_of_a_comparison_is_true_for_nan():
+    """TVM's simplifier rewrites !(a >= b) as a < b, which NaN makes false; torch's ~(a >= b) is True."""
+    nan, inf = float("nan"), float("inf")
+    a = torch.tensor([nan, 1.0, 2.0, nan, -inf, 0.0])
+    b = torch.tensor([1.0, nan, 1.0, nan, inf, -0.0])
+    out = negated_compare(a, b, torch.empty(6))
+    torch.testing.assert_close(out, (~(a >= b)).float())

@@ -720,7 +720,7 @@ class TIRCodeGen(CodeGenerator):
         value = self.scalar(value)
         dtype = dtype_of(value)
         if kind is ast.Not:
-            return tirx.Not(self.condition(value))
+            return _negate(self.condition(value))
         if kind is ast.UAdd:
             return value
         if kind is ast.USub:
@@ -729,7 +729,7 @@ class TIRCodeGen(CodeGenerator):
             return tirx.const(0, dtype) - value
         if dtype.startswith(("float", "bfloat")):
             raise Diagnostic(f"`~` needs a bool or integer, got {describe(value)}")
-        return tirx.Not(value) if dtype == "bool" else tirx.bitwise_not(value)
+        return _negate(value) if dtype == "bool" else tirx.bitwise_not(value)
 
     def compare(self, op: ast.cmpop, lhs, rhs):
         kind = type(op)
@@ -826,3 +826,9 @@ class TIRCodeGen(CodeGenerator):
         except TypeError:
             raise Diagnostic(f"{name}() got {len(args)} argument(s)") from None
         return self.cast(result, INT64) if rule == "int" else result
+
+
+def _negate(condition):
+    """`not c` as `c ^ True`, not Not(c): TVM's simplifier turns !(a >= b) into a < b, false where a
+    or b is NaN (the same rule as legalize._logical_not)."""
+    return tirx.bitwise_xor(condition, tirx.const(True, "bool"))
