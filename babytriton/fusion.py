@@ -24,6 +24,8 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from .schedules import TORCH_MATMUL
+
 # Ops that only regroup values: edges in the picture, not nodes.
 _PLUMBING = (relax.Tuple, relax.TupleGetItem)
 _KERNEL_OPS = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_dps_packed")
@@ -360,6 +362,8 @@ class FusedKernel:
     ops: tuple[FusedOp, ...]
     fused: bool
     cuda_kernels: tuple[str, ...] = ()
+    rule: str = ""     # the schedule rule that scheduled it ("none": no rule did)
+    launch: str = ""   # grid x block on a GPU, parallel extent x vector width on a CPU
 
     @property
     def lines(self) -> list[int]:
@@ -392,6 +396,8 @@ class FusionMap(tuple):
                 head += f"  [CUDA: {', '.join(kernel.cuda_kernels)}]"
             if kernel.fused:
                 head += f"  ({len(kernel.ops)} ops fused)"
+            if kernel.rule:
+                head += f"  rule {kernel.rule}: {kernel.launch}"
             out.append(head)
             for op in kernel.ops:
                 where = f"{self.filename}:{op.line}" if op.line is not None else "(line unknown)"
@@ -402,8 +408,11 @@ class FusionMap(tuple):
         printer.text(str(self))
 
 
-def fusion_map(record: dict | None, source_map, cuda_source: str = "") -> FusionMap:
-    """Turn a stored record into the user's view: file lines and their text, CUDA kernel names."""
+def fusion_map(record: dict | None, source_map, cuda_source: str = "",
+               schedules: dict[str, tuple[str, str]] | None = None) -> FusionMap:
+    """Turn a stored record into the user's view: file lines and their text, CUDA kernel names and,
+    from `schedules` (kernel -> (rule, launch shape)), how each kernel was scheduled."""
+    schedules = schedules or {}
     if record is None:
         return FusionMap([], source_map.filename)
     globals_ = cuda_kernel_names(cuda_source)
@@ -416,7 +425,9 @@ def fusion_map(record: dict | None, source_map, cuda_source: str = "") -> Fusion
             ops.append(FusedOp(op["op"], op["var"], line, text))
         pattern = re.compile(rf"{re.escape(kernel['name'])}_kernel(_?\d+)?")
         cuda = tuple(n for n in globals_ if pattern.fullmatch(n))
-        kernels.append(FusedKernel(kernel["name"], tuple(ops), bool(kernel["fused"]), cuda))
+        rule, launch = schedules.get(kernel["name"]) or (
+            ("cuBLAS", "through torch") if kernel["name"].startswith(TORCH_MATMUL) else ("", ""))
+        kernels.append(FusedKernel(kernel["name"], tuple(ops), bool(kernel["fused"]), cuda, rule, launch))
     return FusionMap(kernels, source_map.filename)
 
 

@@ -107,9 +107,12 @@ class Kernel:
 
     @functools.cached_property
     def fusion(self) -> fusion_.FusionMap:
-        """Each kernel after FuseTIR: the Relax ops it fused, their source lines, its CUDA kernels."""
+        """Each kernel after FuseTIR: the Relax ops it fused, their source lines, its CUDA kernels, the
+        schedule rule that scheduled it and its launch shape."""
         cuda = self.stages.get("source", "") if self.device_kind == "cuda" else ""
-        return fusion_.fusion_map(self.fusion_record, self._source_map, cuda)
+        module = self.module
+        summary = schedules.schedule_summary(module, self.target) if module is not None else None
+        return fusion_.fusion_map(self.fusion_record, self._source_map, cuda, summary)
 
     def graph(self, which: str = "both"):
         """The dataflow graph before and/or after fusion ("before", "after", "both") as a picture:

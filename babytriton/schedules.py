@@ -269,21 +269,40 @@ def _is_buffer(param) -> bool:
     return True
 
 
+RULE_ATTR = "babytriton.rule"  # the PrimFunc attribute naming the rule that scheduled it (k.fusion)
+
+
 class Guarded(dl.ScheduleRule):
     """A Dlight rule that declines a kernel it fails on, so the next rule (or none) takes it: e.g.
-    the CPU GEMV rule asserts on a reduction fused after a broadcast (found by the fuzzer)."""
+    the CPU GEMV rule asserts on a reduction fused after a broadcast (found by the fuzzer). The
+    kernel it schedules is tagged with the rule's name (RULE_ATTR), which `k.fusion` shows."""
 
-    def __init__(self, rule):
-        self.rule = rule
+    def __init__(self, rule, guard: bool = True):
+        self.rule, self.guard = rule, guard
 
     def apply(self, func, target, tunable):
         try:
-            return self.rule.apply(func, target, tunable)
+            space = self.rule.apply(func, target, tunable)
         except Exception:  # noqa: BLE001 - a rule's own bug must not fail the compile
+            if not self.guard:
+                raise
             return None
+        if isinstance(space, s_tir.Schedule):
+            return s_tir.Schedule(space.mod["main"].with_attr(RULE_ATTR, rule_name(self.rule)))
+        return space
 
     def __repr__(self):
-        return f"Guarded({type(self.rule).__name__})"
+        return f"Guarded({rule_name(self.rule)})"
+
+
+def rule_name(rule) -> str:
+    """babytriton's rules by class name, Dlight's as dlight.gpu.Matmul, through wrappers."""
+    while hasattr(rule, "rule"):
+        rule = rule.rule
+    module = type(rule).__module__
+    if ".dlight." in module:
+        return "dlight." + module.split(".dlight.")[1].split(".")[0] + "." + type(rule).__name__
+    return type(rule).__name__
 
 
 # --------------------------------------------------------------------------------------------------
@@ -854,6 +873,73 @@ def _estimate(expr) -> int:
     raise TypeError(type(expr).__name__)
 
 
+def launch_shape(func: tirx.PrimFunc, gpu: bool) -> str:
+    """How a scheduled kernel runs: "grid G x block B" on a GPU (blocks and threads per block, each
+    a tuple where several axes are bound), "parallel P x vector V" on a CPU ("serial" when no loop
+    is parallel or vectorised). Symbolic extents are shown as expressions of the sizes."""
+    bound: dict[str, list] = {}
+    parallel, vector = [], []
+
+    def visit(stmt):
+        if isinstance(stmt, tirx.For):
+            if stmt.kind == tirx.ForKind.THREAD_BINDING and stmt.thread_binding is not None:
+                bound.setdefault(stmt.thread_binding.thread_tag, []).append(stmt.extent)
+            elif stmt.kind == tirx.ForKind.PARALLEL:
+                parallel.append(stmt.extent)
+            elif stmt.kind == tirx.ForKind.VECTORIZED:
+                vector.append(stmt.extent)
+            visit(stmt.body)
+        elif isinstance(stmt, tirx.SeqStmt):
+            for part in stmt.seq:
+                visit(part)
+        elif isinstance(stmt, s_tir.SBlockRealize):
+            visit(stmt.block)
+        elif isinstance(stmt, s_tir.SBlock):
+            if stmt.init is not None:
+                visit(stmt.init)
+            visit(stmt.body)
+        elif isinstance(stmt, tirx.IfThenElse):
+            visit(stmt.then_case)
+            if stmt.else_case is not None:
+                visit(stmt.else_case)
+        elif hasattr(stmt, "body"):
+            visit(stmt.body)
+
+    def largest(extents):
+        static = [int(e) for e in extents if isinstance(e, tirx.IntImm)]
+        symbolic = list(dict.fromkeys(str(e) for e in extents if not isinstance(e, tirx.IntImm)))
+        return symbolic[0] if symbolic else str(max(static))
+
+    def dims(prefix):
+        shown = [largest(bound[f"{prefix}.{axis}"]) for axis in "xyz" if f"{prefix}.{axis}" in bound]
+        return "1" if not shown else shown[0] if len(shown) == 1 else f"({', '.join(shown)})"
+
+    visit(func.body)
+    if gpu:
+        return f"grid {dims('blockIdx')} x block {dims('threadIdx')}"
+    shape = []
+    if parallel:
+        shape.append(f"parallel {largest(parallel)}")
+    if vector:
+        shape.append(f"vector {largest(vector)}")
+    return " x ".join(shape) or "serial"
+
+
+def schedule_summary(mod: tvm.IRModule, target: tvm.target.Target) -> dict[str, tuple[str, str]]:
+    """kernel name -> (the rule that scheduled it, its launch shape), for `k.fusion`."""
+    out = {}
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        kind = func.attrs["target"].kind.name if func.attrs is not None and "target" in func.attrs \
+            else target.kind.name
+        attrs = func.attrs if func.attrs is not None else {}
+        rule = str(attrs[RULE_ATTR]) if RULE_ATTR in attrs else \
+            "tuned (MetaSchedule)" if "tirx.is_scheduled" in attrs else "none"
+        out[gvar.name_hint] = (rule, launch_shape(func, kind == "cuda"))
+    return out
+
+
 def serial_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> list[tuple[str, int]]:
     """(kernel name, serial iterations) of each kernel over SERIAL_LIMIT, in name order."""
     found = []
@@ -870,9 +956,9 @@ def serial_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> list[tuple[s
 
 def gpu_rules(schedule: str) -> list:
     if schedule == "fallback":  # the 2024 tutorial: one thread per element, nothing else
-        return [dl.gpu.Fallback()]
+        return [Guarded(dl.gpu.Fallback(), guard=False)]
     return [Guarded(r) for r in (dl.gpu.Matmul(), dl.gpu.GEMV(), SplitReduction(), RowReduction(), dl.gpu.Reduction(),
-                                 dl.gpu.GeneralReduction(), Elementwise())] + [dl.gpu.Fallback()]
+                                 dl.gpu.GeneralReduction(), Elementwise())] + [Guarded(dl.gpu.Fallback(), guard=False)]
 
 
 class WithoutHalves(dl.ScheduleRule):

@@ -242,3 +242,34 @@ def test_the_analysis_follows_ops_into_if_branches():
     final = record["kernels"][kernel_of["out"]]     # reads the If's result: both branches' kernels
     assert ["kernel", kernel_of["t2"]] in final["inputs"] and ["kernel", kernel_of["e"]] in final["inputs"]
     assert record["kernel_outputs"] and lowered is not None
+
+
+def rms_rows(x: bt.Tensor((256, 1024), "float32"), w: bt.Tensor((1024,), "float32")):
+    return x * rsqrt((x * x).mean(axis=-1, keepdims=True) + 1e-6) * w, (x * 2.0 + 1.0).sum(), exp(x) * w
+
+
+def test_each_kernel_names_its_schedule_rule_and_launch_shape_on_the_cpu():
+    fusion = bt.jit(rms_rows, cache=False).compile().fusion
+    rows, total, chain = fusion
+    assert rows.rule == "CPUReduction" and rows.launch.startswith("parallel 256 x vector ")
+    assert total.rule == "CPUReduction" and "parallel" in total.launch   # a full sum cut into parallel parts
+    assert chain.rule == "CPUElementwise" and chain.launch.startswith("parallel ") and "vector" in chain.launch
+    assert f"rule CPUReduction: {rows.launch}" in str(fusion)
+
+
+def test_each_kernel_names_its_schedule_rule_and_launch_shape_on_the_gpu():
+    rows, total, chain = bt.jit(rms_rows, target="gpu", cache=False).compile().fusion
+    assert rows.rule.endswith("Reduction") and rows.launch.startswith("grid 256 x block ")   # a block per row
+    assert total.rule == "SplitReduction" and not total.launch.startswith("grid 1 ")
+    assert chain.rule == "Elementwise" and chain.launch.startswith("grid ")
+    fallback = bt.jit(rms_rows, target="gpu", schedule="fallback", cache=False).compile().fusion
+    assert {k.rule for k in fallback} == {"dlight.gpu.Fallback"}
+
+
+def test_a_kernel_no_rule_scheduled_says_so():
+    @bt.jit(cache=False)
+    def tiny(x: bt.Tensor((4,), "float16")):
+        return softmax(x, axis=0)   # half kernels: Dlight's CPU Reduction is declined (WithoutHalves)
+
+    (kernel,) = tiny.compile().fusion
+    assert kernel.rule in ("none", "CPUReduction") and kernel.launch
