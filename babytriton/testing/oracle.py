@@ -80,7 +80,14 @@ def _layer_norm(x, gamma, beta, axes=-1, epsilon=1e-5):
 
 
 def _binary(fn):
-    return lambda a, b: fn(*_weak(a, b))
+    """A two-operand element-wise function; on two Python numbers, a Python number (babytriton's rule
+    for element-wise library ops on numbers, as for `_unary`): computed as Python holds numbers."""
+    def call(a, b):
+        if isinstance(a, (bool, int, float)) and isinstance(b, (bool, int, float)):
+            wide = torch.float64 if isinstance(a, float) or isinstance(b, float) else None
+            return fn(torch.as_tensor(a, dtype=wide), torch.as_tensor(b, dtype=wide)).item()
+        return fn(*_weak(a, b))
+    return call
 
 
 def _where(c, a, b):
