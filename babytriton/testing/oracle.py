@@ -69,6 +69,10 @@ def _unary(fn):
     return call
 
 
+def _on_tensor(fn):
+    return lambda x, *args, **kwargs: fn(torch.as_tensor(x) if isinstance(x, (bool, int, float)) else x, *args, **kwargs)
+
+
 def _rms_norm(x, weight, axes=-1, epsilon=1e-5):
     axes = _dims(x, axes)
     return F.rms_norm(x, tuple(x.shape[a] for a in axes), weight, eps=epsilon)
@@ -140,10 +144,11 @@ OPS = {
     "layer_norm": _layer_norm, "rms_norm": _rms_norm,
     # linear algebra and shapes
     "matmul": torch.matmul,
-    "permute_dims": lambda x, axes=None: x.permute(*(axes if axes is not None else reversed(range(x.dim())))),
-    "flatten": torch.flatten, "reshape": lambda x, shape: x.reshape(shape),
-    "expand_dims": lambda x, axis: x.unsqueeze(axis), "squeeze": lambda x, axis=None: x.squeeze(),
-    "broadcast_to": torch.broadcast_to,
+    # shape ops take a Python number as the 0-d tensor torch.as_tensor makes of it, as babytriton does
+    "permute_dims": _on_tensor(lambda x, axes=None: x.permute(*(axes if axes is not None else reversed(range(x.dim()))))),
+    "flatten": _on_tensor(torch.flatten), "reshape": _on_tensor(lambda x, shape: x.reshape(shape)),
+    "expand_dims": _on_tensor(lambda x, axis: x.unsqueeze(axis)), "squeeze": _on_tensor(lambda x, axis=None: x.squeeze()),
+    "broadcast_to": _on_tensor(torch.broadcast_to),
     "concat": lambda tensors, axis=0: torch.cat(tuple(tensors), dim=axis),
     "stack": lambda tensors, axis=0: torch.stack(tuple(tensors), dim=axis),
     "tril": lambda x, k=0: torch.tril(x, k), "triu": lambda x, k=0: torch.triu(x, k),
