@@ -68,7 +68,8 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
         ("FuseRowwise", rowwise.FuseRowwise),
         # unused bindings first (e.g. what zeros_like(x) no longer reads once legalized): FuseOps
         # warns about them, and fails on them inside the branches of an If
-        ("FuseOps", tvm.transform.Sequential([relax.transform.DeadCodeElimination(), relax.transform.FuseOps()])),
+        ("FuseOps", tvm.transform.Sequential([relax.transform.DeadCodeElimination(), _own_items_for_match_casts(),
+                                              relax.transform.FuseOps()])),
         ("FuseTIR", relax.transform.FuseTIR()),
     ]
 
@@ -222,3 +223,30 @@ def generated_source(executable, target: tvm.target.Target, both: bool = False) 
     if both:
         return "\n".join(f"// ===== {kind} =====\n{sources[kind]}" for kind in ("llvm", "cuda") if kind in sources)
     return sources.get("cuda" if target.kind.name == "cuda" else "llvm", "")
+
+
+def _own_items_for_match_casts() -> tvm.transform.Pass:
+    """A match_cast of a tuple's item (a loop's result) reads its own copy of the item: FuseOps put the
+    item in the kernel of another reader and made that kernel return its own input (so FuseTIR
+    failed: fuzz seed 7010021221)."""
+    return relax.transform.dataflowblock_pass(
+        lambda block, _mod, _ctx: _OwnItems().visit_binding_block(block), opt_level=0, name="OwnItemsForMatchCasts")
+
+
+@relax.expr_functor.mutator
+class _OwnItems(relax.PyExprMutator):
+    def __init__(self):
+        super().__init__()
+        self.items = {}
+
+    def visit_var_binding_(self, binding):
+        if isinstance(binding.value, relax.TupleGetItem):
+            self.items[binding.var] = binding.value
+        super().visit_var_binding_(binding)
+
+    def visit_match_cast_(self, binding):
+        item = self.items.get(binding.value)
+        if item is None:
+            return super().visit_match_cast_(binding)
+        own = self.builder_.emit(relax.TupleGetItem(self.visit_expr(item.tuple_value), item.index))
+        self.builder_.emit_normalized(relax.MatchCast(binding.var, own, binding.ty))

@@ -748,7 +748,22 @@ _fast = threading.local()
 
 def _exp_f32(arg, lanes: int):
     x = tirx.Var("x", arg.ty.dtype if hasattr(arg, "ty") else arg.dtype)  # named once: exp(exp(..)) stays linear
-    return tirx.Let(x, arg, _exp_f32_of(x, lanes))
+    return tirx.Let(x, _bool_casts_as_selects(arg), _exp_f32_of(x, lanes))
+
+
+def _bool_casts_as_selects(expr):
+    """`expr` with each cast of a bool vector written as a select of 1 or 0 (the same values): the
+    LLVM codegen analyses a Let's value, and TVM's interval analysis fails on a bool vector's cast
+    (it makes a vector IntImm), as in exp(x.astype('float32')) for a vectorised bool x."""
+    def as_select(cast):
+        source = cast.value.ty.dtype if hasattr(cast.value, "ty") else cast.value.dtype
+        if not source.is_bool or source.lanes == 1:
+            return cast
+        dtype = cast.ty.dtype if hasattr(cast, "ty") else cast.dtype
+        scalar = str(dtype.with_lanes(1))
+        return tirx.Select(cast.value, tirx.Broadcast(tirx.const(1, scalar), source.lanes),
+                           tirx.Broadcast(tirx.const(0, scalar), source.lanes))
+    return tvm_ffi.structural_map(expr, (tirx.Cast, as_select))
 
 
 def _exp_f32_of(x, lanes: int):

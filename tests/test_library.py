@@ -314,6 +314,53 @@ def test_symbolic_shapes_through_ops():
     assert f.cache_info()["compilations"] == 1
 
 
+def reshaped(x, sizes: bt.constexpr):
+    return x.reshape(sizes)
+
+
+def reshaped_symbolic(x: bt.Tensor(("m", "n")), sizes: bt.constexpr):
+    return x.reshape(sizes)
+
+
+RESHAPED, RESHAPED_SYMBOLIC = bt.jit(reshaped), bt.jit(reshaped_symbolic)
+
+
+@settings(max_examples=20, deadline=None)
+@given(shape=st.tuples(st.integers(0, 3), st.integers(0, 3)),
+       sizes=st.lists(st.sampled_from([-2, -1, 0, 1, 2, 3, 6]), min_size=1, max_size=3))
+def test_reshape_reads_sizes_as_torch(shape, sizes):
+    """0 is a size 0 (Relax would copy the input's size: fuzz seed 7006021078), one -1 is what the
+    others leave, and what torch refuses fails: when compiling for static sizes, else when called."""
+    x, sizes = rand(*shape), tuple(sizes)
+    try:
+        want = x.reshape(sizes)
+    except RuntimeError:
+        want = None
+    for f in (RESHAPED, RESHAPED_SYMBOLIC):
+        if want is not None:
+            torch.testing.assert_close(f(x, sizes), want)
+            continue
+        with pytest.raises(bt.CompilationError if f is RESHAPED else (bt.CompilationError, RuntimeError),
+                           match=r"reshape\(\): (shape '|only one|invalid shape dim|cannot reshape tensor of)") as info:
+            f(x, sizes)
+        assert not any(word in str(info.value) for word in INTERNALS), str(info.value)
+
+
+def test_reshape_infers_from_symbolic_sizes():
+    """A -1 next to symbolic sizes: inferred symbolically (the static sizes stay static), with
+    torch's check that the others are not 0 made when the code runs."""
+    @bt.jit
+    def rows(x: bt.Tensor(("b", "s", 4), "float32")):
+        return x.reshape(x.shape[0], -1)
+
+    for shape in ((2, 3, 4), (2, 0, 4), (1, 1, 4)):
+        x = rand(*shape)
+        torch.testing.assert_close(rows(x), x.reshape(shape[0], -1))
+    assert 'R.Tensor((b, s * 4), dtype="float32") = R.reshape' in rows.compile(rand(2, 3, 4)).stages["relax"]
+    with pytest.raises(RuntimeError, match=r"reshape\(\): cannot reshape tensor of 0 elements into shape \[b, -1\]"):
+        rows(rand(0, 3, 4))
+
+
 def test_an_op_is_a_value():
     @bt.jit
     def f(x):
@@ -365,6 +412,10 @@ def bad_reshape(x):
     return x.reshape(5, 5)  # error
 
 
+def bad_broadcast(x):
+    return broadcast_to(x, (5, 5))  # error
+
+
 def bad_dtype(x):
     return x.astype("floot32")  # error
 
@@ -411,7 +462,8 @@ def plain_function(x):
     (axis_not_int, "argument 'axis' must be an int, a tuple of ints or None, got float 1.5"),
     (axis_is_tensor, "argument 'axis' must be a compile-time value"),
     (axis_out_of_range, "the input axis 3 is out of range. The input tensor has 2 dimensions"),
-    (bad_reshape, "the old shape is (2, 3), with product 6, while the new shape is (5, 5)"),
+    (bad_reshape, "reshape(): shape '[5, 5]' is invalid for input of size 6"),
+    (bad_broadcast, "The target shape at dim 1 is 5 while the input tensor shape at dim 1 is 3"),
     (bad_dtype, "got 'floot32' (did you mean 'float32'?)"),
     (exp_of_ints, "`exp` requires the input tensor to have float dtype. However, the given input dtype is int32"),
     (max_of_two_tensors, "use maximum(a, b)"),
@@ -430,9 +482,9 @@ def test_errors_point_at_the_call(fn, words):
 
 
 def test_tvm_rejections_name_the_signature():
-    err = compile_error(bad_reshape, torch.ones(2, 3))
-    assert err.message.startswith("reshape() rejected its arguments")
-    assert "expected reshape(x, shape)" in err.message
+    err = compile_error(bad_broadcast, torch.ones(2, 3))
+    assert err.message.startswith("broadcast_to() rejected its arguments")
+    assert "expected broadcast_to(x, shape)" in err.message
 
 
 # -- the table and the re-exports ---------------------------------------------------------------

@@ -98,3 +98,28 @@ def test_gpu_symbolic_shapes_dtypes_and_fallback():
     fb = bt.jit(target="gpu", schedule="fallback")(chain)
     a, b = torch.randn(64, 32, device="cuda"), torch.randn(64, 32, device="cuda")
     torch.testing.assert_close(fb(a, b), (a + b) * a - b)
+
+
+def loop_then_broadcast(x0: bt.Tensor((4,), "float32"), x1: bt.Tensor(("d0",), "float64")):
+    v0 = x1
+    c = zeros((), "int64")  # noqa: F821 - Relax op
+    while c < 1:
+        v0 = v0 - 1.0
+        c = c + 1
+    v1 = x0 * v0  # d0 against 4: a match_cast of the loop's result
+    v0 *= 2
+    return v0, v1
+
+
+@pytest.mark.parametrize("target", ["cpu", SM90])
+def test_match_cast_of_a_loop_result_beside_a_kernel(target):
+    # fuzz seed 7010021221: FuseOps made the kernel of `v0 * 2` return its own input (the tuple
+    # item the match_cast reads too), and FuseTIR failed
+    x0, x1 = torch.randn(4), torch.randn(4, dtype=torch.float64)
+    f = bt.jit(target=target)(loop_then_broadcast)
+    if target != "cpu":
+        assert "__global__" in f.compile(x0, x1).source
+        return
+    v0, v1 = f(x0, x1)
+    torch.testing.assert_close(v0, (x1 - 1.0) * 2)
+    torch.testing.assert_close(v1, x0 * (x1 - 1.0))

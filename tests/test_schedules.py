@@ -432,6 +432,27 @@ def test_fast_exp_edges_match_torch():
                                equal_nan=True)
 
 
+def exps_of_bools(x: bt.Tensor((4, 4), "float32")):
+    b = (x < 0.0).astype("float32")
+    return bt.exp(b), bt.sigmoid(x * (x > 0.5)), bt.tanh(b), bt.exp(bt.exp(b))
+
+
+@pytest.mark.parametrize("target", ["cpu", SM90])
+def test_fast_exp_of_a_vectorised_bool_cast(target):
+    # fuzz seeds 7000021131, 7002021081: the polynomial names its argument in a Let, and TVM's
+    # analysis of a Let holding a bool vector's cast failed the CPU build
+    x = torch.randn(4, 4)
+    b = (x < 0).float()
+    expected = (torch.exp(b), torch.sigmoid(x * (x > 0.5)), torch.tanh(b), torch.exp(torch.exp(b)))
+    f = bt.jit(target=target)(exps_of_bools)
+    if target != "cpu":
+        assert "__global__" in f.compile(x).source
+        return
+    assert "T.vectorized" in f.compile(x).stages["schedule"]
+    for got, want in zip(f(x), expected):
+        torch.testing.assert_close(got, want, rtol=2e-7, atol=1e-38)
+
+
 def test_tvm_threads_follow_torch():
     f = bt.jit(target="cpu")(ew_static)
     x = torch.randn(64, 1024)

@@ -339,7 +339,8 @@ def _call(cg, op: Op, arguments: dict):
         first = _first_tensor_name(op, values)
         values[first] = cg.emit(relax.op.expand_dims(values[first], 0))
     try:
-        result = _scan(cg, op, values) if op.name in SCANS else cg.emit(op.fn(**values))
+        result = _scan(cg, op, values) if op.name in SCANS else \
+            _reshape(cg, values) if op.name == "reshape" else cg.emit(op.fn(**values))
     except Diagnostic:
         raise
     except Exception as e:  # noqa: BLE001 - TVM's type inference raises several types
@@ -375,6 +376,84 @@ def _scan(cg, op: Op, values: dict):
     padded = cg.emit(relax.op.concat([x, pad], axis=axis))
     scanned = cg.emit(op.fn(**{**values, "data": padded, "axis": axis}))
     return cg.emit(relax.op.strided_slice(scanned, [axis], [0], [shape[axis]], assume_inbound=True))
+
+
+def _reshape(cg, values: dict):
+    """reshape as torch reads its sizes, which Relax reads otherwise: 0 is a size 0 (Relax copies the
+    input's size there), and one -1 is what the other sizes leave, an error where they multiply to 0
+    (any size would do). Counts known only at run time are checked then (TVM reads past the input)."""
+    x, sizes = values["x"], list(values["shape"])
+    shape = core.shape_of(x)
+    if None in shape:  # sizes unknown until run time (data-dependent): Relax's reading
+        return cg.emit(relax.op.reshape(x, sizes))
+    text = f"[{', '.join(str(s) for s in sizes)}]"
+    for i, size in enumerate(sizes):
+        if isinstance(size, int) and size < -1:
+            raise Diagnostic(f"reshape(): invalid shape dimension {size} at index {i} of shape {text}")
+    inferred = [i for i, size in enumerate(sizes) if isinstance(size, int) and size == -1]
+    if len(inferred) > 1:
+        raise Diagnostic(f"reshape(): only one dimension can be inferred, got shape {text}")
+    given = [s for i, s in enumerate(sizes) if i not in inferred]
+    numel, known = _product(shape), _product(given)
+    invalid = f"reshape(): shape '{text}' is invalid for input of size {{}}"
+    ambiguous = (f"reshape(): cannot reshape tensor of {{}} elements into shape {text} because the "
+                 "unspecified dimension size -1 can be any value and is ambiguous")
+    if isinstance(numel, int) and isinstance(known, int):
+        if inferred and known == 0 == numel:
+            raise Diagnostic(ambiguous.format(numel))
+        if (numel % known if inferred and known else numel != known):
+            raise Diagnostic(invalid.format(numel))
+        if inferred:
+            sizes[inferred[0]] = numel // known
+        return cg.emit(relax.Call(tvm.ir.Op.get("relax.reshape"), [x, relax.ShapeExpr(sizes)]))
+    zero = _as_size(0)
+    analyzer = tvm.sym.Analyzer()
+    with analyzer.constraint_scope(tvm.tirx.all(*[s >= 0 for s in [*shape, *given] if not isinstance(s, int)])):
+        for size in given:
+            if not isinstance(size, int):
+                _check_sizes(cg, analyzer, size >= 0, "reshape(): invalid shape dimension {}", size)
+        if not inferred:
+            _check_sizes(cg, analyzer, tvm.tirx.EQ(_as_size(numel), _as_size(known)), invalid, numel)
+            return cg.emit(relax.Call(tvm.ir.Op.get("relax.reshape"), [x, relax.ShapeExpr(sizes)]))
+        known, numel = _as_size(known), _as_size(numel)
+        _check_sizes(cg, analyzer, tvm.tirx.Or(tvm.tirx.NE(known, zero), tvm.tirx.EQ(numel, zero)), invalid, numel)
+        _check_sizes(cg, analyzer, tvm.tirx.NE(known, zero), ambiguous, numel)
+        factors = [s for s in given if not isinstance(s, int)]
+        with analyzer.constraint_scope(tvm.tirx.all(*[f > 0 for f in factors]) if factors else tvm.tirx.const(True)):
+            divisor = tvm.tirx.max(known, _as_size(1))  # no division by 0 before the checks
+            _check_sizes(cg, analyzer, tvm.tirx.EQ(tvm.tirx.floormod(numel, divisor), zero), invalid, numel)
+            sizes[inferred[0]] = analyzer.simplify(tvm.tirx.floordiv(numel, divisor))
+    return cg.emit(relax.Call(tvm.ir.Op.get("relax.reshape"), [x, relax.ShapeExpr(sizes)]))
+
+
+def _check_sizes(cg, analyzer, condition, message: str, value) -> None:
+    """A check of symbolic sizes: an error now if it fails whatever the sizes, nothing if it always
+    holds, else made when the code runs (`message`'s {} is `value` then)."""
+    condition = analyzer.simplify(condition)
+    if analyzer.can_prove(tvm.tirx.Not(condition)):
+        raise Diagnostic(message.format(re.sub(r"T\.int64\((-?\d+)\)", r"\1", str(value))))
+    if not analyzer.can_prove(condition):
+        run_time_check(cg, condition, message, value)
+
+
+def _as_size(value):
+    return tvm.tirx.const(value, "int64") if isinstance(value, int) else value
+
+
+def _product(sizes):
+    total = 1
+    for size in sizes:
+        total = total * size
+    return total
+
+
+def run_time_check(cg, condition, message: str, *values) -> None:
+    """Emit a check of `condition` (over symbolic sizes) made when the compiled code runs: false, it
+    raises `message`, its `{}` filled with `values` of that call, naming the user's line."""
+    source = cg.parsed.source_map
+    where = f" (line {source.first_line + (cg.lineno or 1) - 1} of {os.path.basename(source.filename)})"
+    cg.emit(relax.op.assert_op(relax.prim_value(condition), [relax.prim_value(v) for v in values],
+                               RUN_TIME_CHECK + message + where))
 
 
 def _first_tensor_name(op: Op, values: dict) -> str | None:
@@ -428,9 +507,7 @@ def check_nonempty(cg, op: Op, values: dict) -> None:
         if size == 0:
             raise Diagnostic(message)
         if core.is_symbolic(size):
-            source = cg.parsed.source_map
-            where = f" (line {source.first_line + (cg.lineno or 1) - 1} of {os.path.basename(source.filename)})"
-            cg.emit(relax.op.assert_op(relax.prim_value(size != 0), [], RUN_TIME_CHECK + message + where))
+            run_time_check(cg, size != 0, message)
 
 
 def axis_problem(op_name: str, axis, ndim: int) -> str | None:

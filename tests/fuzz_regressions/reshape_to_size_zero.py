@@ -1,5 +1,6 @@
 # compile-error: torch runs the program; babytriton refuses it
 # reshape() rejected its arguments: Reshape expects the new shape to be convertible from the old shape. However, the old shape is (3, 0), with product 0, while the new shape is (3), with product 3 (called as reshape(x=<float32 tensor (3, 0)>, shape=[0]); expected reshape(x, shape))
+# Fixed: a 0 in a reshape is a size 0 as in torch (Relax copies the input's size there); -1 and the element count follow torch's rules
 # babytriton fuzz program, seed 7006021078
 import torch
 import babytriton as bt

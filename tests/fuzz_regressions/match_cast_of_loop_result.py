@@ -1,5 +1,6 @@
 # compile-error: torch runs the program; babytriton refuses it
 # TVM failed to compile 'f' (during passes after FuseOps); set BABYTRITON_DEBUG=1 to see the cause
+# Fixed: a match_cast of a tuple item (the loop's result) reads its own copy of the item; FuseOps had made the kernel of another reader return its own input
 # babytriton fuzz program, seed 7010021221
 import torch
 import babytriton as bt
