@@ -33,6 +33,7 @@ from tvm import relax, te, tirx, topi
 from tvm.relax.transform.legalize_ops.common import _try_convert_to_scalar_const
 
 INF = float("inf")
+HALF = ("float16", "bfloat16")
 
 
 def _is_float(dtype) -> bool:
@@ -53,6 +54,53 @@ def nan_max(a, b):
 def nan_min(a, b):
     """min(a, b) with torch's NaN rule: NaN if either is NaN; a tie keeps a."""
     return tirx.Select(a > b, b, tirx.Select(b >= a, a, a + b))
+
+
+def _opmath(rule):
+    """`rule` on float32 copies of half operands, rounded back once, as torch computes half ops."""
+    @functools.wraps(rule)
+    def on_floats(a, b):
+        dtype = _dtype(a)
+        b = b if isinstance(b, tvm.ir.expr.Expr) else tirx.const(b, dtype)  # a scalar constant operand
+        if dtype in HALF:
+            return tirx.Cast(dtype, rule(tirx.Cast("float32", a), tirx.Cast("float32", b)))
+        return rule(a, b)
+    return on_floats
+
+
+def _moved_by_divisor(mod, b):
+    """Whether torch moves the remainder `mod` = fmod(a, b) by b: it is nonzero and of the other sign
+    (ordered compares only: TVM's LLVM code generator emits an `fcmp` for a `!=` of two bools)."""
+    zero = tirx.const(0, _dtype(b))
+    return tirx.Or(tirx.And(b < zero, mod > zero), tirx.And(b > zero, mod < zero))
+
+
+@_opmath
+def floor_mod(a, b):
+    """torch's float `a % b` (Python's): fmod(a, b), plus b where that has the other sign than b, so
+    -1.5 % inf is inf and 1.5 % -inf is -inf (TVM's `a - floor(a / b) * b` makes those NaN); a zero
+    remainder keeps fmod's sign (-1.5 % 1.5 is -0.0)."""
+    mod = tirx.truncmod(a, b)
+    return tirx.Select(_moved_by_divisor(mod, b), mod + b, mod)
+
+
+@_opmath
+def floor_divide(a, b):
+    """torch's float `a // b` (c10's div_floor_floating): (a - fmod(a, b)) / b, one less where the
+    remainder is moved, rounded to the nearest integer; a zero quotient has the sign of a / b; a
+    division by ±0 is IEEE's. TVM's floor(a / b) differs where a / b rounds across an integer
+    (-1.5 // inf is -1 in torch, -0 in TVM). Only ordered compares (== and <, false for NaN), so
+    a NaN takes the `floor` arm and stays NaN, on LLVM (ordered `!=`) and CUDA alike; no division
+    by a zero, no isnan: both survive CUDA's --use_fast_math."""
+    zero, one = tirx.const(0, _dtype(a)), tirx.const(1, _dtype(a))
+    mod = tirx.truncmod(a, b)
+    div = (a - mod) / b
+    div = tirx.Select(_moved_by_divisor(mod, b), div - one, div)
+    rounded = tirx.floor(div)
+    rounded = tirx.Select(div - rounded > tirx.const(0.5, _dtype(a)), rounded + one, rounded)
+    signed_zero = tirx.copysign(zero, a) * tirx.copysign(one, b)  # the sign of a / b
+    by_zero = a * tirx.copysign(tirx.const(INF, _dtype(a)), b)     # a / ±0: ±inf, NaN for 0 and NaN
+    return tirx.Select(b == zero, by_zero, tirx.Select(div == zero, signed_zero, rounded))
 
 
 def _arg_combine(better):
@@ -251,6 +299,8 @@ _RULES = {
     "relax.nn.relu": _relu,
     "relax.clip": _clip,
     "relax.not_equal": _not_equal,
+    "relax.floor_mod": _binary(floor_mod, "floor_mod"),
+    "relax.floor_divide": _binary(floor_divide, "floor_divide"),
     "relax.max": _statistical("max"),
     "relax.min": _statistical("min"),
     "relax.argmax": _arg("argmax"),
@@ -314,7 +364,6 @@ def _unit_axes_first(default, bb, call):
 # half-precision sums accumulate in float32
 # --------------------------------------------------------------------------------------------------
 
-HALF = ("float16", "bfloat16")
 # FuseOps's op pattern kinds (tvm/relax/analysis): only their order matters here.
 OP_PATTERN = "op_pattern"
 
