@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 
 import tvm
 import tvm_ffi
@@ -101,6 +102,67 @@ def floor_divide(a, b):
     signed_zero = tirx.copysign(zero, a) * tirx.copysign(one, b)  # the sign of a / b
     by_zero = a * tirx.copysign(tirx.const(INF, _dtype(a)), b)     # a / ±0: ±inf, NaN for 0 and NaN
     return tirx.Select(b == zero, by_zero, tirx.Select(div == zero, signed_zero, rounded))
+
+
+# -- an operand that is the constant ±0: TVM folds `x * 0` and `0 / x` to 0 and `x + 0` to x as it
+# builds the expression (arith's constant folding treats floats as real numbers), so these say what
+# IEEE arithmetic gives instead. `sign` is -1 for the constant -0.0, else 1.
+def _finite(x):
+    return tirx.abs(x) < tirx.const(INF, _dtype(x))  # false for ±inf and NaN (ordered compare)
+
+
+def _signed_zero(x, sign: int):
+    """±0 with the sign of x times `sign` (the sign a product or quotient of zeros would have)."""
+    zero = tirx.copysign(tirx.const(0, _dtype(x)), x)
+    return zero * tirx.const(-1, _dtype(x)) if sign < 0 else zero
+
+
+def times_zero(x, sign: int):
+    """x * ±0: a zero (signed as IEEE says) for a finite x, NaN for ±inf and NaN."""
+    return tirx.Select(_finite(x), _signed_zero(x, sign), tirx.const(float("nan"), _dtype(x)))
+
+
+def zero_over(x, sign: int):
+    """±0 / x: a signed zero, NaN where x is ±0 or NaN."""
+    return tirx.Select(tirx.abs(x) > tirx.const(0, _dtype(x)), _signed_zero(x, sign),
+                       tirx.const(float("nan"), _dtype(x)))
+
+
+def plus_zero(x, sign: int):
+    """x + 0.0 is x except that -0.0 becomes 0.0; x + -0.0 is x."""
+    zero = tirx.const(0, _dtype(x))
+    return tirx.Select(x == zero, zero, x) if sign > 0 else x
+
+
+def _scalar_zero(expr) -> int | None:
+    """The sign (1 or -1) of a 0-d float constant that is ±0, else None."""
+    value = _try_convert_to_scalar_const(expr, python_native=True)
+    if isinstance(value, float) and value == 0:
+        return -1 if math.copysign(1.0, value) < 0 else 1
+    return None
+
+
+def _with_zero(rule_first, rule_second, name):
+    """A legalization of `name` for a float operand and a constant ±0: `rule_first(x, sign)` where the
+    zero is the first operand, `rule_second` where it is the second (None: TVM's own is right)."""
+    def legalize(bb, call):
+        if not _is_float(call.ty.dtype):
+            return None
+        for rule, zero, other in ((rule_first, call.args[0], call.args[1]), (rule_second, call.args[1], call.args[0])):
+            sign = _scalar_zero(zero) if rule is not None else None
+            if sign is not None and _is_relax_tensor(other) and str(other.ty.dtype) == str(call.ty.dtype):
+                def element(t, i, rule=rule, sign=sign):
+                    if t.dtype in HALF:  # TVM has no half copysign on the CPU; exact in float32
+                        return tirx.Cast(t.dtype, rule(tirx.Cast("float32", t(*i)), sign))
+                    return rule(t(*i), sign)
+                return bb.call_te(lambda t: te.compute(t.shape, lambda *i: element(t, i), name=f"T_{name}"),
+                                  other, primfunc_name_hint=name)
+        return None
+    return legalize
+
+
+def _is_relax_tensor(expr) -> bool:
+    return isinstance(expr.ty, relax.TensorType) and expr.ty.ndim >= 0 and _scalar_zero(expr) is None
 
 
 def _arg_combine(better):
@@ -299,6 +361,10 @@ _RULES = {
     "relax.nn.relu": _relu,
     "relax.clip": _clip,
     "relax.not_equal": _not_equal,
+    "relax.multiply": _with_zero(times_zero, times_zero, "multiply"),
+    "relax.divide": _with_zero(zero_over, None, "divide"),
+    "relax.add": _with_zero(plus_zero, plus_zero, "add"),
+    "relax.subtract": _with_zero(None, lambda x, sign: plus_zero(x, -sign), "subtract"),
     "relax.floor_mod": _binary(floor_mod, "floor_mod"),
     "relax.floor_divide": _binary(floor_divide, "floor_divide"),
     "relax.max": _statistical("max"),
