@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import operator
 
 import tvm
 import tvm_ffi
@@ -142,6 +143,42 @@ def _scalar_zero(expr) -> int | None:
     return None
 
 
+def _wrapping_int(rule, name):
+    """A legalization of `name` on int32/int64 tensors that wraps on overflow (None otherwise)."""
+    scalar_rule = wrapping(rule)
+
+    def legalize(bb, call):
+        if str(call.ty.dtype) not in WRAPPING:
+            return None
+        a, b = call.args
+        b = _try_convert_to_scalar_const(b)
+        a = _try_convert_to_scalar_const(a) if isinstance(b, relax.Expr) else a
+        if not isinstance(a, relax.Expr):  # a scalar constant first: write it as the rule's second
+            a, b, swapped = b, a, True
+        else:
+            swapped = False
+        return bb.call_te(lambda x, y: _elementwise(_named(lambda p, q: scalar_rule(q, p) if swapped
+                                                           else scalar_rule(p, q), name), x, y),
+                          a, b, primfunc_name_hint=name)
+    return legalize
+
+
+def _named(fn, name):
+    fn.__name__ = name
+    return fn
+
+
+def _first(*rules):
+    """The first of these legalizations that applies (returns a value)."""
+    def legalize(bb, call):
+        for rule in rules:
+            result = rule(bb, call)
+            if result is not None:
+                return result
+        return None
+    return legalize
+
+
 def _with_zero(rule_first, rule_second, name):
     """A legalization of `name` for a float operand and a constant ±0: `rule_first(x, sign)` where the
     zero is the first operand, `rule_second` where it is the second (None: TVM's own is right)."""
@@ -163,6 +200,26 @@ def _with_zero(rule_first, rule_second, name):
 
 def _is_relax_tensor(expr) -> bool:
     return isinstance(expr.ty, relax.TensorType) and expr.ty.ndim >= 0 and _scalar_zero(expr) is None
+
+
+# -- integer arithmetic wraps around, as in torch: TVM's LLVM code generator emits int32 and uint32
+# `+`, `-`, `*` with `nsw`/`nuw` (overflow is undefined), and LLVM then rewrites `x + INT_MIN` as
+# `x | INT_MIN`. An int32 operation is computed in int64, where it cannot overflow, and truncated
+# (which wraps). int64 has no wider type: its overflow stays undefined.
+WRAPPING = {"int32": "int64"}
+
+
+def wrapping(rule):
+    """`rule(a, b)` on int32 computed so that overflow wraps (other dtypes as they are)."""
+    @functools.wraps(rule)
+    def wrapped(a, b):
+        dtype = _dtype(a)
+        b = b if isinstance(b, tvm.ir.expr.Expr) else tirx.const(b, dtype)
+        if dtype not in WRAPPING:
+            return rule(a, b)
+        wide = WRAPPING[dtype]
+        return tirx.Cast(dtype, rule(tirx.Cast(wide, a), tirx.Cast(wide, b)))
+    return wrapped
 
 
 def _arg_combine(better):
@@ -361,10 +418,11 @@ _RULES = {
     "relax.nn.relu": _relu,
     "relax.clip": _clip,
     "relax.not_equal": _not_equal,
-    "relax.multiply": _with_zero(times_zero, times_zero, "multiply"),
+    "relax.multiply": _first(_with_zero(times_zero, times_zero, "multiply"), _wrapping_int(operator.mul, "multiply")),
     "relax.divide": _with_zero(zero_over, None, "divide"),
-    "relax.add": _with_zero(plus_zero, plus_zero, "add"),
-    "relax.subtract": _with_zero(None, lambda x, sign: plus_zero(x, -sign), "subtract"),
+    "relax.add": _first(_with_zero(plus_zero, plus_zero, "add"), _wrapping_int(operator.add, "add")),
+    "relax.subtract": _first(_with_zero(None, lambda x, sign: plus_zero(x, -sign), "subtract"),
+                             _wrapping_int(operator.sub, "subtract")),
     "relax.floor_mod": _binary(floor_mod, "floor_mod"),
     "relax.floor_divide": _binary(floor_divide, "floor_divide"),
     "relax.max": _statistical("max"),
