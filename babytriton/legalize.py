@@ -118,17 +118,30 @@ def _signed_zero(x, sign: int):
     return zero * tirx.const(-1, _dtype(x)) if sign < 0 else zero
 
 
+def _in_float32(rule):
+    """`rule(x, sign)` on a float32 copy of a half x (TVM has no half copysign on the CPU), rounded
+    back; exact, as its results are zeros, NaN or x itself."""
+    @functools.wraps(rule)
+    def on_floats(x, sign: int):
+        if _dtype(x) in HALF:
+            return tirx.Cast(_dtype(x), rule(tirx.Cast("float32", x), sign))
+        return rule(x, sign)
+    return on_floats
+
+
+@_in_float32
 def times_zero(x, sign: int):
     """x * ±0: a zero (signed as IEEE says) for a finite x, NaN for ±inf and NaN."""
     return tirx.Select(_finite(x), _signed_zero(x, sign), tirx.const(float("nan"), _dtype(x)))
 
 
 def zero_over(x, sign: int):
-    """±0 / x: a signed zero, NaN where x is ±0 or NaN."""
-    return tirx.Select(tirx.abs(x) > tirx.const(0, _dtype(x)), _signed_zero(x, sign),
-                       tirx.const(float("nan"), _dtype(x)))
+    """±0 / x as torch computes a number over a tensor: times the reciprocal of x (in x's dtype), so
+    NaN where x is ±0 or NaN, and also where 1 / x overflows (a float16 x of 1e-7), else a signed zero."""
+    return times_zero(tirx.const(1, _dtype(x)) / x, sign)
 
 
+@_in_float32
 def plus_zero(x, sign: int):
     """x + 0.0 is x except that -0.0 becomes 0.0; x + -0.0 is x."""
     zero = tirx.const(0, _dtype(x))
@@ -188,12 +201,8 @@ def _with_zero(rule_first, rule_second, name):
         for rule, zero, other in ((rule_first, call.args[0], call.args[1]), (rule_second, call.args[1], call.args[0])):
             sign = _scalar_zero(zero) if rule is not None else None
             if sign is not None and _is_relax_tensor(other) and str(other.ty.dtype) == str(call.ty.dtype):
-                def element(t, i, rule=rule, sign=sign):
-                    if t.dtype in HALF:  # TVM has no half copysign on the CPU; exact in float32
-                        return tirx.Cast(t.dtype, rule(tirx.Cast("float32", t(*i)), sign))
-                    return rule(t(*i), sign)
-                return bb.call_te(lambda t: te.compute(t.shape, lambda *i: element(t, i), name=f"T_{name}"),
-                                  other, primfunc_name_hint=name)
+                return bb.call_te(lambda t, rule=rule, sign=sign: te.compute(
+                    t.shape, lambda *i: rule(t(*i), sign), name=f"T_{name}"), other, primfunc_name_hint=name)
         return None
     return legalize
 
