@@ -258,3 +258,49 @@ def test_several_axes_symbolic_sizes_and_broadcasting(n, specials):
     b = torch.tensor([[0.0, NAN, 3.0, -1.0, INF, 2.0]], dtype=torch.float16)
     for got, expected in zip(broadcast(a, b), (torch.maximum(a, b), torch.minimum(b, a))):
         torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+@bt.jit
+def int_ops(x: bt.Tensor((16,), "int32"), y: bt.Tensor((16,), "int32")):
+    return x + y, x - y, x * y, x + (-2**31), x * 65536 * 65536, x - 2147483647, -x, abs(x), 3 * x
+
+
+INT32 = st.integers(-2**31, 2**31 - 1)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.one_of(INT32, st.sampled_from([-2**31, 2**31 - 1, -1, 0])), min_size=32, max_size=32))
+def test_int32_arithmetic_wraps_like_torch(numbers):
+    """int32 `+`, `-`, `*` wrap around (TVM's LLVM code marks them `nsw`, and LLVM then compiled
+    x + INT_MIN as x | INT_MIN)."""
+    x, y = torch.tensor(numbers, dtype=torch.int32).view(2, 16)
+    want = (x + y, x - y, x * y, x + (-2**31), x * 65536 * 65536, x - 2147483647, -x, abs(x), 3 * x)
+    for got in (int_ops(x, y), int_ops.eager(x, y)):
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and torch.equal(g, w), (g, w)
+
+
+def gpu_floats(x, y):
+    return x % y, x // y, (-1.5) % x, x * 0, 0 * x, 0 / x, x + 0, (x * 0).sum()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_cuda_remainder_and_zero_rules(dtype):
+    """The CUDA code of `%`, `//` and the constant-zero rules: no `isnan` (compares only, which
+    --use_fast_math keeps), fmod for the remainder, and it compiles with nvcc."""
+    t = getattr(torch, dtype)
+    k = bt.jit(target=SM90)(gpu_floats).compile(torch.empty(64, dtype=t), torch.empty(64, dtype=t))
+    assert "isnan" not in k.source and "fmod" in k.source
+    if shutil.which("nvcc"):
+        from tvm.support import nvcc
+        with tvm.target.Target(SM90):
+            nvcc.compile_cuda(k.source, target_format="ptx", compiler="nvcc")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_remainder_and_zero_rules_on_the_gpu(dtype):
+    v = torch.tensor([-INF, -1.5, -0.0, 0.0, 1.5, INF, NAN, 7.0, -7.0, 0.3, -2.5, 1e-3], dtype=dtype)
+    x, y = v.repeat_interleave(len(v)).cuda(), v.repeat(len(v)).cuda()
+    for got, want in zip(bt.jit(target="gpu")(gpu_floats)(x, y), gpu_floats(x, y)):
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
