@@ -148,6 +148,20 @@ def plus_zero(x, sign: int):
     return tirx.Select(x == zero, zero, x) if sign > 0 else x
 
 
+def kept(x):
+    """x, behind a same-type `reinterpret` that TVM's simplifier does not look through (LLVM drops
+    it; the CUDA code reads it through a temporary)."""
+    return tvm.ir.Call(tvm.ir.Op.get("tirx.reinterpret"), [x], ret_ty=_dtype(x))
+
+
+def subtract(a, b):
+    """a - b that TVM's simplifier cannot cancel: it rewrites `x - x`, `x*2 - x*2` (once a fused
+    kernel has inlined both sides) and `(x + y) - y` as if floats were real numbers, losing the NaN
+    of inf - inf and the rounding of x + y. A constant b needs no guard (nothing to cancel with)."""
+    constant = not isinstance(b, tvm.ir.expr.Expr) or isinstance(b, (tirx.IntImm, tirx.FloatImm))
+    return a - (b if constant else kept(b))
+
+
 def _scalar_zero(expr) -> int | None:
     """The sign (1 or -1) of a 0-d float constant that is ±0, else None."""
     value = _try_convert_to_scalar_const(expr, python_native=True)
@@ -431,7 +445,7 @@ _RULES = {
     "relax.divide": _with_zero(zero_over, None, "divide"),
     "relax.add": _first(_with_zero(plus_zero, plus_zero, "add"), _wrapping_int(operator.add, "add")),
     "relax.subtract": _first(_with_zero(None, lambda x, sign: plus_zero(x, -sign), "subtract"),
-                             _wrapping_int(operator.sub, "subtract")),
+                             _wrapping_int(operator.sub, "subtract"), _binary(subtract, "subtract")),
     "relax.floor_mod": _binary(floor_mod, "floor_mod"),
     "relax.floor_divide": _binary(floor_divide, "floor_divide"),
     "relax.max": _statistical("max"),
