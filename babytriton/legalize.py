@@ -159,7 +159,12 @@ def subtract(a, b):
     kernel has inlined both sides) and `(x + y) - y` as if floats were real numbers, losing the NaN
     of inf - inf and the rounding of x + y. A constant b needs no guard (nothing to cancel with)."""
     constant = not isinstance(b, tvm.ir.expr.Expr) or isinstance(b, (tirx.IntImm, tirx.FloatImm))
-    return a - (b if constant else kept(b))
+    if constant:
+        return a - b
+    if _dtype(a) == "bfloat16":  # in float32, as TVM computes bfloat16 anyway: its storage pass would
+        # turn a bfloat16 reinterpret into one from float32 to uint16, of another size
+        return tirx.Cast("bfloat16", tirx.Cast("float32", a) - kept(tirx.Cast("float32", b)))
+    return a - kept(b)
 
 
 def _scalar_zero(expr) -> int | None:
