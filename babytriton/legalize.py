@@ -21,6 +21,10 @@ Here each of those ops is written out in TIR that says what torch does, on any t
   hence Dlight's GPU rules and ours, schedule them like the built-in max;
 - float `!=` is `a != b or isnan(a) or isnan(b)`, which the ordered compare cannot get wrong.
 Integer and bool operands keep TVM's own lowering (no NaN there).
+
+Also here, each next to its rule: float `%` and `//` as torch computes them (fmod-based), `x * 0`,
+`0 / x`, `x + 0` with a constant zero (TVM folds them as it builds the expression), subtraction kept
+from TVM's simplifier (it cancels `x - x`), and int32 `+ - *` that wrap around like torch's.
 """
 from __future__ import annotations
 
