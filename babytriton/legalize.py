@@ -74,39 +74,35 @@ def _opmath(rule):
     return on_floats
 
 
-def _moved_by_divisor(mod, b):
+def _moved(mod, b):
     """Whether torch moves the remainder `mod` = fmod(a, b) by b: it is nonzero and of the other sign
-    (ordered compares only: TVM's LLVM code generator emits an `fcmp` for a `!=` of two bools)."""
-    zero = tirx.const(0, _dtype(b))
-    return tirx.Or(tirx.And(b < zero, mod > zero), tirx.And(b > zero, mod < zero))
+    than b. `mod * ±1 < 0` says so with each operand once (no underflow, unlike mod * b; an ordered
+    compare, false for NaN), which keeps nested `%` and `//` from growing the kernel's expression."""
+    return mod * tirx.copysign(tirx.const(1, _dtype(b)), b) < tirx.const(0, _dtype(b))
 
 
 @_opmath
 def floor_mod(a, b):
     """torch's float `a % b` (Python's): fmod(a, b), plus b where that has the other sign than b, so
     -1.5 % inf is inf and 1.5 % -inf is -inf (TVM's `a - floor(a / b) * b` makes those NaN); a zero
-    remainder keeps fmod's sign (-1.5 % 1.5 is -0.0)."""
-    mod = tirx.truncmod(a, b)
-    return tirx.Select(_moved_by_divisor(mod, b), mod + b, mod)
+    remainder keeps fmod's sign (-1.5 % 1.5 is -0.0: the arm not taken adds -0.0, which keeps it)."""
+    mod = tirx.truncmod(a, b)  # on floats: fmod (LLVM's frem, CUDA's fmodf)
+    return mod + tirx.Select(_moved(mod, b), b, tirx.const(-0.0, _dtype(a)))
 
 
 @_opmath
 def floor_divide(a, b):
-    """torch's float `a // b` (c10's div_floor_floating): (a - fmod(a, b)) / b, one less where the
-    remainder is moved, rounded to the nearest integer; a zero quotient has the sign of a / b; a
-    division by ±0 is IEEE's. TVM's floor(a / b) differs where a / b rounds across an integer
-    (-1.5 // inf is -1 in torch, -0 in TVM). Only ordered compares (== and <, false for NaN), so
-    a NaN takes the `floor` arm and stays NaN, on LLVM (ordered `!=`) and CUDA alike; no division
-    by a zero, no isnan: both survive CUDA's --use_fast_math."""
+    """torch's float `a // b` (c10's div_floor_floating): (a - fmod(a, b)) / b rounded to the integer
+    it is, one less where the remainder is moved; a zero quotient has the sign of a / b (a nonzero
+    one has it already); a division by ±0 is IEEE's. TVM's floor(a / b) differs where a / b rounds
+    across an integer (-1.5 // inf is -1 in torch, -0 in TVM) and for inf // 2 (NaN in torch). Only
+    ordered compares and no `isnan`, which CUDA's --use_fast_math keeps; the quotient of the approximate
+    division it allows is rounded to the integer it approximates."""
     zero, one = tirx.const(0, _dtype(a)), tirx.const(1, _dtype(a))
     mod = tirx.truncmod(a, b)
-    div = (a - mod) / b
-    div = tirx.Select(_moved_by_divisor(mod, b), div - one, div)
-    rounded = tirx.floor(div)
-    rounded = tirx.Select(div - rounded > tirx.const(0.5, _dtype(a)), rounded + one, rounded)
-    signed_zero = tirx.copysign(zero, a) * tirx.copysign(one, b)  # the sign of a / b
-    by_zero = a * tirx.copysign(tirx.const(INF, _dtype(a)), b)     # a / ±0: ±inf, NaN for 0 and NaN
-    return tirx.Select(b == zero, by_zero, tirx.Select(div == zero, signed_zero, rounded))
+    quotient = tirx.nearbyint((a - mod) / b) - tirx.Select(_moved(mod, b), one, zero)
+    by_zero = a * tirx.copysign(tirx.const(INF, _dtype(a)), b)  # a / ±0: ±inf, NaN for 0 and NaN
+    return tirx.Select(b == zero, by_zero, tirx.copysign(quotient, tirx.copysign(one, a) * b))
 
 
 # -- an operand that is the constant ±0: TVM folds `x * 0` and `0 / x` to 0 and `x + 0` to x as it
