@@ -21,11 +21,17 @@ Here each of those ops is written out in TIR that says what torch does, on any t
   hence Dlight's GPU rules and ours, schedule them like the built-in max;
 - float `!=` is `a != b or isnan(a) or isnan(b)`, which the ordered compare cannot get wrong.
 Integer and bool operands keep TVM's own lowering (no NaN there).
+
+Also here, each next to its rule: float `%` and `//` as torch computes them (fmod-based), `x * 0`,
+`0 / x`, `x + 0` with a constant zero (TVM folds them as it builds the expression), subtraction kept
+from TVM's simplifier (it cancels `x - x`), and int32 `+ - *` that wrap around like torch's.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+import math
+import operator
 
 import tvm
 import tvm_ffi
@@ -33,6 +39,7 @@ from tvm import relax, te, tirx, topi
 from tvm.relax.transform.legalize_ops.common import _try_convert_to_scalar_const
 
 INF = float("inf")
+HALF = ("float16", "bfloat16")
 
 
 def _is_float(dtype) -> bool:
@@ -53,6 +60,194 @@ def nan_max(a, b):
 def nan_min(a, b):
     """min(a, b) with torch's NaN rule: NaN if either is NaN; a tie keeps a."""
     return tirx.Select(a > b, b, tirx.Select(b >= a, a, a + b))
+
+
+def _opmath(rule):
+    """`rule` on float32 copies of half operands, rounded back once, as torch computes half ops."""
+    @functools.wraps(rule)
+    def on_floats(a, b):
+        dtype = _dtype(a)
+        b = b if isinstance(b, tvm.ir.expr.Expr) else tirx.const(b, dtype)  # a scalar constant operand
+        if dtype in HALF:
+            return tirx.Cast(dtype, rule(tirx.Cast("float32", a), tirx.Cast("float32", b)))
+        return rule(a, b)
+    return on_floats
+
+
+def _moved(mod, b):
+    """Whether torch moves the remainder `mod` = fmod(a, b) by b: it is nonzero and of the other sign
+    than b. `mod * ±1 < 0` says so with each operand once (no underflow, unlike mod * b; an ordered
+    compare, false for NaN), which keeps nested `%` and `//` from growing the kernel's expression."""
+    return mod * tirx.copysign(tirx.const(1, _dtype(b)), b) < tirx.const(0, _dtype(b))
+
+
+@_opmath
+def floor_mod(a, b):
+    """torch's float `a % b` (Python's): fmod(a, b), plus b where that has the other sign than b, so
+    -1.5 % inf is inf and 1.5 % -inf is -inf (TVM's `a - floor(a / b) * b` makes those NaN); a zero
+    remainder keeps fmod's sign (-1.5 % 1.5 is -0.0: the arm not taken adds -0.0, which keeps it)."""
+    mod = tirx.truncmod(a, b)  # on floats: fmod (LLVM's frem, CUDA's fmodf)
+    return mod + tirx.Select(_moved(mod, b), b, tirx.const(-0.0, _dtype(a)))
+
+
+@_opmath
+def floor_divide(a, b):
+    """torch's float `a // b` (c10's div_floor_floating): (a - fmod(a, b)) / b rounded to the integer
+    it is, one less where the remainder is moved; a zero quotient has the sign of a / b (a nonzero
+    one has it already); a division by ±0 is IEEE's. TVM's floor(a / b) differs where a / b rounds
+    across an integer (-1.5 // inf is -1 in torch, -0 in TVM) and for inf // 2 (NaN in torch). Only
+    ordered compares and no `isnan`, which CUDA's --use_fast_math keeps; the quotient of the approximate
+    division it allows is rounded to the integer it approximates."""
+    zero, one = tirx.const(0, _dtype(a)), tirx.const(1, _dtype(a))
+    mod = tirx.truncmod(a, b)
+    quotient = tirx.nearbyint((a - mod) / b) - tirx.Select(_moved(mod, b), one, zero)
+    by_zero = a * tirx.copysign(tirx.const(INF, _dtype(a)), b)  # a / ±0: ±inf, NaN for 0 and NaN
+    return tirx.Select(b == zero, by_zero, tirx.copysign(quotient, tirx.copysign(one, a) * b))
+
+
+# -- an operand that is the constant ±0: TVM folds `x * 0` and `0 / x` to 0 and `x + 0` to x as it
+# builds the expression (arith's constant folding treats floats as real numbers), so these say what
+# IEEE arithmetic gives instead. `sign` is -1 for the constant -0.0, else 1.
+def _finite(x):
+    return tirx.abs(x) < tirx.const(INF, _dtype(x))  # false for ±inf and NaN (ordered compare)
+
+
+def _signed_zero(x, sign: int):
+    """±0 with the sign of x times `sign` (the sign a product or quotient of zeros would have)."""
+    zero = tirx.copysign(tirx.const(0, _dtype(x)), x)
+    return zero * tirx.const(-1, _dtype(x)) if sign < 0 else zero
+
+
+def _in_float32(rule):
+    """`rule(x, sign)` on a float32 copy of a half x (TVM has no half copysign on the CPU), rounded
+    back; exact, as its results are zeros, NaN or x itself."""
+    @functools.wraps(rule)
+    def on_floats(x, sign: int):
+        if _dtype(x) in HALF:
+            return tirx.Cast(_dtype(x), rule(tirx.Cast("float32", x), sign))
+        return rule(x, sign)
+    return on_floats
+
+
+@_in_float32
+def times_zero(x, sign: int):
+    """x * ±0: a zero (signed as IEEE says) for a finite x, NaN for ±inf and NaN."""
+    return tirx.Select(_finite(x), _signed_zero(x, sign), tirx.const(float("nan"), _dtype(x)))
+
+
+def zero_over(x, sign: int):
+    """±0 / x as torch computes a number over a tensor: times the reciprocal of x (in x's dtype), so
+    NaN where x is ±0 or NaN, and also where 1 / x overflows (a float16 x of 1e-7), else a signed zero."""
+    return times_zero(tirx.const(1, _dtype(x)) / x, sign)
+
+
+@_in_float32
+def plus_zero(x, sign: int):
+    """x + 0.0 is x except that -0.0 becomes 0.0; x + -0.0 is x."""
+    zero = tirx.const(0, _dtype(x))
+    return tirx.Select(x == zero, zero, x) if sign > 0 else x
+
+
+def kept(x):
+    """x, behind a same-type `reinterpret` that TVM's simplifier does not look through (LLVM drops
+    it; the CUDA code reads it through a temporary)."""
+    return tvm.ir.Call(tvm.ir.Op.get("tirx.reinterpret"), [x], ret_ty=_dtype(x))
+
+
+def subtract(a, b):
+    """a - b that TVM's simplifier cannot cancel: it rewrites `x - x`, `x*2 - x*2` (once a fused
+    kernel has inlined both sides) and `(x + y) - y` as if floats were real numbers, losing the NaN
+    of inf - inf and the rounding of x + y. A constant b needs no guard (nothing to cancel with)."""
+    constant = not isinstance(b, tvm.ir.expr.Expr) or isinstance(b, (tirx.IntImm, tirx.FloatImm))
+    if constant:
+        return a - b
+    if _dtype(a) == "bfloat16":  # in float32, as TVM computes bfloat16 anyway: its storage pass would
+        # turn a bfloat16 reinterpret into one from float32 to uint16, of another size
+        return tirx.Cast("bfloat16", tirx.Cast("float32", a) - kept(tirx.Cast("float32", b)))
+    return a - kept(b)
+
+
+def _scalar_zero(expr) -> int | None:
+    """The sign (1 or -1) of a 0-d float constant that is ±0, else None."""
+    value = _try_convert_to_scalar_const(expr, python_native=True)
+    if isinstance(value, float) and value == 0:
+        return -1 if math.copysign(1.0, value) < 0 else 1
+    return None
+
+
+def _wrapping_int(rule, name):
+    """A legalization of `name` on int32/int64 tensors that wraps on overflow (None otherwise)."""
+    scalar_rule = wrapping(rule)
+
+    def legalize(bb, call):
+        if str(call.ty.dtype) not in WRAPPING:
+            return None
+        a, b = call.args
+        b = _try_convert_to_scalar_const(b)
+        a = _try_convert_to_scalar_const(a) if isinstance(b, relax.Expr) else a
+        if not isinstance(a, relax.Expr):  # a scalar constant first: write it as the rule's second
+            a, b, swapped = b, a, True
+        else:
+            swapped = False
+        return bb.call_te(lambda x, y: _elementwise(_named(lambda p, q: scalar_rule(q, p) if swapped
+                                                           else scalar_rule(p, q), name), x, y),
+                          a, b, primfunc_name_hint=name)
+    return legalize
+
+
+def _named(fn, name):
+    fn.__name__ = name
+    return fn
+
+
+def _first(*rules):
+    """The first of these legalizations that applies (returns a value)."""
+    def legalize(bb, call):
+        for rule in rules:
+            result = rule(bb, call)
+            if result is not None:
+                return result
+        return None
+    return legalize
+
+
+def _with_zero(rule_first, rule_second, name):
+    """A legalization of `name` for a float operand and a constant ±0: `rule_first(x, sign)` where the
+    zero is the first operand, `rule_second` where it is the second (None: TVM's own is right)."""
+    def legalize(bb, call):
+        if not _is_float(call.ty.dtype):
+            return None
+        for rule, zero, other in ((rule_first, call.args[0], call.args[1]), (rule_second, call.args[1], call.args[0])):
+            sign = _scalar_zero(zero) if rule is not None else None
+            if sign is not None and _is_relax_tensor(other) and str(other.ty.dtype) == str(call.ty.dtype):
+                return bb.call_te(lambda t, rule=rule, sign=sign: te.compute(
+                    t.shape, lambda *i: rule(t(*i), sign), name=f"T_{name}"), other, primfunc_name_hint=name)
+        return None
+    return legalize
+
+
+def _is_relax_tensor(expr) -> bool:
+    return isinstance(expr.ty, relax.TensorType) and expr.ty.ndim >= 0 and _scalar_zero(expr) is None
+
+
+# -- integer arithmetic wraps around, as in torch: TVM's LLVM code generator emits int32 and uint32
+# `+`, `-`, `*` with `nsw`/`nuw` (overflow is undefined), and LLVM then rewrites `x + INT_MIN` as
+# `x | INT_MIN`. An int32 operation is computed in int64, where it cannot overflow, and truncated
+# (which wraps). int64 has no wider type: its overflow stays undefined.
+WRAPPING = {"int32": "int64"}
+
+
+def wrapping(rule):
+    """`rule(a, b)` on int32 computed so that overflow wraps (other dtypes as they are)."""
+    @functools.wraps(rule)
+    def wrapped(a, b):
+        dtype = _dtype(a)
+        b = b if isinstance(b, tvm.ir.expr.Expr) else tirx.const(b, dtype)
+        if dtype not in WRAPPING:
+            return rule(a, b)
+        wide = WRAPPING[dtype]
+        return tirx.Cast(dtype, rule(tirx.Cast(wide, a), tirx.Cast(wide, b)))
+    return wrapped
 
 
 def _arg_combine(better):
@@ -264,6 +459,13 @@ _RULES = {
     "relax.clip": _clip,
     "relax.not_equal": _not_equal,
     "relax.logical_not": _logical_not,
+    "relax.multiply": _first(_with_zero(times_zero, times_zero, "multiply"), _wrapping_int(operator.mul, "multiply")),
+    "relax.divide": _with_zero(zero_over, None, "divide"),
+    "relax.add": _first(_with_zero(plus_zero, plus_zero, "add"), _wrapping_int(operator.add, "add")),
+    "relax.subtract": _first(_with_zero(None, lambda x, sign: plus_zero(x, -sign), "subtract"),
+                             _wrapping_int(operator.sub, "subtract"), _binary(subtract, "subtract")),
+    "relax.floor_mod": _binary(floor_mod, "floor_mod"),
+    "relax.floor_divide": _binary(floor_divide, "floor_divide"),
     "relax.max": _statistical("max"),
     "relax.min": _statistical("min"),
     "relax.argmax": _arg("argmax"),
@@ -327,7 +529,6 @@ def _unit_axes_first(default, bb, call):
 # half-precision sums accumulate in float32
 # --------------------------------------------------------------------------------------------------
 
-HALF = ("float16", "bfloat16")
 # FuseOps's op pattern kinds (tvm/relax/analysis): only their order matters here.
 OP_PATTERN = "op_pattern"
 

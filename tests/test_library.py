@@ -560,3 +560,27 @@ def test_strided_slice_names_a_wrong_argument():
 
     with pytest.raises(bt.CompilationError, match=r"strided_slice\(\): argument 'begin' takes a tuple of ints"):
         f(torch.ones(4))
+
+
+@bt.jit
+def sorts_with_nan(x: bt.Tensor((4, 9), "float32")):
+    return (sort(x, axis=-1), argsort(x, axis=-1), sort(x, axis=0, descending=True),
+            argsort(x, axis=0, descending=True), topk(x, 3, axis=-1), topk(x, 2, axis=0, largest=False))
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.sampled_from([float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 1.0, -2.5, 3.0]),
+                min_size=36, max_size=36))
+def test_sorts_put_nan_where_torch_does(numbers):
+    """NaN is the largest value (last ascending, first descending) and equal values keep their
+    order, as torch's stable sort; topk's values are the first k of that order."""
+    x = torch.tensor(numbers).view(4, 9)
+    got = sorts_with_nan(x)
+    stable = lambda dim, descending: torch.sort(x, dim=dim, descending=descending, stable=True)  # noqa: E731
+    want = (stable(-1, False)[0], stable(-1, False)[1], stable(0, True)[0], stable(0, True)[1])
+    for g, w in zip(got[:4], want):
+        torch.testing.assert_close(g.long() if not g.is_floating_point() else g, w, equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(got[4][0], torch.topk(x, 3, -1).values, equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(got[5][0], torch.topk(x, 2, 0, largest=False).values, equal_nan=True, rtol=0, atol=0)
+    # topk's indices point at its values (torch does not fix the order of ties)
+    torch.testing.assert_close(torch.gather(x, -1, got[4][1].long()), got[4][0], equal_nan=True, rtol=0, atol=0)

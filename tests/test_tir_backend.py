@@ -280,6 +280,28 @@ def test_integer_semantics_follow_python_and_torch():
 
 
 @tir
+def float_floor_ops(a: bt.Tensor(("n",), "float32"), b: bt.Tensor(("n",), "float32"),
+                    out: bt.Tensor((2, "n"), "float32")):
+    for i in range(a.shape[0]):
+        out[0, i] = a[i] % b[i]
+        out[1, i] = a[i] // b[i]
+
+
+SPECIALS = [-math.inf, -1.5, -0.0, 0.0, 1.5, math.inf, math.nan, 7.0, -7.0, 0.3, -2.5]
+
+
+def test_float_floor_ops_follow_torch_on_special_values():
+    """Scalar `%` and `//` use the same rules as tensors (legalize.floor_mod/floor_divide): -1.5 % inf
+    is inf, -1.5 // inf is -1, inf // 2 is NaN, the sign of a zero as torch gives it."""
+    v = torch.tensor(SPECIALS)
+    a, b = v.repeat_interleave(len(v)), v.repeat(len(v))
+    out = float_floor_ops(a, b, torch.empty(2, len(a)))
+    for got, want in zip(out, (torch.remainder(a, b), torch.floor_divide(a, b))):
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+        assert torch.equal(got.signbit() & ~got.isnan(), want.signbit() & ~want.isnan())
+
+
+@tir
 def guarded(a: bt.Tensor(("n",), "float32"), out: bt.Tensor(("n",), "float32")):
     n = a.shape[0]
     for i in range(n):

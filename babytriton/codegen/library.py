@@ -339,8 +339,8 @@ def _call(cg, op: Op, arguments: dict):
         first = _first_tensor_name(op, values)
         values[first] = cg.emit(relax.op.expand_dims(values[first], 0))
     try:
-        result = _scan(cg, op, values) if op.name in SCANS else \
-            _reshape(cg, values) if op.name == "reshape" else cg.emit(op.fn(**values))
+        result = _scan(cg, op, values) if op.name in SCANS else _sort(cg, op, values) if op.name in SORTS \
+            else _reshape(cg, values) if op.name == "reshape" else cg.emit(op.fn(**values))
     except Diagnostic:
         raise
     except Exception as e:  # noqa: BLE001 - TVM's type inference raises several types
@@ -454,6 +454,38 @@ def run_time_check(cg, condition, message: str, *values) -> None:
     where = f" (line {source.first_line + (cg.lineno or 1) - 1} of {os.path.basename(source.filename)})"
     cg.emit(relax.op.assert_op(relax.prim_value(condition), [relax.prim_value(v) for v in values],
                                RUN_TIME_CHECK + message + where))
+
+SORTS = {"sort", "argsort", "topk"}
+
+
+def _sort(cg, op: Op, values: dict):
+    """sort/argsort/topk of floats in torch's order: NaN above every number (last ascending, first
+    descending), equal values in their order. TVM's sorts compare with `<`, which a NaN breaks, so
+    this is a stable argsort by the value with NaN read as inf, then one by "is NaN"."""
+    x = values.get("data", values.get("x"))
+    dtype = core.dtype_of(x)
+    if not dtype.startswith(("float", "bfloat")) or not core.shape_of(x):
+        return cg.emit(op.fn(**values))
+    params = {name: p.default for name, p in op.signature.parameters.items()}
+    get = lambda name: values.get(name, params.get(name))  # noqa: E731
+    axis = get("axis")
+    descending = get("largest") if op.name == "topk" else get("descending")
+    index_dtype = get("dtype") or "int32"
+    nan = cg.emit(relax.op.isnan(x))
+    key = cg.emit(relax.op.where(nan, relax.const(float("inf"), dtype), x))
+    first = cg.emit(relax.op.argsort(key, axis, descending, index_dtype))
+    nan_first = cg.emit(relax.op.gather_elements(cg.emit(relax.op.astype(nan, "int32")), first, axis))
+    order = cg.emit(relax.op.gather_elements(
+        first, cg.emit(relax.op.argsort(nan_first, axis, descending, index_dtype)), axis))
+    if op.name == "argsort":
+        return order
+    if op.name == "topk":
+        order = cg.emit(relax.op.strided_slice(order, [axis], [0], [get("k")], assume_inbound=True))
+    result = cg.emit(relax.op.gather_elements(x, order, axis))
+    if op.name == "sort":
+        return result
+    ret_type = get("ret_type")
+    return result if ret_type == "values" else order if ret_type == "indices" else cg.emit(relax.Tuple([result, order]))
 
 
 def _first_tensor_name(op: Op, values: dict) -> str | None:

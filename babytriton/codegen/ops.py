@@ -7,6 +7,8 @@ import operator
 import torch
 from tvm import relax, tirx
 
+from .. import legalize
+
 op = relax.op
 
 # Python operator -> what it computes on compile-time values (constant folding).
@@ -79,8 +81,7 @@ TIR_INT_ARITH = {
 }
 TIR_FLOAT_ARITH = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: tirx.Div,
-    ast.FloorDiv: lambda a, b: tirx.floor(tirx.Div(a, b)),
-    ast.Mod: lambda a, b: a - tirx.floor(tirx.Div(a, b)) * b,     # the sign of the divisor, as in Python
+    ast.FloorDiv: legalize.floor_divide, ast.Mod: legalize.floor_mod,  # torch's rules, as on tensors
     ast.Pow: tirx.pow,
 }
 # On integers the bitwise op, on bools the logical one.
