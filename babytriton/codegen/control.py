@@ -453,7 +453,8 @@ class Flow:
             b = else_names[name] if name in else_names else self.outer(name)
             if name == RETURN and boundary == FunctionEnd.key:
                 a, b = self.returns(node, a, b)
-            if a is b:
+            if a is b:  # both paths hold one value (maybe a new name for an outer one: `v = x ** 1`)
+                plans[name] = (a, [("same", leaf) for leaf in leaves(a)])
                 continue
             if a is MISSING or b is MISSING or isinstance(a, Undefined) or isinstance(b, Undefined):
                 plans[name] = self.undefined_after_if(node, name, a, b)
