@@ -425,12 +425,13 @@ def check_nonempty(cg, op: Op, values: dict) -> None:
         message = (f"{op.name}(): cannot reduce axis {a % len(shape)} of a tensor of shape {core.format_shape(shape)}: "
                    f"it has size 0{' in this call' if core.is_symbolic(size) else ''}, and an empty axis has no "
                    f"{op.name} (torch raises too)")
-        if size == 0:
+        if size == 0 and not cg.flow.may_be_skipped():
             raise Diagnostic(message)
-        if core.is_symbolic(size):
+        if core.is_symbolic(size) or size == 0:  # an empty axis in code that may not run: checked when it runs
             source = cg.parsed.source_map
             where = f" (line {source.first_line + (cg.lineno or 1) - 1} of {os.path.basename(source.filename)})"
-            cg.emit(relax.op.assert_op(relax.prim_value(size != 0), [], RUN_TIME_CHECK + message + where))
+            holds = size != 0 if core.is_symbolic(size) else tvm.tirx.const(False, "bool")
+            cg.emit(relax.op.assert_op(relax.prim_value(holds), [], RUN_TIME_CHECK + message + where))
 
 
 def axis_problem(op_name: str, axis, ndim: int) -> str | None:
