@@ -101,6 +101,7 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
     else:
         mod = schedules.apply(mod, target, schedule, trials)
     mod = schedules.skip_empty_outputs(schedules.init_outside_reductions(mod), None if heterogeneous else target)
+    mod = schedules.bool_buffers_as_bytes(mod, None if heterogeneous else target)
     record("schedule", mod.script())
     return mod
 

@@ -1115,6 +1115,59 @@ def _outermost_reduction_loop(sch, block, realize):
     return sch.get_loops(block)[steps[0]]
 
 
+def bool_buffers_as_bytes(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
+    """Store the bool intermediate buffers of CPU kernels as int8 (a cast at each store and load).
+    TVM's StorageRewrite retypes a buffer that vectorised loops access whole vectors of into one of
+    vector elements, and for bool it makes int8 lanes that its loads then use as bools: `a & b` of a
+    vectorised bool intermediate failed LLVM's verifier ("and <2 x i1>, <2 x i8>")."""
+    out = mod
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        own = func.attrs["target"] if func.attrs is not None and "target" in func.attrs else target
+        if own is None or own.kind.name != "llvm":
+            continue
+        new = _bool_buffers_as_bytes(func)
+        if not new.same_as(func):
+            out = out if out is not mod else mod.clone()
+            out[gvar] = new
+    return out
+
+
+def _bool_buffers_as_bytes(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    blocks = _all(func.body, s_tir.SBlock)
+    matched = [m.source.source for b in blocks for m in b.match_buffers]
+    bools = [buf for b in blocks for buf in b.alloc_buffers if str(buf.ty.dtype) == "bool"
+             and not any(buf.same_as(m) for m in matched)]  # a bool view of it would not match int8
+    if not bools:
+        return func
+    fresh = {buf: tvm.ir.Var(buf.name, _with_dtype(buf.ty, "int8")) for buf in bools}
+    retyped = [*fresh.values()]
+
+    def is_retyped(var) -> bool:
+        return any(var.same_as(r) for r in retyped)
+
+    def load(node):  # children first: its buffer is already the int8 one
+        if not is_retyped(node.source):
+            return node
+        value = tirx.BufferLoad(node.source, node.indices)
+        return tirx.Cast(str(value.ty.dtype).replace("int8", "bool"), value)
+
+    def store(node):
+        if not is_retyped(node.buffer):
+            return node
+        value = tirx.Cast(str(node.value.ty.dtype).replace("bool", "int8"), node.value)
+        return tirx.BufferStore(node.buffer, value, node.indices)
+    return tvm_ffi.structural_map(func, [(tvm.ir.Var, lambda var: fresh.get(var, var)),
+                                         (tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
+
+
+def _with_dtype(ty: tirx.BufferType, dtype: str) -> tirx.BufferType:
+    return tirx.BufferType(dtype=dtype, storage_scope=ty.storage_scope, shape=ty.shape, strides=ty.strides,
+                           elem_offset=ty.elem_offset, data_alignment=ty.data_alignment,
+                           offset_factor=ty.offset_factor, layout=ty.layout, allocated_addr=ty.allocated_addr)
+
+
 # --------------------------------------------------------------------------------------------------
 # matrix products through torch's cuBLAS
 # --------------------------------------------------------------------------------------------------

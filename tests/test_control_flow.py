@@ -319,6 +319,21 @@ def test_name_defined_in_one_branch_but_unused_is_fine():
         check(f, X, flag)
 
 
+def test_both_paths_giving_a_name_one_value_still_bind_it():
+    """`x ** 1` is `x` itself: both paths of the run-time `if` leave `y` holding the parameter (fuzz
+    8000026339 reported "name 'y' is not defined" after such an `if`)."""
+    @bt.jit
+    def f(x: V4):
+        if x.min() < 0:
+            y = x ** 1
+        else:
+            y = x
+        return y * 2
+
+    for x in (X, X + 5):
+        torch.testing.assert_close(f(x), (x ** 1 if x.min() < 0 else x) * 2)
+
+
 def dtype_clash(x: V4, flag: bool):
     if flag:  # error
         y = x
@@ -425,6 +440,73 @@ def test_runtime_bound_from_a_0d_tensor_and_a_symbolic_size():
 
     for n, m in ((3, 0), (5, 4)):
         check(f, torch.randn(n), torch.tensor(m, dtype=torch.int32))
+
+
+@settings(max_examples=10, deadline=None)
+@given(rows=st.integers(0, 5), skip=st.integers(0, 20))
+def test_carried_shape_built_on_a_size_survives_a_run_time_if(rows, skip):
+    """A carried (2 * n, 1) tensor through a recursive loop whose body has a run-time `if` (`continue`):
+    the trial of the body declares n like the loop functions do, or the `If` erased the shape to
+    (None, None) and the loop was refused (fuzz 8000026243)."""
+    @bt.jit
+    def f(x: bt.Tensor(("n", 1), "float32"), skip: int):
+        y = bt.concat((x, x * 2), axis=0)
+        for i in range(19):
+            if i == skip:
+                continue
+            y = bt.maximum(y, y * 0.5) + 0.25
+        return y
+
+    x = torch.randn(rows, 1)
+    want = torch.cat((x, x * 2), 0)
+    for i in range(19):
+        if i == skip:
+            continue
+        want = torch.maximum(want, want * 0.5) + 0.25
+    torch.testing.assert_close(f(x, skip), want)
+
+
+def test_empty_argmin_in_code_that_may_not_run():
+    """argmin of a statically empty axis is an error only where it runs, as in torch: in a recursive
+    loop's body or a run-time branch it is checked when it runs (fuzz 8000025603); where it surely
+    runs, compiling fails (see test_empty_tensors)."""
+    @bt.jit
+    def in_loop(x: bt.Tensor((0,), "int16"), n: int):
+        y = x * 1
+        for i in range(n):
+            y = y + (bt.argmin(x) - x)
+        return y
+
+    @bt.jit
+    def in_branch(x: bt.Tensor((0,), "float32"), s: S):
+        y = x * 1
+        if s > 0:
+            y = y + bt.argmax(x)
+        return y
+
+    def torch_in_loop(x, n):
+        y = x * 1
+        for i in range(n):
+            y = y + (torch.argmin(x) - x)
+        return y
+
+    def torch_in_branch(x, s):
+        y = x * 1
+        if s > 0:
+            y = y + torch.argmax(x)
+        return y
+
+    x, xf = torch.zeros(0, dtype=torch.int16), torch.zeros(0)
+    for n in (-2, 0):
+        torch.testing.assert_close(in_loop(x, n), torch_in_loop(x, n))
+    torch.testing.assert_close(in_branch(xf, torch.tensor(-1.0)), torch_in_branch(xf, torch.tensor(-1.0)))
+    for run, run_torch, args, line in ((in_loop, torch_in_loop, (x, 3), "y = y + (bt.argmin"),
+                                       (in_branch, torch_in_branch, (xf, torch.tensor(1.0)), "y = y + bt.argmax")):
+        with pytest.raises((IndexError, RuntimeError)):
+            run_torch(*args)
+        with pytest.raises(RuntimeError, match=r"cannot reduce axis 0 of a tensor of shape \(0,\)") as info:
+            run(*args)
+        assert f"line {line_of(run.__wrapped__, line)} " in str(info.value)
 
 
 def test_peeled_first_iteration_settles_numbers_and_defines_names():

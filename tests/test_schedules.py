@@ -389,6 +389,30 @@ def test_cpu_schedule_is_parallel_and_vectorised():
     assert softmax.stages["schedule"].count("T.parallel") == 1  # every block of a row in one loop
 
 
+def bool_intermediates(x: bt.Tensor((64, 64), "float32"), y: bt.Tensor((64, 64), "float32")):
+    return (bt.exp(bt.exp(x)) > 1.5) & (bt.exp(bt.exp(y)) > 1.5)  # two calls deep: kept as buffers
+
+
+def argmin_compares(x):
+    return x != bt.argmin(x, axis=0) < x  # static sizes: the compares are vectorised beside the argmin
+
+
+@settings(max_examples=8, deadline=None)
+@given(n=st.integers(1, 9), m=st.sampled_from([1, 2, 4, 5, 16]))
+def test_cpu_vectorised_bool_intermediates_match_torch(n, m):
+    """Bool buffers between blocks are stored as int8: TVM's StorageRewrite retyped a vectorised bool
+    buffer to int8 lanes used as bools, which LLVM's verifier refused (fuzz 8000024249, 8000025434)."""
+    x, y = torch.randn(64, 64), torch.randn(64, 64)
+    k = bt.jit(target="cpu")(bool_intermediates).compile(x, y)
+    assert "T.vectorized" in k.stages["schedule"] and 'T.sblock_alloc_buffer((T.int64(64), T.int64(64)), "int8")' \
+        in k.stages["schedule"]
+    torch.testing.assert_close(k(x, y), (torch.exp(torch.exp(x)) > 1.5) & (torch.exp(torch.exp(y)) > 1.5))
+    x = torch.randint(-2, 4, (n, m)).float()
+    got = bt.jit(target="cpu")(argmin_compares)(x)
+    index = torch.argmin(x, dim=0).float()
+    torch.testing.assert_close(got, (x != index) & (index < x))
+
+
 def mm_epilogue(a: bt.Tensor(("m", 70), "float32"), b: bt.Tensor((70, 50), "float32"), c: bt.Tensor((50,), "float32")):
     return bt.relu(a @ b + c)
 

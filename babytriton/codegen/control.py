@@ -302,6 +302,8 @@ class Flow:
         self.leaves: dict = {}     # loop node -> its RecursiveLoop while that loop's body compiles
         self.pending: dict = {}    # pending-exit slot name -> exit key
         self.loop_count = 0        # recursive loops so far (names their functions)
+        self.run_time_ifs = 0      # run-time `if` branches being compiled around the current statement
+        self.caller: Flow | None = None  # an inlined @jit function's: the calling function's Flow
         from .loops import Loops   # loops.py builds on this module
         self.loops = Loops(self)
 
@@ -340,6 +342,11 @@ class Flow:
             marker.run(self)
         except Diagnostic as e:
             raise self.cg.error(node, str(e)) from None
+
+    def may_be_skipped(self) -> bool:
+        """Whether the statement being compiled runs only if run-time values say so (in a branch of
+        a run-time `if`, or in the body of a loop compiled as a recursive function; here or in the caller)."""
+        return bool(self.run_time_ifs or self.leaves) or (self.caller is not None and self.caller.may_be_skipped())
 
     def line(self, node) -> int:
         return self.cg.parsed.source_map.first_line + node.lineno - 1
@@ -412,10 +419,14 @@ class Flow:
 
     def runtime_if(self, node, cond, then_items: list, else_items: list, boundary):
         scope = self.cg.scope
-        with scope.frame() as then_names, RB.SeqExpr() as then_seq:
-            self.run(Stream([*then_items, BranchEnd(boundary)]))
-        with scope.frame() as else_names, RB.SeqExpr() as else_seq:
-            self.run(Stream([*else_items, BranchEnd(boundary)]))
+        self.run_time_ifs += 1
+        try:
+            with scope.frame() as then_names, RB.SeqExpr() as then_seq:
+                self.run(Stream([*then_items, BranchEnd(boundary)]))
+            with scope.frame() as else_names, RB.SeqExpr() as else_seq:
+                self.run(Stream([*else_items, BranchEnd(boundary)]))
+        finally:
+            self.run_time_ifs -= 1
         self.merge(node, cond, (then_names, then_seq), (else_names, else_seq), boundary)
         started = self.pending_after(dict.fromkeys([*then_names, *else_names]))
         self.stream.splice([PendingExit(key, node) for key in started])
@@ -445,7 +456,8 @@ class Flow:
             b = else_names[name] if name in else_names else self.outer(name)
             if name == RETURN and boundary == FunctionEnd.key:
                 a, b = self.returns(node, a, b)
-            if a is b:
+            if a is b:  # both paths hold one value (maybe a new name for an outer one: `v = x ** 1`)
+                plans[name] = (a, [("same", leaf) for leaf in leaves(a)])
                 continue
             if a is MISSING or b is MISSING or isinstance(a, Undefined) or isinstance(b, Undefined):
                 plans[name] = self.undefined_after_if(node, name, a, b)
@@ -650,14 +662,14 @@ class Flow:
 
 
 def branch(blocks, result) -> relax.SeqExpr:
-    """One branch of an `If`, without the bindings its result does not need (all are pure). Besides
-    tidier IR: TVM's FuseOps fails on a binding nothing uses inside an `If` branch."""
+    """One branch of an `If`, without the pure bindings its result does not need (run-time checks
+    stay). Besides tidier IR: TVM's FuseOps fails on a binding nothing uses inside an `If` branch."""
     live = set(relax.analysis.free_vars(result))
     kept_blocks = []
     for block in reversed(list(blocks)):
         kept = []
         for binding in reversed(list(block.bindings)):
-            if binding.var in live:
+            if binding.var in live or relax.analysis.contains_impure_call(binding.value):
                 kept.append(binding)
                 live.update(relax.analysis.free_vars(binding.value))
         if kept:

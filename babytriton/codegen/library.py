@@ -455,6 +455,7 @@ def run_time_check(cg, condition, message: str, *values) -> None:
     cg.emit(relax.op.assert_op(relax.prim_value(condition), [relax.prim_value(v) for v in values],
                                RUN_TIME_CHECK + message + where))
 
+
 SORTS = {"sort", "argsort", "topk"}
 
 
@@ -536,10 +537,10 @@ def check_nonempty(cg, op: Op, values: dict) -> None:
         message = (f"{op.name}(): cannot reduce axis {a % len(shape)} of a tensor of shape {core.format_shape(shape)}: "
                    f"it has size 0{' in this call' if core.is_symbolic(size) else ''}, and an empty axis has no "
                    f"{op.name} (torch raises too)")
-        if size == 0:
+        if size == 0 and not cg.flow.may_be_skipped():
             raise Diagnostic(message)
-        if core.is_symbolic(size):
-            run_time_check(cg, size != 0, message)
+        if core.is_symbolic(size) or size == 0:  # an empty axis in code that may not run: checked when it runs
+            run_time_check(cg, size != 0 if core.is_symbolic(size) else tvm.tirx.const(False, "bool"), message)
 
 
 def axis_problem(op_name: str, axis, ndim: int) -> str | None:

@@ -437,6 +437,7 @@ class RecursiveLoop:
                 RB.func_name("trial")
                 lo = RB.arg("lo", INDEX)
                 self.cg.params.add(lo)
+                self.trial_sizes(specs)
                 carried = {}
                 for name in self.carried:
                     args = (self.weakened(RB.arg(name, s.ty), s.weak) if isinstance(s, Slot) else s.value
@@ -453,6 +454,18 @@ class RecursiveLoop:
         finally:
             self.flow.loop_count = saved
         return end
+
+    def trial_sizes(self, specs: dict) -> None:
+        """Declare the sizes that the carried types use but no carried tensor has as a dimension of its
+        own (`2 * n`), as the loop functions do: an `If` in the body would otherwise erase the shapes
+        built on them to unknown ones, as sizes not defined in the function."""
+        types = [s.ty for name in self.carried for s in leaves(specs[name]) if isinstance(s, Slot)]
+        dims = [d for ty in types if isinstance(ty, relax.TensorType) for d in ty.shape.values]
+        bare = [d for d in dims if isinstance(d, tvm.ir.Var)]
+        unbound = [v for v in symbolic_vars([d for d in dims if not isinstance(d, tirx.IntImm)])
+                   if not any(v.same_as(d) for d in bare)]
+        if unbound:
+            RB.arg("sizes", relax.ShapeType(unbound))
 
     def unify(self, name: str, spec, end):
         if isinstance(end, Undefined):

@@ -253,6 +253,7 @@ class RelaxCodeGen(CodeGenerator):
         self.placement = caller.placement
         self.size_checks = caller.size_checks
         self.weak = caller.weak  # the numbers the caller passes stay numbers here
+        self.flow.caller = caller.flow
 
     def inline(self, values: dict):
         """Compile this function's body in place with its parameters bound to `values`; its value."""
