@@ -230,6 +230,18 @@ class Kernel:
         return f"<babytriton.Kernel {self.name} for {self.target.kind.name}, stages: {', '.join(self.stages)}>"
 
 
+def _eager_when_empty(run, jitfn, positions: list[int]):
+    """A GPU call whose symbolic-size tensors hold no element runs eagerly (torch's answer): TVM's
+    CUDA launch of a grid of 0 blocks fails, and a kernel can't guard itself around its thread syncs.
+    Static sizes of 0 are handled when compiling (the kernel has no body)."""
+    def call(args):
+        for i in positions:
+            if 0 in getattr(args[i], "shape", (1,)):
+                return jitfn.eager(*args)
+        return run(args)
+    return call
+
+
 def warn_serial(kernel: Kernel) -> None:
     """A SerialKernelWarning for each kernel left with a large amount of work on one thread (one GPU
     block), naming the user's lines that it computes."""
@@ -428,6 +440,9 @@ class JITFunction:
         kernel = self._kernel(specs)
         kernel.check_sizes(args)
         run = kernel.runner(args)
+        symbolic = [i for i, s in enumerate(specs) if s.kind == "tensor" and not all(isinstance(d, int) for d in s.shape)]
+        if kernel.device_kind == "cuda" and symbolic and not self.heterogeneous:
+            run = _eager_when_empty(run, self, symbolic)
         if key is not None and kernel.globals_key == values:  # else a global changed meanwhile
             with self._update_lock:
                 if len(runners) >= MAX_RUNNERS:

@@ -387,6 +387,21 @@ def _logical_not(bb, call):
                                               name="T_logical_not"), x, primfunc_name_hint="logical_not")
 
 
+def _astype(bb, call):
+    """A cast to bool as `x != 0` (NaN is True, as in torch): TVM folds a cast of a constant such as
+    -1.5 to the bool -1 and then refuses it ("exceeds range of bool")."""
+    (x,) = call.args
+    if call.attrs.dtype != "bool" or x.ty.dtype == "bool":
+        return None
+    zero = tirx.const(0, x.ty.dtype)
+    float_ = _is_float(x.ty.dtype)
+
+    def nonzero(v):
+        return tirx.Or(v != zero, isnan(v)) if float_ else v != zero
+    return bb.call_te(lambda data: te.compute(data.shape, lambda *i: nonzero(data(*i)), name="T_astype"),
+                      x, primfunc_name_hint="astype")
+
+
 def _axes(axis, ndim: int) -> list[int]:
     if axis is None:
         return list(range(ndim))
@@ -459,6 +474,7 @@ _RULES = {
     "relax.clip": _clip,
     "relax.not_equal": _not_equal,
     "relax.logical_not": _logical_not,
+    "relax.astype": _astype,
     "relax.multiply": _first(_with_zero(times_zero, times_zero, "multiply"), _wrapping_int(operator.mul, "multiply")),
     "relax.divide": _with_zero(zero_over, None, "divide"),
     "relax.add": _first(_with_zero(plus_zero, plus_zero, "add"), _wrapping_int(operator.add, "add")),
@@ -520,7 +536,9 @@ def _unit_axes_first(default, bb, call):
     def compute(data):
         if kind == "index":
             return topi.full(out, str(ty.dtype), 0)
-        value = topi.subtract(data, data) if kind == "zero" else data  # x - x: 0, and NaN where x is
+        # x - x: 0, and NaN where x is NaN or inf (the simplifier's x - x = 0 kept out, see `subtract`)
+        value = te.compute(data.shape, lambda *i: subtract(data(*i), data(*i)), name="T_zero") \
+            if kind == "zero" else data
         return topi.reshape(topi.cast(value, str(ty.dtype)), out)
     return bb.call_te(compute, x, primfunc_name_hint=call.op.name.split(".")[-1])
 

@@ -1039,7 +1039,8 @@ def skip_empty_outputs(mod: tvm.IRModule, target: tvm.target.Target | None) -> t
     that assume a size of at least 1 read and write out of bounds (on the GPU, `x * 2` of a (0, 4)
     tensor was an illegal memory access). A statically empty kernel loses its body; on the CPU, a
     symbolic size guards the body at run time. (On the GPU such a guard would enclose the kernel's
-    thread syncs, which TVM refuses: symbolic sizes of 0 there are not guarded yet.) Kernels with a
+    thread syncs, which TVM refuses: a GPU call with an empty symbolic-size tensor runs eagerly instead,
+    jit._eager_when_empty.) Kernels with a
     non-empty output still run, so a reduction over an empty axis writes its init."""
     out = mod
     for gvar, func in mod.functions_items():

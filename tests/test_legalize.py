@@ -60,6 +60,8 @@ def k_where(x, y): return where(x > 0, x, 0.0)
 def k_ifexp(x, y): return x if x >= y else y
 def k_compare(x, y): return x != y, x != x, x == y, x < y, x <= y, x > y, x >= y, isnan(x)
 def k_negated_compare(x, y): return not (x >= y), ~(x < y), not (x > 0), where(not (x <= y), x, y)
+def k_to_bool(x, y): return x.astype('bool'), full_like(x, -1.5).astype('bool'), logical_xor(full_like(x, -1.5), y > 0)
+def k_unit_axis_spread(x, y): return std(expand_dims(x, 1), axis=1), variance(expand_dims(x, 0), axis=0)
 def k_leaky_relu(x, y): return leakyrelu(x, 0.1)
 def k_silu(x, y): return silu(x)
 def k_softplus(x, y): return softplus(x)
@@ -96,6 +98,8 @@ CASES = {
     k_remainder: (lambda x, y: (torch.remainder(x, y), torch.floor_divide(x, y)), True),
     k_remainder_numbers: (lambda x, y: ((-1.5) % x, x % -2.5, x // 0.75, 3.0 // x, x // -0.0), True),
     k_constant_zero: (lambda x, y: (x * 0, 0 * x, x * -0.0, 0 / x, -0.0 / x, x + 0, x - -0.0, (x * 0).sum()), True),
+    k_to_bool: (lambda x, y: (x.bool(), torch.full_like(x, -1.5).bool(), torch.logical_xor(torch.full_like(x, -1.5), y > 0)), True),
+    k_unit_axis_spread: (lambda x, y: (torch.std(x[:, None], 1, correction=0), torch.var(x[None], 0, correction=0)), True),
     k_leaky_relu: (lambda x, y: F.leaky_relu(x, 0.1), False),  # x * 0.1 rounds alpha in half dtypes
     k_silu: (lambda x, y: F.silu(x), False),
     k_softplus: (lambda x, y: F.softplus(x), False),

@@ -1,5 +1,6 @@
-# compile-error: torch runs the program; babytriton refuses it
-# could not compile `x2.sum()`: the compiler failed on it (during passes after ConvertToDataflow); set BABYTRITON_DEBUG=1 to see the cause
+# Found by the threaded fuzzer (seed 8100024414): `x2.sum()` of an empty bfloat16 tensor failed to
+# compile (the float32-accumulating legalization of a reduction that reads nothing). Fixed with
+# empty_half_sum_*.py (legalize.half_accumulating_legalizations hands such calls to TVM).
 # babytriton fuzz program, seed 8100024414
 import torch
 import babytriton as bt
