@@ -74,7 +74,8 @@ class Elementwise(GPUScheduleRule):
         sch, info = _single_block(self, func, target)
         if sch is None or not info.is_injective():
             return None
-        widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p)), default=4)
+        widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p) and len(p.ty.shape)),
+                     default=4)  # a 0-d buffer (a run-time scalar) is read once, not in vectors
         vector = max(self.vector_bytes // widest, 1)
         if _computes_bools(func):  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
             vector = min(vector, 4)
@@ -154,6 +155,8 @@ def _contiguous_lanes(sch, inner_loop, lanes: int) -> bool:
         return False
     var = inner[0]
     for region in [*block.reads, *block.writes]:
+        if not region.region:
+            continue  # a 0-d buffer (a run-time scalar): one element for every lane
         *outer, last = region.region
         if any(_uses(r.min, var) for r in outer) or not all(_is_int(r.extent, 1) for r in region.region):
             return False
@@ -363,7 +366,10 @@ def _contiguous_reduction(sch, block) -> bool:
         used = [set(tvm.tirx.analysis.undefined_vars(r.min)) for r in region.region]
         if not any(u & reduced for u in used):
             continue
-        if not used or not used[-1] & reduced:
+        # the last axis that has more than one element (a (n, 1) buffer is read along its first)
+        shape = region.source.shape
+        wide = [u for u, d in zip(used, shape) if not (isinstance(d, tirx.IntImm) and int(d) == 1)]
+        if not wide or not wide[-1] & reduced:
             return False
         along += 1
     return along > 0
@@ -384,10 +390,19 @@ MAX_CALL_DEPTH = 2  # math calls nested in one inlined expression (see `_inline`
 _FIELDS = ("a", "b", "value", "condition", "true_value", "false_value", "body")
 
 
+# calls whose lowering names their argument once: they don't grow an inlined expression
+_LINEAR_CALLS = {f"tirx.{name}" for name in ("sqrt", "rsqrt", "pow", "fabs", "floor", "ceil", "round", "trunc",
+                                             "nearbyint", "isnan", "isinf", "isfinite", "reinterpret",
+                                             "copysign", "if_then_else", "log", "exp", "sin", "cos")}
+
+
 def _call_depth(expr) -> int:
-    """How deeply math calls nest in an expression: tanh(exp(x)) is 2."""
+    """How deeply math calls that repeat their argument (tanh, erf) nest in an expression:
+    tanh(erf(x)) is 2, sqrt(x / pow(b, n)) is 0."""
     if isinstance(expr, tvm.ir.expr.Call):
-        return 1 + max((_call_depth(arg) for arg in expr.args), default=0)
+        inner = max((_call_depth(arg) for arg in expr.args), default=0)
+        linear = isinstance(expr.op, tvm.ir.Op) and expr.op.name in _LINEAR_CALLS
+        return inner + (0 if linear else 1)
     return max((_call_depth(getattr(expr, f)) for f in _FIELDS if isinstance(getattr(expr, f, None), tvm.ir.expr.Expr)),
                default=0)
 
