@@ -402,6 +402,16 @@ def _astype(bb, call):
                       x, primfunc_name_hint="astype")
 
 
+def _full(bb, call):
+    """full/full_like of ±inf or NaN (a causal mask: `full_like(x, -inf)`): TVM's legalization asks
+    `"float" in dtype` of a dtype object and fails; the same kernel with the dtype's name."""
+    value = _try_convert_to_scalar_const(call.args[1], python_native=True)
+    shape = call.args[0].ty.shape if call.op.name == "relax.full_like" else call.args[0]
+    if not (isinstance(value, float) and not math.isfinite(value) and isinstance(shape, relax.ShapeExpr)):
+        return None
+    return bb.call_te(topi.full, shape.values, str(call.ty.dtype), value, primfunc_name_hint="full")
+
+
 def _axes(axis, ndim: int) -> list[int]:
     if axis is None:
         return list(range(ndim))
@@ -475,6 +485,8 @@ _RULES = {
     "relax.not_equal": _not_equal,
     "relax.logical_not": _logical_not,
     "relax.astype": _astype,
+    "relax.full": _full,
+    "relax.full_like": _full,
     "relax.multiply": _first(_with_zero(times_zero, times_zero, "multiply"), _wrapping_int(operator.mul, "multiply")),
     "relax.divide": _with_zero(zero_over, None, "divide"),
     "relax.add": _first(_with_zero(plus_zero, plus_zero, "add"), _wrapping_int(operator.add, "add")),

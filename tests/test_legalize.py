@@ -1,6 +1,7 @@
 """NaN, ±inf and -0.0 through the ops whose TVM lowering drops or mistakes them (babytriton/legalize.py):
 compiled (CPU), eager and torch agree on every float dtype; the CUDA code keeps the NaN tests and
 is scheduled as before."""
+import math
 import re
 import shutil
 
@@ -62,6 +63,7 @@ def k_compare(x, y): return x != y, x != x, x == y, x < y, x <= y, x > y, x >= y
 def k_negated_compare(x, y): return not (x >= y), ~(x < y), not (x > 0), where(not (x <= y), x, y)
 def k_to_bool(x, y): return x.astype('bool'), full_like(x, -1.5).astype('bool'), logical_xor(full_like(x, -1.5), y > 0)
 def k_unit_axis_spread(x, y): return std(expand_dims(x, 1), axis=1), variance(expand_dims(x, 0), axis=0)
+def k_full_of_specials(x, y): return x + triu(full_like(x, -math.inf), 1), full_like(x, math.nan), full_like(y, math.inf)
 def k_leaky_relu(x, y): return leakyrelu(x, 0.1)
 def k_silu(x, y): return silu(x)
 def k_softplus(x, y): return softplus(x)
@@ -100,6 +102,8 @@ CASES = {
     k_constant_zero: (lambda x, y: (x * 0, 0 * x, x * -0.0, 0 / x, -0.0 / x, x + 0, x - -0.0, (x * 0).sum()), True),
     k_to_bool: (lambda x, y: (x.bool(), torch.full_like(x, -1.5).bool(), torch.logical_xor(torch.full_like(x, -1.5), y > 0)), True),
     k_unit_axis_spread: (lambda x, y: (torch.std(x[:, None], 1, correction=0), torch.var(x[None], 0, correction=0)), True),
+    k_full_of_specials: (lambda x, y: (x + torch.triu(torch.full_like(x, -INF), 1), torch.full_like(x, NAN),
+                                       torch.full_like(y, INF)), True),
     k_leaky_relu: (lambda x, y: F.leaky_relu(x, 0.1), False),  # x * 0.1 rounds alpha in half dtypes
     k_silu: (lambda x, y: F.silu(x), False),
     k_softplus: (lambda x, y: F.softplus(x), False),
