@@ -154,8 +154,8 @@ OPS = {
     "tril": lambda x, k=0: torch.tril(x, k), "triu": lambda x, k=0: torch.triu(x, k),
     "zeros": lambda shape, dtype="float32": torch.zeros(shape, dtype=_dtype(dtype)),
     "ones": lambda shape, dtype="float32": torch.ones(shape, dtype=_dtype(dtype)),
-    "zeros_like": torch.zeros_like, "ones_like": torch.ones_like,
-    "full_like": lambda x, value: torch.full_like(x, value),
+    "zeros_like": _on_tensor(torch.zeros_like), "ones_like": _on_tensor(torch.ones_like),
+    "full_like": _on_tensor(lambda x, value: torch.full_like(x, value)),
 }
 # methods babytriton's tensors have that torch's spell otherwise
 METHODS = {"astype", "sum", "mean", "max", "min", "prod", "argmax", "argmin", "std", "variance"}
