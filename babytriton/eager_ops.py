@@ -327,14 +327,24 @@ def _prod(x, dim, keepdim):
     return x
 
 
-def _extreme(fn):
+def _nonempty(name: str, x, dim) -> None:
+    """An axis of size 0 has no max/min/argmax/argmin: the compiler's error, in its words."""
+    dims = range(x.dim()) if dim is None else [dim] if isinstance(dim, int) else dim
+    for d in dims:
+        if -x.dim() <= d < x.dim() and x.shape[d] == 0:
+            raise RuntimeError(library.empty_axis_message(name, d % x.dim(), format_shape(tuple(x.shape)), False))
+
+
+def _extreme(fn, name):
     def call(x, dim, keepdim):
+        _nonempty(name, x, dim)
         return fn(x, dim=() if dim is None else dim, keepdim=keepdim)
     return call
 
 
-def _arg(fn):
+def _arg(fn, name):
     def call(x, dim, keepdim):
+        _nonempty(name, x, dim)
         if dim is None and keepdim:
             return fn(x.reshape(-1), dim=0).reshape([1] * x.dim())
         return fn(x, dim=dim, keepdim=keepdim)
@@ -480,8 +490,8 @@ _BINARY = {
     "log_add_exp": torch.logaddexp, "outer": torch.outer,
 }
 _REDUCTIONS = {
-    "sum": torch.sum, "mean": torch.mean, "max": _extreme(torch.amax), "min": _extreme(torch.amin), "prod": _prod,
-    "argmax": _arg(torch.argmax), "argmin": _arg(torch.argmin),
+    "sum": torch.sum, "mean": torch.mean, "max": _extreme(torch.amax, "max"), "min": _extreme(torch.amin, "min"), "prod": _prod,
+    "argmax": _arg(torch.argmax, "argmax"), "argmin": _arg(torch.argmin, "argmin"),
     "std": functools.partial(torch.std, correction=0), "variance": functools.partial(torch.var, correction=0),
 }
 TORCH = {

@@ -102,6 +102,8 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
         mod = schedules.apply(mod, target, schedule, trials)
     mod = schedules.skip_empty_outputs(schedules.init_outside_reductions(mod), None if heterogeneous else target)
     mod = schedules.bool_buffers_as_bytes(mod, None if heterogeneous else target)
+    if not heterogeneous:
+        mod = allocate_empty_results(mod)
     record("schedule", mod.script())
     return mod
 
@@ -181,6 +183,34 @@ class _DevicePlacer(relax.PyExprMutator):
                     for a in call.args[1].fields]
         return relax.Call(call.op, [call.args[0], relax.Tuple(operands)] + list(call.args[2:]),
                           call.attrs, call.ty_args, call.span)
+
+
+@relax.expr_functor.mutator
+class _EmptyResults(relax.PyExprMutator):
+    """A kernel call whose one result has a static size 0 becomes an allocation of it."""
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        ty = call.ty
+        if call.op.same_as(tvm.ir.Op.get("relax.call_tir")) and isinstance(ty, relax.TensorType) \
+                and ty.shape is not None and any(isinstance(d, tvm.tirx.IntImm) and int(d) == 0
+                                                 for d in ty.shape.values):
+            return relax.op.builtin.alloc_tensor(relax.ShapeExpr(ty.shape.values), str(ty.dtype), 0)
+        return call
+
+
+def allocate_empty_results(mod: tvm.IRModule) -> tvm.IRModule:
+    """Give every statically empty kernel result as a bare allocation (there is nothing to write):
+    otherwise TVM folds the call of its bodiless kernel into an empty constant, which its executable
+    format writes but cannot read back ("Invalid DLTensor file format" when a GPU VM loads it)."""
+    out = mod
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            new = _EmptyResults().visit_expr(func)
+            if not new.same_as(func):
+                out = out if out is not mod else mod.clone()
+                out[gvar] = new
+    return out
 
 
 def build(mod: tvm.IRModule, target: tvm.target.Target):

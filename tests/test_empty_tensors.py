@@ -3,6 +3,7 @@ error naming the op), softmax, matmul and element-wise ops run, and nothing retu
 memory. Static, symbolic and unannotated sizes; each call twice (garbage would change)."""
 import importlib.util
 import itertools
+import shutil
 import warnings
 
 import pytest
@@ -151,3 +152,23 @@ def test_half_reductions_of_nothing_match_torch(dtype, shape, fn):
     for got, expected in zip(bt.jit(fn, cache=False)(x), want):
         assert got.shape == expected.shape and got.dtype == expected.dtype
         torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+def _keep_of_nothing(x: bt.Tensor((3, 0), "float32")):
+    return x.sum(axis=0, keepdims=True), softmax(x, axis=1), exp(x) + x * 2
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="links the GPU executable with nvcc")
+def test_a_statically_empty_result_survives_the_gpu_executable_format():
+    """TVM folded a bodiless kernel's call into an empty constant, which its executable format
+    cannot read back: every static (3, 0) case failed on the GPU ("Invalid DLTensor file format")."""
+    k = bt.jit(_keep_of_nothing, target="gpu", cache=False).compile()
+    assert "R.builtin.alloc_tensor" in k.stages["schedule"]
+    k.executable.jit()   # what a GPU VM does first: export, link and load the executable
+
+
+def test_a_statically_empty_result_is_an_allocation_on_the_cpu():
+    f = bt.jit(_keep_of_nothing, cache=False)
+    x = torch.empty(3, 0)
+    for got, want in zip(f(x), (x.sum(0, keepdim=True), torch.softmax(x, 1), torch.exp(x) + x * 2)):
+        assert got.shape == want.shape and got.dtype == want.dtype

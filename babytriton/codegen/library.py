@@ -523,6 +523,12 @@ def check_axis(op: Op, values: dict) -> None:
             raise Diagnostic(problem)
 
 
+def empty_axis_message(name: str, axis: int, shape: str, in_call: bool) -> str:
+    """max/min/argmax/argmin over an axis of size 0: the compiler's and the eager path's words."""
+    return (f"{name}(): cannot reduce axis {axis} of a tensor of shape {shape}: it has size 0"
+            f"{' in this call' if in_call else ''}, and an empty axis has no {name} (torch raises too)")
+
+
 def check_nonempty(cg, op: Op, values: dict) -> None:
     """max/min/argmax/argmin of an axis of size 0 fail, as in torch (they have no value to give)."""
     tensor = _first_tensor(op, values)
@@ -534,9 +540,7 @@ def check_nonempty(cg, op: Op, values: dict) -> None:
         if not isinstance(a, int) or not -len(shape) <= a < len(shape):
             continue  # Relax reports a bad axis
         size = shape[a]
-        message = (f"{op.name}(): cannot reduce axis {a % len(shape)} of a tensor of shape {core.format_shape(shape)}: "
-                   f"it has size 0{' in this call' if core.is_symbolic(size) else ''}, and an empty axis has no "
-                   f"{op.name} (torch raises too)")
+        message = empty_axis_message(op.name, a % len(shape), core.format_shape(shape), core.is_symbolic(size))
         if size == 0 and not cg.flow.may_be_skipped():
             raise Diagnostic(message)
         if core.is_symbolic(size) or size == 0:  # an empty axis in code that may not run: checked when it runs
