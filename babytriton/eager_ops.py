@@ -332,7 +332,7 @@ def _nonempty(name: str, x, dim) -> None:
     dims = range(x.dim()) if dim is None else [dim] if isinstance(dim, int) else dim
     for d in dims:
         if -x.dim() <= d < x.dim() and x.shape[d] == 0:
-            raise RuntimeError(library.empty_axis_message(name, d % x.dim(), format_shape(tuple(x.shape)), False))
+            raise RuntimeError(library.empty_axis_message(name, d % x.dim(), format_shape(tuple(x.shape)), True))
 
 
 def _extreme(fn, name):
