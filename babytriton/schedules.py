@@ -414,6 +414,36 @@ def _block_depth(sch, block) -> int:
     return _call_depth(body.value) if isinstance(body, tirx.BufferStore) else 0
 
 
+MAX_TREE_SIZE = 4000  # nodes of one inlined expression, counted as a tree (as the simplifier walks it)
+
+
+def _tree_size(expr, memo: dict, leaf=None) -> int:
+    """Nodes of `expr` counted as a tree (a shared subexpression once per use), in time linear in
+    the DAG; with `leaf`, only the nodes that are instances of `leaf`."""
+    key = expr.__hash__()
+    if key in memo:
+        return memo[key][1]
+    children = [getattr(expr, f) for f in _FIELDS if isinstance(getattr(expr, f, None), tvm.ir.expr.Expr)]
+    if isinstance(expr, tvm.ir.expr.Call):
+        children += list(expr.args)
+    if isinstance(expr, tvm.ir.expr.TensorLoad):
+        children += list(expr.indices)
+    own = 1 if leaf is None or isinstance(expr, leaf) else 0
+    total = own + sum(_tree_size(c, memo, leaf) for c in children)
+    memo[key] = (expr, total)  # the expression kept alive: its hash (an address) stays its own
+    return total
+
+
+def _block_size(sch, block) -> int:
+    body = sch.get(block).body
+    return _tree_size(body.value, {}) if isinstance(body, tirx.BufferStore) else 0
+
+
+def _block_loads(sch, block) -> int:
+    body = sch.get(block).body
+    return _tree_size(body.value, {}, tvm.ir.expr.TensorLoad) if isinstance(body, tirx.BufferStore) else 0
+
+
 def _inline(sch, infos):
     """Dlight's `try_inline` with limits: a producer goes into its consumers only while the math calls
     nested in one expression stay within MAX_CALL_DEPTH. LLVM's lowering of tanh (or erf) names its
@@ -422,7 +452,13 @@ def _inline(sch, infos):
     blocks = list(infos)
 
     def fits(block, others) -> bool:
-        return _block_depth(sch, block) + max((_block_depth(sch, o) for o in others), default=0) <= MAX_CALL_DEPTH
+        if _block_depth(sch, block) + max((_block_depth(sch, o) for o in others), default=0) > MAX_CALL_DEPTH:
+            return False
+        # and the expression stays small: NaN-aware max/min and floor `//` name each operand several
+        # times, so a chain of them inlined grows exponentially (5 unrolled `maximum`s kept TVM's
+        # simplifier busy for hours: fuzz 9200028250)
+        size = _block_size(sch, block)
+        return all(_block_size(sch, o) + size * _block_loads(sch, o) <= MAX_TREE_SIZE for o in others)
 
     def trial(inline, neighbours):
         for i, info in enumerate(blocks):
