@@ -115,6 +115,14 @@ CASES = {
 SIGNED_ZEROS = {k_remainder, k_remainder_numbers, k_constant_zero}
 
 
+def compiles_with_nvcc(source: str) -> None:
+    """The CUDA source compiles to PTX for sm_90, where nvcc is installed."""
+    if shutil.which("nvcc"):
+        from tvm.support import nvcc
+        with tvm.target.Target(SM90):
+            nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
+
+
 def check(f, x, y, reference, exact):
     want = reference(x, y)
     for got in (f(x, y), f.eager(x, y)):
@@ -224,10 +232,7 @@ def test_cuda_keeps_the_nan_tests(dtype):
     assert len(bodies) == len(kernels) and not any(re.search(r"\b(f?max|f?min)f?\(", b) for b in bodies)
     assert self_compares(k.source) >= 4
     assert "__shfl_down_sync" in k.source  # the row reductions still reduce across threads
-    if shutil.which("nvcc"):
-        from tvm.support import nvcc
-        with tvm.target.Target(SM90):
-            nvcc.compile_cuda(k.source, target_format="ptx", compiler="nvcc")
+    compiles_with_nvcc(k.source)
 
 
 @pytest.mark.gpu
@@ -301,10 +306,7 @@ def test_cuda_remainder_and_zero_rules(dtype):
     t = getattr(torch, dtype)
     k = bt.jit(target=SM90)(gpu_floats).compile(torch.empty(64, dtype=t), torch.empty(64, dtype=t))
     assert "isnan" not in k.source and "fmod" in k.source
-    if shutil.which("nvcc"):
-        from tvm.support import nvcc
-        with tvm.target.Target(SM90):
-            nvcc.compile_cuda(k.source, target_format="ptx", compiler="nvcc")
+    compiles_with_nvcc(k.source)
 
 
 @pytest.mark.gpu
