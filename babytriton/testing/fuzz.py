@@ -1109,8 +1109,9 @@ def generate_long(seed: int) -> Program:
     # inexact ones: float32 partial sums rounded in another order. Vector partials keep the error
     # near sqrt(n) roundings; a row whose length has no power-of-two factor >= 4 (or is symbolic)
     # in a several-block CPU kernel (softmax, layer_norm) is summed serially, and that error grows
-    # like n: 2e-4 relative at 97,609 elements, torch's pairwise sum 1.4e-5 (a known limit)
-    spread = max(4 * math.sqrt(n), n / 16) * EPS["float32"] if rtol > 1 else 0.0
+    # like n: 2e-4 relative at 97,609 elements, torch's pairwise sum 1.4e-5 (a known limit; layer_norm,
+    # two such sums, 1.8e-5 at 4,097)
+    spread = max(4 * math.sqrt(n), n / 8) * EPS["float32"] if rtol > 1 else 0.0
     source = (f"@bt.jit(cache=False)\ndef f(x{annotation}):\n    v = {step}\n    r = {code}\n    return r\n")
     spec = ("tensor", shape, dtype, extra) if extra else ("tensor", shape, dtype)
     return Program(seed, source, [Param("x", "tensor", annotation, spec)], [(atol * eps, rtol * eps + spread)])
