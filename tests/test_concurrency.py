@@ -193,7 +193,9 @@ def test_threads_that_end_leave_no_pool_workers_behind():
     before = len(os.listdir("/proc/self/task"))
     for _ in range(3):
         assert not run_threads(lambda i: torch.testing.assert_close(f(x), want))
-    assert len(os.listdir("/proc/self/task")) <= before, "threads that ended left TVM workers behind"
+    # 3 x 8 threads ran kernels: a pool each left at least 24 workers behind (a few threads of other
+    # libraries may come and go meanwhile)
+    assert len(os.listdir("/proc/self/task")) <= before + 4, "threads that ended left TVM workers behind"
     torch.testing.assert_close(f(x), want)       # the main thread keeps its own pool
 
 
