@@ -220,8 +220,7 @@ def _with_zero(rule_first, rule_second, name):
         for rule, zero, other in ((rule_first, call.args[0], call.args[1]), (rule_second, call.args[1], call.args[0])):
             sign = _scalar_zero(zero) if rule is not None else None
             if sign is not None and _is_relax_tensor(other) and str(other.ty.dtype) == str(call.ty.dtype):
-                return bb.call_te(lambda t, rule=rule, sign=sign: te.compute(
-                    t.shape, lambda *i: rule(t(*i), sign), name=f"T_{name}"), other, primfunc_name_hint=name)
+                return _each(bb, other, functools.partial(rule, sign=sign), name)
         return None
     return legalize
 
@@ -346,11 +345,16 @@ def _binary(rule, topi_fn):
     return legalize
 
 
+def _each(bb, x, rule, name: str):
+    """A kernel `name` applying `rule` to each element of the Relax tensor `x`."""
+    return bb.call_te(lambda t: te.compute(t.shape, lambda *i: rule(t(*i)), name=f"T_{name}"), x,
+                      primfunc_name_hint=name)
+
+
 def _relu(bb, call):
     if not _is_float(call.ty.dtype):
         return None
-    return bb.call_te(lambda x: te.compute(x.shape, lambda *i: nan_max(x(*i), tirx.const(0, x.dtype)),
-                                           name="T_relu"), call.args[0], primfunc_name_hint="relu")
+    return _each(bb, call.args[0], lambda v: nan_max(v, tirx.const(0, _dtype(v))), "relu")
 
 
 def _clip(bb, call):
@@ -382,9 +386,7 @@ def _logical_not(bb, call):
     (x,) = call.args
     if x.ty.dtype != "bool":
         return None
-    true = tirx.const(True, "bool")
-    return bb.call_te(lambda data: te.compute(data.shape, lambda *i: tirx.bitwise_xor(data(*i), true),
-                                              name="T_logical_not"), x, primfunc_name_hint="logical_not")
+    return _each(bb, x, lambda v: tirx.bitwise_xor(v, tirx.const(True, "bool")), "logical_not")
 
 
 def _astype(bb, call):
@@ -398,8 +400,7 @@ def _astype(bb, call):
 
     def nonzero(v):
         return tirx.Or(v != zero, isnan(v)) if float_ else v != zero
-    return bb.call_te(lambda data: te.compute(data.shape, lambda *i: nonzero(data(*i)), name="T_astype"),
-                      x, primfunc_name_hint="astype")
+    return _each(bb, x, nonzero, "astype")
 
 
 def _full(bb, call):

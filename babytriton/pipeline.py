@@ -203,14 +203,7 @@ def allocate_empty_results(mod: tvm.IRModule) -> tvm.IRModule:
     """Give every statically empty kernel result as a bare allocation (there is nothing to write):
     otherwise TVM folds the call of its bodiless kernel into an empty constant, which its executable
     format writes but cannot read back ("Invalid DLTensor file format" when a GPU VM loads it)."""
-    out = mod
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            new = _EmptyResults().visit_expr(func)
-            if not new.same_as(func):
-                out = out if out is not mod else mod.clone()
-                out[gvar] = new
-    return out
+    return schedules.updated(mod, relax.Function, _EmptyResults().visit_expr)
 
 
 def build(mod: tvm.IRModule, target: tvm.target.Target):

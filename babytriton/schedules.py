@@ -409,9 +409,15 @@ def _call_depth(expr) -> int:
                default=0)
 
 
-def _block_depth(sch, block) -> int:
+def _block_value(sch, block):
+    """The expression a block stores (None for a block that is no single store)."""
     body = sch.get(block).body
-    return _call_depth(body.value) if isinstance(body, tirx.BufferStore) else 0
+    return body.value if isinstance(body, tirx.BufferStore) else None
+
+
+def _block_depth(sch, block) -> int:
+    value = _block_value(sch, block)
+    return _call_depth(value) if value is not None else 0
 
 
 MAX_TREE_SIZE = 4000  # nodes of one inlined expression, counted as a tree (as the simplifier walks it)
@@ -434,14 +440,10 @@ def _tree_size(expr, memo: dict, leaf=None) -> int:
     return total
 
 
-def _block_size(sch, block) -> int:
-    body = sch.get(block).body
-    return _tree_size(body.value, {}) if isinstance(body, tirx.BufferStore) else 0
-
-
-def _block_loads(sch, block) -> int:
-    body = sch.get(block).body
-    return _tree_size(body.value, {}, tvm.ir.expr.TensorLoad) if isinstance(body, tirx.BufferStore) else 0
+def _block_size(sch, block, leaf=None) -> int:
+    """The tree size of the block's stored expression (`leaf`: of its nodes of that kind only)."""
+    value = _block_value(sch, block)
+    return _tree_size(value, {}, leaf) if value is not None else 0
 
 
 def _inline(sch, infos):
@@ -458,7 +460,8 @@ def _inline(sch, infos):
         # times, so a chain of them inlined grows exponentially (5 unrolled `maximum`s kept TVM's
         # simplifier busy for hours: fuzz 9200028250)
         size = _block_size(sch, block)
-        return all(_block_size(sch, o) + size * _block_loads(sch, o) <= MAX_TREE_SIZE for o in others)
+        return all(_block_size(sch, o) + size * _block_size(sch, o, tvm.ir.expr.TensorLoad) <= MAX_TREE_SIZE
+                   for o in others)
 
     def trial(inline, neighbours):
         for i, info in enumerate(blocks):
@@ -947,31 +950,13 @@ def launch_shape(func: tirx.PrimFunc, gpu: bool) -> str:
     is parallel or vectorised). Symbolic extents are shown as expressions of the sizes."""
     bound: dict[str, list] = {}
     parallel, vector = [], []
-
-    def visit(stmt):
-        if isinstance(stmt, tirx.For):
-            if stmt.kind == tirx.ForKind.THREAD_BINDING and stmt.thread_binding is not None:
-                bound.setdefault(stmt.thread_binding.thread_tag, []).append(stmt.extent)
-            elif stmt.kind == tirx.ForKind.PARALLEL:
-                parallel.append(stmt.extent)
-            elif stmt.kind == tirx.ForKind.VECTORIZED:
-                vector.append(stmt.extent)
-            visit(stmt.body)
-        elif isinstance(stmt, tirx.SeqStmt):
-            for part in stmt.seq:
-                visit(part)
-        elif isinstance(stmt, s_tir.SBlockRealize):
-            visit(stmt.block)
-        elif isinstance(stmt, s_tir.SBlock):
-            if stmt.init is not None:
-                visit(stmt.init)
-            visit(stmt.body)
-        elif isinstance(stmt, tirx.IfThenElse):
-            visit(stmt.then_case)
-            if stmt.else_case is not None:
-                visit(stmt.else_case)
-        elif hasattr(stmt, "body"):
-            visit(stmt.body)
+    for loop in _all(func.body, tirx.For):
+        if loop.kind == tirx.ForKind.THREAD_BINDING and loop.thread_binding is not None:
+            bound.setdefault(loop.thread_binding.thread_tag, []).append(loop.extent)
+        elif loop.kind == tirx.ForKind.PARALLEL:
+            parallel.append(loop.extent)
+        elif loop.kind == tirx.ForKind.VECTORIZED:
+            vector.append(loop.extent)
 
     def largest(extents):
         static = [int(e) for e in extents if isinstance(e, tirx.IntImm)]
@@ -982,7 +967,6 @@ def launch_shape(func: tirx.PrimFunc, gpu: bool) -> str:
         shown = [largest(bound[f"{prefix}.{axis}"]) for axis in "xyz" if f"{prefix}.{axis}" in bound]
         return "1" if not shown else shown[0] if len(shown) == 1 else f"({', '.join(shown)})"
 
-    visit(func.body)
     if gpu:
         return f"grid {dims('blockIdx')} x block {dims('threadIdx')}"
     shape = []
@@ -999,12 +983,10 @@ def schedule_summary(mod: tvm.IRModule, target: tvm.target.Target) -> dict[str, 
     for gvar, func in mod.functions_items():
         if not isinstance(func, tirx.PrimFunc):
             continue
-        kind = func.attrs["target"].kind.name if func.attrs is not None and "target" in func.attrs \
-            else target.kind.name
         attrs = func.attrs if func.attrs is not None else {}
         rule = str(attrs[RULE_ATTR]) if RULE_ATTR in attrs else \
             "tuned (MetaSchedule)" if "tirx.is_scheduled" in attrs else "none"
-        out[gvar.name_hint] = (rule, launch_shape(func, kind == "cuda"))
+        out[gvar.name_hint] = (rule, launch_shape(func, own_target(func, target).kind.name == "cuda"))
     return out
 
 
@@ -1014,9 +996,7 @@ def serial_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> list[tuple[s
     for gvar, func in mod.functions_items():
         if not isinstance(func, tirx.PrimFunc):
             continue
-        kind = func.attrs["target"].kind.name if func.attrs is not None and "target" in func.attrs \
-            else target.kind.name
-        work = serial_work(func, kind == "cuda")
+        work = serial_work(func, own_target(func, target).kind.name == "cuda")
         if work > SERIAL_LIMIT:
             found.append((gvar.name_hint, work))
     return sorted(found)
@@ -1066,13 +1046,29 @@ def apply(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, trials: i
 def _empty_kernels_done(mod: tvm.IRModule) -> tvm.IRModule:
     """Kernels whose results all have a static size 0 lose their body before any rule sees them
     (Dlight's GPU rules divided by the zero extent: a static (3, 0) softmax failed to compile)."""
-    emptied = skip_empty_outputs(mod, None)   # None: only static sizes of 0 are decided here
+    def done(func):
+        emptied = _skip_if_empty(func, None)   # None: only static sizes of 0 are decided here
+        return func if emptied.same_as(func) else \
+            emptied.with_attrs({"tirx.is_scheduled": True, RULE_ATTR: "none (no elements)"})
+    return updated(mod, tirx.PrimFunc, done)
+
+
+def updated(mod: tvm.IRModule, kind, update) -> tvm.IRModule:
+    """`mod` with `update(func)` in place of each function of `kind` that it changes: copied on the
+    first change (a recorded stage's module is never changed), `mod` itself if nothing changes."""
     out = mod
-    for gvar, func in emptied.functions_items():
-        if isinstance(func, tirx.PrimFunc) and not func.same_as(mod[gvar]):
-            out = out if out is not mod else mod.clone()
-            out[gvar] = func.with_attrs({"tirx.is_scheduled": True, RULE_ATTR: "none (no elements)"})
+    for gvar, func in mod.functions_items():
+        if isinstance(func, kind):
+            new = update(func)
+            if not new.same_as(func):
+                out = out if out is not mod else mod.clone()
+                out[gvar] = new
     return out
+
+
+def own_target(func: tirx.PrimFunc, target: tvm.target.Target | None) -> tvm.target.Target | None:
+    """The target a kernel carries (in a module with device blocks), else the module's."""
+    return func.attrs["target"] if func.attrs is not None and "target" in func.attrs else target
 
 
 def init_outside_reductions(mod: tvm.IRModule) -> tvm.IRModule:
@@ -1081,10 +1077,7 @@ def init_outside_reductions(mod: tvm.IRModule) -> tvm.IRModule:
     0 at run time (a symbolic n = 0): the result would be uninitialised memory instead of the sum's 0,
     the product's 1, a matrix product's zeros. Reductions whose loops are bound to GPU threads are
     left to TVM's cross-thread lowering, which starts every thread from the identity."""
-    out = mod
-    for gvar, func in mod.functions_items():
-        if not isinstance(func, tirx.PrimFunc):
-            continue
+    def decomposed(func):
         sch = s_tir.Schedule(func)
         for realize in _reductions_with_init(func):
             block = sch.get_sblock(realize.block.name_hint)
@@ -1094,10 +1087,8 @@ def init_outside_reductions(mod: tvm.IRModule) -> tvm.IRModule:
                     sch.decompose_reduction(block, loop)
                 except s_tir.ScheduleError:  # a layout it cannot split (left as scheduled)
                     continue
-        if not sch.mod["main"].same_as(func):
-            out = out if out is not mod else mod.clone()
-            out[gvar] = sch.mod["main"]
-    return out
+        return sch.mod["main"]
+    return updated(mod, tirx.PrimFunc, decomposed)
 
 
 def skip_empty_outputs(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
@@ -1108,35 +1099,33 @@ def skip_empty_outputs(mod: tvm.IRModule, target: tvm.target.Target | None) -> t
     thread syncs, which TVM refuses: a GPU call with an empty symbolic-size tensor runs eagerly instead,
     jit._eager_when_empty.) Kernels with a
     non-empty output still run, so a reduction over an empty axis writes its init."""
-    out = mod
-    for gvar, func in mod.functions_items():
-        if not isinstance(func, tirx.PrimFunc):
-            continue
-        conditions = [_nonempty(buffer) for buffer in _written_params(func)]
-        if not conditions or any(c is True for c in conditions):
-            continue
-        conditions = [c for c in conditions if c is not False]
-        own = func.attrs["target"] if func.attrs is not None and "target" in func.attrs else target
-        if conditions and (own is None or own.kind.name != "llvm"):
-            continue
-        if conditions:
-            guard = functools.reduce(tirx.Or, conditions)
-            body = lambda stmt: tirx.IfThenElse(guard, stmt, None)  # noqa: E731
-        else:
-            body = lambda stmt: tirx.Evaluate(0)  # noqa: E731
-        root = func.body
-        if isinstance(root, s_tir.SBlockRealize):  # the guard goes inside the root block
-            block = root.block
-            new_block = s_tir.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint,
-                                     body(block.body), block.init,
-                                     block.alloc_buffers if conditions else [], block.match_buffers,
-                                     block.annotations)
-            root = s_tir.SBlockRealize(root.iter_values, root.predicate, new_block)
-        else:
-            root = body(root)
-        out = out if out is not mod else mod.clone()
-        out[gvar] = func.with_body(root)
-    return out
+    return updated(mod, tirx.PrimFunc, lambda func: _skip_if_empty(func, target))
+
+
+def _skip_if_empty(func: tirx.PrimFunc, target: tvm.target.Target | None) -> tirx.PrimFunc:
+    conditions = [_nonempty(buffer) for buffer in _written_params(func)]
+    if not conditions or any(c is True for c in conditions):
+        return func
+    conditions = [c for c in conditions if c is not False]
+    own = own_target(func, target)
+    if conditions and (own is None or own.kind.name != "llvm"):
+        return func
+    if conditions:
+        guard = functools.reduce(tirx.Or, conditions)
+        body = lambda stmt: tirx.IfThenElse(guard, stmt, None)  # noqa: E731
+    else:
+        body = lambda stmt: tirx.Evaluate(0)  # noqa: E731
+    root = func.body
+    if isinstance(root, s_tir.SBlockRealize):  # the guard goes inside the root block
+        block = root.block
+        new_block = s_tir.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint,
+                                 body(block.body), block.init,
+                                 block.alloc_buffers if conditions else [], block.match_buffers,
+                                 block.annotations)
+        root = s_tir.SBlockRealize(root.iter_values, root.predicate, new_block)
+    else:
+        root = body(root)
+    return func.with_body(root)
 
 
 def _nonempty(buffer):
@@ -1187,18 +1176,10 @@ def bool_buffers_as_bytes(mod: tvm.IRModule, target: tvm.target.Target | None) -
     TVM's StorageRewrite retypes a buffer that vectorised loops access whole vectors of into one of
     vector elements, and for bool it makes int8 lanes that its loads then use as bools: `a & b` of a
     vectorised bool intermediate failed LLVM's verifier ("and <2 x i1>, <2 x i8>")."""
-    out = mod
-    for gvar, func in mod.functions_items():
-        if not isinstance(func, tirx.PrimFunc):
-            continue
-        own = func.attrs["target"] if func.attrs is not None and "target" in func.attrs else target
-        if own is None or own.kind.name != "llvm":
-            continue
-        new = _bool_buffers_as_bytes(func)
-        if not new.same_as(func):
-            out = out if out is not mod else mod.clone()
-            out[gvar] = new
-    return out
+    def on_cpu(func):
+        own = own_target(func, target)
+        return _bool_buffers_as_bytes(func) if own is not None and own.kind.name == "llvm" else func
+    return updated(mod, tirx.PrimFunc, on_cpu)
 
 
 def _bool_buffers_as_bytes(func: tirx.PrimFunc) -> tirx.PrimFunc:
