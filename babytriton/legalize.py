@@ -564,19 +564,34 @@ def _unit_axes_first(default, bb, call):
 OP_PATTERN = "op_pattern"
 
 
+# Ops that add up (or multiply up) many elements: in a half dtype they accumulate in float32 and
+# round once at the end, as torch does (a float16 sum stops growing at 2048, a bfloat16 one at 256).
+# The compiler legalizes them so (below); the eager reference computes them on float32 copies.
+HALF_ACCUMULATE = {"sum", "mean", "prod", "std", "variance", "softmax", "log_softmax",
+                   "layer_norm", "rms_norm", "group_norm", "instance_norm", "cross_entropy_with_logits",
+                   "nll_loss", "collapse_sum_like", "collapse_sum_to", "avg_pool1d", "avg_pool2d", "avg_pool3d",
+                   "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"}
+
+
+def _relax_op(name: str):
+    """The Relax op `name` (relax.nn.softmax, relax.sum)."""
+    try:
+        return tvm.ir.Op.get("relax.nn." + name)
+    except AttributeError:  # TVM's "not registered"
+        return tvm.ir.Op.get("relax." + name)
+
+
 def half_accumulating_legalizations() -> dict:
-    """LegalizeOps overrides for the ops that add up many elements (library.HALF_ACCUMULATE): on
+    """LegalizeOps overrides for the ops that add up many elements (HALF_ACCUMULATE): on
     float16/bfloat16 operands, TVM's own kernel computed in float32 and rounded once at the end, as
     torch computes them. The casts are stages of that one kernel (no float32 copy in memory), and
     the kernel keeps the fusion pattern of the half one, so fusion makes the same kernels as before."""
-    from .codegen import library
-
     overrides = {}
-    for name in library.HALF_ACCUMULATE:
-        relax_name = ("relax.nn." if library.lookup(name).fn.__module__.startswith("tvm.relax.op.nn") else "relax.") + name
-        default = tvm.ir.Op.get(relax_name).get_attr("FLegalize")
+    for name in HALF_ACCUMULATE:
+        op = _relax_op(name)
+        default = op.get_attr("FLegalize")
         if default is not None:
-            overrides[relax_name] = functools.partial(_legalize_in_float32, default)
+            overrides[op.name] = functools.partial(_legalize_in_float32, default)
     return overrides
 
 

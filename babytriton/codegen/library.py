@@ -23,6 +23,7 @@ import ast
 import difflib
 import functools
 import inspect
+import math
 import os
 import re
 import types
@@ -34,6 +35,7 @@ import torch
 import tvm
 from tvm import relax
 
+from .. import legalize
 from ..errors import Diagnostic
 from ..types import DTYPES, TORCH_TO_NAME, dtype_name
 from . import ops
@@ -84,14 +86,9 @@ VIA_FLOAT32 = {
 # Scans accumulate too (see HALF_ACCUMULATE below), and TVM builds them past LegalizeOps: float32 copies.
 for _half in VIA_FLOAT32.values():
     _half |= {"cumsum", "cumprod"}
-# Ops that add up (or multiply up) many elements: in a half dtype they accumulate in float32 and
-# round once at the end, as torch does (a float16 sum stops growing at 2048, a bfloat16 one at 256).
-# The compiler legalizes them so (legalize.half_accumulating_legalizations), the eager reference
-# computes them on float32 copies like VIA_FLOAT32.
-HALF_ACCUMULATE = {"sum", "mean", "prod", "std", "variance", "softmax", "log_softmax",
-                   "layer_norm", "rms_norm", "group_norm", "instance_norm", "cross_entropy_with_logits",
-                   "nll_loss", "collapse_sum_like", "collapse_sum_to", "avg_pool1d", "avg_pool2d", "avg_pool3d",
-                   "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"}
+# Ops that add up many elements accumulate in float32 in a half dtype (legalize.HALF_ACCUMULATE, the
+# rule's home); the eager reference computes them on float32 copies like VIA_FLOAT32.
+HALF_ACCUMULATE = legalize.HALF_ACCUMULATE
 # Reductions with no value for an empty axis (torch raises): a reduced size of 0 is an error, at
 # compile time when it is static, at run time (before any kernel runs) when it is symbolic.
 NO_IDENTITY = {"max", "min", "argmax", "argmin"}
@@ -394,7 +391,7 @@ def _reshape(cg, values: dict):
     if len(inferred) > 1:
         raise Diagnostic(f"reshape(): only one dimension can be inferred, got shape {text}")
     given = [s for i, s in enumerate(sizes) if i not in inferred]
-    numel, known = _product(shape), _product(given)
+    numel, known = math.prod(shape), math.prod(given)
     invalid = f"reshape(): shape '{text}' is invalid for input of size {{}}"
     ambiguous = (f"reshape(): cannot reshape tensor of {{}} elements into shape {text} because the "
                  "unspecified dimension size -1 can be any value and is ambiguous")
@@ -438,13 +435,6 @@ def _check_sizes(cg, analyzer, condition, message: str, value) -> None:
 
 def _as_size(value):
     return tvm.tirx.const(value, "int64") if isinstance(value, int) else value
-
-
-def _product(sizes):
-    total = 1
-    for size in sizes:
-        total = total * size
-    return total
 
 
 def run_time_check(cg, condition, message: str, *values) -> None:
