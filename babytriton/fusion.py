@@ -24,7 +24,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .schedules import TORCH_MATMUL
+from . import offload
 
 # Ops that only regroup values: edges in the picture, not nodes.
 _PLUMBING = (relax.Tuple, relax.TupleGetItem)
@@ -425,8 +425,7 @@ def fusion_map(record: dict | None, source_map, cuda_source: str = "",
             ops.append(FusedOp(op["op"], op["var"], line, text))
         pattern = re.compile(rf"{re.escape(kernel['name'])}_kernel(_?\d+)?")
         cuda = tuple(n for n in globals_ if pattern.fullmatch(n))
-        rule, launch = schedules.get(kernel["name"]) or (
-            ("cuBLAS", "through torch") if kernel["name"].startswith(TORCH_MATMUL) else ("", ""))
+        rule, launch = schedules.get(kernel["name"]) or offload.rule_of(kernel["name"]) or ("", "")
         kernels.append(FusedKernel(kernel["name"], tuple(ops), bool(kernel["fused"]), cuda, rule, launch))
     return FusionMap(kernels, source_map.filename)
 

@@ -14,7 +14,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from . import legalize, rowwise, schedules
+from . import legalize, offload, rowwise, schedules
 
 TARGET_ALIASES = {"cpu": "llvm", "llvm": "llvm", "gpu": "cuda", "cuda": "cuda"}
 SCHEDULES = schedules.SCHEDULES
@@ -56,9 +56,12 @@ def device_kind(target: tvm.target.Target) -> str:
 def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") -> list[tuple[str, tvm.transform.Pass]]:
     """The Relax passes, in order, each named as its stage."""
     sequence = [("ConvertToDataflow", relax.transform.ConvertToDataflow(min_size=1))]
-    if schedules.offloads_matmul(target, schedule):
-        sequence.append(("MatmulToCuBLAS", tvm.transform.module_pass(
-            lambda mod, _ctx: schedules.offload_matmul(mod), opt_level=0, name="MatmulToCuBLAS")))
+    if offload.offloads(target, schedule):
+        # attention first: its matrix products are part of the block it hands to torch whole
+        sequence += [(name, tvm.transform.module_pass(lambda mod, _ctx, rewrite=rewrite: rewrite(mod),
+                                                      opt_level=0, name=name))
+                     for name, rewrite in (("AttentionToSDPA", offload.offload_attention),
+                                           ("MatmulToCuBLAS", offload.offload_matmul))]
     return sequence + [
         # babytriton's rules first where TVM's lowering loses NaN or infinities, or sums halves in
         # half precision (see legalize.py)

@@ -1,8 +1,7 @@
 """How fused TIR kernels get a schedule: Dlight's rules plus babytriton's own, the tutorial's
 Fallback-only mode, or MetaSchedule tuning with an on-disk database that later runs reuse.
 
-On a GPU, "dlight" also hands matrix products to cuBLAS through torch (see `offload_matmul`):
-TVM's PyPI build has no cuBLAS, while torch ships it and a Relax packed call reaches it. On a CPU,
+On a GPU, "dlight" also hands matrix products and attention to torch (offload.py). On a CPU,
 babytriton's own rules inline, parallelise (on TVM's thread pool, sized like torch's) and vectorise
 every kernel, matrix products included (a register-tiled schedule that keeps their epilogues fused).
 After scheduling, `serial_kernels` finds the kernels that would still run a large amount of work on
@@ -31,7 +30,6 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.sym.pattern import detect_linear_equation
 
 from .errors import debug_enabled
-from .types import vm_to_torch
 
 SCHEDULES = ("dlight", "fallback", "meta_schedule")
 TUNE_EXTRAS = ("psutil", "cloudpickle", "xgboost")
@@ -1214,78 +1212,6 @@ def _with_dtype(ty: tirx.BufferType, dtype: str) -> tirx.BufferType:
     return tirx.BufferType(dtype=dtype, storage_scope=ty.storage_scope, shape=ty.shape, strides=ty.strides,
                            elem_offset=ty.elem_offset, data_alignment=ty.data_alignment,
                            offset_factor=ty.offset_factor, layout=ty.layout, allocated_addr=ty.allocated_addr)
-
-
-# --------------------------------------------------------------------------------------------------
-# matrix products through torch's cuBLAS
-# --------------------------------------------------------------------------------------------------
-
-TORCH_MATMUL = "babytriton.torch_matmul"
-
-
-@tvm.register_global_func(TORCH_MATMUL, override=True)
-def _torch_matmul(a, b, out):
-    torch.matmul(vm_to_torch(a), vm_to_torch(b), out=vm_to_torch(out))
-
-
-def _register_transposed(name: str, ta: bool, tb: bool) -> None:
-    """A product whose operand(s) arrive untransposed: cuBLAS reads the transposed view directly."""
-    def matmul(a, b, out):
-        a, b = vm_to_torch(a), vm_to_torch(b)
-        torch.matmul(a.mT if ta else a, b.mT if tb else b, out=vm_to_torch(out))
-    tvm.register_global_func(name, matmul, override=True)
-
-
-# transposed operands by suffix: "nt" is a @ b.mT
-TORCH_MATMUL_T = {(ta, tb): f"{TORCH_MATMUL}_{'t' if ta else 'n'}{'t' if tb else 'n'}"
-                  for ta in (False, True) for tb in (False, True) if ta or tb}
-for (_ta, _tb), _name in TORCH_MATMUL_T.items():
-    _register_transposed(_name, _ta, _tb)
-
-
-@relax.expr_functor.mutator
-class _MatmulToTorch(relax.PyExprMutator):
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.matmul":
-            a, b = call.args
-            ok = all(str(x.ty.dtype) in ("float16", "bfloat16", "float32") and x.ty.ndim >= 2 for x in (a, b))
-            out_dtype = call.attrs.out_dtype
-            if ok and out_dtype in (None, "", str(a.ty.dtype)) and str(a.ty.dtype) == str(b.ty.dtype):
-                (a, ta), (b, tb) = self._untransposed(a), self._untransposed(b)
-                name = TORCH_MATMUL_T.get((ta, tb), TORCH_MATMUL)
-                return relax.op.call_dps_packed(relax.ExternFunc(name), [a, b], call.ty)
-        return call
-
-    def _untransposed(self, operand):
-        """(x, True) for an operand that is permute_dims(x) swapping its last two axes, else (operand, False):
-        torch hands cuBLAS the transposed view, so the transpose needs no kernel of its own."""
-        value = self.lookup_binding(operand) if isinstance(operand, relax.Var) else None
-        if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
-                and value.op.name == "relax.permute_dims"):
-            return operand, False
-        n = operand.ty.ndim
-        axes = value.attrs.axes
-        axes = list(range(n))[::-1] if axes is None else [int(x) for x in axes]
-        if n < 2 or axes != list(range(n - 2)) + [n - 1, n - 2]:
-            return operand, False
-        return value.args[0], True
-
-
-def offloads_matmul(target: tvm.target.Target | None, schedule: str) -> bool:
-    """Whether the pipeline hands float matrix products to cuBLAS (which accumulates float16 in float32).
-    Not on a CPU: there `CPUMatmul` keeps them TIR kernels that fuse with their neighbours."""
-    return target is not None and target.kind.name == "cuda" and schedule == "dlight"
-
-
-def offload_matmul(mod: tvm.IRModule) -> tvm.IRModule:
-    """Replace float matrix products by a packed call into torch.matmul (cuBLAS), before legalization."""
-    mod = mod.clone()  # passes must not change the module a previous stage recorded
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            mutator = _MatmulToTorch(mod)
-            mod[gv] = mutator.visit_expr(func)
-    return mod
 
 
 # --------------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import relax as RB
 
-from .. import devices, pipeline, schedules
+from .. import devices, offload, pipeline
 from ..errors import CompilationError, Diagnostic, debug_enabled
 from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, Tensor, format_shape
 from . import inline, kernels, library, ops
@@ -681,7 +681,7 @@ class RelaxCodeGen(CodeGenerator):
     def matmul_offloaded(self) -> bool:
         options = self.options or {}
         target = None if self.placement is not None else pipeline.resolve_target(options.get("target", "cpu"))
-        return schedules.offloads_matmul(target, options.get("schedule", "dlight"))
+        return offload.offloads(target, options.get("schedule", "dlight"))
 
     def visit_UnaryOp(self, node: ast.UnaryOp):
         value = self.visit(node.operand)

@@ -1,0 +1,258 @@
+"""What the GPU pipeline hands to torch instead of generating a kernel: matrix products (cuBLAS) and
+attention blocks `softmax(q @ kᵀ * scale) @ v` (torch's fused scaled-dot-product attention).
+
+TVM's PyPI build has no cuBLAS and no fused attention, while torch ships both and a Relax packed call
+reaches them: each rewrite replaces Relax ops by `call_dps_packed` into a function registered here,
+before legalization, so the fusion map shows the ops it absorbed. Inductor does the same with
+attention (it pattern-matches the composition into `scaled_dot_product_attention`).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from .types import vm_to_torch
+
+TORCH_MATMUL = "babytriton.torch_matmul"
+TORCH_ATTENTION = "babytriton.torch_attention"
+FLOATS = ("float16", "bfloat16", "float32")
+
+# what `k.fusion` says schedules an offloaded kernel, by the name prefix of its packed function
+RULES = {TORCH_ATTENTION: ("SDPA", "torch scaled_dot_product_attention"),
+         TORCH_MATMUL: ("cuBLAS", "through torch")}
+
+
+def rule_of(name: str) -> tuple[str, str] | None:
+    """The (rule, launch) of an offloaded kernel, None for a kernel babytriton generates."""
+    for prefix, rule in RULES.items():
+        if name.startswith(prefix):
+            return rule
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# the packed functions
+# --------------------------------------------------------------------------------------------------
+
+@tvm.register_global_func(TORCH_MATMUL, override=True)
+def _torch_matmul(a, b, out):
+    torch.matmul(vm_to_torch(a), vm_to_torch(b), out=vm_to_torch(out))
+
+
+def _register_transposed(name: str, ta: bool, tb: bool) -> None:
+    """A product whose operand(s) arrive untransposed: cuBLAS reads the transposed view directly."""
+    def matmul(a, b, out):
+        a, b = vm_to_torch(a), vm_to_torch(b)
+        torch.matmul(a.mT if ta else a, b.mT if tb else b, out=vm_to_torch(out))
+    tvm.register_global_func(name, matmul, override=True)
+
+
+# transposed operands by suffix: "nt" is a @ b.mT
+TORCH_MATMUL_T = {(ta, tb): f"{TORCH_MATMUL}_{'t' if ta else 'n'}{'t' if tb else 'n'}"
+                  for ta in (False, True) for tb in (False, True) if ta or tb}
+for (_ta, _tb), _name in TORCH_MATMUL_T.items():
+    _register_transposed(_name, _ta, _tb)
+
+
+def _register_attention(name: str, k_transposed: bool) -> None:
+    """softmax(q @ kᵀ * scale) @ v; k arrives as (..., S, E), or as kᵀ (..., E, S) for the "_kt" variant.
+    SDPA has no `out=`, so the result is copied into the VM's output buffer (one extra write)."""
+    def attention(q, k, v, scale, out):
+        k = vm_to_torch(k)
+        result = torch.nn.functional.scaled_dot_product_attention(
+            vm_to_torch(q), k.mT if k_transposed else k, vm_to_torch(v), scale=float(scale))
+        vm_to_torch(out).copy_(result)
+    tvm.register_global_func(name, attention, override=True)
+
+
+TORCH_ATTENTION_KT = TORCH_ATTENTION + "_kt"
+_register_attention(TORCH_ATTENTION, False)
+_register_attention(TORCH_ATTENTION_KT, True)
+
+
+# --------------------------------------------------------------------------------------------------
+# the rewrites
+# --------------------------------------------------------------------------------------------------
+
+def offloads(target: tvm.target.Target | None, schedule: str) -> bool:
+    """Whether the pipeline hands float matrix products (and attention) to torch on the GPU (cuBLAS
+    accumulates float16 in float32). Not on a CPU: there `CPUMatmul` keeps them TIR kernels that fuse
+    with their neighbours."""
+    return target is not None and target.kind.name == "cuda" and schedule == "dlight"
+
+
+def _is_op(value, name: str) -> bool:
+    return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == name
+
+
+def _swaps_last_two(value) -> bool:
+    """Whether `value` is permute_dims swapping the last two axes and keeping the others."""
+    if not _is_op(value, "relax.permute_dims"):
+        return False
+    n = value.ty.ndim
+    axes = value.attrs.axes
+    axes = list(range(n))[::-1] if axes is None else [int(x) for x in axes]
+    return n >= 2 and axes == list(range(n - 2)) + [n - 1, n - 2]
+
+
+def _scalar(expr) -> float | None:
+    """The value of a one-element constant, None for anything else."""
+    if isinstance(expr, tvm.ir.Constant) and expr.value.numpy().size == 1:
+        return float(expr.value.numpy().reshape(()))
+    return None
+
+
+def _float_matmul(call) -> bool:
+    a, b = call.args
+    dtype = str(a.ty.dtype)
+    return (dtype in FLOATS and str(b.ty.dtype) == dtype and a.ty.ndim >= 2 and b.ty.ndim >= 2
+            and call.attrs.out_dtype in (None, "", dtype))
+
+
+class _Offload(relax.PyExprMutator):
+    """Shared by the rewrites: what a var is bound to, and how many bindings read it."""
+
+    def __init__(self, mod, func):
+        super().__init__(mod)
+        self.readers: dict = {}
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                for var in relax.analysis.free_vars(binding.value):
+                    self.readers[var] = self.readers.get(var, 0) + 1
+        for var in relax.analysis.free_vars(func.body.body):
+            self.readers[var] = self.readers.get(var, 0) + 1
+
+    def bound(self, expr, readers: int | None = 1):
+        """The value a dataflow var is bound to, if that many bindings read it (any number for None)."""
+        if not isinstance(expr, relax.Var) or (readers is not None and self.readers.get(expr, 0) != readers):
+            return None
+        try:
+            return self.lookup_binding(expr)
+        except Exception:  # a parameter, or a var of another function
+            return None
+
+    def untransposed(self, operand):
+        """(x, True) for an operand that is permute_dims(x) swapping its last two axes, else
+        (operand, False): torch reads the transposed view, so the transpose needs no kernel of its own."""
+        value = self.bound(operand, readers=None)
+        return (value.args[0], True) if _swaps_last_two(value) else (operand, False)
+
+
+@relax.expr_functor.mutator
+class _MatmulToTorch(_Offload):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if _is_op(call, "relax.matmul") and _float_matmul(call):
+            (a, ta), (b, tb) = (self.untransposed(x) for x in call.args)
+            name = TORCH_MATMUL_T.get((ta, tb), TORCH_MATMUL)
+            return relax.op.call_dps_packed(relax.ExternFunc(name), [a, b], call.ty)
+        return call
+
+
+@relax.expr_functor.mutator
+class _AttentionToTorch(_Offload):
+    """`P @ v` where P is a softmax over the last axis of `q @ kᵀ` (times or divided by a constant),
+    every intermediate read once: one SDPA call. The intermediates are then unused and removed."""
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not (_is_op(call, "relax.matmul") and _float_matmul(call)):
+            return call
+        probs, v = call.args
+        scores, readers = self.softmax_input(self.bound(probs))
+        scale, product = self.scaled(self.bound(scores, readers))
+        if product is None or not _float_matmul(product):
+            return call
+        q, keys = product.args
+        k, k_is_transposed = self.untransposed(keys)
+        if not self.same_batch(q, k, v, k_is_transposed):
+            return call
+        name = TORCH_ATTENTION if k_is_transposed else TORCH_ATTENTION_KT
+        args = [q, k, v, relax.prim_value(tvm.tirx.FloatImm("float64", scale))]
+        return relax.op.call_dps_packed(relax.ExternFunc(name), args, call.ty)
+
+    def softmax_input(self, value):
+        """(S, how many of its ops read S) for a softmax of S over its last axis: the library op (1),
+        or exp(S - max S) / sum(...) (2); (None, 0) for anything else."""
+        if _is_op(value, "relax.nn.softmax"):
+            x = value.args[0]
+            return (x, 1) if int(value.attrs.axis) in (-1, x.ty.ndim - 1) else (None, 0)
+        if not _is_op(value, "relax.divide"):
+            return None, 0
+        e, total = value.args
+        total = self.bound(total)
+        if not (_is_op(total, "relax.sum") and total.args[0].same_as(e) and self.last_axis(total)
+                and self.readers.get(e, 0) == 2):
+            return None, 0
+        exp = self.lookup_binding(e) if isinstance(e, relax.Var) else None
+        shifted = self.bound(exp.args[0]) if _is_op(exp, "relax.exp") else None
+        if not _is_op(shifted, "relax.subtract"):
+            return None, 0
+        s, peak = shifted.args
+        peak = self.bound(peak)
+        if not (_is_op(peak, "relax.max") and peak.args[0].same_as(s) and self.last_axis(peak)
+                and self.readers.get(s, 0) == 2):
+            return None, 0
+        return s, 2
+
+    @staticmethod
+    def last_axis(reduction) -> bool:
+        axes = reduction.attrs.axis
+        n = reduction.args[0].ty.ndim
+        return bool(reduction.attrs.keepdims) and axes is not None and [int(a) % n for a in axes] == [n - 1]
+
+    def scaled(self, value):
+        """(scale, the `q @ kᵀ` call) for scores bound to the product times or divided by constants,
+        in any order (`p * c`, `c * p`, `c * p / d`, ...), or to the product itself; (None, None) else."""
+        scale = 1.0
+        while not _is_op(value, "relax.matmul"):
+            if not (_is_op(value, "relax.multiply") or _is_op(value, "relax.divide")):
+                return None, None
+            divide = _is_op(value, "relax.divide")
+            pairs = [value.args] if divide else [value.args, value.args[::-1]]
+            for operand, constant in pairs:
+                c = _scalar(constant)
+                if c is not None and c != 0 and math.isfinite(c):
+                    scale *= 1.0 / c if divide else c
+                    value = self.bound(operand)
+                    break
+            else:
+                return None, None
+        return scale, value
+
+    @staticmethod
+    def same_batch(q, k, v, k_is_transposed) -> bool:
+        """q (..., L, E), k (..., S, E), v (..., S, Ev) with the same leading axes, as SDPA wants."""
+        shapes = [x.ty.shape for x in (q, k, v)]
+        if any(s is None or not isinstance(s, relax.ShapeExpr) for s in shapes) or len({len(s.values) for s in shapes}) != 1:
+            return False
+        (qs, ks, vs) = [list(s.values) for s in shapes]
+        if len(qs) < 3:
+            return False
+        if not k_is_transposed:
+            ks = ks[:-2] + [ks[-1], ks[-2]]
+        same = tvm_ffi.structural_equal
+        return (all(same(a, b) and same(a, c) for a, b, c in zip(qs[:-2], ks[:-2], vs[:-2]))
+                and same(qs[-1], ks[-1]) and same(ks[-2], vs[-2]))
+
+
+def _rewrite(mod: tvm.IRModule, mutator_class) -> tvm.IRModule:
+    mod = mod.clone()  # passes must not change the module a previous stage recorded
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr):
+            mod[gv] = relax.analysis.remove_all_unused(mutator_class(mod, func).visit_expr(func))
+    return mod
+
+
+def offload_attention(mod: tvm.IRModule) -> tvm.IRModule:
+    """Replace attention blocks by a packed call into torch's scaled_dot_product_attention."""
+    return _rewrite(mod, _AttentionToTorch)
+
+
+def offload_matmul(mod: tvm.IRModule) -> tvm.IRModule:
+    """Replace float matrix products by a packed call into torch.matmul (cuBLAS), before legalization."""
+    return _rewrite(mod, _MatmulToTorch)

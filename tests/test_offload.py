@@ -1,0 +1,216 @@
+"""What the GPU pipeline hands to torch: matrix products (cuBLAS) and attention blocks (SDPA).
+
+The rewrites run on a cuda target, which compiles on a machine without a GPU; the packed functions
+they call are torch code, checked here on CPU tensors and on a GPU where there is one."""
+import math
+import shutil
+
+import pytest
+import torch
+import tvm
+
+import babytriton as bt
+from babytriton import offload
+from babytriton.types import torch_to_vm, vm_to_torch
+
+SM90 = {"kind": "cuda", "arch": "sm_90"}
+
+
+def nvcc_ptx(source: str) -> bytes:
+    from tvm.support import nvcc
+    with tvm.target.Target(SM90):
+        return nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
+
+
+# --------------------------------------------------------------------------------------------------
+# matrix products
+# --------------------------------------------------------------------------------------------------
+
+def batched(dtype, ndim, ta, tb):
+    batch = (2, 3)[:ndim - 2]
+    perm = list(range(ndim - 2)) + [ndim - 1, ndim - 2]
+    A = bt.Tensor(batch + ((64, 32) if ta else (32, 64)), dtype)
+    B = bt.Tensor(batch + ((48, 64) if tb else (64, 48)), dtype)
+
+    def product(a: A, b: B):
+        if ta:
+            a = bt.permute_dims(a, perm)
+        if tb:
+            b = bt.permute_dims(b, perm)
+        return a @ b
+    return product
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("ndim", [3, 4])
+@pytest.mark.parametrize("ta, tb", [(False, False), (False, True), (True, False), (True, True)])
+def test_batched_products_go_to_cublas_with_transposes_as_views(dtype, ndim, ta, tb):
+    k = bt.jit(target=SM90)(batched(dtype, ndim, ta, tb)).compile()
+    (kernel,) = k.fusion
+    assert kernel.name == offload.TORCH_MATMUL_T.get((ta, tb), offload.TORCH_MATMUL)
+    assert kernel.rule == "cuBLAS"
+    assert not k.source or b".entry" in nvcc_ptx(k.source)
+
+
+@pytest.mark.parametrize("ta, tb", [(False, True), (True, False), (True, True)])
+def test_the_transposed_cublas_calls_compute_torch_products(ta, tb):
+    m, k, n = 5, 4, 3
+    a = torch.randn(2, 3, *((k, m) if ta else (m, k)))
+    b = torch.randn(2, 3, *((n, k) if tb else (k, n)))
+    out = torch.empty(2, 3, m, n)
+    vm_out = torch_to_vm(out)
+    tvm.get_global_func(offload.TORCH_MATMUL_T[(ta, tb)])(torch_to_vm(a), torch_to_vm(b), vm_out)
+    expected = (a.mT if ta else a) @ (b.mT if tb else b)
+    torch.testing.assert_close(vm_to_torch(vm_out), expected)
+
+
+# --------------------------------------------------------------------------------------------------
+# attention, written the ways users write it
+# --------------------------------------------------------------------------------------------------
+
+HEADS = bt.Tensor((4, 16, 1024, 64), "float16")
+KT = bt.Tensor((4, 16, 64, 1024), "float16")
+
+
+def composed(q: HEADS, k: HEADS, v: HEADS):
+    s = q @ bt.permute_dims(k, [0, 1, 3, 2]) * 0.125
+    e = bt.exp(s - s.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)) @ v
+
+
+def library(q: HEADS, k: HEADS, v: HEADS):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    return bt.softmax(q @ bt.permute_dims(k, (0, 1, 3, 2)) * scale, axis=-1) @ v
+
+
+def divided_scale_first(q: HEADS, k: HEADS, v: HEADS):
+    s = 8.0 * (q @ bt.permute_dims(k, (0, 1, 3, 2))) / 64.0
+    return bt.softmax(s, axis=3) @ v
+
+
+def unscaled_kt_given(q: HEADS, kt: KT, v: HEADS):
+    return bt.softmax(q @ kt, axis=-1) @ v
+
+
+def three_d(q: bt.Tensor((8, 256, 32), "bfloat16"), k: bt.Tensor((8, 256, 32), "bfloat16"),
+            v: bt.Tensor((8, 256, 48), "bfloat16")):
+    return bt.softmax(q @ bt.permute_dims(k, (0, 2, 1)) / math.sqrt(32), axis=-1) @ v
+
+
+def symbolic(q: bt.Tensor(("b", 4, "n", 64), "float32"), k: bt.Tensor(("b", 4, "n", 64), "float32"),
+             v: bt.Tensor(("b", 4, "n", 64), "float32")):
+    return bt.softmax(q @ bt.permute_dims(k, (0, 1, 3, 2)) * 0.125, axis=-1) @ v
+
+
+@pytest.mark.parametrize("fn, name, ops", [
+    (composed, offload.TORCH_ATTENTION, ["permute_dims", "matmul", "multiply", "max", "subtract", "exp", "sum",
+                                         "divide", "matmul"]),
+    (library, offload.TORCH_ATTENTION, ["permute_dims", "matmul", "multiply", "nn.softmax", "matmul"]),
+    (divided_scale_first, offload.TORCH_ATTENTION, None),
+    (unscaled_kt_given, offload.TORCH_ATTENTION_KT, ["matmul", "nn.softmax", "matmul"]),
+    (three_d, offload.TORCH_ATTENTION, None),
+    (symbolic, offload.TORCH_ATTENTION, None),
+])
+def test_attention_blocks_become_one_sdpa_call(fn, name, ops):
+    k = bt.jit(target=SM90)(fn).compile()
+    (kernel,) = k.fusion
+    assert kernel.name == name and kernel.rule == "SDPA"
+    if ops is not None:
+        assert [op.op for op in kernel.ops] == ops
+    assert all(op.line is not None for op in kernel.ops)  # every absorbed op keeps its source line
+    assert "AttentionToSDPA" in k.stages and "call_dps_packed" in k.stages["AttentionToSDPA"]
+
+
+def test_the_scale_is_the_users_constant():
+    k = bt.jit(target=SM90)(divided_scale_first).compile()
+    assert "T.float64(0.125)" in k.stages["AttentionToSDPA"]
+
+
+def scores_also_returned(q: HEADS, k: HEADS, v: HEADS):
+    s = q @ bt.permute_dims(k, (0, 1, 3, 2)) * 0.125
+    return bt.softmax(s, axis=-1) @ v, s
+
+
+def softmax_over_queries(q: HEADS, k: HEADS, v: HEADS):
+    p = bt.softmax(q @ bt.permute_dims(k, (0, 1, 3, 2)), axis=-2)
+    return p @ v
+
+
+def runtime_scale(q: HEADS, k: HEADS, v: HEADS, scale: float):
+    return bt.softmax(q @ bt.permute_dims(k, (0, 1, 3, 2)) * scale, axis=-1) @ v
+
+
+def broadcast_keys(q: HEADS, k: bt.Tensor((1, 16, 1024, 64), "float16"), v: HEADS):
+    return bt.softmax(q @ bt.permute_dims(k, (0, 1, 3, 2)), axis=-1) @ v
+
+
+def masked(q: HEADS, k: HEADS, v: HEADS, mask: bt.Tensor((1024, 1024), "float16")):
+    return bt.softmax(q @ bt.permute_dims(k, (0, 1, 3, 2)) + mask, axis=-1) @ v
+
+
+@pytest.mark.parametrize("fn", [scores_also_returned, softmax_over_queries, runtime_scale, broadcast_keys, masked])
+def test_what_is_not_an_attention_block_stays_as_written(fn):
+    k = bt.jit(target=SM90)(fn).compile()
+    assert offload.TORCH_ATTENTION not in k.stages["AttentionToSDPA"]
+    assert any(kernel.name.startswith(offload.TORCH_MATMUL) for kernel in k.fusion)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("k_transposed", [False, True])
+def test_the_sdpa_call_computes_the_users_attention(dtype, k_transposed):
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 17, 8, dtype=dtype), torch.randn(2, 3, 11, 8, dtype=dtype), torch.randn(2, 3, 11, 5, dtype=dtype)
+    out = torch.empty(2, 3, 17, 5, dtype=dtype)
+    keys = k.mT.contiguous() if k_transposed else k
+    name = offload.TORCH_ATTENTION_KT if k_transposed else offload.TORCH_ATTENTION
+    vm_out = torch_to_vm(out)
+    tvm.get_global_func(name)(torch_to_vm(q), torch_to_vm(keys), torch_to_vm(v), 0.3, vm_out)
+    expected = torch.softmax((q.double() @ k.double().mT) * 0.3, -1) @ v.double()
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(vm_to_torch(vm_out).double(), expected, rtol=tol, atol=tol)
+
+
+def test_cpu_keeps_its_own_kernels():
+    k = bt.jit(target="cpu")(library).compile()
+    assert "AttentionToSDPA" not in k.stages
+    assert not any(kernel.rule == "SDPA" for kernel in k.fusion)
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+def test_a_block_with_other_kernels_still_compiles():
+    def attention_then_residual(q: HEADS, k: HEADS, v: HEADS):
+        return bt.softmax(q @ bt.permute_dims(k, (0, 1, 3, 2)) * 0.125, axis=-1) @ v + q * 2.0
+    k = bt.jit(target=SM90)(attention_then_residual).compile()
+    assert [kernel.rule for kernel in k.fusion][0] == "SDPA" and len(k.fusion) == 2
+    assert nvcc_ptx(k.source).count(b".entry ") == 1
+
+
+def generic_composed(q, k, v):
+    s = q @ bt.permute_dims(k, [0, 1, 3, 2]) * 0.125
+    e = bt.exp(s - s.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)) @ v
+
+
+def generic_divided(q, k, v):
+    return bt.softmax((q @ bt.permute_dims(k, (0, 1, 3, 2))) / 8.0, axis=-1) @ v
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fn", [generic_composed, generic_divided])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_gpu_attention_agrees_with_torch(fn, dtype):
+    q, k, v = (torch.randn(4, 16, 1024, 64, device="cuda", dtype=dtype) for _ in range(3))
+    jitted = bt.jit(target="gpu")(fn)
+    assert jitted.compile(q, k, v).fusion[0].rule == "SDPA"
+    expected = torch.softmax((q.double() @ k.double().mT) * 0.125, -1) @ v.double()
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(jitted(q, k, v).double(), expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+def test_gpu_transposed_products_agree_with_torch():
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        a, b = torch.randn(2, 3, 64, 32, device="cuda", dtype=dtype), torch.randn(2, 3, 48, 64, device="cuda", dtype=dtype)
+        tol = 1e-2 if dtype != torch.float32 else 1e-4
+        torch.testing.assert_close(bt.jit(target="gpu")(batched(str(dtype)[6:], 4, True, True))(a, b),
+                                   a.mT @ b.mT, rtol=tol, atol=tol)
