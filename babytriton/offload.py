@@ -193,11 +193,21 @@ class _AttentionToTorch(_Offload):
         if not _is_op(shifted, "relax.subtract"):
             return None, 0
         s, peak = shifted.args
-        peak = self.bound(peak)
-        if not (_is_op(peak, "relax.max") and peak.args[0].same_as(s) and self.last_axis(peak)
-                and self.readers.get(s, 0) == 2):
+        peak = self.uncast(self.bound(peak))
+        if not (_is_op(peak, "relax.max") and self.last_axis(peak) and self.readers.get(s, 0) == 2):
             return None, 0
+        maxed = peak.args[0]
+        if not maxed.same_as(s):  # bfloat16: the maximum is taken in float32 (see codegen)
+            cast = self.bound(maxed)
+            if not (_is_op(cast, "relax.astype") and cast.args[0].same_as(s)):
+                return None, 0
         return s, 2
+
+    def uncast(self, value):
+        """The value an astype (read once) converts, else `value` itself."""
+        if _is_op(value, "relax.astype"):
+            return self.bound(value.args[0])
+        return value
 
     @staticmethod
     def last_axis(reduction) -> bool:

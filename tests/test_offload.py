@@ -195,6 +195,13 @@ def generic_divided(q, k, v):
     return bt.softmax((q @ bt.permute_dims(k, (0, 1, 3, 2))) / 8.0, axis=-1) @ v
 
 
+@pytest.mark.parametrize("fn", [generic_composed, generic_divided])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_every_float_dtype_is_matched(fn, dtype):
+    x = torch.randn(2, 3, 32, 16, dtype=dtype)  # bfloat16 takes its row maximum in float32
+    assert bt.jit(target=SM90)(fn).compile(x, x, x).fusion[0].rule == "SDPA"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("fn", [generic_composed, generic_divided])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
