@@ -14,7 +14,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from . import legalize, offload, rowwise, schedules
+from . import legalize, nvrtc, offload, rowwise, schedules
 
 TARGET_ALIASES = {"cpu": "llvm", "llvm": "llvm", "gpu": "cuda", "cuda": "cuda"}
 SCHEDULES = schedules.SCHEDULES
@@ -210,6 +210,7 @@ def allocate_empty_results(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def build(mod: tvm.IRModule, target: tvm.target.Target):
+    nvrtc.install()
     with schedules.fast_exp():
         return _build(mod, target)
 
