@@ -179,10 +179,10 @@ def _call_op(op: library.Op, arguments: dict):
 
 def _via_float32(op: library.Op, values: dict) -> torch.dtype | None:
     """library._via_float32 on torch tensors: half operands of the ops it lists, and of the ops that
-    accumulate (library.HALF_ACCUMULATE, which the compiler legalizes in float32), go in as float32."""
+    accumulate or compute in float32 (library.HALF_IN_FLOAT32, which the compiler legalizes so), go in as float32."""
     operands = [n for n in values if op.kinds[n] in library.TENSOR_KINDS and _is_tensor(values[n])]
     narrow = next((values[n].dtype for n in operands
-                   if op.name in library.HALF_ACCUMULATE and values[n].dtype in (torch.float16, torch.bfloat16)
+                   if op.name in library.HALF_IN_FLOAT32 and values[n].dtype in (torch.float16, torch.bfloat16)
                    or op.name in library.VIA_FLOAT32.get(TORCH_TO_NAME[values[n].dtype], ())), None)
     narrow = library.half_result(narrow and TORCH_TO_NAME[narrow], values)
     if narrow is None:

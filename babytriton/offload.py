@@ -58,6 +58,22 @@ for (_ta, _tb), _name in TORCH_MATMUL_T.items():
     _register_transposed(_name, _ta, _tb)
 
 
+def _register_bias(name: str, ta: bool, tb: bool) -> None:
+    """a @ b + bias in one cuBLAS call (its bias epilogue) for a 2-d b and a 1-d bias: the rows of a,
+    batch axes and all, are one matrix."""
+    def addmm(a, b, bias, out):
+        a, b, out = vm_to_torch(a), vm_to_torch(b), vm_to_torch(out)
+        a, b = a.mT if ta else a, b.mT if tb else b
+        torch.addmm(vm_to_torch(bias), a.reshape(-1, a.shape[-1]), b, out=out.view(-1, out.shape[-1]))
+    tvm.register_global_func(name, addmm, override=True)
+
+
+TORCH_MATMUL_BIAS = {(ta, tb): f"{TORCH_MATMUL}_bias_{'t' if ta else 'n'}{'t' if tb else 'n'}"
+                     for ta in (False, True) for tb in (False, True)}
+for (_ta, _tb), _name in TORCH_MATMUL_BIAS.items():
+    _register_bias(_name, _ta, _tb)
+
+
 def _register_attention(name: str, k_transposed: bool) -> None:
     """softmax(q @ kᵀ * scale) @ v; k arrives as (..., S, E), or as kᵀ (..., E, S) for the "_kt" variant.
     SDPA has no `out=`, so the result is copied into the VM's output buffer (one extra write)."""
@@ -144,13 +160,38 @@ class _Offload(relax.PyExprMutator):
 
 @relax.expr_functor.mutator
 class _MatmulToTorch(_Offload):
+    """Float matrix products, and a product plus a bias vector (`x @ w + b`, the product read only by
+    the add) as one call with cuBLAS's bias epilogue, which adds in float32 before rounding once."""
+
     def visit_call_(self, call):
         call = super().visit_call_(call)
         if _is_op(call, "relax.matmul") and _float_matmul(call):
             (a, ta), (b, tb) = (self.untransposed(x) for x in call.args)
             name = TORCH_MATMUL_T.get((ta, tb), TORCH_MATMUL)
             return relax.op.call_dps_packed(relax.ExternFunc(name), [a, b], call.ty)
+        if _is_op(call, "relax.add"):
+            for product, bias in (call.args, call.args[::-1]):
+                fused = self.with_bias(product, bias, call)
+                if fused is not None:
+                    return fused
         return call
+
+    def with_bias(self, product, bias, add):
+        value = self.bound(product)
+        if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+                and value.op.name == "relax.call_dps_packed" and value.args[0].global_symbol in self.plain):
+            return None
+        ta, tb = self.plain[value.args[0].global_symbol]
+        a, b = value.args[1].fields
+        rows = a.ty.ndim == 2 or not ta  # transposed batched rows are no one matrix
+        same = tvm_ffi.structural_equal
+        if not (rows and b.ty.ndim == 2 and isinstance(bias.ty, relax.TensorType) and bias.ty.ndim == 1
+                and str(bias.ty.dtype) == str(product.ty.dtype) and same(add.ty, product.ty)
+                and bias.ty.shape is not None and same(bias.ty.shape.values[0], product.ty.shape.values[-1])):
+            return None
+        return relax.op.call_dps_packed(relax.ExternFunc(TORCH_MATMUL_BIAS[(ta, tb)]), [a, b, bias], add.ty)
+
+    plain = {TORCH_MATMUL: (False, False), **{name: key for key, name in TORCH_MATMUL_T.items()}}
 
 
 @relax.expr_functor.mutator

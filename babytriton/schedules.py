@@ -89,8 +89,39 @@ class Elementwise(GPUScheduleRule):
         blocks, threads, lanes = sch.split(fused, [None, self.threads, vector])
         sch.bind(blocks, "blockIdx.x")
         sch.bind(threads, "threadIdx.x")
-        sch.vectorize(lanes)
+        if _calls_math(sch.get(info.block_rv)):
+            _through_registers(sch, info.block_rv, threads, lanes)
+        else:
+            sch.vectorize(lanes)
         return sch
+
+
+def _calls_math(block) -> bool:
+    """Whether a block calls a math function (erf, exp, tanh, ...): TVM's vectoriser turns such a
+    vector loop back into a scalar one, loads and stores included."""
+    found = []
+    tvm_ffi.structural_walk(block.body, (tvm.ir.Call, lambda call: found.append(call) if isinstance(
+        call.op, tvm.ir.Op) and call.op.name.startswith("tirx.") and call.op.name not in _NOT_MATH else None))
+    return bool(found)
+
+
+_NOT_MATH = {"tirx.reinterpret", "tirx.if_then_else", "tirx.likely", "tirx.bitwise_and", "tirx.bitwise_or",
+             "tirx.bitwise_xor", "tirx.bitwise_not", "tirx.shift_left", "tirx.shift_right"}
+
+
+def _through_registers(sch, block, threads, lanes) -> None:
+    """Each thread loads its inputs into registers and stores its results from them as vectors, and
+    computes lane by lane in between: the calls stay scalar, the memory traffic does not."""
+    for index in reversed(range(len(sch.get(block).reads))):
+        if sch.get(block).reads[index].region:  # a 0-d buffer (a run-time scalar) is read in place
+            cache = sch.cache_read(block, index, "local")
+            sch.compute_at(cache, threads)
+            sch.vectorize(sch.get_loops(cache)[-1])
+    for index in range(len(sch.get(block).writes)):
+        cache = sch.cache_write(block, index, "local")
+        sch.reverse_compute_at(cache, threads)
+        sch.vectorize(sch.get_loops(cache)[-1])
+    sch.unroll(lanes)
 
 
 class RowReduction(GPUScheduleRule):

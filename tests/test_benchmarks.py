@@ -4,8 +4,13 @@ import os
 import subprocess
 import sys
 
+import warnings
+
 import pytest
 import torch
+
+import babytriton as bt
+from babytriton.schedules import SerialKernelWarning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -53,11 +58,20 @@ def test_workload_matches_torch_on_the_gpu(workload):
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=True, reason="NVRTC: 'too many arguments in function call' in the float16 "
-                                       "attention kernels at 4x16x1024x64 (small sizes compile)")
 def test_attention_fp16_at_full_size_on_the_gpu():
     workload = next(w for w in WORKLOADS if w.name == "attention_fp16")
     bench.compile_and_check(workload, workload.make("full", "cuda"), "gpu")
+
+
+@pytest.mark.parametrize("target", ["cpu", {"kind": "cuda", "arch": "sm_90"}], ids=["cpu", "cuda"])
+@pytest.mark.parametrize("workload", WORKLOADS, ids=lambda w: w.name)
+def test_no_kernel_runs_serially_at_full_size(workload, target):
+    """Every kernel of every workload at its benchmark size spreads its work over threads or blocks
+    (the pipeline's SerialKernelWarning is an error here). Compiling needs shapes only: meta tensors."""
+    args = workload.make("full", "meta")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SerialKernelWarning)
+        bt.jit(target=target)(workload.bt_fn).compile(*args)
 
 
 def _refused(x):

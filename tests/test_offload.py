@@ -64,6 +64,58 @@ def test_the_transposed_cublas_calls_compute_torch_products(ta, tb):
     torch.testing.assert_close(vm_to_torch(vm_out), expected)
 
 
+def mlp(x, w1, b1, w2, b2):
+    return bt.gelu(x @ w1 + b1) @ w2 + b2
+
+
+def bias_first_transposed(x, w, b):
+    return b + x @ bt.permute_dims(w)
+
+
+def bias_not_a_vector(x, w, b2d):
+    return x @ w + b2d
+
+
+def product_also_returned(x, w, b):
+    y = x @ w
+    return y + b, y
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_a_product_plus_a_bias_vector_is_one_cublas_call(dtype):
+    x, w1, b1, w2, b2 = (torch.randn(*s, dtype=dtype) for s in [(4, 8, 32), (32, 64), (64,), (64, 16), (16,)])
+    k = bt.jit(target=SM90)(mlp).compile(x, w1, b1, w2, b2)
+    assert [kernel.name for kernel in k.fusion] == [offload.TORCH_MATMUL_BIAS[(False, False)], "gelu",
+                                                    offload.TORCH_MATMUL_BIAS[(False, False)]]
+    assert [op.op for op in k.fusion[0].ops] == ["matmul", "add"]
+    x, w, b = torch.randn(8, 32, dtype=dtype), torch.randn(16, 32, dtype=dtype), torch.randn(16, dtype=dtype)
+    (kernel,) = bt.jit(target=SM90)(bias_first_transposed).compile(x, w, b).fusion
+    assert kernel.name == offload.TORCH_MATMUL_BIAS[(False, True)]
+
+
+def test_what_is_no_bias_epilogue_stays_an_add():
+    x, w, b = torch.randn(8, 32), torch.randn(32, 16), torch.randn(16)
+    for fn, args in ((bias_not_a_vector, (x, w, torch.randn(8, 16))), (product_also_returned, (x, w, b))):
+        names = [kernel.name for kernel in bt.jit(target=SM90)(fn).compile(*args).fusion]
+        assert offload.TORCH_MATMUL in names and not any("bias" in name for name in names)
+
+
+@pytest.mark.parametrize("ta, tb", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_the_bias_calls_compute_torch_results(ta, tb, batch):
+    if ta and batch:
+        pytest.skip("the rewrite leaves transposed batched rows alone")
+    m, k, n = 5, 4, 3
+    a = torch.randn(*batch, *((k, m) if ta else (m, k)))
+    b = torch.randn(*((n, k) if tb else (k, n)))
+    bias = torch.randn(n)
+    out = torch.empty(*batch, m, n)
+    vm_out = torch_to_vm(out)
+    tvm.get_global_func(offload.TORCH_MATMUL_BIAS[(ta, tb)])(torch_to_vm(a), torch_to_vm(b), torch_to_vm(bias), vm_out)
+    expected = (a.mT if ta else a) @ (b.mT if tb else b) + bias
+    torch.testing.assert_close(vm_to_torch(vm_out), expected)
+
+
 # --------------------------------------------------------------------------------------------------
 # attention, written the ways users write it
 # --------------------------------------------------------------------------------------------------
@@ -212,6 +264,15 @@ def test_gpu_attention_agrees_with_torch(fn, dtype):
     expected = torch.softmax((q.double() @ k.double().mT) * 0.125, -1) @ v.double()
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(jitted(q, k, v).double(), expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_gpu_mlp_with_bias_epilogues_agrees_with_torch(dtype):
+    x, w1, b1, w2, b2 = (torch.randn(*s, device="cuda", dtype=dtype) / 4 for s in [(4, 64, 256), (256, 512), (512,), (512, 128), (128,)])
+    expected = torch.nn.functional.gelu(x.double() @ w1.double() + b1.double()) @ w2.double() + b2.double()
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(bt.jit(target="gpu")(mlp)(x, w1, b1, w2, b2).double(), expected, rtol=tol, atol=tol)
 
 
 @pytest.mark.gpu

@@ -498,3 +498,16 @@ def test_gpu_split_reductions_agree_with_torch(fn, dtype):
     torch.testing.assert_close(bt.jit(target="gpu")(big_mean)(x), x.mean(), rtol=1e-4, atol=1e-5)
     x = torch.randn(1024, 1024, device="cuda")
     torch.testing.assert_close(bt.jit(target="gpu")(big_sum)(x), x.sum(), rtol=1e-4, atol=1e-2)
+
+
+def exp_chain_fp32(a: bt.Tensor((512, 1024), "float32")):
+    return bt.exp(a) * 2.0 + bt.erf(a)
+
+
+def test_math_calls_keep_vector_loads_and_stores():
+    # TVM's vectoriser turns a loop with a call back into scalar loads; the rule loads into registers
+    source = bt.jit(target=SM90)(exp_chain_fp32).compile().source
+    kernel = source[source.index('extern "C"'):]
+    assert "*(float4*)" in kernel and "erff(" in kernel
+    if shutil.which("nvcc"):
+        assert b".entry" in nvcc_ptx(source)

@@ -86,9 +86,10 @@ VIA_FLOAT32 = {
 # Scans accumulate too (see HALF_ACCUMULATE below), and TVM builds them past LegalizeOps: float32 copies.
 for _half in VIA_FLOAT32.values():
     _half |= {"cumsum", "cumprod"}
-# Ops that add up many elements accumulate in float32 in a half dtype (legalize.HALF_ACCUMULATE, the
-# rule's home); the eager reference computes them on float32 copies like VIA_FLOAT32.
-HALF_ACCUMULATE = legalize.HALF_ACCUMULATE
+# Ops that add up many elements accumulate in float32 in a half dtype, and gelu/silu/... compute in
+# float32 (legalize.HALF_IN_FLOAT32, the rule's home); the eager reference computes them on float32
+# copies like VIA_FLOAT32.
+HALF_IN_FLOAT32 = legalize.HALF_IN_FLOAT32
 # Reductions with no value for an empty axis (torch raises): a reduced size of 0 is an error, at
 # compile time when it is static, at run time (before any kernel runs) when it is symbolic.
 NO_IDENTITY = {"max", "min", "argmax", "argmin"}
