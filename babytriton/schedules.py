@@ -82,45 +82,64 @@ class Elementwise(GPUScheduleRule):
             return None  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
         if not _contiguous_lanes(sch, loops[-1], vector):
             return None  # a transpose, slice or gather: Fallback's scalar loads are what it can do
-        fused = sch.fuse(*loops)
-        extent = sch.get(fused).extent
-        if not isinstance(extent, tirx.IntImm) or int(extent) % vector or int(extent) < vector * self.threads:
+        extent = _static_product(sch, loops)
+        if extent is None or extent % vector or extent < vector * self.threads:
             return None  # ragged or tiny: Fallback's predicated scalar loop handles it
-        blocks, threads, lanes = sch.split(fused, [None, self.threads, vector])
+        # through registers: a call TVM can't vectorise would make every load scalar, and a bool
+        # buffer can't be a vector in memory (CUDA moves 4 bools as a ushort4: 8 misaligned bytes)
+        staged = _scalar_calls(sch.get(info.block_rv)) or any(
+            _is_buffer(p) and str(p.ty.dtype) == "bool" for p in func.params)
+        if staged:
+            # the lanes split off the row first, so their index has no div/mod: each thread's
+            # registers then hold exactly its vector of every buffer
+            *outer, inner = loops
+            inner, lanes = sch.split(inner, [None, vector])
+            blocks, threads = sch.split(sch.fuse(*outer, inner), [None, self.threads])
+        else:
+            blocks, threads, lanes = sch.split(sch.fuse(*loops), [None, self.threads, vector])
         sch.bind(blocks, "blockIdx.x")
         sch.bind(threads, "threadIdx.x")
-        if _calls_math(sch.get(info.block_rv)):
+        if staged:
             _through_registers(sch, info.block_rv, threads, lanes)
         else:
             sch.vectorize(lanes)
         return sch
 
 
-def _calls_math(block) -> bool:
-    """Whether a block calls a math function (erf, exp, tanh, ...): TVM's vectoriser turns such a
-    vector loop back into a scalar one, loads and stores included."""
+def _scalar_calls(block) -> bool:
+    """Whether a block calls a function TVM's vectoriser has no vector form of (erf, isnan, ...): it
+    turns such a vector loop back into a scalar one, loads and stores included."""
     found = []
-    tvm_ffi.structural_walk(block.body, (tvm.ir.Call, lambda call: found.append(call) if isinstance(
-        call.op, tvm.ir.Op) and call.op.name.startswith("tirx.") and call.op.name not in _NOT_MATH else None))
+
+    def visit(call):
+        if isinstance(call.op, tvm.ir.Op) and call.op.name not in _VECTORISED_SPECIALLY and not call.op.get_attr(
+                "TVectorizable"):
+            found.append(call)
+    tvm_ffi.structural_walk(block.body, (tvm.ir.Call, visit))
     return bool(found)
 
 
-_NOT_MATH = {"tirx.reinterpret", "tirx.if_then_else", "tirx.likely", "tirx.bitwise_and", "tirx.bitwise_or",
-             "tirx.bitwise_xor", "tirx.bitwise_not", "tirx.shift_left", "tirx.shift_right"}
+_VECTORISED_SPECIALLY = {"tirx.reinterpret", "tirx.if_then_else", "tirx.likely", "tirx.bitwise_and",
+                         "tirx.bitwise_or", "tirx.bitwise_xor", "tirx.bitwise_not", "tirx.shift_left",
+                         "tirx.shift_right"}
 
 
 def _through_registers(sch, block, threads, lanes) -> None:
     """Each thread loads its inputs into registers and stores its results from them as vectors, and
-    computes lane by lane in between: the calls stay scalar, the memory traffic does not."""
+    computes lane by lane in between: the calls stay scalar, the memory traffic does not. Bool
+    buffers and 0-d ones (run-time scalars) are read and written in place, one element at a time."""
+    def vectors(region) -> bool:
+        return bool(region.region) and str(region.source.dtype) != "bool"
     for index in reversed(range(len(sch.get(block).reads))):
-        if sch.get(block).reads[index].region:  # a 0-d buffer (a run-time scalar) is read in place
+        if vectors(sch.get(block).reads[index]):
             cache = sch.cache_read(block, index, "local")
             sch.compute_at(cache, threads)
             sch.vectorize(sch.get_loops(cache)[-1])
-    for index in range(len(sch.get(block).writes)):
-        cache = sch.cache_write(block, index, "local")
-        sch.reverse_compute_at(cache, threads)
-        sch.vectorize(sch.get_loops(cache)[-1])
+    for index in reversed(range(len(sch.get(block).writes))):
+        if vectors(sch.get(block).writes[index]):
+            cache = sch.cache_write(block, index, "local")
+            sch.reverse_compute_at(cache, threads)
+            sch.vectorize(sch.get_loops(cache)[-1])
     sch.unroll(lanes)
 
 

@@ -1,5 +1,6 @@
 """Schedule modes: Dlight (+ babytriton's rules), Fallback, MetaSchedule with a reused database."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -511,3 +512,33 @@ def test_math_calls_keep_vector_loads_and_stores():
     assert "*(float4*)" in kernel and "erff(" in kernel
     if shutil.which("nvcc"):
         assert b".entry" in nvcc_ptx(source)
+
+
+def compare_big(x: bt.Tensor((256, 4096), "float32"), y: bt.Tensor((256, 4096), "float32")):
+    return x < y, x != y
+
+
+def select_by_mask(m: bt.Tensor((256, 4096), "bool"), x: bt.Tensor((256, 4096), "float16")):
+    return bt.where(m, x, -x), ~m
+
+
+@pytest.mark.parametrize("fn", [compare_big, select_by_mask])
+def test_bool_buffers_are_never_vectors_in_memory(fn):
+    # CUDA moves four bools as a ushort4: eight bytes at a four-byte offset (misaligned, and wrong)
+    source = bt.jit(target=SM90)(fn).compile().source
+    bools = set(re.findall(r"bool\* __restrict__ (\w+)", source))
+    assert bools and not any(re.search(rf"\*\(\w+\*\)\({name} \+", source) for name in bools)
+    assert re.search(r"\*\(\w+[248]\*\)", source)  # the other buffers still move as vectors
+    if shutil.which("nvcc"):
+        assert b".entry" in nvcc_ptx(source)
+
+
+@pytest.mark.gpu
+def test_gpu_comparisons_of_large_tensors_agree_with_torch():
+    x, y = torch.randn(256, 4096, device="cuda"), torch.randn(256, 4096, device="cuda")
+    x[0, :7] = float("nan")
+    lt, ne = bt.jit(target="gpu")(compare_big)(x, y)
+    assert torch.equal(lt, x < y) and torch.equal(ne, x != y)
+    m, h = torch.rand(256, 4096, device="cuda") > 0.5, torch.randn(256, 4096, device="cuda", dtype=torch.float16)
+    picked, flipped = bt.jit(target="gpu")(select_by_mask)(m, h)
+    assert torch.equal(picked, torch.where(m, h, -h)) and torch.equal(flipped, ~m)
