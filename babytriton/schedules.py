@@ -76,14 +76,16 @@ class Elementwise(GPUScheduleRule):
             return None
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p) and len(p.ty.shape)),
                      default=4)  # a 0-d buffer (a run-time scalar) is read once, not in vectors
-        vector = max(self.vector_bytes // widest, 1)
-        if _computes_bools(func):  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
-            vector = min(vector, 4)
         loops = sch.get_loops(info.block_rv)
         if not loops:
             return None  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
-        if not _contiguous_lanes(sch, loops[-1], vector):
-            return None  # a transpose, slice or gather: Fallback's scalar loads are what it can do
+        # a transpose, slice or gather gets 1: Fallback's scalar loads are what it can do
+        vector = _contiguous_lanes(sch, loops[-1], max(self.vector_bytes // widest, 1))
+        if vector > 4 and _computes_bools(_uniform_branches(sch, loops[-1], vector, probe=True)):
+            vector = 4  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
+        if vector == 1:
+            return None
+        sch, loops = _with_uniform_branches(sch, info.block_rv, vector)
         fused = sch.fuse(*loops)
         extent = sch.get(fused).extent
         if not isinstance(extent, tirx.IntImm) or int(extent) % vector or int(extent) < vector * self.threads:
@@ -139,35 +141,115 @@ class RowReduction(GPUScheduleRule):
         return sch
 
 
-def _contiguous_lanes(sch, inner_loop, lanes: int) -> bool:
-    """Whether `lanes` consecutive, aligned steps of the innermost loop read and write `lanes`
-    consecutive, aligned elements of every buffer (or one element, broadcast): only then is one
-    vector load or store per buffer the same as the scalar ones (a transposed operand is not)."""
+def _contiguous_lanes(sch, inner_loop, lanes: int) -> int:
+    """The most lanes (a power of two <= `lanes`, 1 for none) such that that many consecutive, aligned
+    steps of the innermost loop read and write as many consecutive, aligned elements of every buffer
+    (or one element, broadcast), and take one side of every `if_then_else` on the loop's index (a
+    concat's pieces): only then is one vector load or store per buffer the same as the scalar ones."""
     loop = sch.get(inner_loop)
     realize = loop.body
-    if not isinstance(loop.extent, tirx.IntImm) or int(loop.extent) % lanes or not isinstance(
-            realize, s_tir.SBlockRealize):
-        return False
+    if not isinstance(loop.extent, tirx.IntImm) or not isinstance(realize, s_tir.SBlockRealize):
+        return 1
     block = realize.block
     inner = [iv.var for iv, value in zip(block.iter_vars, realize.iter_values) if value.same_as(loop.loop_var)]
     others = [value for value in realize.iter_values if not value.same_as(loop.loop_var)]
     if len(inner) != 1 or any(_uses(value, loop.loop_var) for value in others):
-        return False
+        return 1
     var = inner[0]
-    for region in [*block.reads, *block.writes]:
-        if not region.region:
-            continue  # a 0-d buffer (a run-time scalar): one element for every lane
-        *outer, last = region.region
-        if any(_uses(r.min, var) for r in outer) or not all(_is_int(r.extent, 1) for r in region.region):
-            return False
-        if not _uses(last.min, var):
-            continue  # the same element for every lane: a broadcast
-        coeffs = detect_linear_equation(last.min, [var])
-        row = region.source.shape[-1]
-        if len(coeffs) != 2 or not _is_int(coeffs[0], 1) or not _is_int(coeffs[1], 0) or not (
-                isinstance(row, tirx.IntImm) and int(row) % lanes == 0):
-            return False
-    return True
+    multiples = [int(loop.extent)]  # what the lane count must divide: lanes start at multiples of it
+    accesses = _all(block.body, tvm.ir.TensorLoad)
+    accesses = [(a.source, a.indices) for a in accesses] + [(a.buffer, a.indices) for a in _all(block.body, tirx.BufferStore)]
+    analyzer = tvm.sym.Analyzer()
+    for buffer, indices in accesses:
+        if not indices or not _uses(indices[-1], var):
+            continue  # a 0-d buffer, or the same element for every lane: a broadcast
+        *outer, last = indices
+        coeffs = detect_linear_equation(last, [var])
+        row = buffer.ty.shape[-1]
+        if any(_uses(i, var) for i in outer) or len(coeffs) != 2 or not _is_int(coeffs[0], 1) or not isinstance(
+                row, tirx.IntImm):
+            return 1
+        offset = analyzer.modular_set(coeffs[1])  # a split's piece starts `offset` into the row
+        multiples += [int(row), int(offset.coeff), int(offset.base)]
+    for call in _all(block.body, tvm.ir.Call):
+        if call.op.same_as(_IF_THEN_ELSE) and _uses(call.args[0], var):
+            bounds = _thresholds(call.args[0], var)
+            if bounds is None:
+                return 1  # lanes would take different sides: TVM runs such a "vector" one lane at a time
+            multiples += bounds
+    while lanes > 1 and any(m % lanes for m in multiples):
+        lanes //= 2
+    return lanes
+
+
+_IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
+_COMPARES = (tirx.LT, tirx.LE, tirx.GE, tirx.GT)
+
+
+def _thresholds(cond, var) -> list[int] | None:
+    """The integers t where `cond` may change value along `var`: each compare of `var + c` with a
+    constant flips between var = t - 1 and t. None when cond depends on var any other way (a load)."""
+    if isinstance(cond, (tirx.And, tirx.Or)):
+        a, b = _thresholds(cond.a, var), _thresholds(cond.b, var)
+        return None if a is None or b is None else a + b
+    if isinstance(cond, tirx.Not):
+        return _thresholds(cond.a, var)
+    if not _uses(cond, var):
+        return []
+    bound = _threshold(cond, var)
+    return None if bound is None else [bound[0]]
+
+
+def _threshold(cond, var):
+    """A compare of `var + c` with a constant as (t, above): `var >= t` if above, else `var < t`."""
+    if not isinstance(cond, _COMPARES):
+        return None
+    coeffs = detect_linear_equation(cond.a - cond.b, [var])
+    if len(coeffs) != 2 or not isinstance(coeffs[1], tirx.IntImm) or not (
+            _is_int(coeffs[0], 1) or _is_int(coeffs[0], -1)):
+        return None
+    c, less = int(coeffs[1]), isinstance(cond, (tirx.LT, tirx.LE))
+    if _is_int(coeffs[0], -1):  # c - var < 0 is var - c > 0
+        c, less = -c, not less
+    strict = isinstance(cond, (tirx.LT, tirx.GT))
+    # var + c < 0: var < -c; var + c <= 0: var < 1 - c; var + c >= 0: var >= -c; var + c > 0: var >= 1 - c
+    return (-c if strict == less else 1 - c), not less
+
+
+def _uniform_branches(sch, inner_loop, lanes: int, probe: bool = False) -> tirx.PrimFunc:
+    """The kernel with each `if_then_else` condition on the innermost index `var` read through
+    `var // lanes`: the same value, so one branch, for all lanes of a vector, which TVM then loads
+    whole (it runs a vector whose lanes may branch apart one lane at a time). `var >= t` is
+    `var // lanes >= t // lanes` for every var when lanes divides t (`_contiguous_lanes` saw to it).
+    `probe`: such conditions become `True` instead (they compute no vector of bools)."""
+    realize = sch.get(inner_loop).body
+    (var,) = [iv.var for iv, value in zip(realize.block.iter_vars, realize.iter_values)
+              if value.same_as(sch.get(inner_loop).loop_var)]
+
+    def uniform(cond):
+        if isinstance(cond, (tirx.And, tirx.Or)):
+            return type(cond)(uniform(cond.a), uniform(cond.b))
+        if isinstance(cond, tirx.Not):
+            return tirx.Not(uniform(cond.a))
+        if not _uses(cond, var):
+            return cond
+        t, above = _threshold(cond, var)
+        quotient, bound = tirx.floordiv(var, tirx.const(lanes, var.ty.dtype)), tirx.const(t // lanes, var.ty.dtype)
+        return quotient >= bound if above else quotient < bound
+
+    def call(node):
+        if not node.op.same_as(_IF_THEN_ELSE) or not _uses(node.args[0], var):
+            return node
+        cond = tirx.const(True) if probe else uniform(node.args[0])
+        return tirx.if_then_else(cond, node.args[1], node.args[2])
+    return tvm_ffi.structural_map(sch.mod["main"], [(tvm.ir.Call, call)])
+
+
+def _with_uniform_branches(sch, block_rv, lanes: int):
+    """A schedule of `_uniform_branches` for the block, and the block's loops in it."""
+    name = sch.get(block_rv).name_hint
+    sch = s_tir.Schedule(_uniform_branches(sch, sch.get_loops(block_rv)[-1], lanes))
+    return sch, sch.get_loops(sch.get_sblock(name))
 
 
 def _uses(expr, var) -> bool:
