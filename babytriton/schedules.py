@@ -81,11 +81,12 @@ class Elementwise(GPUScheduleRule):
             return None  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
         # a transpose, slice or gather gets 1: Fallback's scalar loads are what it can do
         vector = _contiguous_lanes(sch, loops[-1], max(self.vector_bytes // widest, 1))
-        if vector > 4 and _computes_bools(_uniform_branches(sch, loops[-1], vector, probe=True)):
+        var, block = _innermost_var(sch, loops[-1]), sch.get(info.block_rv)
+        if vector > 4 and _computes_bools(_uniform_branches(block, var, vector, probe=True)):
             vector = 4  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
         if vector == 1:
             return None
-        sch, loops = _with_uniform_branches(sch, info.block_rv, vector)
+        _make_branches_uniform(sch, info.block_rv, var, vector)
         fused = sch.fuse(*loops)
         extent = sch.get(fused).extent
         if not isinstance(extent, tirx.IntImm) or int(extent) % vector or int(extent) < vector * self.threads:
@@ -146,19 +147,15 @@ def _contiguous_lanes(sch, inner_loop, lanes: int) -> int:
     steps of the innermost loop read and write as many consecutive, aligned elements of every buffer
     (or one element, broadcast), and take one side of every `if_then_else` on the loop's index (a
     concat's pieces): only then is one vector load or store per buffer the same as the scalar ones."""
-    loop = sch.get(inner_loop)
-    realize = loop.body
-    if not isinstance(loop.extent, tirx.IntImm) or not isinstance(realize, s_tir.SBlockRealize):
+    var = _innermost_var(sch, inner_loop)
+    if var is None:
         return 1
-    block = realize.block
-    inner = [iv.var for iv, value in zip(block.iter_vars, realize.iter_values) if value.same_as(loop.loop_var)]
-    others = [value for value in realize.iter_values if not value.same_as(loop.loop_var)]
-    if len(inner) != 1 or any(_uses(value, loop.loop_var) for value in others):
-        return 1
-    var = inner[0]
-    multiples = [int(loop.extent)]  # what the lane count must divide: lanes start at multiples of it
-    accesses = _all(block.body, tvm.ir.TensorLoad)
-    accesses = [(a.source, a.indices) for a in accesses] + [(a.buffer, a.indices) for a in _all(block.body, tirx.BufferStore)]
+    block = sch.get(inner_loop).body.block
+    multiples = _branch_multiples(block, var)
+    if multiples is None:
+        return 1  # lanes would take different sides: TVM runs such a "vector" one lane at a time
+    accesses = [(a.source, a.indices) for a in _all(block.body, tvm.ir.TensorLoad)]
+    accesses += [(a.buffer, a.indices) for a in _all(block.body, tirx.BufferStore)]
     analyzer = tvm.sym.Analyzer()
     for buffer, indices in accesses:
         if not indices or not _uses(indices[-1], var):
@@ -169,14 +166,27 @@ def _contiguous_lanes(sch, inner_loop, lanes: int) -> int:
         if any(_uses(i, var) for i in outer) or len(coeffs) != 2 or not _is_int(coeffs[0], 1) or not isinstance(
                 row, tirx.IntImm):
             return 1
-        offset = analyzer.modular_set(coeffs[1])  # a split's piece starts `offset` into the row
+        offset = analyzer.modular_set(coeffs[1])  # a split's second piece starts `offset` into the row
         multiples += [int(row), int(offset.coeff), int(offset.base)]
-    for call in _all(block.body, tvm.ir.Call):
-        if call.op.same_as(_IF_THEN_ELSE) and _uses(call.args[0], var):
-            bounds = _thresholds(call.args[0], var)
-            if bounds is None:
-                return 1  # lanes would take different sides: TVM runs such a "vector" one lane at a time
-            multiples += bounds
+    return _most_lanes(multiples + [int(sch.get(inner_loop).extent)], lanes)
+
+
+def _innermost_var(sch, inner_loop):
+    """The iteration variable of the block directly in `inner_loop` that is that loop's index, or None
+    (no such block, a symbolic extent, or the loop feeds other variables too)."""
+    loop = sch.get(inner_loop)
+    realize = loop.body
+    if not isinstance(loop.extent, tirx.IntImm) or not isinstance(realize, s_tir.SBlockRealize):
+        return None
+    inner = [iv.var for iv, value in zip(realize.block.iter_vars, realize.iter_values) if value.same_as(loop.loop_var)]
+    others = [value for value in realize.iter_values if not value.same_as(loop.loop_var)]
+    if len(inner) != 1 or any(_uses(value, loop.loop_var) for value in others):
+        return None
+    return inner[0]
+
+
+def _most_lanes(multiples, lanes: int) -> int:
+    """The largest power of two <= lanes that divides every one of `multiples`."""
     while lanes > 1 and any(m % lanes for m in multiples):
         lanes //= 2
     return lanes
@@ -186,9 +196,23 @@ _IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
 _COMPARES = (tirx.LT, tirx.LE, tirx.GE, tirx.GT)
 
 
+def _branch_multiples(block, var) -> list[int] | None:
+    """What a lane count must divide for each `if_then_else` on `var` in the block (a concat's pick of
+    a piece) to take the same side for all lanes: the thresholds of its compares. None when one
+    depends on var otherwise (a load, `var == c`)."""
+    multiples = []
+    for call in _all(block.body, tvm.ir.Call):
+        if call.op.same_as(_IF_THEN_ELSE) and _uses(call.args[0], var):
+            bounds = _thresholds(call.args[0], var)
+            if bounds is None:
+                return None
+            multiples += bounds
+    return multiples
+
+
 def _thresholds(cond, var) -> list[int] | None:
     """The integers t where `cond` may change value along `var`: each compare of `var + c` with a
-    constant flips between var = t - 1 and t. None when cond depends on var any other way (a load)."""
+    constant flips between var = t - 1 and t. None when cond depends on var any other way."""
     if isinstance(cond, (tirx.And, tirx.Or)):
         a, b = _thresholds(cond.a, var), _thresholds(cond.b, var)
         return None if a is None or b is None else a + b
@@ -216,16 +240,12 @@ def _threshold(cond, var):
     return (-c if strict == less else 1 - c), not less
 
 
-def _uniform_branches(sch, inner_loop, lanes: int, probe: bool = False) -> tirx.PrimFunc:
-    """The kernel with each `if_then_else` condition on the innermost index `var` read through
-    `var // lanes`: the same value, so one branch, for all lanes of a vector, which TVM then loads
-    whole (it runs a vector whose lanes may branch apart one lane at a time). `var >= t` is
-    `var // lanes >= t // lanes` for every var when lanes divides t (`_contiguous_lanes` saw to it).
-    `probe`: such conditions become `True` instead (they compute no vector of bools)."""
-    realize = sch.get(inner_loop).body
-    (var,) = [iv.var for iv, value in zip(realize.block.iter_vars, realize.iter_values)
-              if value.same_as(sch.get(inner_loop).loop_var)]
-
+def _uniform_branches(block, var, lanes: int, probe: bool = False):
+    """The block with each `if_then_else` condition on `var` reading var only through `var // lanes`:
+    the same value, so one side, for all lanes of a vector, which TVM then loads whole (a vector whose
+    lanes may go apart it runs one lane at a time). `var >= t` is `var // lanes >= t // lanes` for every
+    var when lanes divides t (`_branch_multiples`). `probe`: such conditions become `True` instead,
+    to see what else computes bools."""
     def uniform(cond):
         if isinstance(cond, (tirx.And, tirx.Or)):
             return type(cond)(uniform(cond.a), uniform(cond.b))
@@ -240,16 +260,16 @@ def _uniform_branches(sch, inner_loop, lanes: int, probe: bool = False) -> tirx.
     def call(node):
         if not node.op.same_as(_IF_THEN_ELSE) or not _uses(node.args[0], var):
             return node
-        cond = tirx.const(True) if probe else uniform(node.args[0])
-        return tirx.if_then_else(cond, node.args[1], node.args[2])
-    return tvm_ffi.structural_map(sch.mod["main"], [(tvm.ir.Call, call)])
+        return tirx.if_then_else(tirx.const(True) if probe else uniform(node.args[0]), node.args[1], node.args[2])
+    return tvm_ffi.structural_map(block, [(tvm.ir.Call, call)])
 
 
-def _with_uniform_branches(sch, block_rv, lanes: int):
-    """A schedule of `_uniform_branches` for the block, and the block's loops in it."""
-    name = sch.get(block_rv).name_hint
-    sch = s_tir.Schedule(_uniform_branches(sch, sch.get_loops(block_rv)[-1], lanes))
-    return sch, sch.get_loops(sch.get_sblock(name))
+def _make_branches_uniform(sch, block_rv, var, lanes: int) -> None:
+    """Replace the block by `_uniform_branches` of it, in place (its block and loop handles stay valid)."""
+    old = sch.get(block_rv)
+    new = _uniform_branches(old, var, lanes)
+    if not new.same_as(old):
+        sch.state.replace(sch.get_sref(block_rv), new, {old: new})
 
 
 def _uses(expr, var) -> bool:
@@ -260,8 +280,8 @@ def _is_int(expr, value: int) -> bool:
     return isinstance(expr, tirx.IntImm) and int(expr) == value
 
 
-def _computes_bools(func) -> bool:
-    """Whether a kernel computes a bool anywhere (a compare, a NaN test, a select's condition)."""
+def _computes_bools(node) -> bool:
+    """Whether a kernel (or block) computes a bool anywhere (a compare, a NaN test, a select's condition)."""
     found = []
 
     def visit(node):
@@ -269,7 +289,7 @@ def _computes_bools(func) -> bool:
         # a constant (a block's `T.bool(True)` predicate) is never a vector of bools
         if isinstance(ty, tvm.ir.PrimType) and str(ty.dtype).startswith("bool") and not isinstance(node, tirx.IntImm):
             found.append(node)
-    tvm_ffi.structural_walk(func.body, visit)
+    tvm_ffi.structural_walk(getattr(node, "body", node), visit)
     return bool(found)
 
 
@@ -596,9 +616,10 @@ class CPUElementwise(CPURule):
             loops = sch.get_loops(info.block_rv)
             if not loops:
                 continue  # a 0-d kernel: nothing to spread
+            most = _uniform_lanes(sch, info.block_rv, loops[-1], lanes)
             fused = _fuse(sch, loops)
             extent = get_extent(sch, fused)
-            vector = _pow2_divisor(extent, lanes)
+            vector = _pow2_divisor(extent, most)
             outer = fused
             if vector > 1:
                 outer, inner = sch.split(fused, [None, vector])
@@ -606,6 +627,20 @@ class CPUElementwise(CPURule):
             if not isinstance(extent, int) or extent >= MIN_PARALLEL:
                 sch.parallel(outer)
         return True
+
+
+def _uniform_lanes(sch, block_rv, inner_loop, lanes: int) -> int:
+    """At most `lanes`, fewer where that lets each `if_then_else` on the innermost index (a concat's
+    pick of a piece) take one side per vector, which then loads whole; the block says so in its
+    conditions (`_make_branches_uniform`). Conditions no lane count makes uniform leave `lanes`."""
+    var = _innermost_var(sch, inner_loop)
+    multiples = _branch_multiples(sch.get(block_rv), var) if var is not None else None
+    if not multiples:
+        return lanes
+    most = _most_lanes(multiples + [int(sch.get(inner_loop).extent)], lanes)
+    if most > 1:
+        _make_branches_uniform(sch, block_rv, var, most)
+    return most if most > 1 else lanes
 
 
 class CPUReduction(CPURule):
