@@ -158,14 +158,14 @@ def _contiguous_lanes(sch, inner_loop, lanes: int) -> int:
     accesses += [(a.buffer, a.indices) for a in _all(block.body, tirx.BufferStore)]
     analyzer = tvm.sym.Analyzer()
     for buffer, indices in accesses:
-        if not indices or not _uses(indices[-1], var):
+        if not any(_uses(i, var) for i in indices):
             continue  # a 0-d buffer, or the same element for every lane: a broadcast
         *outer, last = indices
         coeffs = detect_linear_equation(last, [var])
         row = buffer.ty.shape[-1]
         if any(_uses(i, var) for i in outer) or len(coeffs) != 2 or not _is_int(coeffs[0], 1) or not isinstance(
                 row, tirx.IntImm):
-            return 1
+            return 1  # a transpose's lanes are a column apart
         offset = analyzer.modular_set(coeffs[1])  # a split's second piece starts `offset` into the row
         multiples += [int(row), int(offset.coeff), int(offset.base)]
     return _most_lanes(multiples + [int(sch.get(inner_loop).extent)], lanes)
