@@ -74,14 +74,17 @@ class Elementwise(GPUScheduleRule):
             return None
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p) and len(p.ty.shape)),
                      default=4)  # a 0-d buffer (a run-time scalar) is read once, not in vectors
-        vector = max(self.vector_bytes // widest, 1)
-        if _computes_bools(func):  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
-            vector = min(vector, 4)
         loops = sch.get_loops(info.block_rv)
         if not loops:
             return None  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
-        if not _contiguous_lanes(sch, loops[-1], vector):
-            return None  # a transpose, slice or gather: Fallback's scalar loads are what it can do
+        # a transpose, slice or gather gets 1: Fallback's scalar loads are what it can do
+        vector = _contiguous_lanes(sch, loops[-1], max(self.vector_bytes // widest, 1))
+        var, block = _innermost_var(sch, loops[-1]), sch.get(info.block_rv)
+        if vector > 4 and _computes_bools(_uniform_branches(block, var, vector, probe=True)):
+            vector = 4  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
+        if vector == 1:
+            return None
+        _make_branches_uniform(sch, info.block_rv, var, vector)
         extent = _static_product(sch, loops)
         if extent is None or extent % vector or extent < vector * self.threads:
             return None  # ragged or tiny: Fallback's predicated scalar loop handles it
@@ -112,16 +115,16 @@ def _scalar_calls(block) -> bool:
     found = []
 
     def visit(call):
-        if isinstance(call.op, tvm.ir.Op) and call.op.name not in _VECTORISED_SPECIALLY and not call.op.get_attr(
-                "TVectorizable"):
+        if isinstance(call.op, tvm.ir.Op) and call.op.name.rsplit(".", 1)[-1] not in _VECTORISED_SPECIALLY and (
+                not call.op.get_attr("TVectorizable")):
             found.append(call)
     tvm_ffi.structural_walk(block.body, (tvm.ir.Call, visit))
     return bool(found)
 
 
-_VECTORISED_SPECIALLY = {"tirx.reinterpret", "tirx.if_then_else", "tirx.likely", "tirx.bitwise_and",
-                         "tirx.bitwise_or", "tirx.bitwise_xor", "tirx.bitwise_not", "tirx.shift_left",
-                         "tirx.shift_right"}
+# ops the vectoriser handles itself (by their name without the "tirx."/"prim." prefix)
+_VECTORISED_SPECIALLY = {"reinterpret", "if_then_else", "likely", "bitwise_and", "bitwise_or", "bitwise_xor",
+                         "bitwise_not", "shift_left", "shift_right"}
 
 
 def _through_registers(sch, block, threads, lanes) -> None:
@@ -187,35 +190,134 @@ class RowReduction(GPUScheduleRule):
         return sch
 
 
-def _contiguous_lanes(sch, inner_loop, lanes: int) -> bool:
-    """Whether `lanes` consecutive, aligned steps of the innermost loop read and write `lanes`
-    consecutive, aligned elements of every buffer (or one element, broadcast): only then is one
-    vector load or store per buffer the same as the scalar ones (a transposed operand is not)."""
+def _contiguous_lanes(sch, inner_loop, lanes: int) -> int:
+    """The most lanes (a power of two <= `lanes`, 1 for none) such that that many consecutive, aligned
+    steps of the innermost loop read and write as many consecutive, aligned elements of every buffer
+    (or one element, broadcast), and take one side of every `if_then_else` on the loop's index (a
+    concat's pieces): only then is one vector load or store per buffer the same as the scalar ones."""
+    var = _innermost_var(sch, inner_loop)
+    if var is None:
+        return 1
+    block = sch.get(inner_loop).body.block
+    multiples = _branch_multiples(block, var)
+    if multiples is None:
+        return 1  # lanes would take different sides: TVM runs such a "vector" one lane at a time
+    accesses = [(a.source, a.indices) for a in _all(block.body, tvm.ir.TensorLoad)]
+    accesses += [(a.buffer, a.indices) for a in _all(block.body, tirx.BufferStore)]
+    analyzer = tvm.sym.Analyzer()
+    for buffer, indices in accesses:
+        if not any(_uses(i, var) for i in indices):
+            continue  # a 0-d buffer, or the same element for every lane: a broadcast
+        *outer, last = indices
+        coeffs = detect_linear_equation(last, [var])
+        row = buffer.ty.shape[-1]
+        if any(_uses(i, var) for i in outer) or len(coeffs) != 2 or not _is_int(coeffs[0], 1) or not isinstance(
+                row, tirx.IntImm):
+            return 1  # a transpose's lanes are a column apart
+        offset = analyzer.modular_set(coeffs[1])  # a split's second piece starts `offset` into the row
+        multiples += [int(row), int(offset.coeff), int(offset.base)]
+    return _most_lanes(multiples + [int(sch.get(inner_loop).extent)], lanes)
+
+
+def _innermost_var(sch, inner_loop):
+    """The iteration variable of the block directly in `inner_loop` that is that loop's index, or None
+    (no such block, a symbolic extent, or the loop feeds other variables too)."""
     loop = sch.get(inner_loop)
     realize = loop.body
-    if not isinstance(loop.extent, tirx.IntImm) or int(loop.extent) % lanes or not isinstance(
-            realize, s_tir.SBlockRealize):
-        return False
-    block = realize.block
-    inner = [iv.var for iv, value in zip(block.iter_vars, realize.iter_values) if value.same_as(loop.loop_var)]
+    if not isinstance(loop.extent, tirx.IntImm) or not isinstance(realize, s_tir.SBlockRealize):
+        return None
+    inner = [iv.var for iv, value in zip(realize.block.iter_vars, realize.iter_values) if value.same_as(loop.loop_var)]
     others = [value for value in realize.iter_values if not value.same_as(loop.loop_var)]
     if len(inner) != 1 or any(_uses(value, loop.loop_var) for value in others):
-        return False
-    var = inner[0]
-    for region in [*block.reads, *block.writes]:
-        if not region.region:
-            continue  # a 0-d buffer (a run-time scalar): one element for every lane
-        *outer, last = region.region
-        if any(_uses(r.min, var) for r in outer) or not all(_is_int(r.extent, 1) for r in region.region):
-            return False
-        if not _uses(last.min, var):
-            continue  # the same element for every lane: a broadcast
-        coeffs = detect_linear_equation(last.min, [var])
-        row = region.source.shape[-1]
-        if len(coeffs) != 2 or not _is_int(coeffs[0], 1) or not _is_int(coeffs[1], 0) or not (
-                isinstance(row, tirx.IntImm) and int(row) % lanes == 0):
-            return False
-    return True
+        return None
+    return inner[0]
+
+
+def _most_lanes(multiples, lanes: int) -> int:
+    """The largest power of two <= lanes that divides every one of `multiples`."""
+    while lanes > 1 and any(m % lanes for m in multiples):
+        lanes //= 2
+    return lanes
+
+
+_IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
+_COMPARES = (tirx.LT, tirx.LE, tirx.GE, tirx.GT)
+
+
+def _branch_multiples(block, var) -> list[int] | None:
+    """What a lane count must divide for each `if_then_else` on `var` in the block (a concat's pick of
+    a piece) to take the same side for all lanes: the thresholds of its compares. None when one
+    depends on var otherwise (a load, `var == c`)."""
+    multiples = []
+    for call in _all(block.body, tvm.ir.Call):
+        if call.op.same_as(_IF_THEN_ELSE) and _uses(call.args[0], var):
+            bounds = _thresholds(call.args[0], var)
+            if bounds is None:
+                return None
+            multiples += bounds
+    return multiples
+
+
+def _thresholds(cond, var) -> list[int] | None:
+    """The integers t where `cond` may change value along `var`: each compare of `var + c` with a
+    constant flips between var = t - 1 and t. None when cond depends on var any other way."""
+    if isinstance(cond, (tirx.And, tirx.Or)):
+        a, b = _thresholds(cond.a, var), _thresholds(cond.b, var)
+        return None if a is None or b is None else a + b
+    if isinstance(cond, tirx.Not):
+        return _thresholds(cond.a, var)
+    if not _uses(cond, var):
+        return []
+    bound = _threshold(cond, var)
+    return None if bound is None else [bound[0]]
+
+
+def _threshold(cond, var):
+    """A compare of `var + c` with a constant as (t, above): `var >= t` if above, else `var < t`."""
+    if not isinstance(cond, _COMPARES):
+        return None
+    coeffs = detect_linear_equation(cond.a - cond.b, [var])
+    if len(coeffs) != 2 or not isinstance(coeffs[1], tirx.IntImm) or not (
+            _is_int(coeffs[0], 1) or _is_int(coeffs[0], -1)):
+        return None
+    c, less = int(coeffs[1]), isinstance(cond, (tirx.LT, tirx.LE))
+    if _is_int(coeffs[0], -1):  # c - var < 0 is var - c > 0
+        c, less = -c, not less
+    strict = isinstance(cond, (tirx.LT, tirx.GT))
+    # var + c < 0: var < -c; var + c <= 0: var < 1 - c; var + c >= 0: var >= -c; var + c > 0: var >= 1 - c
+    return (-c if strict == less else 1 - c), not less
+
+
+def _uniform_branches(block, var, lanes: int, probe: bool = False):
+    """The block with each `if_then_else` condition on `var` reading var only through `var // lanes`:
+    the same value, so one side, for all lanes of a vector, which TVM then loads whole (a vector whose
+    lanes may go apart it runs one lane at a time). `var >= t` is `var // lanes >= t // lanes` for every
+    var when lanes divides t (`_branch_multiples`). `probe`: such conditions become `True` instead,
+    to see what else computes bools."""
+    def uniform(cond):
+        if isinstance(cond, (tirx.And, tirx.Or)):
+            return type(cond)(uniform(cond.a), uniform(cond.b))
+        if isinstance(cond, tirx.Not):
+            return tirx.Not(uniform(cond.a))
+        if not _uses(cond, var):
+            return cond
+        t, above = _threshold(cond, var)
+        quotient, bound = tirx.floordiv(var, tirx.const(lanes, var.ty.dtype)), tirx.const(t // lanes, var.ty.dtype)
+        return quotient >= bound if above else quotient < bound
+
+    def call(node):
+        if not node.op.same_as(_IF_THEN_ELSE) or not _uses(node.args[0], var):
+            return node
+        return tirx.if_then_else(tirx.const(True) if probe else uniform(node.args[0]), node.args[1], node.args[2])
+    return tvm_ffi.structural_map(block, [(tvm.ir.Call, call)])
+
+
+def _make_branches_uniform(sch, block_rv, var, lanes: int) -> None:
+    """Replace the block by `_uniform_branches` of it, in place (its block and loop handles stay valid)."""
+    old = sch.get(block_rv)
+    new = _uniform_branches(old, var, lanes)
+    if not new.same_as(old):
+        sch.state.replace(sch.get_sref(block_rv), new, {old: new})
 
 
 def _uses(expr, var) -> bool:
@@ -226,8 +328,8 @@ def _is_int(expr, value: int) -> bool:
     return isinstance(expr, tirx.IntImm) and int(expr) == value
 
 
-def _computes_bools(func) -> bool:
-    """Whether a kernel computes a bool anywhere (a compare, a NaN test, a select's condition)."""
+def _computes_bools(node) -> bool:
+    """Whether a kernel (or block) computes a bool anywhere (a compare, a NaN test, a select's condition)."""
     found = []
 
     def visit(node):
@@ -235,7 +337,7 @@ def _computes_bools(func) -> bool:
         # a constant (a block's `T.bool(True)` predicate) is never a vector of bools
         if isinstance(ty, tvm.ir.PrimType) and str(ty.dtype).startswith("bool") and not isinstance(node, tirx.IntImm):
             found.append(node)
-    tvm_ffi.structural_walk(func.body, visit)
+    tvm_ffi.structural_walk(getattr(node, "body", node), visit)
     return bool(found)
 
 
@@ -562,9 +664,10 @@ class CPUElementwise(CPURule):
             loops = sch.get_loops(info.block_rv)
             if not loops:
                 continue  # a 0-d kernel: nothing to spread
+            most = _uniform_lanes(sch, info.block_rv, loops[-1], lanes)
             fused = _fuse(sch, loops)
             extent = get_extent(sch, fused)
-            vector = _pow2_divisor(extent, lanes)
+            vector = _pow2_divisor(extent, most)
             outer = fused
             if vector > 1:
                 outer, inner = sch.split(fused, [None, vector])
@@ -572,6 +675,20 @@ class CPUElementwise(CPURule):
             if not isinstance(extent, int) or extent >= MIN_PARALLEL:
                 sch.parallel(outer)
         return True
+
+
+def _uniform_lanes(sch, block_rv, inner_loop, lanes: int) -> int:
+    """At most `lanes`, fewer where that lets each `if_then_else` on the innermost index (a concat's
+    pick of a piece) take one side per vector, which then loads whole; the block says so in its
+    conditions (`_make_branches_uniform`). Conditions no lane count makes uniform leave `lanes`."""
+    var = _innermost_var(sch, inner_loop)
+    multiples = _branch_multiples(sch.get(block_rv), var) if var is not None else None
+    if not multiples:
+        return lanes
+    most = _most_lanes(multiples + [int(sch.get(inner_loop).extent)], lanes)
+    if most > 1:
+        _make_branches_uniform(sch, block_rv, var, most)
+    return most if most > 1 else lanes
 
 
 class CPUReduction(CPURule):

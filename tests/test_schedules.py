@@ -9,6 +9,7 @@ import textwrap
 import pytest
 import torch
 import tvm
+from tvm.relax.op import split
 
 import babytriton as bt
 from babytriton import schedules
@@ -182,6 +183,121 @@ def test_elementwise_rule_vectorises_contiguous_rows_and_broadcasts():
 def test_gpu_transposed_half_agrees_with_torch():
     x = torch.randn(512, 256, device="cuda", dtype=torch.float16)
     torch.testing.assert_close(bt.jit(target="gpu")(transposed_half)(x), x.T * 2.0)
+
+
+# -- concat and split along the innermost axis (rotary embeddings): whole vectors where legal -------
+
+def rotary(dtype, dim):
+    """Rotary embedding of (batch, seq, heads, dim) rows: the halves of a row swap, one negated."""
+    X, CS = bt.Tensor((2, 64, 4, dim), dtype), bt.Tensor((64, 1, dim), dtype)
+
+    def rotate(x: X, cos: CS, sin: CS):
+        x1, x2 = split(x, 2, axis=-1)
+        return x * cos + bt.concat((-x2, x1), axis=-1) * sin
+    return rotate
+
+
+def roll(dtype, row, cuts):
+    """The pieces of each row cut at `cuts` (unequal widths), last piece first, one negated."""
+    X = bt.Tensor((512, row), dtype)
+
+    def rolled(x: X):
+        if len(cuts) == 1:
+            a, b = split(x, cuts, axis=-1)
+            return bt.concat((b, -a), axis=-1) * 2.0
+        a, b, c = split(x, cuts, axis=-1)
+        return bt.concat((c, -a, b), axis=-1) * 2.0
+    return rolled
+
+
+def torch_rotary(x, cos, sin):
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def rotary_tolerance(dtype) -> dict:
+    """float16: the fused kernel may round `x * cos + r * sin` once (a fused multiply-add) where torch
+    rounds each product, an ulp of a product apart (seen on an H100, and on a CPU with float16 math)."""
+    return {"rtol": 1e-2, "atol": 1e-2} if dtype == "float16" else {}
+
+
+def torch_roll(x, cuts):
+    pieces = torch.tensor_split(x, cuts, dim=-1)
+    return torch.cat((pieces[-1], -pieces[0], *pieces[1:-1]), dim=-1) * 2.0
+
+
+# (kernel, dtype, lanes the GPU rule may use): 16 bytes at most, and only as many as every piece's
+# width and offset in the row allow (an odd or unaligned cut leaves the kernel to Fallback)
+CONCATS = [
+    ("rotary", "float32", 128, 4), ("rotary", "float16", 128, 8), ("rotary", "float32", 68, 2),
+    ("rotary", "float16", 72, 4), ("rotary", "float16", 68, 2), ("rotary", "float32", 66, 1),
+    ("rotary", "float16", 66, 1), ("rotary", "float32", 6, 1),
+    ("roll", "float32", (32, [8]), 4), ("roll", "float16", (32, [8]), 8), ("roll", "float16", (32, [4]), 4),
+    ("roll", "float32", (32, [2]), 2), ("roll", "float32", (32, [1]), 1), ("roll", "float16", (32, [8, 20]), 4),
+    ("roll", "float32", (34, [8, 16]), 2), ("roll", "float16", (32, [8, 13]), 1),
+]
+VECTOR_TYPES = {("float32", 4): "float4", ("float32", 2): "float2",
+                ("float16", 8): "uint4", ("float16", 4): "half4", ("float16", 2): "half2"}
+
+
+def concat_kernel(kind, dtype, shape):
+    return rotary(dtype, shape) if kind == "rotary" else roll(dtype, *shape)
+
+
+@pytest.mark.parametrize("kind, dtype, shape, lanes", CONCATS)
+def test_elementwise_rule_loads_concat_pieces_as_whole_vectors_where_aligned(kind, dtype, shape, lanes):
+    k = bt.jit(target=SM90)(concat_kernel(kind, dtype, shape)).compile()
+    schedule = k.stages["schedule"]
+    if lanes == 1:  # a piece starts inside a vector: no lane count loads every lane's element whole
+        assert "T.vectorized" not in schedule and "dlight.gpu.Fallback" in schedule
+    else:
+        assert f"T.vectorized(T.int64({lanes}))" in schedule and '"babytriton.rule": "Elementwise"' in schedule
+        # every load of x is a vector one: the branch to a piece is taken by the vector, not by a lane
+        assert f"*({VECTOR_TYPES[dtype, lanes]}*)(x_ptr + " in k.source and "x_ptr[" not in k.source
+    if shutil.which("nvcc"):
+        assert b".entry" in nvcc_ptx(k.source)
+
+
+def test_rotary_on_the_gpu_indexes_with_shifts_and_masks():
+    """The benchmark's rotary kernel: one float4 per thread and buffer, no division by the row."""
+    k = bt.jit(target=SM90)(rotary("float32", 128)).compile()
+    body = k.source[k.source.index("__global__ void __launch_bounds__(256)"):]
+    assert body.count("*(float4*)(x_ptr + ") == 3 and "T_add_intermediate_ptr + " in body
+    assert " / " not in body and " % " not in body
+
+
+@pytest.mark.parametrize("kind, dtype, shape", [c[:3] for c in CONCATS if c[2] != 6])
+def test_concat_kernels_on_the_cpu_agree_with_torch(kind, dtype, shape):
+    k = bt.jit(target="cpu")(concat_kernel(kind, dtype, shape))
+    torch_dtype = getattr(torch, dtype)
+    if kind == "rotary":
+        x, cos, sin = (torch.randn(*s, dtype=torch_dtype) for s in ((2, 64, 4, shape), (64, 1, shape), (64, 1, shape)))
+        x[0, 0, 0, :3] = torch.tensor([float("nan"), float("inf"), -0.0])
+        torch.testing.assert_close(k(x, cos, sin), torch_rotary(x, cos, sin), equal_nan=True, **rotary_tolerance(dtype))
+    else:
+        x = torch.randn(512, shape[0], dtype=torch_dtype)
+        torch.testing.assert_close(k(x), torch_roll(x, shape[1]))
+
+
+def test_cpu_rule_vectorises_concat_pieces_whole():
+    k = bt.jit(target="cpu")(rotary("float32", 128)).compile()
+    lanes = int(re.search(r"T.vectorized\(T.int64\((\d+)\)\)", k.stages["schedule"]).group(1))
+    assert lanes >= 4 and f"v3 // T.int64({lanes}) >= T.int64({64 // lanes})" in k.stages["schedule"]  # per vector
+    assert "load float," not in k.source and f"load <{lanes} x float>" in k.source  # no lane loaded alone
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind, dtype, shape", [c[:3] for c in CONCATS])
+def test_gpu_concat_kernels_agree_with_torch(kind, dtype, shape):
+    k = bt.jit(target="gpu")(concat_kernel(kind, dtype, shape))
+    torch_dtype = getattr(torch, dtype)
+    if kind == "rotary":
+        x, cos, sin = (torch.randn(*s, dtype=torch_dtype, device="cuda")
+                       for s in ((2, 64, 4, shape), (64, 1, shape), (64, 1, shape)))
+        torch.testing.assert_close(k(x, cos, sin), torch_rotary(x, cos, sin), **rotary_tolerance(dtype))
+    else:
+        x = torch.randn(512, shape[0], dtype=torch_dtype, device="cuda")
+        torch.testing.assert_close(k(x), torch_roll(x, shape[1]))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -542,3 +658,18 @@ def test_gpu_comparisons_of_large_tensors_agree_with_torch():
     m, h = torch.rand(256, 4096, device="cuda") > 0.5, torch.randn(256, 4096, device="cuda", dtype=torch.float16)
     picked, flipped = bt.jit(target="gpu")(select_by_mask)(m, h)
     assert torch.equal(picked, torch.where(m, h, -h)) and torch.equal(flipped, ~m)
+
+
+@given(st.sampled_from(["<", "<=", ">", ">="]), st.integers(-20, 20), st.booleans(), st.booleans())
+def test_a_compare_on_the_index_flips_at_its_threshold(op, c, var_left, negate):
+    """`_threshold` of `±v + c OP 0` (either side) says where it flips, so that a lane count dividing that
+    point sees one value for all lanes of a vector."""
+    import operator
+    compare = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}[op]
+
+    def cond(v, zero):
+        e = (-v if negate else v) + c
+        return compare(e, zero) if var_left else compare(zero, e)
+    var = tvm.tirx.Var("v", "int64")
+    t, above = schedules._threshold(cond(var, tvm.tirx.const(0, "int64")), var)
+    assert all(cond(v, 0) == (v >= t if above else v < t) for v in range(-50, 50))
