@@ -591,15 +591,16 @@ def test_cpu_products_of_odd_and_symbolic_sizes(n, k, m, b, dtype, tb):
     torch.testing.assert_close(odd(a, w), (a.float() @ w.float()).to(a.dtype) * 2.0, **MM_TOL[DTYPES[dtype]])
 
 
-def _transposed_b_product(dtype):
-    """C[b, i, j] = sum_k A[b, i, k] * B[b, j, k] (float32 accumulate) as one block, B read with k last:
-    the layout the Relax pipeline leaves to a transpose kernel, here inside the product itself."""
+def _transposed_b_product(dtype, transposed_a):
+    """C[b, i, j] = sum_k A[b, i, k] * B[b, j, k] (float32 accumulate) as one block, B read with k last
+    (and A as A[b, k, i] with `transposed_a`): layouts the Relax pipeline leaves to a transpose kernel,
+    here inside the product itself."""
     from tvm.script import tirx as T
 
     @T.prim_func(s_tir=True)
     def product(a: T.handle, b: T.handle, c: T.handle):
         nb, n, m, kk = T.int64(), T.int64(), T.int64(), T.int64()
-        A = T.match_buffer(a, (nb, n, kk), dtype)
+        A = T.match_buffer(a, (nb, kk, n) if transposed_a else (nb, n, kk), dtype)
         B = T.match_buffer(b, (nb, m, kk), dtype)
         C = T.match_buffer(c, (nb, n, m), "float32")
         for x, i, j, k in T.grid(nb, n, m, kk):
@@ -607,24 +608,27 @@ def _transposed_b_product(dtype):
                 vx, vi, vj, vk = T.axis.remap("SSSR", [x, i, j, k])
                 with T.init():
                     C[vx, vi, vj] = T.float32(0)
-                C[vx, vi, vj] = C[vx, vi, vj] + T.Cast("float32", A[vx, vi, vk]) * T.Cast("float32", B[vx, vj, vk])
+                C[vx, vi, vj] = C[vx, vi, vj] + T.Cast("float32", A[vx, vk, vi] if transposed_a else A[vx, vi, vk]) \
+                    * T.Cast("float32", B[vx, vj, vk])
     return product
 
 
+@pytest.mark.parametrize("transposed_a", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cpu_matmul_packs_a_b_read_transposed(dtype):
+def test_cpu_matmul_packs_a_b_read_transposed(dtype, transposed_a):
     cpu = bt.jit(target="cpu")(exps).target()
-    mod = schedules.apply(tvm.IRModule({"main": _transposed_b_product(dtype)}), cpu, "dlight", 0)
+    mod = schedules.apply(tvm.IRModule({"main": _transposed_b_product(dtype, transposed_a)}), cpu, "dlight", 0)
     assert str(mod["main"].attrs[schedules.RULE_ATTR]) == "CPUMatmul"
     text = mod["main"].script()
     assert "B_global[v0, v2, v1] = B[v0, v1, v2]" in text  # packed [k, j], then read along j
     assert text.count("T.parallel") == 2 and "T.vectorized" in text
     built = tvm.compile(mod, cpu)
     for b, n, m, k in ((2, 17, 5, 33), (1, 64, 100, 48), (3, 9, 130, 1)):
-        a, w = torch.randn(b, n, k).to(DTYPES[dtype]), torch.randn(b, m, k).to(DTYPES[dtype])
+        a = torch.randn(b, k, n) if transposed_a else torch.randn(b, n, k)
+        a, w = a.to(DTYPES[dtype]), torch.randn(b, m, k).to(DTYPES[dtype])
         out = torch.empty(b, n, m)
         built["main"](*(tvm.runtime.from_dlpack(t) for t in (a, w, out)))
-        torch.testing.assert_close(out, a.float() @ w.float().mT, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(out, (a.mT if transposed_a else a).float() @ w.float().mT, rtol=1e-4, atol=1e-4)
 
 
 def half_argmax(x: bt.Tensor((8, 100000), "float16")):
