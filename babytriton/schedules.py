@@ -713,17 +713,30 @@ class CPUMatmul(CPURule):
         if transposed_b is not False:
             self._pack(sch, block, transposed_b)
         *batch, i, j, k = sch.get_loops(block)
-        jb, j = sch.split(j, [None, nb])
+        rows, cols = get_extent(sch, i), get_extent(sch, j)
+        out = None
+        if not (isinstance(rows, int) and rows % mr == 0 and isinstance(cols, int) and cols % nr == 0):
+            # a ragged tile predicates each lane, and TVM then scalarises the whole micro-kernel
+            # (30x slower at 1000x1000): compute on operands zero-padded to whole tiles instead
+            sch.pad_einsum(block, [1] * len(batch) + [mr, nr, 1])
+            copy_lanes = _vector_lanes(sch, target) if _vectorizable(sch) else 1
+            for producer in sch.get_producers(block):
+                self._spread(sch, producer, copy_lanes)
+            out = sch.get_consumers(block)[0]       # copies the padded result's valid part back
+            *batch, i, j, k = sch.get_loops(block)
+        jt, j1 = sch.split(j, [None, nr])  # whole nr-wide tiles (a ragged panel only skips tiles)
+        jb, j0 = sch.split(jt, [None, nb // nr])
         i0, i1 = sch.split(i, [None, mr])
-        j0, j1 = sch.split(j, [None, nr])
         sch.reorder(*batch, jb, i0, j0, k, i1, j1)
         tile = sch.cache_write(block, 0, "local")   # the block now accumulates into a register tile
         sch.reverse_compute_at(tile, j0)             # written back once its k loop is done
         for epilogue in rest:  # epilogues read C: fold them into the write-back, while C has one reader
-            consumers = sch.get_consumers(tile)       # (TVM would inline one of two and drop C's write)
+            consumers = sch.get_consumers(out if out is not None else tile)  # (TVM would inline one of
             if len(consumers) != 1 or not sch.get(consumers[0]).same_as(sch.get(epilogue.block_rv)):
-                break
+                break                                  # two readers and drop C's write)
             sch.reverse_compute_inline(epilogue.block_rv)
+        if out is not None:
+            self._spread(sch, out, copy_lanes)
         sch.vectorize(sch.split(sch.get_loops(tile)[-1], [None, lanes])[1])
         sch.unroll(i1)
         j1o, j1i = sch.split(j1, [None, lanes])
@@ -734,6 +747,20 @@ class CPUMatmul(CPURule):
             sch.parallel(sch.fuse(*batch, jb, i0))
         sch.decompose_reduction(block, k)
         return True
+
+    @staticmethod
+    def _spread(sch, block, lanes: int):
+        """An element-wise copy around the product (padding, the padded result's write-back): its
+        loops fused, in parallel, the innermost `lanes` vectorised where the size allows."""
+        loops = sch.get_loops(block)
+        fused = _fuse(sch, loops)
+        extent = get_extent(sch, fused)
+        vector = _pow2_divisor(extent, lanes)
+        if vector > 1:
+            fused, inner = sch.split(fused, [None, vector])
+            sch.vectorize(inner)
+        if not isinstance(extent, int) or extent >= MIN_PARALLEL:
+            sch.parallel(fused)
 
     @staticmethod
     def _pack(sch, block, read: int):

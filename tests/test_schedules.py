@@ -621,7 +621,9 @@ def test_cpu_matmul_packs_a_b_read_transposed(dtype, transposed_a):
     assert str(mod["main"].attrs[schedules.RULE_ATTR]) == "CPUMatmul"
     text = mod["main"].script()
     assert "B_global[v0, v2, v1] = B[v0, v1, v2]" in text  # packed [k, j], then read along j
-    assert text.count("T.parallel") == 2 and "T.vectorized" in text
+    # every loop nest (the packing, the zero padding a symbolic size gets, the tiles) in parallel
+    assert schedules.serial_work(mod["main"], gpu=False) <= 1  # the root block itself
+    assert "_local = T.sblock_alloc_buffer" in text and "T.vectorized" in text  # the register tile
     built = tvm.compile(mod, cpu)
     for b, n, m, k in ((2, 17, 5, 33), (1, 64, 100, 48), (3, 9, 130, 1)):
         a = torch.randn(b, k, n) if transposed_a else torch.randn(b, n, k)
