@@ -645,3 +645,26 @@ def test_cpu_kernels_other_rules_decline_still_run_in_parallel():
         kernel = f.compile(x)
     assert schedules.schedule_summary(kernel.module, kernel.target)["argmax"] == ("CPUSpatial", "parallel 8")
     torch.testing.assert_close(f(x), torch.argmax(x, dim=-1))
+
+
+def _lane_predicates(schedule_text: str) -> list[str]:
+    """The predicates of each product's update block that depend on its vectorised loop (a ragged
+    tile: TVM then scalarises the micro-kernel)."""
+    lines = schedule_text.splitlines()
+    found = []
+    for at, line in enumerate(lines):
+        if 'T.sblock("matmul' in line and "_update" in line:
+            lane = re.search(r"for (\w+) in T.vectorized", lines[at - 1]).group(1)
+            body = lines[at + 1:at + 12]
+            found += [p for p in body if "T.where" in p and re.search(rf"\b{lane}\b", p)]
+    return found
+
+
+@pytest.mark.parametrize("shape", [("n", "k", "m"), (1000, 1000, 1000), (17, 33, 5)], ids=str)
+def test_cpu_ragged_products_keep_whole_vector_tiles(shape):
+    n, k, m = shape
+    f = bt.jit(target="cpu")(products_of("float32", (n, k), (k, m), False, False))
+    a, b = torch.randn(1000 if n == "n" else n, 1000 if k == "k" else k), torch.randn(1000 if k == "k" else k, 999 if m == "m" else m)
+    kernel = f.compile(a, b)
+    assert "_pad" in kernel.stages["schedule"] and not _lane_predicates(kernel.stages["schedule"])
+    torch.testing.assert_close(f(a, b), a @ b * 2.0, rtol=1e-4, atol=1e-3)
