@@ -692,7 +692,8 @@ class CPUMatmul(CPURule):
     with AVX2 (the AVX-512 tile compiled for AVX2 spills and ran 1.6-2.6x slower). Any number of
     batch axes; A may be read transposed (A[k, i]: the tile broadcasts one A element per row, either
     layout serves); a B read as B[j, k] is first packed, in parallel, into a [k, j] buffer
-    (cache_read + transform_layout): vectors over j need j contiguous."""
+    (cache_read + transform_layout): vectors over j need j contiguous. A size that is no whole number
+    of tiles (odd, symbolic) is computed on operands zero-padded to whole tiles (pad_einsum)."""
 
     AVX512 = (8, 32, 128, 16)  # mr, nr, nb, lanes
     AVX2 = (6, 16, 128, 8)
@@ -731,9 +732,9 @@ class CPUMatmul(CPURule):
         tile = sch.cache_write(block, 0, "local")   # the block now accumulates into a register tile
         sch.reverse_compute_at(tile, j0)             # written back once its k loop is done
         for epilogue in rest:  # epilogues read C: fold them into the write-back, while C has one reader
-            consumers = sch.get_consumers(out if out is not None else tile)  # (TVM would inline one of
+            consumers = sch.get_consumers(out if out is not None else tile)  # (TVM would inline one
             if len(consumers) != 1 or not sch.get(consumers[0]).same_as(sch.get(epilogue.block_rv)):
-                break                                  # two readers and drop C's write)
+                break                                  # of two readers and drop C's write)
             sch.reverse_compute_inline(epilogue.block_rv)
         if out is not None:
             self._spread(sch, out, copy_lanes)
