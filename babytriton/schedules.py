@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import re
 import sys
 import threading
 import warnings
@@ -855,35 +856,55 @@ class CPUMatmul(CPURule):
     cache) and the panels x row tiles run in parallel. Element-wise prologues are inlined and
     epilogues (bias, relu, a cast) folded into the tile's write-back, so the product stays one fused
     kernel. The tile must fit the vector registers: 8x32 float32 = 16 zmm with AVX-512, 6x16 = 12 ymm
-    with AVX2 (the AVX-512 tile compiled for AVX2 spills and ran 1.6-2.6x slower)."""
+    with AVX2 (the AVX-512 tile compiled for AVX2 spills and ran 1.6-2.6x slower). Any number of
+    batch axes; A may be read transposed (A[k, i]: the tile broadcasts one A element per row, either
+    layout serves); a B read as B[j, k] is first packed, in parallel, into a [k, j] buffer
+    (cache_read + transform_layout): vectors over j need j contiguous. A size that is no whole number
+    of tiles (odd, symbolic) is computed on operands zero-padded to whole tiles (pad_einsum)."""
 
     AVX512 = (8, 32, 128, 16)  # mr, nr, nb, lanes
     AVX2 = (6, 16, 128, 8)
 
     def schedule(self, sch, infos, target):
         mains = [info for info in infos if not info.is_injective()]
-        if len(mains) != 1 or mains[0].dom_kind() not in ("SSR", "SSSR"):
+        if len(mains) != 1 or not re.fullmatch("SS+R", mains[0].dom_kind()):
             return False
         block = mains[0].block_rv
         rest = _inline(sch, [info for info in infos if info.block_rv != block])  # prologues go here
-        if not _matmul_operands(sch.get(block)):  # after inlining: a transposed B is another layout
+        transposed_b = _matmul_operands(sch.get(block))  # after inlining: the layouts actually read
+        if transposed_b is None:
             return False
         avx512 = tvm.target.codegen.target_has_features("avx512f", target)
         mr, nr, nb, lanes = self.AVX512 if avx512 else self.AVX2
         if tvm.DataType(sch.get(block).writes[0].source.dtype).bits != 32:
             return False
+        if transposed_b is not False:
+            self._pack(sch, block, transposed_b)
         *batch, i, j, k = sch.get_loops(block)
-        jb, j = sch.split(j, [None, nb])
+        rows, cols = get_extent(sch, i), get_extent(sch, j)
+        out = None
+        if not (isinstance(rows, int) and rows % mr == 0 and isinstance(cols, int) and cols % nr == 0):
+            # a ragged tile predicates each lane, and TVM then scalarises the whole micro-kernel
+            # (30x slower at 1000x1000): compute on operands zero-padded to whole tiles instead
+            sch.pad_einsum(block, [1] * len(batch) + [mr, nr, 1])
+            copy_lanes = _vector_lanes(sch, target) if _vectorizable(sch) else 1
+            for producer in sch.get_producers(block):
+                self._spread(sch, producer, copy_lanes)
+            out = sch.get_consumers(block)[0]       # copies the padded result's valid part back
+            *batch, i, j, k = sch.get_loops(block)
+        jt, j1 = sch.split(j, [None, nr])  # whole nr-wide tiles (a ragged panel only skips tiles)
+        jb, j0 = sch.split(jt, [None, nb // nr])
         i0, i1 = sch.split(i, [None, mr])
-        j0, j1 = sch.split(j, [None, nr])
         sch.reorder(*batch, jb, i0, j0, k, i1, j1)
         tile = sch.cache_write(block, 0, "local")   # the block now accumulates into a register tile
         sch.reverse_compute_at(tile, j0)             # written back once its k loop is done
         for epilogue in rest:  # epilogues read C: fold them into the write-back, while C has one reader
-            consumers = sch.get_consumers(tile)       # (TVM would inline one of two and drop C's write)
+            consumers = sch.get_consumers(out if out is not None else tile)  # (TVM would inline one
             if len(consumers) != 1 or not sch.get(consumers[0]).same_as(sch.get(epilogue.block_rv)):
-                break
+                break                                  # of two readers and drop C's write)
             sch.reverse_compute_inline(epilogue.block_rv)
+        if out is not None:
+            self._spread(sch, out, copy_lanes)
         sch.vectorize(sch.split(sch.get_loops(tile)[-1], [None, lanes])[1])
         sch.unroll(i1)
         j1o, j1i = sch.split(j1, [None, lanes])
@@ -895,19 +916,80 @@ class CPUMatmul(CPURule):
         sch.decompose_reduction(block, k)
         return True
 
+    @staticmethod
+    def _spread(sch, block, lanes: int):
+        """An element-wise copy around the product (padding, the padded result's write-back): its
+        loops fused, in parallel, the innermost `lanes` vectorised where the size allows."""
+        loops = sch.get_loops(block)
+        fused = _fuse(sch, loops)
+        extent = get_extent(sch, fused)
+        vector = _pow2_divisor(extent, lanes)
+        if vector > 1:
+            fused, inner = sch.split(fused, [None, vector])
+            sch.vectorize(inner)
+        if not isinstance(extent, int) or extent >= MIN_PARALLEL:
+            sch.parallel(fused)
 
-def _matmul_operands(block) -> bool:
-    """Two reads indexed by plain variables, A by (i, k) and B by (k, j) with j last."""
+    @staticmethod
+    def _pack(sch, block, read: int):
+        """B read as B[.., j, k]: copy it once into a [.., k, j] buffer (its last two axes swapped),
+        the copy's rows in parallel (contiguous reads along k), before the product reads it."""
+        ndim = len(sch.get(block).reads[read].region)
+        packed = sch.cache_read(block, read, "global")
+        sch.transform_layout(packed, ("write", 0),
+                             tirx.IndexMap.from_func(lambda *x: (*x[:-2], x[-1], x[-2]), ndim=ndim))
+        loops = sch.get_loops(packed)
+        work = _static_product(sch, loops)
+        if len(loops) > 1 and (work is None or work >= MIN_PARALLEL):
+            sch.parallel(_fuse(sch, loops[:-1]))
+
+
+class CPUSpatial(CPURule):
+    """The last CPU rule, for any kernel the others decline (a half argmax, a float64 product): each
+    block's leading spatial loops fused and in parallel, and an element-wise block's innermost loop
+    vectorised where its accesses are contiguous, so that no kernel runs its work on one thread."""
+
+    def schedule(self, sch, infos, target):
+        lanes = _vector_lanes(sch, target) if _vectorizable(sch) else 1
+        spread = False
+        for info in infos:
+            kinds = info.dom_kind()
+            n_spatial = len(kinds) - len(kinds.lstrip("S"))
+            loops = sch.get_loops(info.block_rv)
+            if not n_spatial or len(loops) != len(kinds):
+                continue
+            work = _static_product(sch, loops)
+            if work is not None and work < MIN_PARALLEL:
+                continue
+            if n_spatial == len(loops) and n_spatial > 1 and lanes > 1 and _contiguous_lanes(sch, loops[-1], lanes):
+                sch.vectorize(sch.split(loops[-1], [None, lanes])[1])
+                loops = loops[:-1]
+                n_spatial -= 1
+            sch.parallel(_fuse(sch, loops[:n_spatial]))
+            spread = True
+        return spread
+
+
+def _matmul_operands(block):
+    """Two reads indexed by plain variables, A by i and k (either order) and B by k and j: False when
+    B is read with j last (the layout the tile vectorises), B's read index when it is read with k
+    last (B[.., j, k], to be packed), None for anything else."""
     i, j, k = [iv.var for iv in block.iter_vars][-3:]
     if len(block.reads) != 2 or len(block.writes) != 1:
-        return False
+        return None
     indices = [[r.min for r in read.region] for read in block.reads]
     if not all(isinstance(e, tirx.Var) for index in indices for e in index):
-        return False
+        return None
     used = [{e.name for e in index} for index in indices]
     a, b = (0, 1) if j.name not in used[0] else (1, 0)
-    return (i.name in used[a] and k.name in used[a] and j.name not in used[a]
-            and k.name in used[b] and i.name not in used[b] and indices[b][-1].same_as(j))
+    if not (i.name in used[a] and k.name in used[a] and j.name not in used[a]
+            and k.name in used[b] and i.name not in used[b] and j.name in used[b]):
+        return None
+    if indices[b][-1].same_as(j):
+        return False
+    if len(indices[b]) >= 2 and indices[b][-1].same_as(k) and indices[b][-2].same_as(j):
+        return b
+    return None
 
 
 def _rfactor_rows(sch, block, n_rows, accum):
@@ -1193,7 +1275,7 @@ def cpu_rules(schedule: str = "dlight") -> list:
     if schedule == "fallback":
         return [Guarded(r) for r in dlight]
     return [Guarded(r) for r in (CPUMatmul(), CPUElementwise(), CPUReduction(), dl.cpu.GEMV(),
-                                 WithoutHalves(dl.cpu.Reduction()))]
+                                 WithoutHalves(dl.cpu.Reduction()), CPUSpatial())]
 
 
 def apply(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, trials: int) -> tvm.IRModule:

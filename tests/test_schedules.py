@@ -673,3 +673,173 @@ def test_a_compare_on_the_index_flips_at_its_threshold(op, c, var_left, negate):
     var = tvm.tirx.Var("v", "int64")
     t, above = schedules._threshold(cond(var, tvm.tirx.const(0, "int64")), var)
     assert all(cond(v, 0) == (v >= t if above else v < t) for v in range(-50, 50))
+
+
+# --------------------------------------------------------------------------------------------------
+# CPU matrix products of any batch rank and layout, and the rule for whatever the others decline
+# --------------------------------------------------------------------------------------------------
+import re  # noqa: E402
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+MM_TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float16: dict(rtol=1e-2, atol=1e-2),
+          torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+
+
+def _llvm_kernel(source: str, name: str) -> str:
+    """The LLVM IR of one kernel: its compute function and the parallel lambdas that follow it."""
+    start = source.index(f"define internal fastcc i32 @{name}_compute_(")
+    following = source.find("define internal fastcc i32 @", start + 1)
+    return source[start:following if following > 0 else len(source)]
+
+
+def _products_are_tiled(kernel, dtype):
+    """Every matrix-product kernel is CPUMatmul's, launched in parallel, with float vectors in its IR."""
+    summary = schedules.schedule_summary(kernel.module, kernel.target)
+    products = [name for name in summary if "matmul" in name]
+    assert products
+    for name in products:
+        assert summary[name][0] == "CPUMatmul", (name, summary[name])
+        ir = _llvm_kernel(kernel.source, name)
+        assert "TVMBackendParallelLaunch" in ir and re.search(r"<\d+ x float>", ir), name
+
+
+def attention_of(dtype, shape):
+    H = bt.Tensor(shape, dtype)
+
+    def attention(q: H, k: H, v: H):
+        return bt.softmax(q @ bt.permute_dims(k, (0, 1, 3, 2)) * 0.125, axis=-1) @ v
+    return attention
+
+
+def products_of(dtype, a_shape, b_shape, transpose_a, transpose_b):
+    A, B = bt.Tensor(a_shape, dtype), bt.Tensor(b_shape, dtype)
+    swap = tuple(range(len(a_shape) - 2)) + (len(a_shape) - 1, len(a_shape) - 2)
+
+    def product(a: A, b: B):
+        x = bt.permute_dims(a, swap) if transpose_a else a
+        y = bt.permute_dims(b, swap) if transpose_b else b
+        return x @ y * 2.0
+    return product
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cpu_attention_products_are_parallel_vectorised_and_not_serial(dtype):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", schedules.SerialKernelWarning)
+        kernel = bt.jit(target="cpu")(attention_of(dtype, (4, 16, 1024, 64))).compile()
+    _products_are_tiled(kernel, dtype)
+    small = bt.jit(target="cpu")(attention_of(dtype, (2, 3, 65, 24)))
+    q, k, v = (torch.randn(2, 3, 65, 24).to(DTYPES[dtype]) for _ in range(3))
+    want = torch.softmax((q.float() @ k.float().mT).to(q.dtype) * 0.125, -1) @ v
+    torch.testing.assert_close(small(q, k, v), want, **MM_TOL[DTYPES[dtype]])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("ta, tb", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("batch", [(8,), (2, 4)], ids=["3d", "4d"])
+def test_cpu_batched_products_of_any_layout(dtype, ta, tb, batch):
+    n, k, m = 512, 512, 512
+    a_shape = batch + ((k, n) if ta else (n, k))
+    b_shape = batch + ((m, k) if tb else (k, m))
+    f = bt.jit(target="cpu")(products_of(dtype, a_shape, b_shape, ta, tb))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", schedules.SerialKernelWarning)
+        kernel = f.compile()
+    _products_are_tiled(kernel, dtype)
+    a, b = torch.randn(a_shape).to(DTYPES[dtype]), torch.randn(b_shape).to(DTYPES[dtype])
+    x, y = (a.mT if ta else a), (b.mT if tb else b)
+    want = (x.float() @ y.float()).to(a.dtype) * 2.0
+    torch.testing.assert_close(f(a, b), want, **MM_TOL[DTYPES[dtype]])
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 70), st.integers(1, 40), st.integers(1, 3),
+       st.sampled_from(list(DTYPES)), st.booleans())
+def test_cpu_products_of_odd_and_symbolic_sizes(n, k, m, b, dtype, tb):
+    f = bt.jit(target="cpu")(products_of(dtype, ("b", "n", "k"), ("b", "m", "k") if tb else ("b", "k", "m"), False, tb))
+    a = torch.randn(b, n, k).to(DTYPES[dtype])
+    w = torch.randn(b, m, k).to(DTYPES[dtype]) if tb else torch.randn(b, k, m).to(DTYPES[dtype])
+    want = (a.float() @ (w.mT if tb else w).float()).to(a.dtype) * 2.0
+    torch.testing.assert_close(f(a, w), want, **MM_TOL[DTYPES[dtype]])
+    odd = bt.jit(target="cpu")(products_of(dtype, (17, 33), (33, 5), False, False))
+    a, w = torch.randn(17, 33).to(DTYPES[dtype]), torch.randn(33, 5).to(DTYPES[dtype])
+    torch.testing.assert_close(odd(a, w), (a.float() @ w.float()).to(a.dtype) * 2.0, **MM_TOL[DTYPES[dtype]])
+
+
+def _transposed_b_product(dtype, transposed_a):
+    """C[b, i, j] = sum_k A[b, i, k] * B[b, j, k] (float32 accumulate) as one block, B read with k last
+    (and A as A[b, k, i] with `transposed_a`): layouts the Relax pipeline leaves to a transpose kernel,
+    here inside the product itself."""
+    from tvm.script import tirx as T
+
+    @T.prim_func(s_tir=True)
+    def product(a: T.handle, b: T.handle, c: T.handle):
+        nb, n, m, kk = T.int64(), T.int64(), T.int64(), T.int64()
+        A = T.match_buffer(a, (nb, kk, n) if transposed_a else (nb, n, kk), dtype)
+        B = T.match_buffer(b, (nb, m, kk), dtype)
+        C = T.match_buffer(c, (nb, n, m), "float32")
+        for x, i, j, k in T.grid(nb, n, m, kk):
+            with T.sblock("matmul"):
+                vx, vi, vj, vk = T.axis.remap("SSSR", [x, i, j, k])
+                with T.init():
+                    C[vx, vi, vj] = T.float32(0)
+                C[vx, vi, vj] = C[vx, vi, vj] + T.Cast("float32", A[vx, vk, vi] if transposed_a else A[vx, vi, vk]) \
+                    * T.Cast("float32", B[vx, vj, vk])
+    return product
+
+
+@pytest.mark.parametrize("transposed_a", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cpu_matmul_packs_a_b_read_transposed(dtype, transposed_a):
+    cpu = bt.jit(target="cpu")(exps).target()
+    mod = schedules.apply(tvm.IRModule({"main": _transposed_b_product(dtype, transposed_a)}), cpu, "dlight", 0)
+    assert str(mod["main"].attrs[schedules.RULE_ATTR]) == "CPUMatmul"
+    text = mod["main"].script()
+    assert "B_global[v0, v2, v1] = B[v0, v1, v2]" in text  # packed [k, j], then read along j
+    # every loop nest (the packing, the zero padding a symbolic size gets, the tiles) in parallel
+    assert schedules.serial_work(mod["main"], gpu=False) <= 1  # the root block itself
+    assert "_local = T.sblock_alloc_buffer" in text and "T.vectorized" in text  # the register tile
+    built = tvm.compile(mod, cpu)
+    for b, n, m, k in ((2, 17, 5, 33), (1, 64, 100, 48), (3, 9, 130, 1)):
+        a = torch.randn(b, k, n) if transposed_a else torch.randn(b, n, k)
+        a, w = a.to(DTYPES[dtype]), torch.randn(b, m, k).to(DTYPES[dtype])
+        out = torch.empty(b, n, m)
+        built["main"](*(tvm.runtime.from_dlpack(t) for t in (a, w, out)))
+        torch.testing.assert_close(out, (a.mT if transposed_a else a).float() @ w.float().mT, rtol=1e-4, atol=1e-4)
+
+
+def half_argmax(x: bt.Tensor((8, 100000), "float16")):
+    return bt.argmax(x, axis=-1)
+
+
+def test_cpu_kernels_other_rules_decline_still_run_in_parallel():
+    x = torch.randn(8, 100000).half()
+    f = bt.jit(target="cpu")(half_argmax)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", schedules.SerialKernelWarning)
+        kernel = f.compile(x)
+    assert schedules.schedule_summary(kernel.module, kernel.target)["argmax"] == ("CPUSpatial", "parallel 8")
+    torch.testing.assert_close(f(x), torch.argmax(x, dim=-1))
+
+
+def _lane_predicates(schedule_text: str) -> list[str]:
+    """The predicates of each product's update block that depend on its vectorised loop (a ragged
+    tile: TVM then scalarises the micro-kernel)."""
+    lines = schedule_text.splitlines()
+    found = []
+    for at, line in enumerate(lines):
+        if 'T.sblock("matmul' in line and "_update" in line:
+            lane = re.search(r"for (\w+) in T.vectorized", lines[at - 1]).group(1)
+            body = lines[at + 1:at + 12]
+            found += [p for p in body if "T.where" in p and re.search(rf"\b{lane}\b", p)]
+    return found
+
+
+@pytest.mark.parametrize("shape", [("n", "k", "m"), (1000, 1000, 1000), (17, 33, 5)], ids=str)
+def test_cpu_ragged_products_keep_whole_vector_tiles(shape):
+    n, k, m = shape
+    f = bt.jit(target="cpu")(products_of("float32", (n, k), (k, m), False, False))
+    a, b = torch.randn(1000 if n == "n" else n, 1000 if k == "k" else k), torch.randn(1000 if k == "k" else k, 999 if m == "m" else m)
+    kernel = f.compile(a, b)
+    assert "_pad" in kernel.stages["schedule"] and not _lane_predicates(kernel.stages["schedule"])
+    torch.testing.assert_close(f(a, b), a @ b * 2.0, rtol=1e-4, atol=1e-3)
