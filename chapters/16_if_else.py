@@ -1,8 +1,8 @@
 # Chapter 16 - if/else: a scoped symbol table, and where the dataflow blocks go
 #
-# Exercise 3 of the tutorial, solved on chapter 13 alone: `diff
-# chapters/13_fusion.py chapters/16_if_else.py` is the whole answer (and
-# exercises/16_if_else.py is the same file with the answer taken out).
+# Exercise 3 of the tutorial, solved on chapter 13 alone: this file holds that
+# answer and nothing else. exercises/16_if_else.py is the same file with the answer
+# taken out; `diff exercises/16_if_else.py chapters/16_if_else.py` shows it.
 #
 # What: `if cond:` with a tensor condition becomes a Relax `If`, with and
 # without `else`. The condition must be a 0-d bool tensor: one truth value

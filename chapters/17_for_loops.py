@@ -1,7 +1,8 @@
 # Chapter 17 - for loops: unrolled under a threshold, recursive above it
 #
-# Exercise 4 of the tutorial, solved on chapter 13 alone (exercises/17_for_loops.py
-# is this file with the answer taken out).
+# Exercise 4 of the tutorial, solved on chapter 13 alone: this file holds that
+# answer and nothing else. exercises/17_for_loops.py is the same file with the answer
+# taken out; `diff exercises/17_for_loops.py chapters/17_for_loops.py` shows it.
 #
 # What: `for i in range(...)` in two ways.
 #   - Unrolled: when the number of iterations is known while compiling and

@@ -1,7 +1,8 @@
 # Chapter 18 - calling Relax's operator library: sigmoid, exp, sum, softmax, ...
 #
-# Exercise 5 of the tutorial, solved on chapter 13 alone (exercises/18_library_calls.py
-# is this file with the answer taken out).
+# Exercise 5 of the tutorial, solved on chapter 13 alone: this file holds that
+# answer and nothing else. exercises/18_library_calls.py is the same file with the answer
+# taken out; `diff exercises/18_library_calls.py chapters/18_library_calls.py` shows it.
 #
 # What: `sigmoid(x)`, `relax.op.sum(x, axis=1, keepdims=True)` and
 # `relax.op.nn.softmax(x)` inside a jitted function call the operator of

@@ -1,7 +1,8 @@
 # Chapter 20 - CPU and GPU in one function: `with device(...)`
 #
-# Exercise 7 of the tutorial, solved on chapter 13 alone (exercises/20_devices.py
-# is this file with the answer taken out).
+# Exercise 7 of the tutorial, solved on chapter 13 alone: this file holds that
+# answer and nothing else. exercises/20_devices.py is the same file with the answer
+# taken out; `diff exercises/20_devices.py chapters/20_devices.py` shows it.
 #
 # What: inside a jitted function, `with device("gpu"):` runs the block's
 # operations on the GPU, and everything else runs on the CPU, where the
