@@ -187,7 +187,7 @@ class CodeGenerator(ch13.JIT.CodeGenerator):  # last extended in chapter 10
         body = self.body_function(name, node, start, step, state_names, input_names, params, result)
         loop = self.halving_function(name, body, len(state), params, result)
 
-        count = stop if isinstance(stop, int) else self.trip_count(start, stop, step)
+        count = len(range(start, stop, step)) if isinstance(stop, int) else self.trip_count(start, stop, step)
         call = rx.Call(loop, [int64(0), int64(count) if isinstance(count, int) else count, *state, *inputs])
         if isinstance(count, int):  # known, and above the threshold: it runs
             out = IRBuilder.name(f"{name}_out", RB.emit(call))
