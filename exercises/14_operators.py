@@ -1,9 +1,9 @@
 # Exercise starter for chapter 14 - every operator, and constants of the right dtype
 #
-# Exercise 1 of the tutorial (multiplication, and every other operator), to solve on chapter 13. Fill in the
-# functions that raise NotImplementedError("exercise 1 ..."); the comments below say
-# what the finished chapter does. Check your answer with `pytest exercises -k 14_operators`;
-# the solution is chapters/14_operators.py.
+# Exercise 1 of the tutorial (multiplication and the other operators), to solve on chapter 13. Fill
+# in the functions that raise NotImplementedError("exercise 1 ..."); the comments below say what the
+# finished chapter does. Check your answer with `pytest exercises -k 14_operators`; the solution is
+# chapters/14_operators.py, and `diff exercises/14_operators.py chapters/14_operators.py` shows it.
 #
 # What: chapter 07 knew one operator, `+`, and turned every Python number
 # into an int32 or float32 constant on the spot. This chapter fills in the
@@ -100,7 +100,7 @@ def is_float(dtype):
 def result_dtype(lhs, rhs):
     """The dtype torch gives `lhs <op> rhs`: tensors stand in as empty torch tensors of their dtype
     (0-d ones as 0-d: torch lets those promote less), numbers as themselves."""
-    raise NotImplementedError("exercise 1 (multiplication, and every other operator): result_dtype")
+    raise NotImplementedError("exercise 1 (multiplication and the other operators): result_dtype")
 
 
 class CodeGenerator(ch13.JIT.CodeGenerator):  # last extended in chapter 10
@@ -149,23 +149,23 @@ class CodeGenerator(ch13.JIT.CodeGenerator):  # last extended in chapter 10
 
     # ---- operators --------------------------------------------------------------------------
     def visit_BinOp(self, node):
-        raise NotImplementedError("exercise 1 (multiplication, and every other operator): CodeGenerator.visit_BinOp")
+        raise NotImplementedError("exercise 1 (multiplication and the other operators): CodeGenerator.visit_BinOp")
 
     def visit_UnaryOp(self, node):
-        raise NotImplementedError("exercise 1 (multiplication, and every other operator): CodeGenerator.visit_UnaryOp")
+        raise NotImplementedError("exercise 1 (multiplication and the other operators): CodeGenerator.visit_UnaryOp")
 
     def compare(self, node, cmp, lhs, rhs):
-        raise NotImplementedError("exercise 1 (multiplication, and every other operator): CodeGenerator.compare")
+        raise NotImplementedError("exercise 1 (multiplication and the other operators): CodeGenerator.compare")
 
     def visit_Compare(self, node):
         # a < b < c is (a < b) and (b < c), with b computed once.
-        raise NotImplementedError("exercise 1 (multiplication, and every other operator): CodeGenerator.visit_Compare")
+        raise NotImplementedError("exercise 1 (multiplication and the other operators): CodeGenerator.visit_Compare")
 
     def logical(self, node, kind, lhs, rhs):
-        raise NotImplementedError("exercise 1 (multiplication, and every other operator): CodeGenerator.logical")
+        raise NotImplementedError("exercise 1 (multiplication and the other operators): CodeGenerator.logical")
 
     def visit_BoolOp(self, node):
-        raise NotImplementedError("exercise 1 (multiplication, and every other operator): CodeGenerator.visit_BoolOp")
+        raise NotImplementedError("exercise 1 (multiplication and the other operators): CodeGenerator.visit_BoolOp")
 
 
 class JIT(ch13.JIT):

@@ -1,9 +1,10 @@
 # Exercise starter for chapter 15 - MetaSchedule: search for a schedule instead of picking one
 #
 # Exercise 2 of the tutorial (MetaSchedule instead of Dlight), to solve on chapter 13. Fill in the
-# functions that raise NotImplementedError("exercise 2 ..."); the comments below say
-# what the finished chapter does. Check your answer with `pytest exercises -k 15_meta_schedule`;
-# the solution is chapters/15_meta_schedule.py.
+# functions that raise NotImplementedError("exercise 2 ..."); the comments below say what the
+# finished chapter does. Check your answer with `pytest exercises -k 15_meta_schedule`; the solution
+# is chapters/15_meta_schedule.py, and `diff exercises/15_meta_schedule.py
+# chapters/15_meta_schedule.py` shows it.
 #
 # What: `@jit(schedule="meta_schedule", trials=4)` schedules the fused TIR
 # with TVM's auto-tuner, MetaSchedule, instead of Dlight's rules. For each

@@ -1,9 +1,9 @@
 # Exercise starter for chapter 16 - if/else: a scoped symbol table, and where the dataflow blocks go
 #
-# Exercise 3 of the tutorial (if/else), to solve on chapter 13. Fill in the
-# functions that raise NotImplementedError("exercise 3 ..."); the comments below say
-# what the finished chapter does. Check your answer with `pytest exercises -k 16_if_else`;
-# the solution is chapters/16_if_else.py.
+# Exercise 3 of the tutorial (if/else), to solve on chapter 13. Fill in the functions that raise
+# NotImplementedError("exercise 3 ..."); the comments below say what the finished chapter does.
+# Check your answer with `pytest exercises -k 16_if_else`; the solution is chapters/16_if_else.py,
+# and `diff exercises/16_if_else.py chapters/16_if_else.py` shows it.
 #
 # What: `if cond:` with a tensor condition becomes a Relax `If`, with and
 # without `else`. The condition must be a 0-d bool tensor: one truth value

@@ -1,9 +1,9 @@
 # Exercise starter for chapter 17 - for loops: unrolled under a threshold, recursive above it
 #
-# Exercise 4 of the tutorial (for loops), to solve on chapter 13. Fill in the
-# functions that raise NotImplementedError("exercise 4 ..."); the comments below say
-# what the finished chapter does. Check your answer with `pytest exercises -k 17_for_loops`;
-# the solution is chapters/17_for_loops.py.
+# Exercise 4 of the tutorial (for loops), to solve on chapter 13. Fill in the functions that raise
+# NotImplementedError("exercise 4 ..."); the comments below say what the finished chapter does.
+# Check your answer with `pytest exercises -k 17_for_loops`; the solution is
+# chapters/17_for_loops.py, and `diff exercises/17_for_loops.py chapters/17_for_loops.py` shows it.
 #
 # What: `for i in range(...)` in two ways.
 #   - Unrolled: when the number of iterations is known while compiling and

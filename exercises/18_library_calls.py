@@ -1,9 +1,10 @@
 # Exercise starter for chapter 18 - calling Relax's operator library: sigmoid, exp, sum, softmax, ...
 #
 # Exercise 5 of the tutorial (calling Relax's library), to solve on chapter 13. Fill in the
-# functions that raise NotImplementedError("exercise 5 ..."); the comments below say
-# what the finished chapter does. Check your answer with `pytest exercises -k 18_library_calls`;
-# the solution is chapters/18_library_calls.py.
+# functions that raise NotImplementedError("exercise 5 ..."); the comments below say what the
+# finished chapter does. Check your answer with `pytest exercises -k 18_library_calls`; the solution
+# is chapters/18_library_calls.py, and `diff exercises/18_library_calls.py
+# chapters/18_library_calls.py` shows it.
 #
 # What: `sigmoid(x)`, `relax.op.sum(x, axis=1, keepdims=True)` and
 # `relax.op.nn.softmax(x)` inside a jitted function call the operator of

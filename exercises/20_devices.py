@@ -1,9 +1,9 @@
 # Exercise starter for chapter 20 - CPU and GPU in one function: `with device(...)`
 #
 # Exercise 7 of the tutorial (CPU and GPU in one function), to solve on chapter 13. Fill in the
-# functions that raise NotImplementedError("exercise 7 ..."); the comments below say
-# what the finished chapter does. Check your answer with `pytest exercises -k 20_devices`;
-# the solution is chapters/20_devices.py.
+# functions that raise NotImplementedError("exercise 7 ..."); the comments below say what the
+# finished chapter does. Check your answer with `pytest exercises -k 20_devices`; the solution is
+# chapters/20_devices.py, and `diff exercises/20_devices.py chapters/20_devices.py` shows it.
 #
 # What: inside a jitted function, `with device("gpu"):` runs the block's
 # operations on the GPU, and everything else runs on the CPU, where the

@@ -1,9 +1,10 @@
 # Exercise starter for chapter 21 - a second back end: Python loops straight to TensorIR
 #
 # Exercise 8 of the tutorial (a TensorIR code generator), to solve on chapter 13. Fill in the
-# functions that raise NotImplementedError("exercise 8 ..."); the comments below say
-# what the finished chapter does. Check your answer with `pytest exercises -k 21_tir_backend`;
-# the solution is chapters/21_tir_backend.py.
+# functions that raise NotImplementedError("exercise 8 ..."); the comments below say what the
+# finished chapter does. Check your answer with `pytest exercises -k 21_tir_backend`; the solution
+# is chapters/21_tir_backend.py, and `diff exercises/21_tir_backend.py chapters/21_tir_backend.py`
+# shows it.
 #
 # What: `@jit(backend="tir")` swaps the code generator. Instead of Relax
 # operations on whole tensors, `TIRCodeGenerator` turns loop-level Python

@@ -10,13 +10,14 @@ tests/test_exercises.py checks that the starters are what this script writes.
 """
 import ast
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # chapter -> (exercise number, what it asks, the functions whose bodies are the answer)
 EXERCISES = {
-    "14_operators": (1, "multiplication, and every other operator", [
+    "14_operators": (1, "multiplication and the other operators", [
         "result_dtype", "CodeGenerator.visit_BinOp", "CodeGenerator.visit_UnaryOp", "CodeGenerator.compare",
         "CodeGenerator.visit_Compare", "CodeGenerator.logical", "CodeGenerator.visit_BoolOp"]),
     "15_meta_schedule": (2, "MetaSchedule instead of Dlight", ["JIT.tune", "JIT.sample"]),
@@ -74,11 +75,13 @@ def starter(stem):
     text = "\n".join(lines)
     title, rest = text.split("\n", 1)
     head, paragraph_end = rest.split("# Exercise ", 1)[0], rest.index("#\n# What")
-    text = (title.replace("# Chapter", "# Exercise starter for chapter") + "\n" + head
-            + f"# Exercise {number} of the tutorial ({what}), to solve on chapter 13. Fill in the\n"
-            + f"# functions that raise NotImplementedError(\"exercise {number} ...\"); the comments below say\n"
-            + f"# what the finished chapter does. Check your answer with `pytest exercises -k {stem}`;\n"
-            + f"# the solution is chapters/{stem}.py.\n" + rest[paragraph_end:])
+    intro = (f"Exercise {number} of the tutorial ({what}), to solve on chapter 13. Fill in the functions "
+             f"that raise NotImplementedError(\"exercise {number} ...\"); the comments below say what the "
+             f"finished chapter does. Check your answer with `pytest exercises -k {stem}`; the solution is "
+             f"chapters/{stem}.py, and `diff exercises/{stem}.py chapters/{stem}.py` shows it.")
+    intro = textwrap.fill(intro, width=100, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False)
+    text = (title.replace("# Chapter", "# Exercise starter for chapter") + "\n" + head + intro + "\n"
+            + rest[paragraph_end:])
     text = text.replace(f"# Run: python chapters/{stem}.py", f"# Run: python exercises/{stem}.py")
     anchor = 'ch13 = importlib.import_module("13_fusion")'
     return text.replace(anchor, "\n".join(FIND_CHAPTER_13 + [anchor]), 1)
