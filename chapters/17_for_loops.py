@@ -34,7 +34,8 @@
 # 14 for 10 000 (and 2 * count - 1 calls in all).
 #
 # Why a separate body function? FuseOps fuses only the dataflow blocks at a
-# function's top level: inside the `If` of `loop0` nothing would fuse. In a function of its own, the body fuses as any function does.
+# function's top level: inside the `If` of `loop0` nothing would fuse. In a
+# function of its own, the body fuses as any function does.
 #
 # Unrolling is faster for short loops (no calls, and the iterations fuse
 # with each other and with the code around the loop) but grows the IR with
