@@ -204,8 +204,8 @@ def _calls(expr):
 
 
 # ---- Follow-up, beyond the lesson ------------------------------------------------------------
-# - A condition computed in the function (`if t > 0.5:`) needs comparisons: chapter 14 has them,
-#   and with them this chapter works unchanged (a comparison of 0-d tensors is a 0-d bool tensor).
+# - A condition computed in the function (`if t > 0.5:`) needs comparisons: chapter 14 has them
+#   (a comparison of 0-d tensors is a 0-d bool tensor, a condition like any other).
 # - A condition known while compiling (`if 2 > 1:`, possible once numbers stay Python numbers as
 #   in chapter 14) needs no `If`: compile only the branch it selects.
 # - A Python number assigned in a branch must become a tensor of the type the name had before.

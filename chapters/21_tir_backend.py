@@ -141,7 +141,7 @@ class TIRCodeGenerator(ast.NodeVisitor):
     def visit_FunctionDef(self, node):
         with T.prim_func():
             T.func_name(node.name)
-            T.func_attr({"tir.noalias": True})
+            T.func_attr({"tirx.noalias": True})  # TVM 0.27 spelling (2024: "tir.noalias")
             annotations = inspect.get_annotations(self.fn, eval_str=True)
             for arg in node.args.args:
                 if not isinstance(annotations.get(arg.arg), Tensor):

@@ -288,6 +288,16 @@ def check_21_tir_backend(m):
 # exercise file stem -> its check; `pytest exercises -k <stem or part of it>` runs one
 CHECKS = {name.removeprefix("check_"): fn for name, fn in list(globals().items()) if name.startswith("check_")}
 
+# exercise file stem -> (its pytest marker, what it asks)
+TASKS = {
+    "w1_subtract": ("warmup", "warm-up 1, subtraction"), "w2_negate": ("warmup", "warm-up 2, a unary operator"),
+    "14_operators": ("task1", "multiplication and the other operators"),
+    "15_meta_schedule": ("task2", "MetaSchedule instead of Dlight"), "16_if_else": ("task3", "if/else"),
+    "17_for_loops": ("task4", "for loops"), "18_library_calls": ("task5", "calling Relax's library"),
+    "19_tir_calls": ("task6", "calling your own TensorIR"), "20_devices": ("task7", "CPU and GPU in one function"),
+    "21_tir_backend": ("task8", "a TensorIR code generator"),
+}
+
 # where each exercise's reference solution is
 SOLUTIONS = {stem: ROOT / ("exercises/solutions" if stem.startswith("w") else "chapters") / f"{stem}.py"
              for stem in CHECKS}

@@ -31,6 +31,8 @@ def test_every_exercise_of_the_tutorial_and_two_warm_ups_have_a_check():
     chapters = sorted(p.stem for p in (ROOT / "chapters").glob("[12][0-9]_*.py") if p.name >= "14")
     assert STEMS == chapters + ["w1_subtract", "w2_negate"]
     assert sorted(make_exercises.EXERCISES) == chapters
+    assert sorted(checks.TASKS) == STEMS
+    assert [checks.TASKS[c][0] for c in chapters] == [f"task{make_exercises.EXERCISES[c][0]}" for c in chapters]
 
 
 @pytest.mark.parametrize("stem", STEMS)
