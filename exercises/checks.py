@@ -86,6 +86,22 @@ def check_w2_negate(m):
     matches_torch(negate, torch.randn(2, 3), torch.randn(2, 3))
 
 
+def check_w3_results(m):
+    Tensor = m.Tensor
+
+    @m.jit
+    def three(a: Tensor((2, 3), "float32"), b: Tensor((2, 3), "float32")):
+        s = a + b
+        return s, s + a + b, b
+
+    @m.jit
+    def one(a: Tensor((2, 3), "float32")):
+        return a + a
+
+    matches_torch(three, torch.rand(2, 3), torch.rand(2, 3))
+    matches_torch(one, torch.rand(2, 3))
+
+
 # ---- the tutorial's exercises --------------------------------------------------------------------
 
 def check_14_operators(m):
@@ -291,6 +307,7 @@ CHECKS = {name.removeprefix("check_"): fn for name, fn in list(globals().items()
 # exercise file stem -> (its pytest marker, what it asks)
 TASKS = {
     "w1_subtract": ("warmup", "warm-up 1, subtraction"), "w2_negate": ("warmup", "warm-up 2, a unary operator"),
+    "w3_results": ("warmup", "warm-up 3, several results"),
     "14_operators": ("task1", "multiplication and the other operators"),
     "15_meta_schedule": ("task2", "MetaSchedule instead of Dlight"), "16_if_else": ("task3", "if/else"),
     "17_for_loops": ("task4", "for loops"), "18_library_calls": ("task5", "calling Relax's library"),
