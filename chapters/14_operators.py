@@ -1,5 +1,9 @@
 # Chapter 14 - every operator, and constants of the right dtype
 #
+# Exercise 1 of the tutorial, solved on chapter 13 alone: this file holds that
+# answer and nothing else. exercises/14_operators.py is the same file with the answer
+# taken out; `diff exercises/14_operators.py chapters/14_operators.py` shows it.
+#
 # What: chapter 07 knew one operator, `+`, and turned every Python number
 # into an int32 or float32 constant on the spot. This chapter fills in the
 # tables: all of Python's binary operators (`+ - * / // % ** @ & | ^ << >>`),

@@ -1,10 +1,14 @@
 # Chapter 16 - if/else: a scoped symbol table, and where the dataflow blocks go
 #
+# Exercise 3 of the tutorial, solved on chapter 13 alone: this file holds that
+# answer and nothing else. exercises/16_if_else.py is the same file with the answer
+# taken out; `diff exercises/16_if_else.py chapters/16_if_else.py` shows it.
+#
 # What: `if cond:` with a tensor condition becomes a Relax `If`, with and
 # without `else`. The condition must be a 0-d bool tensor: one truth value
-# per call, computed at run time (`if t > 0.5:` with `t` a 0-d tensor). A
-# condition known while compiling (`if 2 > 1:`) needs no `If`: only the
-# branch it selects is compiled.
+# per call, computed at run time. Chapter 13 knows only `+`, so here the
+# condition is a parameter, `flag: Tensor((), "bool")`; with chapter 14's
+# comparisons it could be `t > 0.5` just as well (see the follow-up at the end).
 #
 # Why: a Relax `If` is an expression: each branch is a block of bindings,
 # and the `If` yields one value, the last binding of whichever branch ran.
@@ -27,7 +31,7 @@
 # cuts the function into a block before it, a block in each branch and a
 # block after it; the tuples that carry the branch values sit just outside
 # the branch blocks. FuseOps then fuses inside the function's top-level
-# blocks only: the ops inside the branches stay separate kernels. (Chapter
+# blocks only: the adds inside the branches stay separate kernels. (Chapter
 # 17 moves loop bodies into functions of their own, where they fuse again.)
 #
 # Also new: TVM's memory planner (the pass StaticPlanBlockMemory) can let
@@ -35,12 +39,12 @@
 # that did not run, which crashes (apache/tvm issue 17348). Modules that
 # branch are built without that pass.
 #
-# What to look at: `if cond:` in the Relax, the tuples `if_y_z = ...` at
-# the end of both branches and `y = if_y_z[0]` after (Relax renames the
-# user's `y` to `y_1`, `y_2` where it is bound again: each binding is a new
-# variable); the `else:` that the if-without-else received; the dataflow blocks after ConvertToDataflow;
-# and after FuseTIR, the kernels inside the branch next to the fused one
-# after it.
+# What to look at: `if flag:` in the Relax, the tuples `if_z_u = ...` at
+# the end of both branches and `z = if_z_u[0]` after (Relax renames the
+# user's `z` to `z_1`, `z_2` where it is bound again: each binding is a new
+# variable); the `else:` that the if-without-else received; the dataflow
+# blocks after ConvertToDataflow; and after FuseTIR, the three `add` kernels
+# inside the then-branch next to the fused one after the `if`.
 #
 # Run: python chapters/16_if_else.py
 import ast
@@ -54,10 +58,8 @@ from tvm import relax as rx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import relax as RB
 
-ch15 = importlib.import_module("15_meta_schedule")
-Tensor = ch15.Tensor
-is_tensor = ch15.ch14.is_tensor
-dtype_of = ch15.ch14.dtype_of
+ch13 = importlib.import_module("13_fusion")
+Tensor = ch13.Tensor
 
 
 class Scope:
@@ -105,7 +107,7 @@ def has_if(mod):
                for block in func.body.blocks for binding in block.bindings)
 
 
-class CodeGenerator(ch15.JIT.CodeGenerator):  # last extended in chapter 14
+class CodeGenerator(ch13.JIT.CodeGenerator):  # last extended in chapter 10
     def __init__(self, fn):
         super().__init__(fn)
         self.symbols = Scope()
@@ -126,26 +128,20 @@ class CodeGenerator(ch15.JIT.CodeGenerator):  # last extended in chapter 14
 
     def visit_If(self, node):
         cond = self.visit(node.test)
-        if not is_tensor(cond):  # known while compiling: compile only the branch it selects
-            for stmt in node.body if cond else node.orelse:
-                self.visit(stmt)
-            return
-        if dtype_of(cond) != "bool" or cond.ty.ndim != 0:
+        if not isinstance(cond, rx.Var):  # an expression: bind it, so that its type is known
+            cond = IRBuilder.name("cond", RB.emit(cond))
+        if str(cond.ty.dtype) != "bool" or cond.ty.ndim != 0:
             raise self.error(node.test, f"an `if` on a tensor needs one bool value (a 0-d bool tensor), "
-                                        f"got a {dtype_of(cond)} tensor of {cond.ty.ndim} dimensions")
-        if cond in self.unnamed:
-            IRBuilder.name("cond", cond)
-            self.unnamed.discard(cond)
+                                        f"got a {cond.ty.dtype} tensor of {cond.ty.ndim} dimensions")
         then_names, else_names = assigned_names(node.body), assigned_names(node.orelse)
         outputs = [name for name in dict.fromkeys(then_names + else_names)
                    if name in self.symbols or (name in then_names and name in else_names)]
         label = "_".join(["if", *outputs])
-        before = {name: self.symbols[name] for name in outputs if name in self.symbols}
         with RB.If(cond) as if_frame:
             with RB.Then():
-                types = self.branch(node.body, outputs, before, label)
+                types = self.branch(node.body, outputs, label)
             with RB.Else():  # an `if` without `else` gets one that passes the values through
-                self.branch(node.orelse, outputs, before, label, types)
+                self.branch(node.orelse, outputs, label, types)
         for index, name in enumerate(outputs):
             self.symbols[name] = IRBuilder.name(name, RB.emit(rx.TupleGetItem(if_frame.var, index)))
         for name in set(then_names + else_names) - set(outputs):
@@ -154,7 +150,7 @@ class CodeGenerator(ch15.JIT.CodeGenerator):  # last extended in chapter 14
     def file_line(self, node):
         return node.lineno + self.fn.__code__.co_firstlineno - 1
 
-    def branch(self, body, outputs, before, label, expected=None):
+    def branch(self, body, outputs, label, expected=None):
         """Compile one branch in its own frame; end it with the tuple of the values that flow out."""
         self.branch_depth += 1
         with self.symbols.frame():
@@ -164,7 +160,7 @@ class CodeGenerator(ch15.JIT.CodeGenerator):  # last extended in chapter 14
             for name in outputs:
                 if name not in self.symbols:
                     raise self.error(body[0], f"{name!r} is not assigned on every path through this branch")
-                values.append(self.branch_value(self.symbols[name], before.get(name)))
+                values.append(self.symbols[name])
         self.branch_depth -= 1
         types = [v.ty for v in values]
         for name, ty, want in zip(outputs, types, expected or types):
@@ -174,15 +170,8 @@ class CodeGenerator(ch15.JIT.CodeGenerator):  # last extended in chapter 14
         IRBuilder.name(label, RB.emit(rx.Tuple(values)))
         return types
 
-    def branch_value(self, value, before):
-        """A branch's value as a tensor; a Python number takes the type the name had before the `if`."""
-        if is_tensor(value) or not is_tensor(before):
-            return self.tensor(value)
-        fill = rx.const(value, dtype_of(before))
-        return self.emit(rx.op.full(before.ty.shape, fill, dtype_of(before)))
 
-
-class JIT(ch15.JIT):
+class JIT(ch13.JIT):
     CodeGenerator = CodeGenerator
 
     def build(self, mod):
@@ -214,18 +203,27 @@ def _calls(expr):
         yield expr
 
 
+# ---- Follow-up, beyond the lesson ------------------------------------------------------------
+# - A condition computed in the function (`if t > 0.5:`) needs comparisons: chapter 14 has them
+#   (a comparison of 0-d tensors is a 0-d bool tensor, a condition like any other).
+# - A condition known while compiling (`if 2 > 1:`, possible once numbers stay Python numbers as
+#   in chapter 14) needs no `If`: compile only the branch it selects.
+# - A Python number assigned in a branch must become a tensor of the type the name had before.
+# The package does all three, plus `return`/`break` inside branches: babytriton/codegen/control.py.
+
+
 if __name__ == "__main__":
 
     @jit
-    def choose(x: Tensor((2, 3), "float32"), t: Tensor((), "float32")):
-        y = x * 2.0
-        if t > 0.5:
-            scale = t * 3.0  # new in this branch only: local to it
-            y = y * scale + 1.0
-            z = y - x
+    def choose(x: Tensor((2, 3), "float32"), y: Tensor((2, 3), "float32"), flag: Tensor((), "bool")):
+        z = x + y
+        if flag:
+            w = z + z  # new in this branch only: local to it
+            z = w + x
+            u = z + y
         else:
-            z = x
-        return y + z
+            u = x + 1.0
+        return z + u + x
 
     mod = choose.codegen()
     print("Relax, as generated:")
@@ -242,28 +240,26 @@ if __name__ == "__main__":
     print("kernels called:", called)
 
     @jit
-    def maybe_negate(x: Tensor((2, 3), "float32"), flag: Tensor((), "bool")):
+    def maybe_double(x: Tensor((2, 3), "float32"), flag: Tensor((), "bool")):
         y = x + 1.0
         if flag:
-            y = -y
-        return y * 2.0
+            y = y + y
+        return y + x
 
     print("\nAn `if` without `else` gets an `else` that passes `y` through:")
-    print(maybe_negate.codegen().script())
+    print(maybe_double.codegen().script())
 
-    x = torch.rand(2, 3)
-    for t in (0.9, 0.1):
-        t = torch.tensor(t)
-        torch.testing.assert_close(choose(Tensor.of(x), Tensor.of(t)), choose.fn(x, t))
+    x, y = torch.rand(2, 3), torch.rand(2, 3)
     for flag in (True, False):
         flag = torch.tensor(flag)
-        torch.testing.assert_close(maybe_negate(Tensor.of(x), Tensor.of(flag)), maybe_negate.fn(x, flag))
+        torch.testing.assert_close(choose(Tensor.of(x), Tensor.of(y), Tensor.of(flag)), choose.fn(x, y, flag))
+        torch.testing.assert_close(maybe_double(Tensor.of(x), Tensor.of(flag)), maybe_double.fn(x, flag))
     print("Both functions match torch, with the condition true and false.")
 
     @jit
-    def leaks(x: Tensor((2, 3), "float32"), t: Tensor((), "float32")):
-        if t > 0.5:
-            w = x * 2.0
+    def leaks(x: Tensor((2, 3), "float32"), flag: Tensor((), "bool")):
+        if flag:
+            w = x + x
         return w
 
     try:
@@ -274,6 +270,8 @@ if __name__ == "__main__":
 
     print("Checking: one If, dataflow blocks around and inside it, fusion only outside the branches")
     script = choose.codegen().script()
-    assert "if cond:" in script and script.count("if_y_z: R.Tuple") == 2 and "= if_y_z[1]" in script
-    assert "else:" in maybe_negate.codegen().script()
-    assert any(k.startswith("fused_") for k in called) and "multiply" in called
+    assert "if flag:" in script and script.count("if_z_u: R.Tuple") == 2 and "= if_z_u[1]" in script
+    assert "else:" in maybe_double.codegen().script()
+    # one add before the `if`, three unfused in the then-branch, `x + 1.0` in the else-branch, and
+    # the two adds after the `if` fused into one kernel
+    assert called == ["add", "add", "add", "add", "add1", "fused_add_add"]

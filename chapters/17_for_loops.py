@@ -1,10 +1,14 @@
 # Chapter 17 - for loops: unrolled under a threshold, recursive above it
 #
+# Exercise 4 of the tutorial, solved on chapter 13 alone: this file holds that
+# answer and nothing else. exercises/17_for_loops.py is the same file with the answer
+# taken out; `diff exercises/17_for_loops.py chapters/17_for_loops.py` shows it.
+#
 # What: `for i in range(...)` in two ways.
 #   - Unrolled: when the number of iterations is known while compiling and
 #     is at most the JIT's `unroll` option (16 by default), the code
 #     generator simply compiles the body once per iteration, with `i` a
-#     Python int each time. The IR has no loop at all.
+#     constant each time. The IR has no loop at all.
 #   - Recursive: otherwise (more iterations, or a count known only at run
 #     time, `range(n)` with `n` a 0-d integer tensor), the loop becomes two
 #     Relax functions. `loop0_body(i, <state>, <inputs>)` runs one
@@ -19,10 +23,9 @@
 # repeats work an unknown number of times. Relax functions cannot see each
 # other's variables, so everything the body reads from outside is passed in
 # (`<inputs>`), and everything it changes is passed in and returned
-# (`<state>`). Python numbers are the exception: they are constants, and
-# fold into the loop functions as they are. The state must keep its type
-# from one iteration to the next (a Relax function has one signature), and
-# a Python number that the body changes becomes a tensor before the loop.
+# (`<state>`). The state must keep its type from one iteration to the next
+# (a Relax function has one signature): `acc = 0.0` before a loop that adds
+# a (2, 3) tensor to it is refused.
 #
 # Why halves, and not `loop0(i + 1, ...)` after each iteration? The Relax VM
 # runs a call inside a call on the C++ stack: a loop of 10 000 iterations
@@ -31,14 +34,16 @@
 # 14 for 10 000 (and 2 * count - 1 calls in all).
 #
 # Why a separate body function? FuseOps fuses only the dataflow blocks at a
-# function's top level (chapter 16): inside the `If` of `loop0` nothing
-# would fuse. In a function of its own, the body fuses as any function does.
+# function's top level: inside the `If` of `loop0` nothing would fuse. In a
+# function of its own, the body fuses as any function does.
 #
 # Unrolling is faster for short loops (no calls, and the iterations fuse
 # with each other and with the code around the loop) but grows the IR with
 # every iteration, hence the threshold.
 #
-# Also new: `x += y`, which means `x = x + y` (tensors are values).
+# Also new: `x += y`, which means `x = x + y` (tensors are values); and, as
+# chapter 16 found, a module whose functions branch is built without TVM's
+# memory planner StaticPlanBlockMemory (apache/tvm issue 17348).
 #
 # What to look at: the unrolled Relax, three copies of the body; then the
 # recursive version: `loop0_body` (one fused kernel), `loop0` with its
@@ -54,17 +59,30 @@ import functools
 import importlib
 
 import torch
+import tvm
 import tvm_ffi
 from tvm import relax as rx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import relax as RB
 
-ch16 = importlib.import_module("16_if_else")
-Tensor = ch16.Tensor
-Scope = ch16.Scope
-is_tensor, dtype_of = ch16.is_tensor, ch16.dtype_of
+ch13 = importlib.import_module("13_fusion")
+Tensor = ch13.Tensor
 INDEX = rx.TensorType([], "int64")  # loop indices and counts: 0-d int64 tensors
+
+
+def int64(value):
+    return rx.const(value, "int64")
+
+
+def assigned_names(statements):
+    """The names a block of statements assigns, in order of first assignment (nested blocks too)."""
+    names = []
+    for stmt in statements:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id not in names:
+                names.append(node.id)
+    return names
 
 
 def loaded_names(statements):
@@ -79,15 +97,21 @@ def loaded_names(statements):
     return list(dict.fromkeys(names))
 
 
-class CodeGenerator(ch16.JIT.CodeGenerator):  # last extended in chapter 16
+def has_if(mod):
+    """Whether any Relax function of the module branches."""
+    return any(isinstance(binding.value, rx.If)
+               for func in mod.functions.values() if isinstance(func, rx.Function)
+               for block in func.body.blocks for binding in block.bindings)
+
+
+class CodeGenerator(ch13.JIT.CodeGenerator):  # last extended in chapter 10
     unroll = 16  # the JIT sets it from its option
 
     def __init__(self, fn):
         super().__init__(fn)
         self.loops = 0  # loops compiled to functions so far: loop0, loop1, ...
-
-    def int64(self, value):
-        return rx.const(value, "int64")
+        self.loop_depth = 0
+        self.local_to = {}  # name -> the loop whose body assigned it (and kept it)
 
     # ---- statements --------------------------------------------------------------------------
     def visit_AugAssign(self, node):
@@ -98,9 +122,15 @@ class CodeGenerator(ch16.JIT.CodeGenerator):  # last extended in chapter 16
         value = ast.copy_location(ast.BinOp(load, node.op, node.value), node)
         self.visit(ast.copy_location(ast.Assign([node.target], value), node))
 
+    def visit_Name(self, node):
+        if node.id not in self.symbols and node.id in self.local_to:
+            raise self.error(node, f"name {node.id!r} is only assigned in {self.local_to[node.id]}, "
+                                   "so it has no value here")
+        return super().visit_Name(node)
+
     def visit_Return(self, node):
-        if self.branch_depth:  # counts loop bodies as well as branches
-            raise self.error(node, "`return` inside an `if` or a loop is not supported: assign the result "
+        if self.loop_depth:
+            raise self.error(node, "`return` inside a loop is not supported: assign the result "
                                    "to a variable and return it at the end")
         super().visit_Return(node)
 
@@ -108,53 +138,62 @@ class CodeGenerator(ch16.JIT.CodeGenerator):  # last extended in chapter 16
         if not isinstance(node.target, ast.Name) or node.orelse:
             raise self.error(node, "only `for name in range(...):` loops, without `else`, are supported")
         start, stop, step = self.range_arguments(node.iter)
-        if not is_tensor(stop) and len(range(start, stop, step)) <= self.unroll:
-            for i in range(start, stop, step):  # unrolled: the body once per iteration, `i` a Python int
-                self.symbols[node.target.id] = i
+        if isinstance(stop, int) and len(range(start, stop, step)) <= self.unroll:
+            for i in range(start, stop, step):  # unrolled: the body once per iteration, `i` a constant
+                self.symbols[node.target.id] = int64(i)
                 for stmt in node.body:
                     self.visit(stmt)
             return
         self.recursive_loop(node, start, stop, step)
 
     def range_arguments(self, call):
+        """start, stop, step: ints written in the code, except stop, which may be a 0-d integer tensor."""
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "range"
                 and 1 <= len(call.args) <= 3 and not call.keywords):
             raise self.error(call, "loops must be over range(stop) or range(start, stop[, step])")
-        args = [self.visit(arg) for arg in call.args]
+        args = [self.literal(arg) for arg in call.args]
         start, stop, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
         if type(start) is not int or type(step) is not int or step == 0:
-            raise self.error(call, "range(): start and step must be ints known while compiling (step not 0); "
+            raise self.error(call, "range(): start and step must be ints written in the code (step not 0); "
                                    "stop may be a 0-d integer tensor")
-        if is_tensor(stop):
-            if stop.ty.ndim != 0 or not dtype_of(stop).startswith(("int", "uint")):
-                raise self.error(call, f"range() needs an integer; got a {dtype_of(stop)} tensor "
+        if type(stop) is not int:
+            if not isinstance(stop, rx.Var):
+                stop = RB.emit(stop)
+            if stop.ty.ndim != 0 or not str(stop.ty.dtype).startswith(("int", "uint")):
+                raise self.error(call, f"range() needs an integer; got a {stop.ty.dtype} tensor "
                                        f"of {stop.ty.ndim} dimensions")
-            stop = self.tensor(stop, "int64")
-        elif type(stop) is not int:
-            raise self.error(call, f"range() needs an integer, got {stop!r}")
+            if str(stop.ty.dtype) != "int64":
+                stop = RB.emit(rx.op.astype(stop, "int64"))
         return start, stop, step
+
+    def literal(self, node):
+        """An int written in the code (`3`, `-1`) as a Python int; anything else compiled as usual."""
+        try:
+            return ast.literal_eval(node)
+        except ValueError:
+            return self.visit(node)
 
     # ---- a loop as two recursive functions ---------------------------------------------------
     def recursive_loop(self, node, start, stop, step):
         name = f"loop{self.loops}"
         self.loops += 1
         index = node.target.id
-        state_names = [n for n in ch16.assigned_names(node.body) if n in self.symbols and n != index]
+        state_names = [n for n in assigned_names(node.body) if n in self.symbols and n != index]
         input_names = [n for n in loaded_names(node.body) if n in self.symbols and n not in state_names
-                       and n != index and is_tensor(self.symbols[n])]
-        state = [self.tensor(self.symbols[n]) for n in state_names]  # numbers the loop changes: tensors
+                       and n != index]
+        state = [self.symbols[n] for n in state_names]
         inputs = [self.symbols[n] for n in input_names]
         params = [*zip(state_names, (v.ty for v in state)), *zip(input_names, (v.ty for v in inputs))]
         result = rx.TupleType([v.ty for v in state])
         body = self.body_function(name, node, start, step, state_names, input_names, params, result)
         loop = self.halving_function(name, body, len(state), params, result)
 
-        count = stop if not is_tensor(stop) else self.trip_count(start, stop, step)
-        call = rx.Call(loop, [self.int64(0), self.tensor(count, "int64"), *state, *inputs])
-        if not is_tensor(count):  # known, and above the threshold: it runs
+        count = len(range(start, stop, step)) if isinstance(stop, int) else self.trip_count(start, stop, step)
+        call = rx.Call(loop, [int64(0), int64(count) if isinstance(count, int) else count, *state, *inputs])
+        if isinstance(count, int):  # known, and above the threshold: it runs
             out = IRBuilder.name(f"{name}_out", RB.emit(call))
         else:  # range(n) may be empty: then the state passes through unchanged
-            runs = IRBuilder.name(f"{name}_runs", RB.emit(rx.op.greater(count, self.int64(0))))
+            runs = IRBuilder.name(f"{name}_runs", RB.emit(rx.op.greater(count, int64(0))))
             with RB.If(runs) as guard:
                 with RB.Then():
                     IRBuilder.name(f"{name}_out", RB.emit(call))
@@ -163,32 +202,31 @@ class CodeGenerator(ch16.JIT.CodeGenerator):  # last extended in chapter 16
             out = guard.var
         for position, state_name in enumerate(state_names):
             self.symbols[state_name] = IRBuilder.name(state_name, RB.emit(rx.TupleGetItem(out, position)))
-        for local in set(ch16.assigned_names(node.body)) - set(state_names):
-            self.local_to[local] = f"the `for` loop on line {self.file_line(node)}"
+        line = node.lineno + self.fn.__code__.co_firstlineno - 1
+        for local in set(assigned_names(node.body)) - set(state_names):
+            self.local_to[local] = f"the body of the `for` loop on line {line}"
 
     def trip_count(self, start, stop, step):
         """len(range(start, stop, step)) at run time; zero or less means no iteration."""
         sign = 1 if step > 0 else -1
-        span = self.emit(rx.op.add(stop, self.int64(step - sign - start)))
-        return self.emit(rx.op.floor_divide(span, self.int64(step)))
+        span = RB.emit(rx.op.add(stop, int64(step - sign - start)))
+        return RB.emit(rx.op.floor_divide(span, int64(step)))
 
     @contextlib.contextmanager
     def function(self, name, params, result):
         """Declare a private Relax function, so that calls (its own too) can name it, and define it
-        in the `with`: its symbol table starts with the Python numbers in scope, nothing else."""
+        in the `with`, with a symbol table of its own: it sees only its parameters."""
         gvar = I.decl_function(name, rx.Function.create_empty([rx.Var(n, ty) for n, ty in params], result))
-        outer = self.symbols, self.unnamed
-        numbers = {n: v for frame in outer[0].frames for n, v in frame.items() if not is_tensor(v)}
-        self.symbols, self.unnamed = Scope(), set()
-        self.symbols.frames[0].update(numbers)
-        self.branch_depth += 1
+        outer = self.symbols
+        self.symbols = {}
+        self.loop_depth += 1
         try:
             with RB.function(is_private=True):
                 RB.func_name(name)
                 yield gvar, [RB.arg(n, ty) for n, ty in params]
         finally:
-            self.symbols, self.unnamed = outer
-            self.branch_depth -= 1
+            self.symbols = outer
+            self.loop_depth -= 1
 
     def body_function(self, name, node, start, step, state_names, input_names, params, result):
         """`<name>_body(i, state..., inputs...)`: one iteration; returns the new state."""
@@ -198,12 +236,12 @@ class CodeGenerator(ch16.JIT.CodeGenerator):  # last extended in chapter 16
             for var_name, value in zip(state_names + input_names, values):
                 self.symbols[var_name] = value
             if (start, step) != (0, 1):  # i = start + iteration * step
-                iteration = IRBuilder.name(node.target.id, self.emit(
-                    rx.op.add(rx.op.multiply(iteration, self.int64(step)), self.int64(start))))
+                iteration = IRBuilder.name(node.target.id, RB.emit(
+                    rx.op.add(rx.op.multiply(iteration, int64(step)), int64(start))))
             self.symbols[node.target.id] = iteration
             for stmt in node.body:
                 self.visit(stmt)
-            new_state = [self.tensor(self.symbols[n]) for n in state_names]
+            new_state = [self.symbols[n] for n in state_names]
             for var_name, value, ty in zip(state_names, new_state, result.fields):
                 if not tvm_ffi.structural_equal(value.ty, ty):
                     raise self.error(node, f"{var_name!r} is a {ty} before the loop and a {value.ty} after an "
@@ -216,13 +254,13 @@ class CodeGenerator(ch16.JIT.CodeGenerator):  # last extended in chapter 16
         with self.function(name, [("lo", INDEX), ("hi", INDEX), *params], result) as (gvar, args):
             lo, hi, *values = args
             state, inputs = values[:n_state], values[n_state:]
-            span = IRBuilder.name("span", self.emit(rx.op.subtract(hi, lo)))
-            one_left = IRBuilder.name("one_left", self.emit(rx.op.equal(span, self.int64(1))))
+            span = IRBuilder.name("span", RB.emit(rx.op.subtract(hi, lo)))
+            one_left = IRBuilder.name("one_left", RB.emit(rx.op.equal(span, int64(1))))
             with RB.If(one_left) as split:
                 with RB.Then():
                     IRBuilder.name("state", RB.emit(rx.Call(body, [lo, *state, *inputs])))
                 with RB.Else():
-                    mid = IRBuilder.name("mid", RB.emit(rx.op.add(lo, rx.op.floor_divide(span, self.int64(2)))))
+                    mid = IRBuilder.name("mid", RB.emit(rx.op.add(lo, rx.op.floor_divide(span, int64(2)))))
                     first = IRBuilder.name("first_half", RB.emit(rx.Call(gvar, [lo, mid, *state, *inputs])))
                     halfway = [RB.emit(rx.TupleGetItem(first, k)) for k in range(n_state)]
                     IRBuilder.name("state", RB.emit(rx.Call(gvar, [mid, hi, *halfway, *inputs])))
@@ -230,7 +268,7 @@ class CodeGenerator(ch16.JIT.CodeGenerator):  # last extended in chapter 16
         return gvar
 
 
-class JIT(ch16.JIT):
+class JIT(ch13.JIT):
     CodeGenerator = CodeGenerator
 
     def __init__(self, fn, unroll=16, **options):
@@ -250,40 +288,59 @@ class JIT(ch16.JIT):
         generator.unroll = self.unroll
         return generator.visit(self.parse())
 
+    def build(self, mod):
+        if not has_if(mod):
+            return super().build(mod)
+        with tvm.transform.PassContext(opt_level=3, disabled_pass=["StaticPlanBlockMemory"]):
+            return super().build(mod)
+
 
 jit = JIT.decorator
+
+
+def kernels_called(mod, name):
+    """The PrimFuncs a Relax function calls, in order (at its top level)."""
+    return [binding.value.args[0].name_hint for block in mod[name].body.blocks for binding in block.bindings
+            if isinstance(binding.value, rx.Call) and isinstance(binding.value.op, tvm.ir.Op)
+            and binding.value.op.name == "relax.call_tir"]
+
+
+# ---- Follow-up, beyond the lesson ------------------------------------------------------------
+# - With chapter 14's operators, the index takes part in arithmetic (`y = y * 0.5 + x * i`): `i` is
+#   a 0-d int64 tensor here, and `x * i` needs torch's promotion to float32.
+# - Python numbers as loop state (`total = 0.0; total += 1.0`) fold while unrolled, and must become
+#   tensors before a recursive loop; `if` inside a loop body needs chapter 16.
+# The package does all of it, and `break`/`while` too: babytriton/codegen/loops.py.
 
 
 if __name__ == "__main__":
 
     def smooth(x: Tensor((2, 3), "float32")):
-        y = x * 0.0
-        total = 0.0
+        y = x + 0.0
         for i in range(3):
-            y = y * 0.5 + x * i
-            total += 1.0
-        return y * total
+            y = y + y + x
+        return y
 
     print("Three iterations, unrolled (unroll=16):")
     print(JIT(smooth).codegen().script())
 
     def long_smooth(x: Tensor((2, 3), "float32")):
-        y = x * 0.0
+        y = x + 0.0
         for i in range(100):
-            y = y * 0.5 + x * i
+            y = y + x + x
         return y
 
     recursive = JIT(long_smooth)
     print("\nA hundred iterations, above the threshold: recursive functions")
     print(recursive.codegen().script())
     lowered = recursive.lower(recursive.codegen())
-    body_kernels = ch16.kernels_called(lowered, "loop0_body")
+    body_kernels = kernels_called(lowered, "loop0_body")
     print("kernels that loop0_body calls after fusion:", body_kernels)
 
     def counted(x: Tensor((2, 3), "float32"), n: Tensor((), "int64")):
-        y = x * 1.0  # a new tensor: `+=` below would update x itself when torch runs this body
+        y = x + 0.0  # a new tensor: `+=` below would update x itself when torch runs this body
         for i in range(1, n, 2):
-            y += x * i
+            y += x
         return y
 
     runtime = JIT(counted)
@@ -302,7 +359,7 @@ if __name__ == "__main__":
     print("With unroll=0 the three-iteration loop is recursive too, and still matches.")
 
     def drifts(x: Tensor((2, 3), "float32")):
-        acc = 0
+        acc = 0.0
         for i in range(20):
             acc = acc + x
         return acc

@@ -1,5 +1,9 @@
 # Chapter 21 - a second back end: Python loops straight to TensorIR
 #
+# Exercise 8 of the tutorial, solved on chapter 13 alone: this file holds that
+# answer and nothing else. exercises/21_tir_backend.py is the same file with the answer
+# taken out; `diff exercises/21_tir_backend.py chapters/21_tir_backend.py` shows it.
+#
 # What: `@jit(backend="tir")` swaps the code generator. Instead of Relax
 # operations on whole tensors, `TIRCodeGenerator` turns loop-level Python
 # into one TIR PrimFunc with TVM's TIR IRBuilder (`tvm.script.ir_builder.tirx`):
@@ -21,10 +25,11 @@
 # the Python. Nothing fuses and nothing is scheduled: the PrimFunc is built
 # with LLVM as it is.
 #
-# The new code generator shares chapter 06's error reporting (a SyntaxError
-# at the user's line), the chapter 16 symbol table (a name first assigned
-# inside a loop body belongs to that body) and chapter 17's `x += y`; the
-# rest is new, because its values are TIR expressions, not Relax ones.
+# The new code generator reuses chapter 06's error reporting (a SyntaxError
+# at the user's line) and nothing else of the Relax one; it has its own
+# symbol table of frames (a name first assigned inside a loop body belongs to
+# that body, as chapter 16 does for branches) and `x += y` (as chapter 17),
+# because its values are TIR expressions, not Relax ones.
 # Types follow the buffers: a Python number takes the dtype of what it meets,
 # integers meeting floats become floats, `/` divides as floats, `//` and `%`
 # floor, as in Python. A scalar local keeps the dtype of its first value.
@@ -40,9 +45,12 @@
 # Run: python chapters/21_tir_backend.py
 import ast
 import builtins
+import contextlib
+import functools
 import importlib
 import inspect
 import math
+import operator
 
 import torch
 import tvm
@@ -51,14 +59,14 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import tirx as T
 
-ch20 = importlib.import_module("20_devices")
-Tensor = ch20.Tensor
-Scope = ch20.ch19.ch18.ch17.Scope
+ch13 = importlib.import_module("13_fusion")
+Tensor = ch13.Tensor
 BACKENDS = ("relax", "tir")
 
 ARITH = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
          ast.Div: tirx.Div, ast.FloorDiv: tirx.floordiv, ast.Mod: tirx.floormod, ast.Pow: tirx.pow}
-PYTHON_ARITH = ch20.ch19.ch18.ch17.ch16.ch15.ch14.PYTHON_BINARY
+PYTHON_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+                ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 INTRINSICS = {math.exp: tirx.exp, math.sqrt: tirx.sqrt, math.log: tirx.log, max: tirx.max, min: tirx.min}
 
 
@@ -82,12 +90,38 @@ def is_buffer(value):
     return isinstance(value, tvm.ir.Var) and isinstance(value.ty, tirx.BufferType)
 
 
+class Scope:
+    """The symbol table as a stack of frames (as in chapter 16): a name first assigned inside a loop
+    body lives in that body's frame and vanishes with it."""
+
+    def __init__(self):
+        self.frames = [{}]
+
+    @contextlib.contextmanager
+    def frame(self):
+        self.frames.append({})
+        try:
+            yield self.frames[-1]
+        finally:
+            self.frames.pop()
+
+    def __contains__(self, name):
+        return any(name in frame for frame in self.frames)
+
+    def __getitem__(self, name):
+        for frame in reversed(self.frames):
+            if name in frame:
+                return frame[name]
+        raise KeyError(name)
+
+    def __setitem__(self, name, value):
+        self.frames[-1][name] = value
+
+
 class TIRCodeGenerator(ast.NodeVisitor):
     """Loop-level Python to one TIR PrimFunc: loops stay loops, subscripts are loads and stores."""
-    error = ch20.CodeGenerator.error            # chapter 06: a SyntaxError at the user's line
-    generic_visit = ch20.CodeGenerator.generic_visit
-    visit_AugAssign = ch20.CodeGenerator.visit_AugAssign  # chapter 17: x += y is x = x + y
-    file_line = ch20.CodeGenerator.file_line
+    error = ch13.JIT.CodeGenerator.error            # chapter 06: a SyntaxError at the user's line
+    generic_visit = ch13.JIT.CodeGenerator.generic_visit
 
     def __init__(self, fn):
         self.fn = fn
@@ -107,7 +141,7 @@ class TIRCodeGenerator(ast.NodeVisitor):
     def visit_FunctionDef(self, node):
         with T.prim_func():
             T.func_name(node.name)
-            T.func_attr({"tir.noalias": True})
+            T.func_attr({"tirx.noalias": True})  # TVM 0.27 spelling (2024: "tir.noalias")
             annotations = inspect.get_annotations(self.fn, eval_str=True)
             for arg in node.args.args:
                 if not isinstance(annotations.get(arg.arg), Tensor):
@@ -123,6 +157,17 @@ class TIRCodeGenerator(ast.NodeVisitor):
 
     def visit_Pass(self, node):
         pass
+
+    def visit_AugAssign(self, node):
+        # x += y is x = x + y
+        if not isinstance(node.target, ast.Name):
+            raise self.error(node, "only `name += value` is supported")
+        load = ast.copy_location(ast.Name(node.target.id, ast.Load()), node.target)
+        value = ast.copy_location(ast.BinOp(load, node.op, node.value), node)
+        self.visit(ast.copy_location(ast.Assign([node.target], value), node))
+
+    def file_line(self, node):
+        return node.lineno + self.fn.__code__.co_firstlineno - 1
 
     def visit_Return(self, node):
         raise self.error(node, "the TIR back end writes its results into parameters: no `return`")
@@ -262,13 +307,19 @@ class TIRCodeGenerator(ast.NodeVisitor):
         return value.astype(dtype)
 
 
-class JIT(ch20.JIT):
+class JIT(ch13.JIT):
     def __init__(self, fn, backend="relax", **options):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
         super().__init__(fn, **options)
         self.backend = backend
         self.written = None
+
+    @classmethod
+    def decorator(cls, fn=None, **options):
+        if fn is None:
+            return functools.partial(cls, **options)
+        return cls(fn, **options)
 
     def codegen(self):
         if self.backend == "relax":

@@ -1,0 +1,320 @@
+"""The checks of the exercises: one function per exercise, given the module under test (your
+exercises/<name>.py, or the solution chapters/<name>.py), raising if it does not do the job.
+
+Every check compiles small functions with the module's `jit` and compares what they compute with
+torch running the same Python body (or saying the same thing in torch). A starter fails its check
+at the first gap it reaches: NotImplementedError("exercise ...").
+"""
+import importlib
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import torch
+from tvm import relax
+from tvm.relax.op import multiply, sigmoid
+from tvm.script import tirx as T
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "chapters") not in sys.path:
+    sys.path.insert(0, str(ROOT / "chapters"))  # where every chapter and starter finds chapter 13
+Tensor = importlib.import_module("13_fusion").Tensor  # the Tensor of every chapter from 09 on
+
+
+def load(path):
+    """Import a chapter, a starter or a solution from its file, under a name of its own (a starter
+    and its chapter have the same file name)."""
+    path = Path(path).resolve()
+    name = f"{path.parent.name}_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    try:  # MetaSchedule's worker processes get functions by pickle: send this module's by value,
+        import cloudpickle  # since a worker cannot import it by the name it has here
+        cloudpickle.register_pickle_by_value(module)
+    except ImportError:
+        pass
+    return module
+
+
+def matches_torch(jitted, *inputs, reference=None):
+    """Run the compiled function on `inputs` and the reference (by default its own Python body) on
+    the same torch tensors; every result must agree, dtype included."""
+    got = jitted(*map(Tensor.of, inputs))
+    want = (reference or jitted.fn)(*inputs)
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    assert len(got) == len(want), (jitted.fn.__name__, len(got), len(want))
+    for g, w in zip(got, want):
+        w = torch.as_tensor(w)
+        assert g.dtype == w.dtype, (jitted.fn.__name__, g.dtype, w.dtype)
+        torch.testing.assert_close(g, w)
+
+
+def refused(compile_it, words):
+    """Compiling must fail with a SyntaxError (a located error) whose message contains `words`."""
+    try:
+        compile_it()
+    except SyntaxError as err:
+        assert words in err.msg, err.msg
+    else:
+        raise AssertionError(f"expected a SyntaxError saying {words!r}")
+
+
+# ---- warm-ups ------------------------------------------------------------------------------------
+
+def check_w1_subtract(m):
+    Tensor = m.Tensor
+
+    @m.jit
+    def diff(a: Tensor((2, 3), "float32"), b: Tensor((2, 3), "float32")):
+        c = a - b
+        return c - 1.5
+
+    matches_torch(diff, torch.rand(2, 3), torch.rand(2, 3))
+
+
+def check_w2_negate(m):
+    Tensor = m.Tensor
+
+    @m.jit
+    def negate(a: Tensor((2, 3), "float32"), b: Tensor((2, 3), "float32")):
+        c = -a
+        return -(c + b)
+
+    matches_torch(negate, torch.randn(2, 3), torch.randn(2, 3))
+
+
+def check_w3_results(m):
+    Tensor = m.Tensor
+
+    @m.jit
+    def three(a: Tensor((2, 3), "float32"), b: Tensor((2, 3), "float32")):
+        s = a + b
+        return s, s + a + b, b
+
+    @m.jit
+    def one(a: Tensor((2, 3), "float32")):
+        return a + a
+
+    matches_torch(three, torch.rand(2, 3), torch.rand(2, 3))
+    matches_torch(one, torch.rand(2, 3))
+
+
+# ---- the tutorial's exercises --------------------------------------------------------------------
+
+def check_14_operators(m):
+    """Exercise 1: multiplication, with numbers taking the dtype torch gives the result."""
+    Tensor = m.Tensor
+
+    @m.jit
+    def products(a: Tensor((2, 3), "float32"), b: Tensor((2, 3), "float32"), h: Tensor((2, 3), "float16"),
+                 i: Tensor((2, 3), "int32")):
+        return a * b, a * 2.0, h * 2.5, i * 3, i * 1.5, 2 * 3 * a, h * i
+
+    i = torch.tensor([[1, -2, 3], [0, 7, -5]], dtype=torch.int32)
+    matches_torch(products, torch.rand(2, 3), torch.rand(2, 3), torch.rand(2, 3).half(), i)
+
+
+def check_15_meta_schedule(m):
+    """Exercise 2: schedule="meta_schedule" tunes the kernel (one measured trial) instead of Dlight."""
+    Tensor = m.Tensor
+
+    def matmul_add(a: Tensor((16, 16), "float32"), b: Tensor((16, 16), "float32")):
+        return a @ b + 1.0
+
+    tuned = m.jit(matmul_add, schedule="meta_schedule", trials=1)
+    a, b = torch.rand(16, 16), torch.rand(16, 16)
+    torch.testing.assert_close(tuned(Tensor.of(a), Tensor.of(b)), a @ b + 1.0)
+    assert len(tuned.records) == 1, "one trial: one measured candidate"
+    plain = tuned.lower(tuned.codegen())
+    assert tuned.scheduled["fused_matmul_add"].script() != plain["fused_matmul_add"].script(), \
+        "MetaSchedule should have changed the loops of fused_matmul_add"
+
+
+def check_16_if_else(m):
+    """Exercise 3: if/else on a 0-d bool tensor, if without else, names local to one branch."""
+    Tensor = m.Tensor
+
+    @m.jit
+    def pick(x: Tensor((2, 3), "float32"), y: Tensor((2, 3), "float32"), flag: Tensor((), "bool")):
+        z = x + y
+        if flag:
+            z = z + x
+            w = z + y
+        else:
+            w = x + 2.0
+        return z + w
+
+    @m.jit
+    def maybe(x: Tensor((2, 3), "float32"), flag: Tensor((), "bool")):
+        y = x + 1.0
+        if flag:
+            y = y + y
+        return y + x
+
+    x, y = torch.rand(2, 3), torch.rand(2, 3)
+    for flag in (torch.tensor(True), torch.tensor(False)):
+        matches_torch(pick, x, y, flag)
+        matches_torch(maybe, x, flag)
+
+    @m.jit
+    def leaks(x: Tensor((2, 3), "float32"), flag: Tensor((), "bool")):
+        if flag:
+            only_here = x + x
+        return only_here
+
+    refused(leaks.codegen, "only assigned in")
+
+
+def check_17_for_loops(m):
+    """Exercise 4: loops unrolled up to `unroll` iterations, recursive beyond, counts known at run time."""
+    Tensor = m.Tensor
+
+    def short(x: Tensor((2, 3), "float32")):
+        y = x + 0.0
+        for i in range(4):
+            y = y + y + x
+        return y
+
+    def long(x: Tensor((2, 3), "float32")):
+        y = x + 0.0
+        for i in range(2, 60, 3):
+            y = y + x
+        return y
+
+    def counted(x: Tensor((2, 3), "float32"), n: Tensor((), "int64")):
+        y = x + 0.0
+        for i in range(n):
+            y = y + x + x
+        return y
+
+    x = torch.rand(2, 3)
+    unrolled = m.JIT(short)
+    assert [gv.name_hint for gv in unrolled.codegen().get_global_vars()] == ["short"], "4 <= unroll: unrolled"
+    matches_torch(unrolled, x)
+    matches_torch(m.JIT(short, unroll=0), x)
+    recursive = m.JIT(long)
+    assert len(recursive.codegen().get_global_vars()) > 1, "20 iterations > unroll: loop functions"
+    matches_torch(recursive, x)
+    runtime = m.JIT(counted)
+    for n in (0, 1, 2, 37):
+        matches_torch(runtime, x, torch.tensor(n))
+
+
+def check_18_library_calls(m):
+    """Exercise 5: calls to Relax's operator library, found by name or through a module."""
+    Tensor = m.Tensor
+
+    @m.jit
+    def swish(x: Tensor((4, 8), "float32")):
+        return multiply(x, sigmoid(x))
+
+    @m.jit
+    def row_sums(x: Tensor((4, 8), "float32")):
+        return relax.op.sum(exp(x), axis=1)  # noqa: F821 - `exp` is found in the library by name
+
+    x = torch.randn(4, 8)
+    matches_torch(swish, x, reference=lambda x: x * torch.sigmoid(x))
+    matches_torch(row_sums, x, reference=lambda x: torch.exp(x).sum(dim=1))
+
+
+@T.prim_func(s_tir=True, private=True)
+def twice_plus(a: T.Buffer((T.int64(4), T.int64(8)), "float32"), b: T.Buffer((T.int64(4), T.int64(8)), "float32"),
+               out: T.Buffer((T.int64(4), T.int64(8)), "float32")):
+    for i, j in T.grid(T.int64(4), T.int64(8)):
+        with T.sblock("out"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            out[vi, vj] = a[vi, vj] * T.float32(2.0) + b[vi, vj]
+
+
+def check_19_tir_calls(m):
+    """Exercise 6: a hand-written PrimFunc called with an output placeholder, and without one."""
+    Tensor = m.Tensor
+
+    @m.jit
+    def with_placeholder(x: Tensor((4, 8), "float32"), y: Tensor((4, 8), "float32")):
+        s = x + y
+        placeholder = s
+        return twice_plus(x, s, placeholder)
+
+    @m.jit
+    def without(x: Tensor((4, 8), "float32"), y: Tensor((4, 8), "float32")):
+        return twice_plus(x, y) + y
+
+    x, y = torch.rand(4, 8), torch.rand(4, 8)
+    matches_torch(with_placeholder, x, y, reference=lambda x, y: x * 2 + (x + y))
+    matches_torch(without, x, y, reference=lambda x, y: x * 2 + y + y)
+
+
+device = None  # check_20_devices sets it to the module's `device`: `hetero` looks it up here
+
+
+def hetero(a: Tensor((16, 8), "float32"), b: Tensor((16, 8), "float32")):
+    s = a + b
+    with device("gpu"):
+        t = s + a
+        t = t + t
+    return t + b
+
+
+def check_20_devices(m):
+    """Exercise 7: `with device("gpu"):` blocks: copies between devices, kernels for each device."""
+    global device
+    device = m.device
+    jitted = m.jit(hetero)
+    script = jitted.codegen().script()
+    assert script.count("R.to_vdevice(") == 3, "a and s go to the GPU, t comes back"
+    kernels = [gv.name_hint for gv in jitted.lower(jitted.codegen()).get_global_vars()]
+    assert any(k.endswith("_llvm") for k in kernels) and any(k.endswith("_cuda") for k in kernels), kernels
+    sources = jitted.sources()  # builds one executable holding both
+    assert "__global__" in sources["cuda"] and sources["llvm"]
+    if m.ch11.has_gpu():
+        a, b = torch.rand(16, 8), torch.rand(16, 8)
+        t = a + b + a
+        torch.testing.assert_close(jitted(m.Tensor.of(a), m.Tensor.of(b)), t + t + b)
+
+
+def check_21_tir_backend(m):
+    """Exercise 8: backend="tir": loops, subscripts and scalar locals straight to one PrimFunc."""
+    Tensor = m.Tensor
+
+    @m.jit(backend="tir")
+    def matmul(p: Tensor((3, 4), "float32"), q: Tensor((4, 2), "float32"), r: Tensor((3, 2), "float32")):
+        for i in range(3):
+            for j in range(2):
+                acc = 0.0
+                for k in range(4):
+                    acc += p[i, k] * q[k, j]
+                r[i, j] = acc
+
+    @m.jit(backend="tir")
+    def scaled_exp(x: Tensor((5,), "float32"), y: Tensor((5,), "float32")):
+        for i in range(5):
+            y[i] = math.exp(x[i] - 1.0) * 2.0
+
+    p, q = torch.rand(3, 4), torch.rand(4, 2)
+    torch.testing.assert_close(matmul(Tensor.of(p), Tensor.of(q), Tensor.of(torch.empty(3, 2))), p @ q)
+    x = torch.randn(5)
+    torch.testing.assert_close(scaled_exp(Tensor.of(x), Tensor.of(torch.empty(5))), torch.exp(x - 1.0) * 2.0)
+    assert [type(f).__name__ for f in matmul.codegen().functions.values()] == ["PrimFunc"]
+
+
+# exercise file stem -> its check; `pytest exercises -k <stem or part of it>` runs one
+CHECKS = {name.removeprefix("check_"): fn for name, fn in list(globals().items()) if name.startswith("check_")}
+
+# exercise file stem -> (its pytest marker, what it asks)
+TASKS = {
+    "w1_subtract": ("warmup", "warm-up 1, subtraction"), "w2_negate": ("warmup", "warm-up 2, a unary operator"),
+    "w3_results": ("warmup", "warm-up 3, several results"),
+    "14_operators": ("task1", "multiplication and the other operators"),
+    "15_meta_schedule": ("task2", "MetaSchedule instead of Dlight"), "16_if_else": ("task3", "if/else"),
+    "17_for_loops": ("task4", "for loops"), "18_library_calls": ("task5", "calling Relax's library"),
+    "19_tir_calls": ("task6", "calling your own TensorIR"), "20_devices": ("task7", "CPU and GPU in one function"),
+    "21_tir_backend": ("task8", "a TensorIR code generator"),
+}
+
+# where each exercise's reference solution is
+SOLUTIONS = {stem: ROOT / ("exercises/solutions" if stem.startswith("w") else "chapters") / f"{stem}.py"
+             for stem in CHECKS}

@@ -1,0 +1,39 @@
+"""scripts/chapter_sizes.py and the chapter-size table it writes into chapters/README.md."""
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("chapter_sizes", ROOT / "scripts" / "chapter_sizes.py")
+chapter_sizes = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(chapter_sizes)
+
+
+def test_the_readme_table_is_current():
+    """After changing a chapter or a starter: python scripts/chapter_sizes.py --write"""
+    readme = chapter_sizes.README.read_text()
+    assert chapter_sizes.with_table(readme) == readme
+
+
+def test_code_lines_leave_out_blank_lines_and_comments():
+    assert chapter_sizes.code_lines("# a comment\n\nx = 1  # counted\n    # indented comment\n'''doc'''\n") == 2
+
+
+def test_the_exercise_chapters_build_on_13_and_have_an_answer_column():
+    rows = {line.split("|")[1].strip(" `"): line for line in chapter_sizes.table().splitlines()[2:-1]}
+    assert len(rows) == 21
+    for name, row in rows.items():
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        if name >= "14":
+            assert cells[1] == "`13_fusion`" and cells[3].startswith("+"), row
+        else:
+            assert cells[3] == "", row
+
+
+def test_answer_size_counts_the_diff_from_the_starter(tmp_path, monkeypatch):
+    (tmp_path / "chapters").mkdir()
+    (tmp_path / "exercises").mkdir()
+    (tmp_path / "chapters" / "99_x.py").write_text("a\nb\nc\n")
+    (tmp_path / "exercises" / "99_x.py").write_text("a\nstub\n")
+    monkeypatch.setattr(chapter_sizes, "ROOT", tmp_path)
+    assert chapter_sizes.answer_size(tmp_path / "chapters" / "99_x.py") == (2, 1)
+    assert chapter_sizes.answer_size(tmp_path / "chapters" / "98_none.py") is None
