@@ -678,7 +678,6 @@ def test_a_compare_on_the_index_flips_at_its_threshold(op, c, var_left, negate):
 # --------------------------------------------------------------------------------------------------
 # CPU matrix products of any batch rank and layout, and the rule for whatever the others decline
 # --------------------------------------------------------------------------------------------------
-import re  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 MM_TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float16: dict(rtol=1e-2, atol=1e-2),
