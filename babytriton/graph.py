@@ -240,11 +240,11 @@ def _layout(graph: Graph) -> tuple[dict[str, _Placed], dict[int, tuple[float, fl
             groups.append([node])
     placed = {n.id: _Placed(n, w=max(len(s) for s in n.label) * CHAR_W + 2 * PAD,
                             h=len(n.label) * LINE_H + PAD) for n in graph.nodes}
-    inner = max(p.w for p in placed.values())
-    col_w = inner + 2 * BOX_PAD + COL_GAP
     row_h = max(p.h for p in placed.values()) + RANK_GAP
     groups.sort(key=lambda g: min(rank[n.id] for n in g))
     busy: dict[int, list[tuple[int, int]]] = {}   # column -> occupied rank spans
+    column: dict[str, int] = {}
+    spans: list[tuple[list[Node], int, int]] = []  # each group, its first column and its width in columns
     for group in groups:
         lo, hi = min(rank[n.id] for n in group), max(rank[n.id] for n in group)
         width = max(sum(1 for n in group if rank[n.id] == r) for r in range(lo, hi + 1))
@@ -256,23 +256,39 @@ def _layout(graph: Graph) -> tuple[dict[str, _Placed], dict[int, tuple[float, fl
         slots: dict[int, int] = {}
         for node in group:
             r = rank[node.id]
-            p = placed[node.id]
-            p.x = COL_GAP + (col + slots.get(r, 0)) * col_w + BOX_PAD + (inner - p.w) / 2
-            p.y = r * row_h + BOX_PAD + LINE_H * 2
+            column[node.id] = col + slots.get(r, 0)
             slots[r] = slots.get(r, 0) + 1
-    boxes = {}
-    for box, members in by_box.items():
-        members = [placed[n.id] for n in members]
-        x0 = min(p.x for p in members) - BOX_PAD
-        x1 = max(p.x + p.w for p in members) + BOX_PAD
-        y0 = min(p.y for p in members) - BOX_PAD - LINE_H
-        y1 = max(p.y + p.h for p in members) + BOX_PAD
-        boxes[box] = (x0, y0, x1 - x0, y1 - y0)
+        spans.append((group, col, width))
+    # Each column as wide as its widest node, and a kernel box's columns as wide as its title.
     columns = max(busy) + 1 if busy else 1
-    width = COL_GAP + columns * col_w + BOX_PAD
-    height = (max(rank.values(), default=0) + 1) * row_h + LINE_H * 2 + BOX_PAD
+    inner = [0.0] * columns
+    for node_id, c in column.items():
+        inner[c] = max(inner[c], placed[node_id].w)
+    for group, col, width in spans:
+        box = group[0].box if group[0].box in graph.boxes else None
+        if box is not None:
+            short = len(graph.boxes[box]) * CHAR_W + 12 - sum(inner[col:col + width]) - 2 * BOX_PAD * (width - 1)
+            if short > 0:
+                inner[col + width - 1] += short
+    left = [COL_GAP]
+    for c in range(columns):
+        left.append(left[-1] + inner[c] + 2 * BOX_PAD + COL_GAP)
+    for node_id, c in column.items():
+        p = placed[node_id]
+        p.x = left[c] + BOX_PAD + (inner[c] - p.w) / 2
+        p.y = rank[node_id] * row_h + BOX_PAD + LINE_H * 2
+    boxes = {}
+    for group, col, width in spans:   # a kernel box fills its columns
+        box = group[0].box if group[0].box in graph.boxes else None
+        if box is not None:
+            members = [placed[n.id] for n in group]
+            y0 = min(p.y for p in members) - BOX_PAD - LINE_H
+            y1 = max(p.y + p.h for p in members) + BOX_PAD
+            boxes[box] = (left[col], y0, left[col + width] - COL_GAP - left[col], y1 - y0)
+    width = left[-1] - COL_GAP + BOX_PAD
+    height = max(p.y + p.h for p in placed.values()) + BOX_PAD
     bands = [r * row_h + BOX_PAD + LINE_H * 2 + row_h - RANK_GAP + BOX_PAD + LANE for r in range(len(rank) + 1)]
-    channels = [k * col_w + COL_GAP / 2 for k in range(columns + 1)]
+    channels = [x - COL_GAP / 2 for x in left]
     return placed, boxes, width, height, _route(graph, placed, rank, bands, channels)
 
 
@@ -321,8 +337,10 @@ def _svg(graphs: list[Graph], name: str) -> str:
     ET.register_namespace("", SVG_NS)
     layouts = [_layout(g) for g in graphs]
     gap = 30
-    total_w = sum(layout[2] for layout in layouts) + gap * (len(layouts) - 1) + 20
-    total_h = max(layout[3] for layout in layouts) + LINE_H * 2 + 10
+    # The panels one above the other: side by side, a graph with a long kernel name is too wide for a
+    # notebook's column, and the browser shrinks its text to fit.
+    total_w = max(layout[2] for layout in layouts) + 20
+    total_h = sum(layout[3] for layout in layouts) + gap * (len(layouts) - 1) + LINE_H * 2 + 10
     svg = ET.Element(f"{{{SVG_NS}}}svg", width=f"{total_w:.0f}", height=f"{total_h:.0f}",
                      viewBox=f"0 0 {total_w:.0f} {total_h:.0f}", attrib={"font-family": "monospace",
                                                                           "font-size": "12"})
@@ -332,9 +350,9 @@ def _svg(graphs: list[Graph], name: str) -> str:
                            markerWidth="7", markerHeight="7", orient="auto-start-reverse")
     ET.SubElement(marker, f"{{{SVG_NS}}}path", d="M 0 0 L 10 5 L 0 10 z", fill="#555555")
     _text(svg, 10, LINE_H + 2, [name], weight="bold")
-    x_offset = 10.0
+    y_offset = LINE_H * 2
     for graph, (placed, boxes, width, height, routes) in zip(graphs, layouts):
-        panel = ET.SubElement(svg, f"{{{SVG_NS}}}g", transform=f"translate({x_offset:.1f},{LINE_H * 2})",
+        panel = ET.SubElement(svg, f"{{{SVG_NS}}}g", transform=f"translate(10,{y_offset:.1f})",
                               attrib={"class": "panel"})
         _text(panel, 0, LINE_H, [graph.title], weight="bold")
         for box, (x, y, w, h) in boxes.items():
@@ -355,7 +373,7 @@ def _svg(graphs: list[Graph], name: str) -> str:
                           height=f"{p.h:.1f}", rx=f"{p.h / 2 if p.node.kind in ('param', 'output') else 4:.1f}",
                           fill=fill, stroke=line)
             _text(group, p.x + PAD, p.y + LINE_H, p.node.label)
-        x_offset += width + gap
+        y_offset += height + gap
     return ET.tostring(svg, encoding="unicode")
 
 
