@@ -172,7 +172,7 @@ def chapter_diff(base: Path, path: Path) -> str:
 def chapter_page(path: Path, run: dict) -> str:
     number = path.name[:2]
     parts = [f"# {number} · {title_of(path)}", opening_comment(path),
-             f"`python chapters/{path.name}`: {_how_run(run)}."]
+             f"**When this book was built,** `python chapters/{path.name}` {_how_run(run)}."]
     chapter_bases = bases(path)
     if not chapter_bases:
         parts.append("## What it adds\n\nThe first chapter: it builds on nothing, so its whole code is new.")
@@ -186,7 +186,7 @@ def chapter_page(path: Path, run: dict) -> str:
     parts.append("## What it prints\n\n" + fenced(run["stdout"] or "(nothing)", "text"))
     if run["stderr"].strip():
         parts.append("### and on stderr\n\n" + fenced(run["stderr"], "text"))
-    parts.append(f"## The code\n\n" + fenced(path.read_text(), "python"))
+    parts.append("## The code\n\n" + fenced(path.read_text(), "python"))
     return "\n\n".join(parts) + "\n"
 
 
@@ -306,7 +306,7 @@ def write_pages(docs: Path, stored: Path | None, fresh: bool, store: bool) -> tu
             record.parent.mkdir(parents=True, exist_ok=True)
             record.write_text(json.dumps({k: v for k, v in result.items() if k != "stored"}, indent=1) + "\n")
         (docs / "chapters" / f"{path.stem}.md").write_text(chapter_page(path, result))
-        label = f"{path.name[:2]} · {title_of(path)}"
+        label = f"{path.name[:2]} · {title_of(path).replace('`', '')}"   # a nav label is plain text
         chapter_nav.append({label: f"chapters/{path.stem}.md"})
         base = ", ".join(b.name[:2] for b in bases(path)) or "—"
         chapter_rows.append(f"| [{path.name[:2]}](chapters/{path.stem}.md) | {_escape(title_of(path))} | {base} "
