@@ -135,6 +135,30 @@ def test_stored_executions_are_used_while_their_source_is_unchanged(tmp_path, mo
     assert not rerun.metadata["babytriton_book"]["stored"]
 
 
+def test_a_stored_chapter_run_is_used_until_a_chapter_under_it_changes(tmp_path, monkeypatch):
+    """A chapter's stored output stands while neither it nor a chapter it imports has changed."""
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    for path in CHAPTERS[:2]:
+        (chapters / path.name).write_text(path.read_text())
+    monkeypatch.setattr(build_book, "CHAPTERS", chapters)
+    monkeypatch.setattr(build_book, "ROOT", tmp_path)
+    second = chapters / CHAPTERS[1].name
+    stored = tmp_path / "executed"
+    (stored / "chapters").mkdir(parents=True)
+    record = {"stdout": "printed on the GPU machine\n", "stderr": "", "returncode": 0, "seconds": 1.0,
+              "machine": "a test machine, GPU: NVIDIA H100", "date": "2030-01-01",
+              "digest": build_book.chapter_digest(second)}
+    (stored / "chapters" / f"{second.stem}.json").write_text(json.dumps(record))
+    used = build_book.chapter_result(second, stored, fresh=False)
+    assert used["stored"] and used["stdout"] == "printed on the GPU machine\n"
+    assert "printed on the GPU machine" in build_book.chapter_page(second, used)
+    base = chapters / CHAPTERS[0].name
+    base.write_text(base.read_text() + "\n# changed\n")         # the chapter under it
+    rerun = build_book.chapter_result(second, stored, fresh=False)
+    assert not rerun["stored"] and rerun["returncode"] == 0 and "printed on the GPU machine" not in rerun["stdout"]
+
+
 # --------------------------------------------------------------------------------------------------
 # in a browser
 # --------------------------------------------------------------------------------------------------
