@@ -4,7 +4,9 @@ Before fusion the nodes are the Relax ops, each labelled with its source line, a
 the ops of each kernel; after fusion the nodes are the kernels. Where graphviz's `dot` program and
 its Python package are installed, graphviz lays the picture out; elsewhere a small layered layout
 (ranks by longest path, one band of columns per kernel so boxes never overlap) is drawn with
-xml.etree, so the picture needs no system package.
+xml.etree, so the picture needs no system package. Its edges run at right angles in the gaps between
+ranks and between columns, so they never cross a node (an edge may cross a kernel's dashed box, which
+graphviz's splines avoid).
 """
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ from pathlib import Path
 SVG_NS = "http://www.w3.org/2000/svg"
 WHICH = ("both", "before", "after")
 # The pure-Python layout's geometry (pixels) and look.
-CHAR_W, LINE_H, PAD, RANK_GAP, COL_GAP, BOX_PAD = 7.2, 15, 8, 46, 18, 10
+# RANK_GAP leaves, between a kernel box's bottom and the next box's title, a band for horizontal edges;
+# COL_GAP, beside every column, a channel for vertical ones. LANE spaces edges that share a band.
+CHAR_W, LINE_H, PAD, RANK_GAP, COL_GAP, BOX_PAD, LANE = 7.2, 15, 8, 60, 26, 10, 4
 STYLE = {"param": ("#e8f0fe", "#3b6fd8"), "op": ("#ffffff", "#444444"), "kernel": ("#fff4e0", "#c77800"),
          "output": ("#eaf6ea", "#2e7d32")}
 
@@ -204,9 +208,11 @@ class _Placed:
     h: float = 0.0
 
 
-def _layout(graph: Graph) -> tuple[dict[str, _Placed], dict[int, tuple[float, float, float, float]], float, float]:
+def _layout(graph: Graph) -> tuple[dict[str, _Placed], dict[int, tuple[float, float, float, float]], float, float,
+                                   list[list[tuple[float, float]]]]:
     """Rank nodes by longest path from the inputs; give every kernel box its own band of columns
-    over the ranks it spans (bands reuse columns where ranks don't overlap); place nodes in them."""
+    over the ranks it spans (bands reuse columns where ranks don't overlap); place nodes in them;
+    route the edges around the nodes (`_route`)."""
     preds: dict[str, list[str]] = {n.id: [] for n in graph.nodes}
     for src, dst in graph.edges:
         preds[dst].append(src)
@@ -234,11 +240,11 @@ def _layout(graph: Graph) -> tuple[dict[str, _Placed], dict[int, tuple[float, fl
             groups.append([node])
     placed = {n.id: _Placed(n, w=max(len(s) for s in n.label) * CHAR_W + 2 * PAD,
                             h=len(n.label) * LINE_H + PAD) for n in graph.nodes}
-    inner = max(p.w for p in placed.values())
-    col_w = inner + 2 * BOX_PAD + COL_GAP
     row_h = max(p.h for p in placed.values()) + RANK_GAP
     groups.sort(key=lambda g: min(rank[n.id] for n in g))
     busy: dict[int, list[tuple[int, int]]] = {}   # column -> occupied rank spans
+    column: dict[str, int] = {}
+    spans: list[tuple[list[Node], int, int]] = []  # each group, its first column and its width in columns
     for group in groups:
         lo, hi = min(rank[n.id] for n in group), max(rank[n.id] for n in group)
         width = max(sum(1 for n in group if rank[n.id] == r) for r in range(lo, hi + 1))
@@ -250,29 +256,91 @@ def _layout(graph: Graph) -> tuple[dict[str, _Placed], dict[int, tuple[float, fl
         slots: dict[int, int] = {}
         for node in group:
             r = rank[node.id]
-            p = placed[node.id]
-            p.x = (col + slots.get(r, 0)) * col_w + BOX_PAD + (inner - p.w) / 2
-            p.y = r * row_h + BOX_PAD + LINE_H * 2
+            column[node.id] = col + slots.get(r, 0)
             slots[r] = slots.get(r, 0) + 1
+        spans.append((group, col, width))
+    # Each column as wide as its widest node, and a kernel box's columns as wide as its title.
+    columns = max(busy) + 1 if busy else 1
+    inner = [0.0] * columns
+    for node_id, c in column.items():
+        inner[c] = max(inner[c], placed[node_id].w)
+    for group, col, width in spans:
+        box = group[0].box if group[0].box in graph.boxes else None
+        if box is not None:
+            short = len(graph.boxes[box]) * CHAR_W + 12 - sum(inner[col:col + width]) - 2 * BOX_PAD * (width - 1)
+            if short > 0:
+                inner[col + width - 1] += short
+    left = [COL_GAP]
+    for c in range(columns):
+        left.append(left[-1] + inner[c] + 2 * BOX_PAD + COL_GAP)
+    for node_id, c in column.items():
+        p = placed[node_id]
+        p.x = left[c] + BOX_PAD + (inner[c] - p.w) / 2
+        p.y = rank[node_id] * row_h + BOX_PAD + LINE_H * 2
     boxes = {}
-    for box, members in by_box.items():
-        members = [placed[n.id] for n in members]
-        x0 = min(p.x for p in members) - BOX_PAD
-        x1 = max(p.x + p.w for p in members) + BOX_PAD
-        y0 = min(p.y for p in members) - BOX_PAD - LINE_H
-        y1 = max(p.y + p.h for p in members) + BOX_PAD
-        boxes[box] = (x0, y0, x1 - x0, y1 - y0)
-    width = (max(busy) + 1) * col_w + 2 * BOX_PAD if busy else col_w
-    height = (max(rank.values(), default=0) + 1) * row_h + LINE_H * 2 + BOX_PAD
-    return placed, boxes, width, height
+    for group, col, width in spans:   # a kernel box fills its columns
+        box = group[0].box if group[0].box in graph.boxes else None
+        if box is not None:
+            members = [placed[n.id] for n in group]
+            y0 = min(p.y for p in members) - BOX_PAD - LINE_H
+            y1 = max(p.y + p.h for p in members) + BOX_PAD
+            boxes[box] = (left[col], y0, left[col + width] - COL_GAP - left[col], y1 - y0)
+    width = left[-1] - COL_GAP + BOX_PAD
+    height = max(p.y + p.h for p in placed.values()) + BOX_PAD
+    bands = [r * row_h + BOX_PAD + LINE_H * 2 + row_h - RANK_GAP + BOX_PAD + LANE for r in range(len(rank) + 1)]
+    channels = [x - COL_GAP / 2 for x in left]
+    return placed, boxes, width, height, _route(graph, placed, rank, bands, channels)
+
+
+def _route(graph: Graph, placed: dict[str, _Placed], rank: dict[str, int], bands: list[float],
+           channels: list[float]) -> list[list[tuple[float, float]]]:
+    """Each edge as a polyline of right angles: down from its source into the band below the source's
+    rank; for an edge to the next rank, across and down into the target; for a longer one, across to
+    the nearest channel beside the columns, down it to the band above the target, across, and down.
+    Bands and channels hold no node, so no edge crosses one; edges sharing a band or a channel get
+    lanes LANE apart, and the edges leaving (entering) one node are spread along its side."""
+    outs: dict[str, list[int]] = {}
+    ins: dict[str, list[int]] = {}
+    for i, (src, dst) in enumerate(graph.edges):
+        outs.setdefault(src, []).append(i)
+        ins.setdefault(dst, []).append(i)
+
+    def along(p: _Placed, edges: list[int], i: int) -> float:
+        return p.x + p.w * (edges.index(i) + 1) / (len(edges) + 1)
+
+    used: dict[tuple[str, int], int] = {}
+
+    def lane(kind: str, index: int, width: float) -> float:
+        n = used.get((kind, index), 0)
+        used[(kind, index)] = n + 1
+        lanes = max(int(width // LANE), 1)
+        return LANE * (n % lanes)
+
+    band_room = RANK_GAP - 2 * BOX_PAD - LINE_H - 2 * LANE
+    routes = []
+    for i, (src, dst) in enumerate(graph.edges):
+        a, b = placed[src], placed[dst]
+        x1, y1 = along(a, outs[src], i), a.y + a.h
+        x2, y2 = along(b, ins[dst], i), b.y
+        below = bands[rank[src]] + lane("band", rank[src], band_room)
+        if rank[dst] == rank[src] + 1:
+            routes.append([(x1, y1), (x1, below), (x2, below), (x2, y2)])
+            continue
+        k = min(range(len(channels)), key=lambda k: abs(channels[k] - x1) + abs(channels[k] - x2))
+        xc = channels[k] - COL_GAP / 2 + LANE + lane("channel", k, COL_GAP - 2 * LANE)
+        above = bands[rank[dst] - 1] + lane("band", rank[dst] - 1, band_room)
+        routes.append([(x1, y1), (x1, below), (xc, below), (xc, above), (x2, above), (x2, y2)])
+    return routes
 
 
 def _svg(graphs: list[Graph], name: str) -> str:
     ET.register_namespace("", SVG_NS)
     layouts = [_layout(g) for g in graphs]
     gap = 30
-    total_w = sum(w for _, _, w, _ in layouts) + gap * (len(layouts) - 1) + 20
-    total_h = max(h for _, _, _, h in layouts) + LINE_H * 2 + 10
+    # The panels one above the other: side by side, a graph with a long kernel name is too wide for a
+    # notebook's column, and the browser shrinks its text to fit.
+    total_w = max(layout[2] for layout in layouts) + 20
+    total_h = sum(layout[3] for layout in layouts) + gap * (len(layouts) - 1) + LINE_H * 2 + 10
     svg = ET.Element(f"{{{SVG_NS}}}svg", width=f"{total_w:.0f}", height=f"{total_h:.0f}",
                      viewBox=f"0 0 {total_w:.0f} {total_h:.0f}", attrib={"font-family": "monospace",
                                                                           "font-size": "12"})
@@ -282,9 +350,9 @@ def _svg(graphs: list[Graph], name: str) -> str:
                            markerWidth="7", markerHeight="7", orient="auto-start-reverse")
     ET.SubElement(marker, f"{{{SVG_NS}}}path", d="M 0 0 L 10 5 L 0 10 z", fill="#555555")
     _text(svg, 10, LINE_H + 2, [name], weight="bold")
-    x_offset = 10.0
-    for graph, (placed, boxes, width, height) in zip(graphs, layouts):
-        panel = ET.SubElement(svg, f"{{{SVG_NS}}}g", transform=f"translate({x_offset:.1f},{LINE_H * 2})",
+    y_offset = LINE_H * 2
+    for graph, (placed, boxes, width, height, routes) in zip(graphs, layouts):
+        panel = ET.SubElement(svg, f"{{{SVG_NS}}}g", transform=f"translate(10,{y_offset:.1f})",
                               attrib={"class": "panel"})
         _text(panel, 0, LINE_H, [graph.title], weight="bold")
         for box, (x, y, w, h) in boxes.items():
@@ -293,13 +361,10 @@ def _svg(graphs: list[Graph], name: str) -> str:
                           height=f"{h:.1f}", rx="8", fill=STYLE["kernel"][0], stroke=STYLE["kernel"][1],
                           attrib={"stroke-dasharray": "5,3"})
             _text(group, x + 6, y + LINE_H - 2, [graph.boxes[box]], fill=STYLE["kernel"][1])
-        for src, dst in graph.edges:
-            a, b = placed[src], placed[dst]
-            x1, y1, x2, y2 = a.x + a.w / 2, a.y + a.h, b.x + b.w / 2, b.y
-            mid = (y1 + y2) / 2
-            ET.SubElement(panel, f"{{{SVG_NS}}}path", d=f"M {x1:.1f} {y1:.1f} C {x1:.1f} {mid:.1f}, "
-                          f"{x2:.1f} {mid:.1f}, {x2:.1f} {y2:.1f}", fill="none", stroke="#555555",
-                          attrib={"marker-end": "url(#arrow)", "class": "edge"})
+        for route in routes:
+            d = "M " + " L ".join(f"{x:.1f} {y:.1f}" for x, y in route)
+            ET.SubElement(panel, f"{{{SVG_NS}}}path", d=d, fill="none", stroke="#555555",
+                          attrib={"marker-end": "url(#arrow)", "class": "edge", "stroke-linejoin": "round"})
         for p in placed.values():
             fill, line = STYLE[p.node.kind]
             group = ET.SubElement(panel, f"{{{SVG_NS}}}g", attrib={"class": f"node {p.node.kind}"})
@@ -308,7 +373,7 @@ def _svg(graphs: list[Graph], name: str) -> str:
                           height=f"{p.h:.1f}", rx=f"{p.h / 2 if p.node.kind in ('param', 'output') else 4:.1f}",
                           fill=fill, stroke=line)
             _text(group, p.x + PAD, p.y + LINE_H, p.node.label)
-        x_offset += width + gap
+        y_offset += height + gap
     return ET.tostring(svg, encoding="unicode")
 
 

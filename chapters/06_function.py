@@ -50,14 +50,27 @@ class CodeGenerator(ch05.CodeGenerator):
         raise self.error(node, f"babytriton does not support {type(node).__name__} here yet")
 
     def visit_FunctionDef(self, node):
-        with RB.function():
-            RB.func_name(node.name)
-            self.visit(node.args)
-            self.returned = False
-            for stmt in node.body:
-                self.visit(stmt)
-            if not self.returned:
-                RB.func_ret_value(rx.Tuple([]))
+        failed = None
+        try:
+            with RB.function():
+                RB.func_name(node.name)
+                self.returned = False
+                try:
+                    self.visit(node.args)
+                    for stmt in node.body:
+                        self.visit(stmt)
+                except SyntaxError as error:
+                    # End the function, then raise: TVM warns "BlockBuilder destroyed with
+                    # remaining blocks!" when it frees a frame that an exception left open.
+                    failed = error
+                if not self.returned:
+                    RB.func_ret_value(rx.Tuple([]))
+        except Exception:
+            if failed is None:
+                raise
+            # else a frame inside it was left open too, so it could not end: the user's error first
+        if failed is not None:
+            raise failed
 
     def visit_arguments(self, node):
         starred = [a for a in (node.vararg, node.kwarg) if a]

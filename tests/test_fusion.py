@@ -169,6 +169,48 @@ def test_kernel_boxes_do_not_overlap(pure_python):
             assert x1 + w1 <= x2 or x2 + w2 <= x1 or y1 + h1 <= y2 or y2 + h2 <= y1
 
 
+def softmax_and_skip(x: bt.Tensor((4, 8), "float32"), y: bt.Tensor((4, 8), "float32")):
+    e = bt.exp(x - x.max(axis=1, keepdims=True))
+    s = e / e.sum(axis=1, keepdims=True)
+    return s * y + x          # x and y jump over the softmax's ranks
+
+
+def rects_and_edges(svg: str):
+    """Each node's rectangle (with its label) and each edge's corner points, in the panel's coordinates."""
+    root = ET.fromstring(svg)
+    for panel in (g for g in root.iter(f"{SVG}g") if g.get("class") == "panel"):
+        nodes = [(g.find(f"{SVG}title").text, *(float(g.find(f"{SVG}rect").get(a))
+                                                 for a in ("x", "y", "width", "height")))
+                 for g in panel.iter(f"{SVG}g") if (g.get("class") or "").startswith("node")]
+        edges = [[tuple(map(float, point.split())) for point in p.get("d")[2:].split(" L ")]
+                 for p in panel.iter(f"{SVG}path") if p.get("class") == "edge"]
+        yield nodes, edges
+
+
+@pytest.mark.parametrize("fn", [several_kernels, softmax_and_skip], ids=lambda f: f.__name__)
+def test_edges_go_around_the_nodes(pure_python, fn):
+    """Every edge is made of vertical and horizontal segments that touch no node but at its two ends."""
+    k = bt.jit(fn).compile()
+    panels = list(rects_and_edges(k.graph().svg))
+    assert len(panels) == 2 and all(edges for _, edges in panels)
+    long_edges = 0
+    for nodes, edges in panels:
+        for points in edges:
+            long_edges += len(points) > 4
+            for (x1, y1), (x2, y2) in zip(points, points[1:]):
+                assert x1 == x2 or y1 == y2
+                inner = [(x1, y1), (x2, y2)]
+                if (x1, y1) == points[0]:
+                    inner[0] = (x1, y1 + 1)    # leaves its source's bottom
+                if (x2, y2) == points[-1]:
+                    inner[1] = (x2, y2 - 1)    # enters its target's top
+                (sx, sy), (ex, ey) = inner
+                for label, x, y, w, h in nodes:
+                    hits = (min(sx, ex) < x + w and max(sx, ex) > x and min(sy, ey) < y + h and max(sy, ey) > y)
+                    assert not hits, f"an edge of {fn.__name__} crosses {label!r}"
+    assert long_edges     # some edge skips ranks, so it went through a channel
+
+
 @pytest.mark.skipif(not graph_module.graphviz_available(), reason="graphviz (package and `dot`) not installed")
 def test_graph_with_graphviz(tmp_path):
     k = add_add.compile()

@@ -1,0 +1,371 @@
+"""Build the babytriton book: the chapters with what they print and what each adds to the chapter it
+builds on, and the executed notebooks with their IR, SVG graphs and plots, as one static site.
+
+    python scripts/build_book.py            # -> build/book/site/index.html (opens from the file system)
+
+It runs every chapter (capturing its output), executes every notebook (or takes its stored executed
+copy from book/executed/, see `--store`), writes Markdown pages for the chapters and copies of the
+executed notebooks into build/book/docs/ beside book/docs/, and builds them with MkDocs and
+mkdocs-jupyter (config: book/mkdocs.yml). `--store` executes everything here and keeps the executed
+notebooks and the chapters' output in book/executed/, to be committed: run it on a GPU machine and the
+book shows the GPU cells' real output; a stored copy is used only while its source is unchanged.
+
+tests/test_chapters.py and tests/test_notebooks.py run the chapters and notebooks through
+`run_chapter` and `execute_notebook` below, which remember their results for the process, so a test
+session runs each once and tests/test_book.py builds the book from the same runs.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import datetime
+import difflib
+import functools
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = ROOT / "chapters"
+NOTEBOOKS = ROOT / "notebooks"
+BOOK = ROOT / "book"
+STORED = BOOK / "executed"
+OUT = ROOT / "build" / "book"
+CHAPTER_TIMEOUT = 300
+NOTEBOOK_TIMEOUT = 600
+
+
+# --------------------------------------------------------------------------------------------------
+# running: once per process (the tests and the book share the runs)
+# --------------------------------------------------------------------------------------------------
+
+_chapter_runs: dict = {}
+_notebook_runs: dict = {}
+
+
+def run_chapter(path: Path, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """Run a chapter as a reader does (`python chapters/NN_x.py` in a fresh Python); `.seconds` is its
+    wall time. Remembered per (path, cwd) for the rest of the process."""
+    path, cwd = Path(path).resolve(), Path(cwd).resolve()
+    if (path, cwd) not in _chapter_runs:
+        start = time.perf_counter()
+        result = subprocess.run([sys.executable, str(path.relative_to(cwd))], cwd=cwd, capture_output=True,
+                                text=True, timeout=CHAPTER_TIMEOUT)
+        result.seconds = time.perf_counter() - start
+        _chapter_runs[(path, cwd)] = result
+    return _chapter_runs[(path, cwd)]
+
+
+def execute_notebook(path: Path, cwd: Path | None = None):
+    """Execute a notebook top to bottom in a real Jupyter kernel (nbclient raises on the first error),
+    with a disk cache of its own (so compile times are cold ones); remembered for the process. The
+    caller must not change the notebook it gets (copy it first)."""
+    import nbclient
+    import nbformat
+    path = Path(path).resolve()
+    cwd = Path(cwd).resolve() if cwd else path.parent
+    if (path, cwd) not in _notebook_runs:
+        nb = nbformat.read(path, as_version=4)
+        with tempfile.TemporaryDirectory(prefix="babytriton-book-cache-") as cache:
+            env = {**os.environ, "BABYTRITON_CACHE_DIR": cache}
+            client = nbclient.NotebookClient(nb, timeout=NOTEBOOK_TIMEOUT, kernel_name="python3",
+                                             resources={"metadata": {"path": str(cwd)}})
+            start = time.perf_counter()
+            client.execute(env=env)
+            nb.metadata["babytriton_book"] = {"seconds": round(time.perf_counter() - start, 1)}
+        _notebook_runs[(path, cwd)] = nb
+    return _notebook_runs[(path, cwd)]
+
+
+# --------------------------------------------------------------------------------------------------
+# chapters
+# --------------------------------------------------------------------------------------------------
+
+def chapter_files() -> list[Path]:
+    return sorted(CHAPTERS.glob("[0-9][0-9]_*.py"))
+
+
+def imported_modules(tree: ast.AST):
+    """Every module a file imports, by statement or by `importlib.import_module("...")`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            yield node.module or ""
+        elif (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("import_module")
+              and node.args and isinstance(node.args[0], ast.Constant)):
+            yield node.args[0].value
+
+
+def bases(path: Path) -> list[Path]:
+    """The chapters a chapter builds on: those it imports (chapter N imports the one it extends)."""
+    stems = {p.stem: p for p in chapter_files()}
+    imported = imported_modules(ast.parse(path.read_text()))
+    return [stems[name] for name in dict.fromkeys(imported) if name in stems and name != path.stem]
+
+
+def title_of(path: Path) -> str:
+    """`# Chapter 07 - assignment, ...` -> `assignment, ...`."""
+    first = path.read_text().splitlines()[0]
+    match = re.match(r"#\s*Chapter\s+\d+\s*[-–—:]\s*(.*)", first)
+    return match.group(1).strip() if match else path.stem
+
+
+def opening_comment(path: Path) -> str:
+    """The comment block a chapter opens with (after its title line), as Markdown paragraphs and lists."""
+    lines = []
+    for line in path.read_text().splitlines()[1:]:
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:])
+    blocks, current = [], []
+    for line in lines:
+        text = line.strip()
+        item = re.match(r"(-|\*|\d+\.)\s+", text)
+        if not text or item:
+            if current:
+                blocks.append(current)
+            current = [] if not text else [("- " if item.group(1) in "-*" else item.group(1) + " ")
+                                           + _escape(text[item.end():])]
+        else:
+            current.append(_escape(text))
+    if current:
+        blocks.append(current)
+    paragraphs = []
+    for block in blocks:
+        text = " ".join(block)
+        is_item = re.match(r"(- |\d+\. )", text)
+        if is_item and paragraphs and paragraphs[-1][1]:
+            paragraphs[-1] = (paragraphs[-1][0] + "\n" + text, True)   # the next item of the same list
+        else:
+            paragraphs.append((text, bool(is_item)))
+    return "\n\n".join(text for text, _ in paragraphs)
+
+
+def _escape(text: str) -> str:
+    """Markdown's emphasis and HTML characters escaped outside `code` spans (a comment is plain text)."""
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(part if part.startswith("`") else re.sub(r"([*_<>\[\]\\])", r"\\\1", part) for part in parts)
+
+
+def fenced(text: str, language: str = "") -> str:
+    """A code block whose fence is longer than any run of backticks in the text."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{text.rstrip()}\n{fence}"
+
+
+def chapter_diff(base: Path, path: Path) -> str:
+    return "\n".join(difflib.unified_diff(base.read_text().splitlines(), path.read_text().splitlines(),
+                                          f"chapters/{base.name}", f"chapters/{path.name}", lineterm=""))
+
+
+def chapter_page(path: Path, run: dict) -> str:
+    number = path.name[:2]
+    parts = [f"# {number} · {title_of(path)}", opening_comment(path),
+             f"**When this book was built,** `python chapters/{path.name}` {_how_run(run)}."]
+    chapter_bases = bases(path)
+    if not chapter_bases:
+        parts.append("## What it adds\n\nThe first chapter: it builds on nothing, so its whole code is new.")
+    for base in chapter_bases:
+        diff = chapter_diff(base, path)
+        added = sum(1 for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
+        removed = sum(1 for line in diff.splitlines() if line.startswith("-") and not line.startswith("---"))
+        parts.append(f"## What it adds to [{base.name[:2]} · {title_of(base)}]({base.stem}.md)\n\n"
+                     f"Chapter {number} imports chapter {base.name[:2]} and extends it; this is the diff of the "
+                     f"two files ({added} lines added, {removed} removed).\n\n" + fenced(diff, "diff"))
+    parts.append("## What it prints\n\n" + fenced(run["stdout"] or "(nothing)", "text"))
+    if run["stderr"].strip():
+        parts.append("### and on stderr\n\n" + fenced(run["stderr"], "text"))
+    parts.append("## The code\n\n" + fenced(path.read_text(), "python"))
+    return "\n\n".join(parts) + "\n"
+
+
+def _how_run(run: dict) -> str:
+    status = "exited cleanly" if run["returncode"] == 0 else f"**exited with status {run['returncode']}**"
+    return f"{status} after {run['seconds']:.1f} s on {run['machine']}"
+
+
+# --------------------------------------------------------------------------------------------------
+# stored executions (book/executed/): kept while their source is unchanged
+# --------------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def machine() -> str:
+    """This machine in a few words: its CPU, and its GPUs where nvidia-smi sees any."""
+    cpu = platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpus = ""
+    if shutil.which("nvidia-smi"):
+        try:
+            names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                   capture_output=True, text=True, timeout=30).stdout.split("\n")
+            gpus = ", ".join(dict.fromkeys(name.strip() for name in names if name.strip()))
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return f"{cpu}, {os.cpu_count()} cores" + (f", GPU: {gpus}" if gpus else ", no GPU")
+
+
+def chapter_digest(path: Path) -> str:
+    """A chapter's source and those of every chapter under it: what its output depends on (with babytriton
+    left out: the chapters do not import it)."""
+    sources, todo, seen = [], [path], set()
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.add(p)
+            sources.append(p.read_text())
+            todo.extend(bases(p))
+    return hashlib.sha256("\0".join(sources).encode()).hexdigest()
+
+
+def notebook_digest(nb) -> str:
+    """A notebook's cells (kind and source), without outputs: what an executed copy must match."""
+    cells = [(cell.cell_type, cell.source) for cell in nb.cells]
+    return hashlib.sha256(json.dumps(cells).encode()).hexdigest()
+
+
+def chapter_result(path: Path, stored: Path | None, fresh: bool) -> dict:
+    record = stored / "chapters" / f"{path.stem}.json" if stored else None
+    if not fresh and record and record.exists():
+        data = json.loads(record.read_text())
+        if data.get("digest") == chapter_digest(path):
+            return {**data, "stored": True}
+    run = run_chapter(path, ROOT)
+    return {"stdout": run.stdout, "stderr": run.stderr, "returncode": run.returncode, "seconds": run.seconds,
+            "machine": machine(), "date": datetime.date.today().isoformat(), "digest": chapter_digest(path),
+            "stored": False}
+
+
+def notebook_result(path: Path, stored: Path | None, fresh: bool):
+    """The executed notebook for the book: the stored copy when it matches the source, else a run here."""
+    import nbformat
+    source = nbformat.read(path, as_version=4)
+    copy_path = stored / path.name if stored else None
+    if not fresh and copy_path and copy_path.exists():
+        nb = nbformat.read(copy_path, as_version=4)
+        info = nb.metadata.get("babytriton_book", {})
+        if info.get("digest") == notebook_digest(source):
+            nb.metadata["babytriton_book"] = {**info, "stored": True}
+            return nb
+    nb = copy.deepcopy(execute_notebook(path))
+    nb.metadata["babytriton_book"] = {**nb.metadata.get("babytriton_book", {}), "digest": notebook_digest(source),
+                                      "machine": machine(), "date": datetime.date.today().isoformat(),
+                                      "stored": False}
+    return nb
+
+
+# --------------------------------------------------------------------------------------------------
+# the book
+# --------------------------------------------------------------------------------------------------
+
+def notebook_title(nb, path: Path) -> str:
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            match = re.search(r"^#\s+(.+)$", cell.source, re.MULTILINE)
+            if match:
+                return match.group(1).strip()
+    return path.stem
+
+
+def banner(nb) -> str:
+    info = nb.metadata["babytriton_book"]
+    when = f"stored in `book/executed/` from a run of {info['date']}" if info["stored"] else \
+        f"executed while this book was built ({info['date']})"
+    gpu = "" if "GPU:" in info["machine"] else \
+        " Without a GPU, the GPU cells generate CUDA for `sm_90` and show it, but run nothing on a GPU."
+    return f"> **These outputs** were {when}, on {info['machine']}.{gpu}"
+
+
+def write_pages(docs: Path, stored: Path | None, fresh: bool, store: bool) -> tuple[list, list]:
+    """Writes build/book/docs: book/docs/, a page per chapter and the executed notebooks; returns the nav."""
+    import nbformat
+    if docs.exists():
+        shutil.rmtree(docs)
+    shutil.copytree(BOOK / "docs", docs)
+    (docs / "chapters").mkdir()
+    (docs / "notebooks").mkdir()
+    chapter_nav, chapter_rows = [], []
+    for path in chapter_files():
+        result = chapter_result(path, stored, fresh)
+        if store:
+            record = STORED / "chapters" / f"{path.stem}.json"
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps({k: v for k, v in result.items() if k != "stored"}, indent=1) + "\n")
+        (docs / "chapters" / f"{path.stem}.md").write_text(chapter_page(path, result))
+        label = f"{path.name[:2]} · {title_of(path).replace('`', '')}"   # a nav label is plain text
+        chapter_nav.append({label: f"chapters/{path.stem}.md"})
+        base = ", ".join(b.name[:2] for b in bases(path)) or "—"
+        chapter_rows.append(f"| [{path.name[:2]}](chapters/{path.stem}.md) | {_escape(title_of(path))} | {base} "
+                            f"| {result['seconds']:.1f} s |")
+    notebook_nav, notebook_rows = [], []
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        nb = notebook_result(path, stored, fresh)
+        if store:
+            STORED.mkdir(parents=True, exist_ok=True)
+            kept = copy.deepcopy(nb)
+            kept.metadata["babytriton_book"].pop("stored")
+            nbformat.write(kept, STORED / path.name)
+        title = notebook_title(nb, path)
+        page = copy.deepcopy(nb)
+        page.cells.insert(1, nbformat.v4.new_markdown_cell(banner(nb)))
+        nbformat.write(page, docs / "notebooks" / path.name)
+        notebook_nav.append({title: f"notebooks/{path.name}"})
+        info = nb.metadata["babytriton_book"]
+        notebook_rows.append(f"| [{path.stem}](notebooks/{path.name}) | {_escape(title)} | "
+                             f"{'stored, ' + info['date'] if info['stored'] else 'built here'} |")
+    index = docs / "index.md"
+    index.write_text(index.read_text().rstrip() + "\n\n## The chapters\n\n| # | the step | builds on | ran in |\n"
+                     "|---|---|---|---|\n" + "\n".join(chapter_rows) + "\n\n## The notebooks\n\n"
+                     "| notebook | title | outputs |\n|---|---|---|\n" + "\n".join(notebook_rows) + "\n")
+    return chapter_nav, notebook_nav
+
+
+def build(out: Path = OUT, stored: Path | None = STORED, fresh: bool = False, store: bool = False) -> Path:
+    """Build the book into out/site (its pages' sources in out/docs); returns the site folder."""
+    from mkdocs.commands.build import build as mkdocs_build
+    from mkdocs.config import load_config
+    out = Path(out).resolve()
+    docs, site = out / "docs", out / "site"
+    chapter_nav, notebook_nav = write_pages(docs, stored, fresh, store)
+    nav = [{"Home": "index.md"}, {"Chapters": chapter_nav}, {"Notebooks": notebook_nav}]
+    config = load_config(config_file=str(BOOK / "mkdocs.yml"), docs_dir=str(docs), site_dir=str(site), nav=nav)
+    config.plugins.on_startup(command="build", dirty=False)
+    try:
+        mkdocs_build(config)
+    finally:
+        config.plugins.on_shutdown()
+    return site
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=OUT, help="output folder (default build/book): site/ and docs/")
+    parser.add_argument("--fresh", action="store_true",
+                        help="run every chapter and notebook here, ignoring book/executed/")
+    parser.add_argument("--store", action="store_true",
+                        help="run everything here and keep the results in book/executed/ (to commit: do it on a "
+                             "GPU machine to show the GPU cells' real output)")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    site = build(args.out, fresh=args.fresh or args.store, store=args.store)
+    print(f"built {site / 'index.html'} in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""The book (scripts/build_book.py): it builds, each chapter's page shows its output and its diff against
+the chapter it imports, each notebook's page its outputs (IR text, SVG graphs, plots), and the pages
+show them in a real browser (headless Chromium; that test skips where `chromium` is not installed:
+`apt-get install chromium`).
+
+The chapters and notebooks run once per test session (build_book.run_chapter/execute_notebook remember
+them), so with tests/test_chapters.py and tests/test_notebooks.py in the same session the book costs
+only its MkDocs build and the browser.
+"""
+import base64
+import html
+import json
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mkdocs")
+pytest.importorskip("mkdocs_jupyter")
+nbformat = pytest.importorskip("nbformat")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import build_book  # noqa: E402
+
+CHAPTERS = build_book.chapter_files()
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    return build_book.build(tmp_path_factory.mktemp("book"))
+
+
+def page(site: Path, relative: str) -> str:
+    return (site / relative).read_text()
+
+
+def svgs(page_html: str) -> list[str]:
+    """The SVG pictures a page shows (nbconvert embeds a notebook's SVG output as a data: image)."""
+    return [base64.b64decode(data).decode()
+            for data in re.findall(r'src="data:image/svg\+xml;base64,([^"]+)"', page_html)]
+
+
+def text_of(page_html: str) -> str:
+    """What a page says, tags and highlighting spans removed."""
+    return html.unescape(re.sub(r"<[^>]+>", "", page_html))
+
+
+def test_every_chapter_and_notebook_has_a_page(site):
+    assert (site / "index.html").exists()
+    index = text_of(page(site, "index.html"))
+    for path in CHAPTERS:
+        assert (site / "chapters" / f"{path.stem}.html").exists()
+        assert build_book.title_of(path).replace("`", "") in index
+    for path in NOTEBOOKS:
+        assert (site / "notebooks" / f"{path.stem}.html").exists()
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_page_shows_its_output_and_its_diff(site, path):
+    shown = text_of(page(site, f"chapters/{path.stem}.html"))
+    run = build_book.run_chapter(path, ROOT)
+    first_lines = [line for line in run.stdout.splitlines() if line.strip()][:3]
+    assert first_lines and all(line in shown for line in first_lines)
+    bases = build_book.bases(path)      # the chapters it imports: an earlier one, except for the first
+    assert all(base.name < path.name for base in bases) and (bases or path == CHAPTERS[0])
+    for base in bases:
+        assert f"--- chapters/{base.name}" in shown and f"+++ chapters/{path.name}" in shown
+        assert f"What it adds to {base.name[:2]}" in shown
+
+
+# Chapter 17 raises its refusal inside the loop-body function it is building (its `function` helper), and
+# that frame, left open, warns when TVM frees it. Chapter 06 ends its function before raising.
+NOISY = {"17_for_loops"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(p.stem in NOISY, strict=True,
+                                                                           reason="TVM warns from C++"))
+                                  for p in CHAPTERS], ids=lambda p: p.stem)
+def test_chapter_prints_no_tvm_warning(path):
+    assert "BlockBuilder destroyed" not in build_book.run_chapter(path, ROOT).stderr
+
+
+def test_the_base_of_a_chapter_is_the_chapter_it_imports(tmp_path, monkeypatch):
+    """Not the chapter numbered one less: chapter 03 here extends chapter 01."""
+    (tmp_path / "01_first.py").write_text("# Chapter 01 - first\nX = 1\n")
+    (tmp_path / "02_second.py").write_text("# Chapter 02 - second\nimport importlib\n"
+                                           "ch01 = importlib.import_module('01_first')\n")
+    (tmp_path / "03_third.py").write_text("# Chapter 03 - third\nimport importlib\nimport os\n"
+                                          "ch01 = importlib.import_module('01_first')\n")
+    monkeypatch.setattr(build_book, "CHAPTERS", tmp_path)
+    assert build_book.bases(tmp_path / "03_third.py") == [tmp_path / "01_first.py"]
+    assert build_book.bases(tmp_path / "01_first.py") == []
+    diff = build_book.chapter_diff(tmp_path / "01_first.py", tmp_path / "03_third.py")
+    assert "-X = 1" in diff and "+ch01 = importlib.import_module('01_first')" in diff
+
+
+def test_notebook_pages_show_their_outputs(site):
+    tour = text_of(page(site, "notebooks/01_tour.html"))
+    assert "@R.function" in tour and "R.call_tir(cls.fused_multiply_add_tir_sigmoid_multiply_sum" in tour
+    assert "_compute_(" in tour and "These outputs were" in tour
+    pictures = svgs(page(site, "notebooks/02_fusion.html"))
+    assert len(pictures) >= 3                               # k.graph() in each section
+    assert all('class="node op"' in svg and 'class="node kernel"' in svg for svg in pictures)
+    schedules = page(site, "notebooks/04_gpu_schedules.html")
+    if (ROOT / "benchmarks" / "RESULTS.md").exists():
+        assert 'src="data:image/png;base64,' in schedules  # the benchmark plot
+
+
+def test_stored_executions_are_used_while_their_source_is_unchanged(tmp_path, monkeypatch):
+    """`--store` keeps the executed notebook; the book shows it, and runs the notebook again once the
+    notebook's source changes."""
+    source = NOTEBOOKS[0]
+    executed = build_book.notebook_result(source, None, fresh=True)
+    stored = tmp_path / "executed"
+    stored.mkdir()
+    kept = nbformat.from_dict(json.loads(nbformat.writes(executed)))
+    kept.metadata["babytriton_book"].update(machine="a test machine, GPU: NVIDIA H100", date="2030-01-01")
+    nbformat.write(kept, stored / source.name)
+    used = build_book.notebook_result(source, stored, fresh=False)
+    assert used.metadata["babytriton_book"]["stored"] and "a test machine" in build_book.banner(used)
+    edited = tmp_path / "notebooks" / source.name
+    edited.parent.mkdir()
+    nb = nbformat.read(source, as_version=4)
+    nb.cells[0].source += " (edited)"
+    nbformat.write(nb, edited)
+    monkeypatch.setattr(build_book, "execute_notebook", lambda path, cwd=None: executed)
+    rerun = build_book.notebook_result(edited, stored, fresh=False)
+    assert not rerun.metadata["babytriton_book"]["stored"]
+
+
+def test_a_stored_chapter_run_is_used_until_a_chapter_under_it_changes(tmp_path, monkeypatch):
+    """A chapter's stored output stands while neither it nor a chapter it imports has changed."""
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    for path in CHAPTERS[:2]:
+        (chapters / path.name).write_text(path.read_text())
+    monkeypatch.setattr(build_book, "CHAPTERS", chapters)
+    monkeypatch.setattr(build_book, "ROOT", tmp_path)
+    second = chapters / CHAPTERS[1].name
+    stored = tmp_path / "executed"
+    (stored / "chapters").mkdir(parents=True)
+    record = {"stdout": "printed on the GPU machine\n", "stderr": "", "returncode": 0, "seconds": 1.0,
+              "machine": "a test machine, GPU: NVIDIA H100", "date": "2030-01-01",
+              "digest": build_book.chapter_digest(second)}
+    (stored / "chapters" / f"{second.stem}.json").write_text(json.dumps(record))
+    used = build_book.chapter_result(second, stored, fresh=False)
+    assert used["stored"] and used["stdout"] == "printed on the GPU machine\n"
+    assert "printed on the GPU machine" in build_book.chapter_page(second, used)
+    base = chapters / CHAPTERS[0].name
+    base.write_text(base.read_text() + "\n# changed\n")         # the chapter under it
+    rerun = build_book.chapter_result(second, stored, fresh=False)
+    assert not rerun["stored"] and rerun["returncode"] == 0 and "printed on the GPU machine" not in rerun["stdout"]
+
+
+# --------------------------------------------------------------------------------------------------
+# in a browser
+# --------------------------------------------------------------------------------------------------
+
+def chromium(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                           *args], capture_output=True, text=True, timeout=120)
+
+
+def dom(site: Path, relative: str) -> str:
+    """The page's DOM after Chromium loaded it and ran its scripts."""
+    result = chromium("--virtual-time-budget=2000", "--dump-dom", (site / relative).as_uri())
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium)")
+def test_every_page_shows_in_a_browser(site, tmp_path):
+    pages = (["index.html"] + [f"chapters/{p.stem}.html" for p in CHAPTERS]
+             + [f"notebooks/{p.stem}.html" for p in NOTEBOOKS])
+    with ThreadPoolExecutor(3) as pool:
+        doms = dict(zip(pages, pool.map(lambda relative: dom(site, relative), pages)))
+    for relative, loaded in doms.items():
+        shown = text_of(loaded)
+        assert "babytriton" in shown, relative
+        assert "404" not in re.findall(r"<title>(.*?)</title>", loaded)[0], relative
+    for path in CHAPTERS:
+        shown = text_of(doms[f"chapters/{path.stem}.html"])
+        assert "What it prints" in shown and "The code" in shown
+    assert "@R.function" in text_of(doms["notebooks/01_tour.html"])       # IR text
+    assert len(svgs(doms["notebooks/02_fusion.html"])) >= 3                # the graphs
+    if (ROOT / "benchmarks" / "RESULTS.md").exists():
+        assert "data:image/png;base64," in doms["notebooks/04_gpu_schedules.html"]  # the plot
+    # What a reader sees: a screenshot of the fusion notebook, in colour (the SVG boxes) and not blank.
+    shot = tmp_path / "02_fusion.png"
+    result = chromium("--window-size=1280,2400", f"--screenshot={shot}", (site / "notebooks/02_fusion.html").as_uri())
+    assert result.returncode == 0 and shot.exists(), result.stderr[-2000:]
+    image = pytest.importorskip("PIL.Image").open(shot).convert("RGB")
+    colours = {colour for _, colour in image.getcolors(maxcolors=1 << 22)}
+    assert len(colours) > 50
+    assert {(0xff, 0xf4, 0xe0), (0xe8, 0xf0, 0xfe)} <= colours   # a kernel box's fill, a parameter's
