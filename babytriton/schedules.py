@@ -497,8 +497,7 @@ _SCALAR_ONLY = ("cosh", "sinh")
 
 def _vectorizable(sch) -> bool:
     text = sch.mod["main"].script()
-    # bfloat16 vectors fail to build on llvm (its bfloat16 legalization stores them as uint16 lanes)
-    return not any(f"T.{name}(" in text for name in _SCALAR_ONLY) and "bfloat16" not in text
+    return not any(f"T.{name}(" in text for name in _SCALAR_ONLY)
 
 
 class CPUElementwise(CPURule):
@@ -577,6 +576,9 @@ class CPUReduction(CPURule):
                 if not sch.get_loops(b):  # rfactor fails on a neighbour block without loops
                     sch.add_unit_loop(b)
             return self._single(sch, first, lanes, many_rows)
+        if all(_contiguous_reduction(sch, b) for b in reductions):
+            # few rows (32 softmax rows): still one row per parallel iteration, each row vectorised
+            return self._rows(sch, blocks, reductions, lanes)
         return False
 
     def _parallel(self, sch, loop):
@@ -669,8 +671,10 @@ class CPUReduction(CPURule):
         for b in reversed(order):      # 3. every other block per row, consumers first
             sch.compute_at(b, row, preserve_unit_loops=True)
         for rf in rfs:                 # 4. the partial-result axis innermost, one vector register wide
-            ki, unit, ko = sch.get_loops(rf)[-3:]
-            sch.reorder(unit, ko, ki)
+            ki, ko = _rfactor_loops(sch, rf)
+            under = sch.get_loops(rf)[1:]  # below the row: ki, ko and unit loops of the other axes
+            sch.reorder(*[loop for loop in under if not sch.get(loop).same_as(sch.get(ki))
+                          and not sch.get(loop).same_as(sch.get(ko))], ko, ki)
             self._vectorize(sch, ki)
         for b in blocks[:-1]:          # 5. element-wise blocks that could not be inlined
             if not _reduce_count(sch, b) and len(sch.get_loops(b)) > 1:
@@ -760,6 +764,25 @@ def _rfactor_rows(sch, block, n_rows, accum):
     return sch.get_loops(rf)[0], rf
 
 
+def _rfactor_loops(sch, rf):
+    """(ki, ko) of an rfactor block after `compute_at`: the loop of its partial-result axis (the
+    last index of the buffer it writes) and its reduction loop. Found by the block's bindings: with
+    rows of several axes (a 4-D causal softmax) the unit loops of the other axes sit between them."""
+    loops = sch.get_loops(rf)
+    realize = sch.get(loops[-1]).body
+    block = realize.block
+    partial = block.writes[0].region[-1].min
+
+    def loop_of(value):
+        used = tirx.analysis.undefined_vars(value)
+        return next(loop for loop in reversed(loops) if any(sch.get(loop).loop_var.same_as(v) for v in used))
+
+    ki = loop_of(next(value for iv, value in zip(block.iter_vars, realize.iter_values) if iv.var.same_as(partial)))
+    ko = loop_of(next(value for iv, value in zip(block.iter_vars, realize.iter_values)
+                      if iv.iter_type == tirx.IterVar.CommReduce))
+    return ki, ko
+
+
 # TVM's thread pool is made once per OS thread, on its first parallel kernel, with TVM_NUM_THREADS
 # workers (else half the cores on x86), and is never freed: not even when its thread ends. So the
 # main thread gets a pool of every core and uses as many as torch does (`sync_threads`); any other
@@ -807,16 +830,19 @@ def _exp_f32(arg, lanes: int):
     return tirx.Let(x, _bool_casts_as_selects(arg), _exp_f32_of(x, lanes))
 
 
-def _bool_casts_as_selects(expr):
-    """`expr` with each cast of a bool vector written as a select of 1 or 0 (the same values): the
-    LLVM codegen analyses a Let's value, and TVM's interval analysis fails on a bool vector's cast
-    (it makes a vector IntImm), as in exp(x.astype('float32')) for a vectorised bool x."""
+def _bool_casts_as_selects(expr, scalar_too: bool = False):
+    """`expr` with each cast of a bool vector (`scalar_too`: of any bool) written as a select of 1 or
+    0 (the same values): the LLVM codegen analyses a Let's value, and TVM's interval analysis fails on
+    a bool vector's cast (it makes a vector IntImm), as in exp(x.astype('float32')) for a vectorised
+    bool x, or `where`'s `0 < int64(cond)` once its loop is vectorised."""
     def as_select(cast):
         source = cast.value.ty.dtype if hasattr(cast.value, "ty") else cast.value.dtype
-        if not source.is_bool or source.lanes == 1:
+        if not source.is_bool or (source.lanes == 1 and not scalar_too):
             return cast
         dtype = cast.ty.dtype if hasattr(cast, "ty") else cast.dtype
         scalar = str(dtype.with_lanes(1))
+        if source.lanes == 1:
+            return tirx.Select(cast.value, tirx.const(1, scalar), tirx.const(0, scalar))
         return tirx.Select(cast.value, tirx.Broadcast(tirx.const(1, scalar), source.lanes),
                            tirx.Broadcast(tirx.const(0, scalar), source.lanes))
     return tvm_ffi.structural_map(expr, (tirx.Cast, as_select))
@@ -1178,7 +1204,9 @@ def bool_buffers_as_bytes(mod: tvm.IRModule, target: tvm.target.Target | None) -
     vectorised bool intermediate failed LLVM's verifier ("and <2 x i1>, <2 x i8>")."""
     def on_cpu(func):
         own = own_target(func, target)
-        return _bool_buffers_as_bytes(func) if own is not None and own.kind.name == "llvm" else func
+        if own is None or own.kind.name != "llvm":
+            return func
+        return _bool_buffers_as_bytes(func.with_body(_bool_casts_as_selects(func.body, scalar_too=True)))
     return updated(mod, tirx.PrimFunc, on_cpu)
 
 
