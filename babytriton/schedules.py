@@ -870,10 +870,18 @@ def _exp_f32_of(x, lanes: int):
     return tirx.Select(tirx.isnan(x), x, y)                              # NaN stays NaN
 
 
+def _as_f32(dtype):
+    """float32 with the lanes of `dtype`."""
+    return "float32" if dtype.lanes == 1 else f"float32x{dtype.lanes}"
+
+
 def _lower_exp(call):
     dtype = call.ty.dtype
     if getattr(_fast, "on", False) and dtype.is_float and dtype.bits == 32:
         return _exp_f32(call.args[0], dtype.lanes)
+    if getattr(_fast, "on", False) and str(dtype.with_lanes(1)) == "float16":
+        # computed in float32 and rounded once, as torch does (LLVM scalarises a float16 vector exp)
+        return tirx.Cast(dtype, _exp_f32(tirx.Cast(_as_f32(dtype), call.args[0]), dtype.lanes))
     return _EXP_LOWERING(call)
 
 
@@ -906,6 +914,8 @@ def _lower_erf(call):
     dtype = call.ty.dtype
     if getattr(_fast, "on", False) and dtype.is_float and dtype.bits == 32:
         return _erf_f32(call.args[0])
+    if getattr(_fast, "on", False) and str(dtype.with_lanes(1)) == "float16":
+        return tirx.Cast(dtype, _erf_f32(tirx.Cast(_as_f32(dtype), call.args[0])))
     return _ERF_LOWERING(call)
 
 
@@ -1240,6 +1250,45 @@ def bool_buffers_as_bytes(mod: tvm.IRModule, target: tvm.target.Target | None) -
             return func
         return _bool_buffers_as_bytes(func.with_body(_bool_casts_as_selects(func.body, scalar_too=True)))
     return updated(mod, tirx.PrimFunc, on_cpu)
+
+
+_HALF_ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Min, tirx.Max)
+_HALF_COMPARE = (tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.EQ, tirx.NE)
+
+
+def half_math_in_float32(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
+    """Compute each float16 `+ - * / min max` and comparison of CPU kernels in float32, the result
+    rounded back to float16: the same values (float32 holds every float16 result exactly before its
+    one rounding), but x86 without AVX512-FP16 has no half vector arithmetic, and LLVM split a
+    `<64 x half>` compare or subtract into scalar conversions (a float16 softmax ran 3x slower than
+    its bfloat16 twin, which TVM already computes in float32); explicit casts are vector conversions."""
+    def on_cpu(func):
+        own = own_target(func, target)
+        if own is None or own.kind.name != "llvm":
+            return func
+        return func.with_body(_half_math_in_float32(func.body))
+    return updated(mod, tirx.PrimFunc, on_cpu)
+
+
+def _half_math_in_float32(body):
+    def dtype_of(expr):
+        return expr.ty.dtype if hasattr(expr, "ty") else expr.dtype
+
+    def is_half(expr) -> bool:
+        return str(dtype_of(expr).with_lanes(1)) == "float16"
+
+    def widen(expr):
+        return tirx.Cast(_as_f32(dtype_of(expr)), expr)
+
+    def arith(node):
+        if not is_half(node.a):
+            return node
+        return tirx.Cast(dtype_of(node), type(node)(widen(node.a), widen(node.b)))
+
+    def compare(node):
+        return type(node)(widen(node.a), widen(node.b)) if is_half(node.a) else node
+    return tvm_ffi.structural_map(body, [*((kind, arith) for kind in _HALF_ARITH),
+                                         *((kind, compare) for kind in _HALF_COMPARE)])
 
 
 def _bool_buffers_as_bytes(func: tirx.PrimFunc) -> tirx.PrimFunc:
