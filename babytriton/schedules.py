@@ -497,7 +497,15 @@ _SCALAR_ONLY = ("cosh", "sinh")
 
 def _vectorizable(sch) -> bool:
     text = sch.mod["main"].script()
-    return not any(f"T.{name}(" in text for name in _SCALAR_ONLY)
+    return not any(f"T.{name}(" in text for name in _SCALAR_ONLY) and not _stores_bf16_constant(sch.mod["main"])
+
+
+def _stores_bf16_constant(func) -> bool:
+    """Whether a block stores a bfloat16 constant (`full_like(x, nan)`): TVM's bfloat16 storage
+    legalization retypes a vectorised store to uint16 lanes but keeps the broadcast constant's
+    bfloat16 type, which the build refuses. LLVM's loop vectorizer takes such a fill loop instead."""
+    return any(str(store.value.ty.dtype if hasattr(store.value, "ty") else store.value.dtype) == "bfloat16"
+               and isinstance(store.value, tirx.FloatImm) for store in _all(func.body, tirx.BufferStore))
 
 
 class CPUElementwise(CPURule):
