@@ -648,8 +648,15 @@ _SCALAR_ONLY = ("cosh", "sinh")
 
 def _vectorizable(sch) -> bool:
     text = sch.mod["main"].script()
-    # bfloat16 vectors fail to build on llvm (its bfloat16 legalization stores them as uint16 lanes)
-    return not any(f"T.{name}(" in text for name in _SCALAR_ONLY) and "bfloat16" not in text
+    return not any(f"T.{name}(" in text for name in _SCALAR_ONLY) and not _stores_bf16_constant(sch.mod["main"])
+
+
+def _stores_bf16_constant(func) -> bool:
+    """Whether a block stores a bfloat16 constant (`full_like(x, nan)`): TVM's bfloat16 storage
+    legalization retypes a vectorised store to uint16 lanes but keeps the broadcast constant's
+    bfloat16 type, which the build refuses. LLVM's loop vectorizer takes such a fill loop instead."""
+    return any(str(store.value.ty.dtype if hasattr(store.value, "ty") else store.value.dtype) == "bfloat16"
+               and isinstance(store.value, tirx.FloatImm) for store in _all(func.body, tirx.BufferStore))
 
 
 class CPUElementwise(CPURule):
@@ -743,6 +750,9 @@ class CPUReduction(CPURule):
                 if not sch.get_loops(b):  # rfactor fails on a neighbour block without loops
                     sch.add_unit_loop(b)
             return self._single(sch, first, lanes, many_rows)
+        if all(_contiguous_reduction(sch, b) for b in reductions):
+            # few rows (32 softmax rows): still one row per parallel iteration, each row vectorised
+            return self._rows(sch, blocks, reductions, lanes)
         return False
 
     def _parallel(self, sch, loop):
@@ -835,8 +845,10 @@ class CPUReduction(CPURule):
         for b in reversed(order):      # 3. every other block per row, consumers first
             sch.compute_at(b, row, preserve_unit_loops=True)
         for rf in rfs:                 # 4. the partial-result axis innermost, one vector register wide
-            ki, unit, ko = sch.get_loops(rf)[-3:]
-            sch.reorder(unit, ko, ki)
+            ki, ko = _rfactor_loops(sch, rf)
+            under = sch.get_loops(rf)[1:]  # below the row: ki, ko and unit loops of the other axes
+            sch.reorder(*[loop for loop in under if not sch.get(loop).same_as(sch.get(ki))
+                          and not sch.get(loop).same_as(sch.get(ko))], ko, ki)
             self._vectorize(sch, ki)
         for b in blocks[:-1]:          # 5. element-wise blocks that could not be inlined
             if not _reduce_count(sch, b) and len(sch.get_loops(b)) > 1:
@@ -1007,6 +1019,25 @@ def _rfactor_rows(sch, block, n_rows, accum):
     return sch.get_loops(rf)[0], rf
 
 
+def _rfactor_loops(sch, rf):
+    """(ki, ko) of an rfactor block after `compute_at`: the loop of its partial-result axis (the
+    last index of the buffer it writes) and its reduction loop. Found by the block's bindings: with
+    rows of several axes (a 4-D causal softmax) the unit loops of the other axes sit between them."""
+    loops = sch.get_loops(rf)
+    realize = sch.get(loops[-1]).body
+    block = realize.block
+    partial = block.writes[0].region[-1].min
+
+    def loop_of(value):
+        used = tirx.analysis.undefined_vars(value)
+        return next(loop for loop in reversed(loops) if any(sch.get(loop).loop_var.same_as(v) for v in used))
+
+    ki = loop_of(next(value for iv, value in zip(block.iter_vars, realize.iter_values) if iv.var.same_as(partial)))
+    ko = loop_of(next(value for iv, value in zip(block.iter_vars, realize.iter_values)
+                      if iv.iter_type == tirx.IterVar.CommReduce))
+    return ki, ko
+
+
 # TVM's thread pool is made once per OS thread, on its first parallel kernel, with TVM_NUM_THREADS
 # workers (else half the cores on x86), and is never freed: not even when its thread ends. So the
 # main thread gets a pool of every core and uses as many as torch does (`sync_threads`); any other
@@ -1054,16 +1085,19 @@ def _exp_f32(arg, lanes: int):
     return tirx.Let(x, _bool_casts_as_selects(arg), _exp_f32_of(x, lanes))
 
 
-def _bool_casts_as_selects(expr):
-    """`expr` with each cast of a bool vector written as a select of 1 or 0 (the same values): the
-    LLVM codegen analyses a Let's value, and TVM's interval analysis fails on a bool vector's cast
-    (it makes a vector IntImm), as in exp(x.astype('float32')) for a vectorised bool x."""
+def _bool_casts_as_selects(expr, scalar_too: bool = False):
+    """`expr` with each cast of a bool vector (`scalar_too`: of any bool) written as a select of 1 or
+    0 (the same values): the LLVM codegen analyses a Let's value, and TVM's interval analysis fails on
+    a bool vector's cast (it makes a vector IntImm), as in exp(x.astype('float32')) for a vectorised
+    bool x, or `where`'s `0 < int64(cond)` once its loop is vectorised."""
     def as_select(cast):
         source = cast.value.ty.dtype if hasattr(cast.value, "ty") else cast.value.dtype
-        if not source.is_bool or source.lanes == 1:
+        if not source.is_bool or (source.lanes == 1 and not scalar_too):
             return cast
         dtype = cast.ty.dtype if hasattr(cast, "ty") else cast.dtype
         scalar = str(dtype.with_lanes(1))
+        if source.lanes == 1:
+            return tirx.Select(cast.value, tirx.const(1, scalar), tirx.const(0, scalar))
         return tirx.Select(cast.value, tirx.Broadcast(tirx.const(1, scalar), source.lanes),
                            tirx.Broadcast(tirx.const(0, scalar), source.lanes))
     return tvm_ffi.structural_map(expr, (tirx.Cast, as_select))
@@ -1091,18 +1125,60 @@ def _exp_f32_of(x, lanes: int):
     return tirx.Select(tirx.isnan(x), x, y)                              # NaN stays NaN
 
 
+def _as_f32(dtype):
+    """float32 with the lanes of `dtype`."""
+    return "float32" if dtype.lanes == 1 else f"float32x{dtype.lanes}"
+
+
 def _lower_exp(call):
     dtype = call.ty.dtype
     if getattr(_fast, "on", False) and dtype.is_float and dtype.bits == 32:
         return _exp_f32(call.args[0], dtype.lanes)
+    if getattr(_fast, "on", False) and str(dtype.with_lanes(1)) == "float16":
+        # computed in float32 and rounded once, as torch does (LLVM scalarises a float16 vector exp)
+        return tirx.Cast(dtype, _exp_f32(tirx.Cast(_as_f32(dtype), call.args[0]), dtype.lanes))
     return _EXP_LOWERING(call)
 
 
 tirx.op.register_intrin_lowering("tirx.exp", target="llvm", f=_lower_exp, level=99)
 
+# erf the same way: LLVM calls libm's erff once per lane of a vectorised erf (gelu's), so float32 erf
+# is Eigen's rational approximation (the one of TVM's `topi.fast_erf`): odd degree 13 over even
+# degree 8 on x clamped to [-4, 4] (erf is +-1 in float32 beyond), within 7 ulp (4e-7) of torch.erf.
+_ERF_LOWERING = tvm.ir.Op.get("tirx.erf").get_attr("default.FLowerIntrinsic")
+_ERF_NUMERATOR = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+                  -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
+_ERF_DENOMINATOR = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+                    -7.37332916720468e-03, -1.42647390514189e-02)
+
+
+def _erf_f32(arg):
+    x = tirx.Var("x", arg.ty.dtype)  # named once (the polynomial reads it several times)
+    f32 = lambda v: tirx.const(v, "float32")  # noqa: E731 - scalars broadcast to the lanes
+    c = tirx.max(tirx.min(x, f32(4.0)), f32(-4.0))
+    c2 = c * c
+    p, q = f32(_ERF_NUMERATOR[0]), f32(_ERF_DENOMINATOR[0])
+    for coefficient in _ERF_NUMERATOR[1:]:
+        p = p * c2 + f32(coefficient)
+    for coefficient in _ERF_DENOMINATOR[1:]:
+        q = q * c2 + f32(coefficient)
+    return tirx.Let(x, _bool_casts_as_selects(arg), tirx.Select(tirx.isnan(x), x, c * p / q))
+
+
+def _lower_erf(call):
+    dtype = call.ty.dtype
+    if getattr(_fast, "on", False) and dtype.is_float and dtype.bits == 32:
+        return _erf_f32(call.args[0])
+    if getattr(_fast, "on", False) and str(dtype.with_lanes(1)) == "float16":
+        return tirx.Cast(dtype, _erf_f32(tirx.Cast(_as_f32(dtype), call.args[0])))
+    return _ERF_LOWERING(call)
+
+
+tirx.op.register_intrin_lowering("tirx.erf", target="llvm", f=_lower_erf, level=99)
+
 
 class fast_exp:  # noqa: N801 - used as `with schedules.fast_exp():`
-    """While active on this thread, LLVM builds lower float32 exp to the vectorisable polynomial."""
+    """While active on this thread, LLVM builds lower float32 exp and erf to the vectorisable polynomials."""
 
     def __enter__(self):
         self.before = getattr(_fast, "on", False)
@@ -1256,26 +1332,14 @@ def gpu_rules(schedule: str) -> list:
                                  dl.gpu.GeneralReduction(), Elementwise())] + [Guarded(dl.gpu.Fallback(), guard=False)]
 
 
-class WithoutHalves(dl.ScheduleRule):
-    """A rule that declines kernels with float16/bfloat16 buffers: Dlight's CPU Reduction unrolls and
-    vectorises a half softmax into code LLVM took 84 s to compile (left unscheduled: 0.1 s)."""
-
-    def __init__(self, rule):
-        self.rule = rule
-
-    def apply(self, func, target, tunable):
-        if isinstance(func, tirx.PrimFunc) and any(
-                _is_buffer(p) and str(p.ty.dtype) in ("float16", "bfloat16") for p in func.params):
-            return None
-        return self.rule.apply(func, target, tunable)
-
-
 def cpu_rules(schedule: str = "dlight") -> list:
     dlight = [dl.cpu.GEMV(), dl.cpu.Reduction()]  # all that Dlight has for CPUs
     if schedule == "fallback":
         return [Guarded(r) for r in dlight]
-    return [Guarded(r) for r in (CPUMatmul(), CPUElementwise(), CPUReduction(), dl.cpu.GEMV(),
-                                 WithoutHalves(dl.cpu.Reduction()), CPUSpatial())]
+    # Dlight's Reduction once took 84 s of LLVM on a float16 softmax (scalarised <N x half> math):
+    # such kernels now go to CPUReduction, and half arithmetic is float32 (half_math_in_float32)
+    return [Guarded(r) for r in (CPUMatmul(), CPUElementwise(), CPUReduction(), dl.cpu.GEMV(), dl.cpu.Reduction(),
+                                 CPUSpatial())]
 
 
 def apply(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, trials: int) -> tvm.IRModule:
@@ -1425,8 +1489,49 @@ def bool_buffers_as_bytes(mod: tvm.IRModule, target: tvm.target.Target | None) -
     vectorised bool intermediate failed LLVM's verifier ("and <2 x i1>, <2 x i8>")."""
     def on_cpu(func):
         own = own_target(func, target)
-        return _bool_buffers_as_bytes(func) if own is not None and own.kind.name == "llvm" else func
+        if own is None or own.kind.name != "llvm":
+            return func
+        return _bool_buffers_as_bytes(func.with_body(_bool_casts_as_selects(func.body, scalar_too=True)))
     return updated(mod, tirx.PrimFunc, on_cpu)
+
+
+_HALF_ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Min, tirx.Max)
+_HALF_COMPARE = (tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.EQ, tirx.NE)
+
+
+def half_math_in_float32(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
+    """Compute each float16 `+ - * / min max` and comparison of CPU kernels in float32, the result
+    rounded back to float16: the same values (float32 holds every float16 result exactly before its
+    one rounding), but x86 without AVX512-FP16 has no half vector arithmetic, and LLVM split a
+    `<64 x half>` compare or subtract into scalar conversions (a float16 softmax ran 3x slower than
+    its bfloat16 twin, which TVM already computes in float32); explicit casts are vector conversions."""
+    def on_cpu(func):
+        own = own_target(func, target)
+        if own is None or own.kind.name != "llvm":
+            return func
+        return func.with_body(_half_math_in_float32(func.body))
+    return updated(mod, tirx.PrimFunc, on_cpu)
+
+
+def _half_math_in_float32(body):
+    def dtype_of(expr):
+        return expr.ty.dtype if hasattr(expr, "ty") else expr.dtype
+
+    def is_half(expr) -> bool:
+        return str(dtype_of(expr).with_lanes(1)) == "float16"
+
+    def widen(expr):
+        return tirx.Cast(_as_f32(dtype_of(expr)), expr)
+
+    def arith(node):
+        if not is_half(node.a):
+            return node
+        return tirx.Cast(dtype_of(node), type(node)(widen(node.a), widen(node.b)))
+
+    def compare(node):
+        return type(node)(widen(node.a), widen(node.b)) if is_half(node.a) else node
+    return tvm_ffi.structural_map(body, [*((kind, arith) for kind in _HALF_ARITH),
+                                         *((kind, compare) for kind in _HALF_COMPARE)])
 
 
 def _bool_buffers_as_bytes(func: tirx.PrimFunc) -> tirx.PrimFunc:

@@ -2,6 +2,7 @@
 
     python benchmarks/bench.py                      # GPU, full sizes on a CUDA machine; CPU, small sizes otherwise
     python benchmarks/bench.py --cpu                # CPU, small sizes
+    python benchmarks/bench.py --cpu --sizes medium # CPU at sizes where "of copy" means something
     python benchmarks/bench.py --only softmax,rmsnorm --sizes full
     python benchmarks/bench.py --cpu --no-compile --threads 1 --budget 0.005 --only ...  # CI (tests/test_benchmarks.py)
     python benchmarks/bench.py --markdown out.md    # also write the tables to a file (for RESULTS.md)
@@ -299,7 +300,9 @@ def main(argv=None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even when a GPU is present")
     parser.add_argument("--only", default="", help="comma-separated workload names (see corpus.py)")
-    parser.add_argument("--sizes", choices=("small", "full"), help="input sizes (default: full on GPU, small on CPU)")
+    parser.add_argument("--sizes", choices=("small", "medium", "full"),
+                        help="input sizes (default: full on GPU, small on CPU; medium: 2^22-element chains, "
+                        "1024x4096 rows, for CPU measurements)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--skip-extra", action="store_true", help="skip call overhead and cold compile rows")
     parser.add_argument("--budget", type=float, default=0.3, help="seconds of timing per measurement")

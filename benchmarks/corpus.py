@@ -3,7 +3,8 @@ plain torch (the oracle and the baseline).
 
 Each `Workload` has a babytriton function (a plain Python function; the runner applies
 `bt.jit(target=...)`), the same computation in torch, an input maker for the sizes "small" (CPU smoke
-runs and tests) and "full" (GPU measurements), and the bytes an ideal kernel moves (every input read
+runs and tests), "medium" (CPU measurements: 2^22-element chains, 1024x4096 rows, large enough that a
+fraction of a memory copy means something) and "full" (GPU measurements), and the bytes an ideal kernel moves (every input read
 once, every output written once). Most are compositions of primitives (layer norm from mean, subtract,
 square, rsqrt), not library calls; the torch side is the same composition, so eager and torch.compile
 run the code a torch user would have written. Half-precision variants reuse the float32 functions on
@@ -347,7 +348,7 @@ class Workload:
     name: str
     bt_fn: Callable
     torch_fn: Callable
-    shapes: dict                  # size ("small" | "full") -> the shapes `inputs` takes
+    shapes: dict                  # size ("small" | "medium" | "full") -> the shapes `inputs` takes
     inputs: Callable              # (shapes, dtype, device) -> the arguments
     dtype: torch.dtype = torch.float32
     flops: Callable | None = None  # (args) -> floating-point operations, for matrix products
@@ -396,14 +397,14 @@ def _cross_entropy_inputs(shapes, dtype, device):
     return logits, torch.randint(0, classes, (rows,), dtype=torch.int64).to(device)
 
 
-def _same(count, small, full):
-    """`count` tensors of one shape."""
-    return {"small": [small] * count, "full": [full] * count}
+def _same(count, small, full, medium=None):
+    """`count` tensors of one shape (`medium` defaults to `full`)."""
+    return {"small": [small] * count, "medium": [medium or full] * count, "full": [full] * count}
 
 
-ROWS_SMALL, ROWS_FULL = (32, 256), (4096, 4096)
-SYM_SMALL, SYM_FULL = (8, WIDTH), (4096, WIDTH)
-N_SMALL, N_FULL = (1 << 14,), (1 << 26,)
+ROWS_SMALL, ROWS_MEDIUM, ROWS_FULL = (32, 256), (1024, 4096), (4096, 4096)
+SYM_SMALL, SYM_MEDIUM, SYM_FULL = (8, WIDTH), (1024, WIDTH), (4096, WIDTH)
+N_SMALL, N_MEDIUM, N_FULL = (1 << 14,), (1 << 22,), (1 << 26,)
 
 
 def _layernorm_shapes(rows):
@@ -414,8 +415,8 @@ def _rmsnorm_shapes(rows):
     return {size: [shape, (shape[1],)] for size, shape in rows.items()}
 
 
-ROWS = {"small": ROWS_SMALL, "full": ROWS_FULL}
-SYM_ROWS = {"small": SYM_SMALL, "full": SYM_FULL}
+ROWS = {"small": ROWS_SMALL, "medium": ROWS_MEDIUM, "full": ROWS_FULL}
+SYM_ROWS = {"small": SYM_SMALL, "medium": SYM_MEDIUM, "full": SYM_FULL}
 F16, BF16 = torch.float16, torch.bfloat16
 
 
@@ -442,27 +443,29 @@ def _mlp_flops(args):
 _ROW = {size: [shape] for size, shape in ROWS.items()}
 _LN = _layernorm_shapes(ROWS)
 _RMS = _rmsnorm_shapes(ROWS)
-_ATTN = {"small": [(2, 2, 16, 16)] * 3, "full": [(4, 16, 1024, 64)] * 3}
+_ATTN = {"small": [(2, 2, 16, 16)] * 3, "medium": [(1, 8, 512, 64)] * 3, "full": [(4, 16, 1024, 64)] * 3}
 _MLP = {"small": [(16, 32), (32, 128), (128,), (128, 32), (32,)],
+        "medium": [(512, 512), (512, 2048), (2048,), (2048, 512), (512,)],
         "full": [(4096, 1024), (1024, 4096), (4096,), (4096, 1024), (1024,)]}
-_MM = {"small": [(64, 64), (64, 64)], "full": [(2048, 2048), (2048, 2048)]}
+_MM = {"small": [(64, 64), (64, 64)], "medium": [(512, 512), (512, 512)], "full": [(2048, 2048), (2048, 2048)]}
 _BRLN = {size: [shape, (shape[1],), shape, (shape[1],), (shape[1],)] for size, shape in ROWS.items()}
-_CAUSAL = {"small": [(2, 4, 32, 32)], "full": [(4, 16, 1024, 1024)]}
+_CAUSAL = {"small": [(2, 4, 32, 32)], "medium": [(1, 4, 1024, 1024)], "full": [(4, 16, 1024, 1024)]}
 _ROTARY = {"small": [(2, 8, 4, 32), (8, 1, 32), (8, 1, 32)],  # (batch, seq, heads, dim), cos, sin
+           "medium": [(2, 512, 16, 128), (512, 1, 128), (512, 1, 128)],
            "full": [(8, 2048, 16, 128), (2048, 1, 128), (2048, 1, 128)]}
 
 WORKLOADS: list[Workload] = [
     # element-wise chains
-    _w("elementwise", bt_elementwise, torch_elementwise, _same(2, N_SMALL, N_FULL)),
-    _w("elementwise_fp16", bt_elementwise, torch_elementwise, _same(2, N_SMALL, N_FULL), dtype=F16),
-    _w("elementwise_long", bt_elementwise_long, torch_elementwise_long, _same(3, N_SMALL, N_FULL)),
-    _w("gelu_tanh", bt_gelu_tanh, torch_gelu_tanh, _same(1, N_SMALL, N_FULL)),
-    _w("gelu_tanh_fp16", bt_gelu_tanh, torch_gelu_tanh, _same(1, N_SMALL, N_FULL), dtype=F16),
-    _w("gelu_erf", bt_gelu_erf, torch_gelu_erf, _same(1, N_SMALL, N_FULL)),
-    _w("swiglu", bt_swiglu, torch_swiglu, _same(2, N_SMALL, N_FULL)),
-    _w("swiglu_bf16", bt_swiglu, torch_swiglu, _same(2, N_SMALL, N_FULL), dtype=BF16),
+    _w("elementwise", bt_elementwise, torch_elementwise, _same(2, N_SMALL, N_FULL, N_MEDIUM)),
+    _w("elementwise_fp16", bt_elementwise, torch_elementwise, _same(2, N_SMALL, N_FULL, N_MEDIUM), dtype=F16),
+    _w("elementwise_long", bt_elementwise_long, torch_elementwise_long, _same(3, N_SMALL, N_FULL, N_MEDIUM)),
+    _w("gelu_tanh", bt_gelu_tanh, torch_gelu_tanh, _same(1, N_SMALL, N_FULL, N_MEDIUM)),
+    _w("gelu_tanh_fp16", bt_gelu_tanh, torch_gelu_tanh, _same(1, N_SMALL, N_FULL, N_MEDIUM), dtype=F16),
+    _w("gelu_erf", bt_gelu_erf, torch_gelu_erf, _same(1, N_SMALL, N_FULL, N_MEDIUM)),
+    _w("swiglu", bt_swiglu, torch_swiglu, _same(2, N_SMALL, N_FULL, N_MEDIUM)),
+    _w("swiglu_bf16", bt_swiglu, torch_swiglu, _same(2, N_SMALL, N_FULL, N_MEDIUM), dtype=BF16),
     _w("rotary", bt_rotary, torch_rotary, _ROTARY),
-    _w("adamw", bt_adamw, torch_adamw, _same(4, N_SMALL, (1 << 24,)), inputs=_adamw_inputs),
+    _w("adamw", bt_adamw, torch_adamw, _same(4, N_SMALL, (1 << 24,), N_MEDIUM), inputs=_adamw_inputs),
     # row-wise normalisations and softmaxes
     _w("softmax", bt_softmax, torch_softmax, _ROW),
     _w("softmax_fp16", bt_softmax, torch_softmax, _ROW, dtype=F16),
@@ -474,7 +477,7 @@ WORKLOADS: list[Workload] = [
     _w("causal_softmax_additive", bt_causal_softmax_additive, torch_causal_softmax_additive, _CAUSAL),
     _w("logsumexp", bt_logsumexp, torch_logsumexp, _ROW),
     _w("cross_entropy", bt_cross_entropy, torch_cross_entropy,
-       {"small": [(32, 100)], "full": [(8192, 32000)]}, inputs=_cross_entropy_inputs),
+       {"small": [(32, 100)], "medium": [(256, 32000)], "full": [(8192, 32000)]}, inputs=_cross_entropy_inputs),
     _w("layernorm", bt_layernorm, torch_layernorm, _LN),
     _w("layernorm_fp16", bt_layernorm, torch_layernorm, _LN, dtype=F16),
     _w("layernorm_sym", bt_layernorm_sym, torch_layernorm, _layernorm_shapes(SYM_ROWS)),
@@ -489,9 +492,9 @@ WORKLOADS: list[Workload] = [
     _w("std", bt_std, torch_std, _ROW),
     _w("row_sum", bt_row_sum, torch_row_sum, _ROW),
     _w("mean_4096", bt_mean_all, torch_mean_all, _same(1, (4096,), (4096,))),
-    _w("sum_all", bt_sum_all, torch_sum_all, _same(1, (256, 256), (4096, 4096))),
+    _w("sum_all", bt_sum_all, torch_sum_all, _same(1, (256, 256), (4096, 4096), (2048, 2048))),
     _w("col_sum", bt_col_sum, torch_col_sum, _ROW),
-    _w("mid_axis_sum", bt_mid_sum, torch_mid_sum, _same(1, (4, 32, 8), (64, 512, 64))),
+    _w("mid_axis_sum", bt_mid_sum, torch_mid_sum, _same(1, (4, 32, 8), (64, 512, 64), (32, 512, 64))),
     # matrix products
     _w("attention", bt_attention, torch_attention, _ATTN, flops=_attention_flops),
     _w("attention_fp16", bt_attention, torch_attention, _ATTN, dtype=F16, flops=_attention_flops),

@@ -33,6 +33,13 @@ def _params(known=KNOWN_FAILURES, *extra_marks):
     return params
 
 
+def test_every_workload_has_every_size():
+    for w in WORKLOADS:
+        assert set(w.shapes) == {"small", "medium", "full"}, w.name
+    chain = next(w for w in WORKLOADS if w.name == "elementwise").make("medium")
+    assert chain[0].numel() == 1 << 22  # big enough that a fraction of a memory copy means something
+
+
 def test_corpus_names_are_unique_and_known_failures_exist():
     names = [w.name for w in WORKLOADS]
     assert len(names) == len(set(names)) and len(names) >= 20

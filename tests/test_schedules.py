@@ -1,4 +1,5 @@
 """Schedule modes: Dlight (+ babytriton's rules), Fallback, MetaSchedule with a reused database."""
+import math
 import os
 import re
 import shutil
@@ -521,6 +522,106 @@ def test_fast_exp_of_a_vectorised_bool_cast(target):
     assert "T.vectorized" in f.compile(x).stages["schedule"]
     for got, want in zip(f(x), expected):
         torch.testing.assert_close(got, want, rtol=2e-7, atol=1e-38)
+
+
+def causal_softmax(x):
+    masked = bt.where(bt.tril(bt.ones_like(x)) == 0, -math.inf, x)
+    e = bt.exp(masked - masked.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def torch_causal_softmax(x):
+    masked = torch.where(torch.tril(torch.ones_like(x)) == 0, -math.inf, x)
+    e = torch.exp(masked - masked.amax(dim=-1, keepdim=True))
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def user_softmax_any(x):
+    e = bt.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def torch_softmax_any(x):
+    e = torch.exp(x - x.amax(dim=-1, keepdim=True))
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def masked_select(x, y):
+    return bt.where((x > 0.0) & (y < 1.0), x * y, bt.where(x == y, 0.0, y - x))
+
+
+def gelu_erf(x):
+    return 0.5 * x * (1.0 + bt.erf(x * 0.7071067811865476))
+
+
+def erf_only(x):
+    return bt.erf(x)
+
+
+def _vector_ops(source: str) -> bool:
+    """Whether LLVM IR computes on float vectors (<16 x float>, <8 x float>, ...)."""
+    return re.search(r"<\d+ x float>", source) is not None
+
+
+def test_cpu_causal_softmax_is_one_parallel_vectorised_kernel():
+    """The mask (`where` over a `tril` comparison) no longer keeps a 4-D row kernel serial: its
+    partial results are vectorised whatever the number of row axes, and the rows run in parallel."""
+    x = torch.randn(2, 4, 64, 64)
+    k = bt.jit(target="cpu")(causal_softmax).compile(x)
+    (kernel,) = k.fusion
+    assert kernel.rule == "CPUReduction" and kernel.launch.startswith("parallel 512 x vector"), kernel
+    assert "TVMBackendParallelLaunch" in k.source and _vector_ops(k.source)
+    torch.testing.assert_close(k(x), torch_causal_softmax(x), rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=10, deadline=None)
+@given(shape=st.sampled_from([(1, 1), (3, 7), (2, 33, 33), (1, 2, 65, 65), (129, 129), (4, 5, 3)]),
+       dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]))
+def test_cpu_causal_masks_of_odd_widths_match_torch(shape, dtype):
+    x = torch.randn(*shape).to(dtype)
+    got = bt.jit(target="cpu")(causal_softmax)(x)
+    torch.testing.assert_close(got, torch_causal_softmax(x), **HALF_TOL[dtype])
+
+
+def test_cpu_select_chains_are_vectorised_and_parallel():
+    x, y = torch.randn(256, 256), torch.randn(256, 256)
+    y[0, :8] = x[0, :8]
+    k = bt.jit(target="cpu")(masked_select).compile(x, y)
+    assert k.fusion[0].rule == "CPUElementwise" and "vector" in k.fusion[0].launch
+    assert "TVMBackendParallelLaunch" in k.source and _vector_ops(k.source)
+    want = torch.where((x > 0) & (y < 1), x * y, torch.where(x == y, 0.0, y - x))
+    torch.testing.assert_close(k(x, y), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("rows, width", [(8, 4096), (8, 4097), (64, 4096), (3, 100)])
+def test_cpu_half_softmax_rows_are_vectorised_and_match_torch(dtype, rows, width):
+    """Half rows are read as half vectors, converted and reduced in float32 vectors (F16C / AVX-512 on
+    x86; bfloat16 as 16-bit integer lanes shifted into float32), with -inf, NaN and inf entries; the
+    float16 exp is the float32 polynomial rounded once (LLVM scalarised a float16 vector exp)."""
+    x = (torch.randn(rows, width) * 4).to(dtype)
+    x[0, 5], x[1 % rows, :], x[2 % rows, 7] = -math.inf, -math.inf, math.nan
+    if rows > 3:
+        x[3, width - 1] = math.inf
+    k = bt.jit(target="cpu")(user_softmax_any).compile(x)
+    (kernel,) = k.fusion
+    assert kernel.rule == "CPUReduction", kernel
+    if width % 64 == 0:  # an odd row is reduced serially (rfactor would drop the ragged step's predicate)
+        assert "vector" in kernel.launch and _vector_ops(k.source), kernel
+    if rows * width >= schedules.MIN_PARALLEL:
+        assert "TVMBackendParallelLaunch" in k.source
+    torch.testing.assert_close(k(x), torch_softmax_any(x), equal_nan=True, **HALF_TOL[dtype])
+
+
+def test_cpu_erf_is_vectorised_and_matches_torch():
+    x = torch.cat([torch.tensor([math.inf, -math.inf, math.nan, 0.0, -0.0, 1e-30, -1e-38, 4.0, -3.99, 1e3]),
+                   torch.linspace(-6, 6, 40950)])
+    k = bt.jit(target="cpu")(gelu_erf).compile(x)
+    assert "@erff" not in k.source and _vector_ops(k.source)  # no libm call per lane
+    erf = bt.jit(target="cpu")(erf_only)(x)
+    torch.testing.assert_close(erf, torch.erf(x), rtol=5e-7, atol=5e-7, equal_nan=True)
+    assert torch.equal(torch.signbit(erf[:7]), torch.signbit(torch.erf(x[:7])))
+    torch.testing.assert_close(k(x), 0.5 * x * (1.0 + torch.erf(x * 0.7071067811865476)), equal_nan=True)
 
 
 def test_tvm_threads_follow_torch():
