@@ -71,23 +71,24 @@ def _reads_in_place(mod: tvm.IRModule, binding, var) -> bool:
     writing the kernel's shape: only then may one loop compute both, each element before its use."""
     call = binding.value
     if call.op.same_as(_CALL_TIR):
-        uses = [(call, i) for i, a in enumerate(call.args[1].fields) if a.same_as(var)]
-    else:
+        uses = [(call, i, var) for i, a in enumerate(call.args[1].fields) if a.same_as(var)]
+    else:  # a FuseOps group (its shapes name its own symbolic variables: compared with its parameter's)
         func = mod[call.op]
-        params = {p for p, a in zip(func.params, call.args) if a.same_as(var)}
-        uses = [(b.value, i) for block in func.body.blocks for b in block.bindings
+        params = [p for p, a in zip(func.params, call.args) if a.same_as(var)]
+        uses = [(b.value, i, a) for block in func.body.blocks for b in block.bindings
                 for i, a in enumerate(b.value.args[1].fields) if a in params]
         if isinstance(func.body.body, relax.Var) and func.body.body in params:
             return False  # the kernel returns its input: nothing to compute in place
-    return bool(uses) and all(_in_place(mod[c.args[0]], i, _shape(var)) for c, i in uses)
+    return bool(uses) and all(_same(_shape(c), _shape(a)) and _in_place(mod[c.args[0]], i) for c, i, a in uses)
 
 
-def _in_place(func: tirx.PrimFunc, index: int, shape: tuple) -> bool:
-    """Whether the PrimFunc is one spatial block over `shape` that loads its `index`-th parameter only
-    at the block's own indices."""
+def _in_place(func: tirx.PrimFunc, index: int) -> bool:
+    """Whether the PrimFunc is one spatial block over the shape of its `index`-th parameter that loads
+    that parameter only at the block's own indices."""
     if index >= len(func.params) or not tirx.is_buffer_var(func.params[index]):
         return False
     buffer = func.params[index]
+    shape = tuple(buffer.ty.shape)
     blocks = []
     tvm_ffi.structural_walk(func.body, (s_tir.SBlock, blocks.append))
     blocks = [b for b in blocks if b.iter_vars]
@@ -187,8 +188,11 @@ def _group_function(mod: tvm.IRModule, bindings_of: dict, members: list, outputs
             body.extend(block.bindings)
             names.extend(b.value.args[0].name_hint for b in block.bindings)
         remap[v] = func.body.body
-    result = relax.Tuple([remap[v] for v in outputs])
-    func = relax.Function(params, relax.SeqExpr([relax.DataflowBlock(body)], result), result.ty, True)
+    if len(outputs) == 1:
+        result, ty = remap[outputs[0]], outputs[0].ty
+    else:
+        result, ty = relax.Tuple([remap[v] for v in outputs]), relax.TupleType([v.ty for v in outputs])
+    func = relax.Function(params, relax.SeqExpr([relax.DataflowBlock(body)], result), ty, True)
     return func.with_attr("Primitive", 1), args, names
 
 
@@ -251,9 +255,13 @@ class _Rewriter:
             gvar = self.builder.add_func(func, PREFIX + "_".join(names))
             self.inlined.update(bindings_of[v].value.op for v in members
                                 if isinstance(bindings_of[v].value.op, tvm.ir.GlobalVar))
-            results = relax.DataflowVar("_".join(v.name for v in outputs), func.ret_ty)
-            group = [relax.VarBinding(results, relax.Call(gvar, args))]
-            group += [relax.VarBinding(v, relax.TupleGetItem(results, i)) for i, v in enumerate(outputs)]
+            if len(outputs) == 1:  # the others only feed it (FuseOps leaves such a chain in an If branch)
+                results = outputs[0]
+                group = [relax.VarBinding(results, relax.Call(gvar, args))]
+            else:
+                results = relax.DataflowVar("_".join(v.name for v in outputs), func.ret_ty)
+                group = [relax.VarBinding(results, relax.Call(gvar, args))]
+                group += [relax.VarBinding(v, relax.TupleGetItem(results, i)) for i, v in enumerate(outputs)]
             replaced[members[-1]] = group
             for v in members:
                 unit_of[v] = members[-1]
@@ -278,8 +286,8 @@ def fuse_multi_output(mod: tvm.IRModule) -> tvm.IRModule:
     for gvar, func in list(mod.functions_items()):
         if isinstance(func, relax.Function) and not _primitive(func):
             new = rewriter.function(func)
-            if not new.same_as(func):
-                rewriter.builder.update_func(gvar, new)
+            if not new.same_as(func):  # normalised: the rebuilt Ifs and calls get their types
+                rewriter.builder.update_func(gvar, rewriter.builder.normalize(new))
     out = rewriter.builder.get()
     called = set()
     for _, func in out.functions_items():

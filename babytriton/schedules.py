@@ -52,6 +52,47 @@ def _normalized(rule, func, target):
     return (sch, infos) if infos else (None, None)
 
 
+def _one_loop(sch, blocks):
+    """The loops of injective blocks fused into one loop over all of them (a kernel with several
+    outputs: AdamW's p, m and v), or None when they don't fit one loop: different sizes, or a block
+    reading another's result at some index other than its own (a later element may not exist yet).
+    One block: its loops fused."""
+    nests = []
+    for block in blocks:
+        loops = sch.get_loops(block)
+        if not loops:
+            return None
+        realize = sch.get(loops[-1]).body
+        if not isinstance(realize, s_tir.SBlockRealize) or len(realize.iter_values) != len(loops) or not all(
+                value.same_as(sch.get(loop).loop_var) for value, loop in zip(realize.iter_values, loops)):
+            return None  # not one iteration per loop step
+        nests.append((loops, realize.block))
+    if len(nests) == 1:
+        return _fuse(sch, nests[0][0])
+    extents = [[sch.get(loop).extent for loop in loops] for loops, _ in nests]
+    if any(len(e) != len(extents[0]) or not all(tvm_ffi.structural_equal(a, b) for a, b in zip(e, extents[0]))
+           for e in extents):
+        return None
+    written = [region.source for _, block in nests for region in block.writes]
+    for _, block in nests:
+        if not all(_at_own_index(region, block) for region in block.writes) or not all(
+                _at_own_index(region, block) for region in block.reads
+                if any(region.source.same_as(w) for w in written)):
+            return None
+    fused = [_fuse(sch, loops) for loops, _ in nests]
+    try:
+        return sch.merge(*fused)
+    except Exception:  # noqa: BLE001 - not mergeable (TVM raises several types): each loop on its own
+        return None
+
+
+def _at_own_index(region, block) -> bool:
+    """Whether a buffer region is the one element at the block's iteration indices, in order."""
+    ivs = block.iter_vars
+    return len(region.region) == len(ivs) and all(
+        _is_int(r.extent, 1) and r.min.same_as(iv.var) for r, iv in zip(region.region, ivs))
+
+
 def _single_block(rule: GPUScheduleRule, func, target):
     """A schedule of `func` and its one block after inlining, or (None, None) when the rule can't apply."""
     sch, infos = _normalized(rule, func, target)
@@ -71,23 +112,36 @@ class Elementwise(GPUScheduleRule):
         self.vector_bytes = vector_bytes
 
     def apply(self, func, target, _tunable):
-        sch, info = _single_block(self, func, target)
-        if sch is None or not info.is_injective():
+        sch, infos = _normalized(self, func, target)
+        if sch is None:
+            return None
+        infos = _inline(sch, infos)
+        if not all(info.is_injective() for info in infos):
             return None
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p) and len(p.ty.shape)),
                      default=4)  # a 0-d buffer (a run-time scalar) is read once, not in vectors
         vector = max(self.vector_bytes // widest, 1)
         if _computes_bools(func):  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
             vector = min(vector, 4)
-        loops = sch.get_loops(info.block_rv)
-        if not loops:
+        if not all(sch.get_loops(info.block_rv) for info in infos):
             return None  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
-        if not _contiguous_lanes(sch, loops[-1], vector):
-            return None  # a transpose, slice or gather: Fallback's scalar loads are what it can do
-        fused = sch.fuse(*loops)
+        # a transpose, slice or gather: scalar loads are what it can do
+        lanes_fit = all(_contiguous_lanes(sch, sch.get_loops(info.block_rv)[-1], vector) for info in infos)
+        # several outputs (AdamW's p, m and v): one loop computes every block's element in turn
+        fused = _one_loop(sch, [info.block_rv for info in infos])
+        if fused is None:
+            return None
         extent = sch.get(fused).extent
-        if not isinstance(extent, tirx.IntImm) or int(extent) % vector or int(extent) < vector * self.threads:
-            return None  # ragged or tiny: Fallback's predicated scalar loop handles it
+        if not lanes_fit or not isinstance(extent, tirx.IntImm) or int(extent) % vector \
+                or int(extent) < vector * self.threads:
+            if len(infos) == 1:
+                return None  # ragged or tiny: Fallback's predicated scalar loop handles it
+            # Fallback would give each output a loop nest, so a launch of its own: one predicated
+            # scalar loop instead, every output's element by the same thread
+            blocks, threads = sch.split(fused, [None, self.threads])
+            sch.bind(blocks, "blockIdx.x")
+            sch.bind(threads, "threadIdx.x")
+            return sch
         blocks, threads, lanes = sch.split(fused, [None, self.threads, vector])
         sch.bind(blocks, "blockIdx.x")
         sch.bind(threads, "threadIdx.x")
@@ -510,8 +564,11 @@ class CPUElementwise(CPURule):
         if not all(info.is_injective() for info in infos):
             return False
         lanes = _vector_lanes(sch, target) if _vectorizable(sch) else 1
-        for info in _inline(sch, infos):
-            loops = sch.get_loops(info.block_rv)
+        infos = _inline(sch, infos)
+        # several outputs (AdamW's p, m and v): one loop nest, each element's inputs read once
+        merged = _one_loop(sch, [info.block_rv for info in infos]) if len(infos) > 1 else None
+        for info in [None] if merged is not None else infos:
+            loops = [merged] if info is None else sch.get_loops(info.block_rv)
             if not loops:
                 continue  # a 0-d kernel: nothing to spread
             fused = _fuse(sch, loops)
