@@ -9,8 +9,9 @@ How ops are followed through the passes (no pass is changed or re-run):
      adds) the binding is matched by its computation instead: the same callee with the same
      (already matched) arguments.
   3. FuseOps groups bindings into `Primitive` Relax functions, and FuseMultiOutput merges some of
-     them into functions returning a tuple; the bindings inside one group are the ops of one kernel. FuseTIR turns each group into a PrimFunc of the same name, which is
-     the kernel; on a GPU its CUDA kernels are the `__global__` functions named after it.
+     them into functions returning a tuple; the bindings inside one group are the ops of one
+     kernel. FuseTIR turns each group into a PrimFunc of the same name, which is the kernel; on
+     a GPU its CUDA kernels are the `__global__` functions named after it.
 The result is a small JSON-able record (stored in the disk cache beside the stages) with line
 numbers relative to the function, so a function moved in its file keeps a correct map.
 """

@@ -20,16 +20,16 @@ import tvm_ffi
 from tvm import relax, s_tir, tirx
 
 from .rowwise import PREFIX as ROWS_PREFIX
-from .rowwise import _BROADCAST, _CALL_TIR, _Graph, _same, _shape, _unique
+from .rowwise import _BROADCAST, _CALL_TIR, _Graph, _outputs, _same, _shape
 
 PREFIX = "fused_"
 
 
 class _Kernel:
-    """A kernel binding that may join others: its call_tir ops and the shape it writes."""
+    """A kernel binding that may join others: the shape it writes, on which device."""
 
-    def __init__(self, calls: list, shape: tuple, vdevice):
-        self.calls, self.shape, self.vdevice = calls, shape, vdevice
+    def __init__(self, shape: tuple, vdevice):
+        self.shape, self.vdevice = shape, vdevice
 
 
 def _primitive(func) -> bool:
@@ -52,13 +52,13 @@ def _kernel(mod: tvm.IRModule, binding) -> _Kernel | None:
     else:
         return None
     for c in calls:
-        if not (isinstance(c, relax.Call) and c.op.same_as(_CALL_TIR)):
-            return None
+        if not (isinstance(c, relax.Call) and c.op.same_as(_CALL_TIR)) or len(c.args) > 2:
+            return None  # not a kernel call, or one passing symbolic sizes (defined where it is now)
         func = mod[c.args[0]]
         if not isinstance(func, tirx.PrimFunc) or func.attrs is None or "op_pattern" not in func.attrs \
                 or int(func.attrs["op_pattern"]) > _BROADCAST:
             return None
-    return _Kernel(calls, _shape(binding.var), ty.vdevice)
+    return _Kernel(_shape(binding.var), ty.vdevice)
 
 
 def _same_place(a: _Kernel, b: _Kernel) -> bool:
@@ -131,8 +131,8 @@ def partition(mod: tvm.IRModule, bindings: list) -> list[list]:
                 continue
             # every value one side reads from the other, read in place (not only b's reads: a
             # kernel merged into `mine` before may read this group too)
-            edges = [(c, p) for c, other in ((c, mine) for c in group) for p in graph.producers[c] if p in other]
-            edges += [(c, p) for c in mine for p in graph.producers[c] if group_of.get(p) is group]
+            edges = [(c, p) for c in group for p in graph.producers[c] if p in mine]
+            edges += [(c, p) for c in mine for p in graph.producers[c] if p in group]
             if not all(_reads_in_place(mod, by_var[c], p) for c, p in edges) or not graph.convex(group + mine):
                 continue
             merged = sorted(group + mine, key=graph.order.get)
@@ -144,12 +144,6 @@ def partition(mod: tvm.IRModule, bindings: list) -> list[list]:
 
 def _unique_lists(lists) -> list:
     return list({id(g): g for g in lists}.values())
-
-
-def _outputs(members: list, graph: _Graph) -> list:
-    inside = set(members)
-    return [v for v in members
-            if not isinstance(v, relax.DataflowVar) or any(c not in inside for c in graph.consumers[v])]
 
 
 # --------------------------------------------------------------------------------------------------

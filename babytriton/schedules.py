@@ -53,27 +53,29 @@ def _normalized(rule, func, target):
 
 
 def _one_loop(sch, blocks):
-    """The loops of injective blocks fused into one loop over all of them (a kernel with several
-    outputs: AdamW's p, m and v), or None when they don't fit one loop: different sizes, or a block
-    reading another's result at some index other than its own (a later element may not exist yet).
-    One block: its loops fused."""
+    """The loops of injective blocks that each write a result of the kernel fused into one loop over
+    all of them (a kernel with several outputs: AdamW's p, m and v), or None when they don't fit one
+    loop: different sizes, a block reading another's result at some index other than its own (a
+    later element may not exist yet), or an intermediate buffer. One block: its loops fused."""
+    if len(blocks) == 1:
+        loops = sch.get_loops(blocks[0])
+        return _fuse(sch, loops) if loops else None
     nests = []
     for block in blocks:
         loops = sch.get_loops(block)
-        if not loops:
-            return None
-        realize = sch.get(loops[-1]).body
+        realize = sch.get(loops[-1]).body if loops else None
         if not isinstance(realize, s_tir.SBlockRealize) or len(realize.iter_values) != len(loops) or not all(
                 value.same_as(sch.get(loop).loop_var) for value, loop in zip(realize.iter_values, loops)):
             return None  # not one iteration per loop step
         nests.append((loops, realize.block))
-    if len(nests) == 1:
-        return _fuse(sch, nests[0][0])
     extents = [[sch.get(loop).extent for loop in loops] for loops, _ in nests]
     if any(len(e) != len(extents[0]) or not all(tvm_ffi.structural_equal(a, b) for a, b in zip(e, extents[0]))
            for e in extents):
         return None
     written = [region.source for _, block in nests for region in block.writes]
+    params = sch.mod["main"].params
+    if not all(any(w.same_as(p) for p in params) for w in written):
+        return None  # an intermediate kept as a buffer (too deep to inline): its nest stays apart
     for _, block in nests:
         if not all(_at_own_index(region, block) for region in block.writes) or not all(
                 _at_own_index(region, block) for region in block.reads
