@@ -246,6 +246,8 @@ class _Rewriter:
         for members in groups:
             outputs = _outputs(members, graph)
             func, args, names = _group_function(self.mod, bindings_of, members, outputs)
+            if relax.analysis.free_symbolic_vars(func):
+                continue  # a size its parameters do not define (a (2 * n, 1) tensor's n): left apart
             gvar = self.builder.add_func(func, PREFIX + "_".join(names))
             self.inlined.update(bindings_of[v].value.op for v in members
                                 if isinstance(bindings_of[v].value.op, tvm.ir.GlobalVar))

@@ -107,7 +107,8 @@ def _single_block(rule: GPUScheduleRule, func, target):
 class Elementwise(GPUScheduleRule):
     """Injective kernels with a static size: each thread moves 16 bytes of every buffer with one
     vector load/store (float4 for float32). Dlight's Fallback moves one scalar per thread, which leaves
-    a third of the memory bandwidth unused on large element-wise chains."""
+    a third of the memory bandwidth unused on large element-wise chains. A kernel with several outputs
+    is one loop over all of them (Fallback would launch one kernel per output)."""
 
     def __init__(self, threads: int = 256, vector_bytes: int = 16):
         self.threads = threads
@@ -569,8 +570,8 @@ class CPUElementwise(CPURule):
         infos = _inline(sch, infos)
         # several outputs (AdamW's p, m and v): one loop nest, each element's inputs read once
         merged = _one_loop(sch, [info.block_rv for info in infos]) if len(infos) > 1 else None
-        for info in [None] if merged is not None else infos:
-            loops = [merged] if info is None else sch.get_loops(info.block_rv)
+        nests = [[merged]] if merged is not None else [sch.get_loops(info.block_rv) for info in infos]
+        for loops in nests:
             if not loops:
                 continue  # a 0-d kernel: nothing to spread
             fused = _fuse(sch, loops)
