@@ -8,9 +8,10 @@ How ops are followed through the passes (no pass is changed or re-run):
      objects. Where a pass made a new var (FuseOps' group outputs, helper bindings a legalization
      adds) the binding is matched by its computation instead: the same callee with the same
      (already matched) arguments.
-  3. FuseOps groups bindings into `Primitive` Relax functions; the bindings inside one group are
-     the ops of one kernel. FuseTIR turns each group into a PrimFunc of the same name, which is
-     the kernel; on a GPU its CUDA kernels are the `__global__` functions named after it.
+  3. FuseOps groups bindings into `Primitive` Relax functions, and FuseMultiOutput merges some of
+     them into functions returning a tuple; the bindings inside one group are the ops of one
+     kernel. FuseTIR turns each group into a PrimFunc of the same name, which is the kernel; on
+     a GPU its CUDA kernels are the `__global__` functions named after it.
 The result is a small JSON-able record (stored in the disk cache beside the stages) with line
 numbers relative to the function, so a function moved in its file keeps a correct map.
 """
@@ -164,6 +165,7 @@ def analyse(generated: tvm.IRModule, binding_lines: dict, modules: dict[str, tvm
         return None
     lines = {var.id_: line for var, line in binding_lines.items()}
     dataflow, legal, fused, final = (modules[s] for s in needed)
+    fused = modules.get("FuseMultiOutput", fused)  # the groups FuseTIR makes kernels of
 
     ops: list[dict] = []
     op_of: dict[int, int] = {}           # dataflow var id -> op index
@@ -215,6 +217,7 @@ def analyse(generated: tvm.IRModule, binding_lines: dict, modules: dict[str, tvm
     fused_funcs = {gv.name_hint: fn for gv, fn in fused.functions.items()
                    if isinstance(fn, relax.Function) and _is_primitive(fn)}
     env: dict[int, list[int]] = {}
+    results: dict[int, list] = {}  # a group returning a tuple: each field's origin
     for _, fn in user_functions(fused):
         for binding in bindings(fn):
             value = binding.value
@@ -230,9 +233,14 @@ def analyse(generated: tvm.IRModule, binding_lines: dict, modules: dict[str, tvm
                     inner_env[inner.var.id_] = matched
                     members.extend(matched)
                 env[binding.var.id_] = members[-1:]
+                if isinstance(inner_fn.body.body, relax.Tuple):
+                    results[binding.var.id_] = [_origin(f, inner_env) for f in inner_fn.body.body.fields]
             else:
                 members = legal_matcher.match(binding, env)
                 env[binding.var.id_] = members
+                if not members and isinstance(value, relax.TupleGetItem) \
+                        and getattr(value.tuple_value, "id_", None) in results:  # a new var for a group's result
+                    env[binding.var.id_] = results[value.tuple_value.id_][value.index]
             group_ops[binding.var.id_] = _unique(legal_origin[m] for m in members if m in legal_origin)
 
     # fused -> final (FuseTIR): the kernels are the calls left in the final functions.

@@ -1,7 +1,8 @@
 """From a Relax IRModule to a runnable VM executable, one visible sequence of stages:
 
-ConvertToDataflow -> LegalizeOps -> AnnotateTIROpPattern -> FuseRowwise -> FuseOps -> FuseTIR
--> schedule (Dlight, Fallback or MetaSchedule) -> tvm.compile -> Relax VM. Every stage's IR is recorded.
+ConvertToDataflow -> LegalizeOps -> AnnotateTIROpPattern -> FuseRowwise -> FuseOps -> FuseMultiOutput
+-> FuseTIR -> schedule (Dlight, Fallback or MetaSchedule) -> tvm.compile -> Relax VM. Every stage's IR is
+recorded.
 A module with vdevices (`with bt.device(...)` blocks) starts with RealizeVDevice and, after fusion,
 gets each kernel's target and inputs on its device (PlaceOnDevices).
 """
@@ -14,7 +15,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from . import legalize, nvrtc, offload, rowwise, schedules
+from . import legalize, multi_output, nvrtc, offload, rowwise, schedules
 
 TARGET_ALIASES = {"cpu": "llvm", "llvm": "llvm", "gpu": "cuda", "cuda": "cuda"}
 SCHEDULES = schedules.SCHEDULES
@@ -73,6 +74,9 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
         # warns about them, and fails on them inside the branches of an If
         ("FuseOps", tvm.transform.Sequential([relax.transform.DeadCodeElimination(), _own_items_for_match_casts(),
                                               relax.transform.FuseOps()])),
+        # one kernel for element-wise kernels over one shape that read each other's results (an
+        # optimizer's p, m and v): FuseOps keeps a value that is also a result out of its consumer
+        ("FuseMultiOutput", multi_output.FuseMultiOutput),
         ("FuseTIR", relax.transform.FuseTIR()),
     ]
 

@@ -51,6 +51,49 @@ def _normalized(rule, func, target):
     return (sch, infos) if infos else (None, None)
 
 
+def _one_loop(sch, blocks):
+    """The loops of injective blocks that each write a result of the kernel fused into one loop over
+    all of them (a kernel with several outputs: AdamW's p, m and v), or None when they don't fit one
+    loop: different sizes, a block reading another's result at some index other than its own (a
+    later element may not exist yet), or an intermediate buffer. One block: its loops fused."""
+    if len(blocks) == 1:
+        loops = sch.get_loops(blocks[0])
+        return _fuse(sch, loops) if loops else None
+    nests = []
+    for block in blocks:
+        loops = sch.get_loops(block)
+        realize = sch.get(loops[-1]).body if loops else None
+        if not isinstance(realize, s_tir.SBlockRealize) or len(realize.iter_values) != len(loops) or not all(
+                value.same_as(sch.get(loop).loop_var) for value, loop in zip(realize.iter_values, loops)):
+            return None  # not one iteration per loop step
+        nests.append((loops, realize.block))
+    extents = [[sch.get(loop).extent for loop in loops] for loops, _ in nests]
+    if any(len(e) != len(extents[0]) or not all(tvm_ffi.structural_equal(a, b) for a, b in zip(e, extents[0]))
+           for e in extents):
+        return None
+    written = [region.source for _, block in nests for region in block.writes]
+    params = sch.mod["main"].params
+    if not all(any(w.same_as(p) for p in params) for w in written):
+        return None  # an intermediate kept as a buffer (too deep to inline): its nest stays apart
+    for _, block in nests:
+        if not all(_at_own_index(region, block) for region in block.writes) or not all(
+                _at_own_index(region, block) for region in block.reads
+                if any(region.source.same_as(w) for w in written)):
+            return None
+    fused = [_fuse(sch, loops) for loops, _ in nests]
+    try:
+        return sch.merge(*fused)
+    except Exception:  # noqa: BLE001 - not mergeable (TVM raises several types): each loop on its own
+        return None
+
+
+def _at_own_index(region, block) -> bool:
+    """Whether a buffer region is the one element at the block's iteration indices, in order."""
+    ivs = block.iter_vars
+    return len(region.region) == len(ivs) and all(
+        _is_int(r.extent, 1) and r.min.same_as(iv.var) for r, iv in zip(region.region, ivs))
+
+
 def _single_block(rule: GPUScheduleRule, func, target):
     """A schedule of `func` and its one block after inlining, or (None, None) when the rule can't apply."""
     sch, infos = _normalized(rule, func, target)
@@ -63,18 +106,25 @@ def _single_block(rule: GPUScheduleRule, func, target):
 class Elementwise(GPUScheduleRule):
     """Injective kernels with a static size: each thread moves 16 bytes of every buffer with one
     vector load/store (float4 for float32). Dlight's Fallback moves one scalar per thread, which leaves
-    a third of the memory bandwidth unused on large element-wise chains."""
+    a third of the memory bandwidth unused on large element-wise chains. A kernel with several outputs
+    is one loop over all of them (Fallback would launch one kernel per output)."""
 
     def __init__(self, threads: int = 256, vector_bytes: int = 16):
         self.threads = threads
         self.vector_bytes = vector_bytes
 
     def apply(self, func, target, _tunable):
-        sch, info = _single_block(self, func, target)
-        if sch is None or not info.is_injective():
+        sch, infos = _normalized(self, func, target)
+        if sch is None:
+            return None
+        infos = _inline(sch, infos)
+        if not all(info.is_injective() for info in infos):
             return None
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p) and len(p.ty.shape)),
                      default=4)  # a 0-d buffer (a run-time scalar) is read once, not in vectors
+        if len(infos) > 1:
+            return self._several_outputs(sch, infos, func, widest)
+        info = infos[0]
         loops = sch.get_loops(info.block_rv)
         if not loops:
             return None  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
@@ -107,6 +157,35 @@ class Elementwise(GPUScheduleRule):
             _through_registers(sch, info.block_rv, threads, lanes)
         else:
             sch.vectorize(lanes)
+        return sch
+
+    def _several_outputs(self, sch, infos, func, widest):
+        """Several outputs (AdamW's p, m and v): one loop computes every block's element in turn,
+        vectorised where every block's lanes are contiguous, else one predicated scalar loop (Fallback
+        would give each output a loop nest, so a launch of its own)."""
+        vector = max(self.vector_bytes // widest, 1)
+        if _computes_bools(func):  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
+            vector = min(vector, 4)
+        if not all(sch.get_loops(info.block_rv) for info in infos):
+            return None  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
+        # a transpose, slice or gather, a bool buffer (never a vector in memory, see `apply`): scalar
+        lanes_fit = all(_contiguous_lanes(sch, sch.get_loops(info.block_rv)[-1], vector) == vector
+                        for info in infos) and not any(_is_buffer(p) and str(p.ty.dtype) == "bool"
+                                                       for p in func.params)
+        fused = _one_loop(sch, [info.block_rv for info in infos])
+        if fused is None:
+            return None
+        extent = sch.get(fused).extent
+        if not lanes_fit or not isinstance(extent, tirx.IntImm) or int(extent) % vector \
+                or int(extent) < vector * self.threads:
+            blocks, threads = sch.split(fused, [None, self.threads])
+            sch.bind(blocks, "blockIdx.x")
+            sch.bind(threads, "threadIdx.x")
+            return sch
+        blocks, threads, lanes = sch.split(fused, [None, self.threads, vector])
+        sch.bind(blocks, "blockIdx.x")
+        sch.bind(threads, "threadIdx.x")
+        sch.vectorize(lanes)
         return sch
 
 
@@ -668,8 +747,11 @@ class CPUElementwise(CPURule):
         if not all(info.is_injective() for info in infos):
             return False
         lanes = _vector_lanes(sch, target) if _vectorizable(sch) else 1
-        for info in _inline(sch, infos):
-            loops = sch.get_loops(info.block_rv)
+        infos = _inline(sch, infos)
+        # several outputs (AdamW's p, m and v): one loop nest, each element's inputs read once
+        merged = _one_loop(sch, [info.block_rv for info in infos]) if len(infos) > 1 else None
+        nests = [[merged]] if merged is not None else [sch.get_loops(info.block_rv) for info in infos]
+        for loops in nests:
             if not loops:
                 continue  # a 0-d kernel: nothing to spread
             most = _uniform_lanes(sch, info.block_rv, loops[-1], lanes)

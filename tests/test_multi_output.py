@@ -1,0 +1,267 @@
+"""FuseMultiOutput: element-wise kernels over one shape that read each other's results (AdamW's p, m
+and v; `y = x * 2; return y, y + 1`) are one kernel with several outputs on CPU and GPU, scheduled as
+one vectorised loop, agreeing with torch; kernels of other shapes or reading other elements stay apart."""
+import math
+import re
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tvm.script import ir as I
+from tvm.script import relax as R
+from tvm.script import tirx as T
+
+import babytriton as bt
+from babytriton import fusion, multi_output
+
+SM90 = {"kind": "cuda", "arch": "sm_90"}
+B1, B2, EPS, DECAY = 0.9, 0.999, 1e-8, 0.01
+
+
+def adamw(p, g, m, v, lr: float, step: int):
+    m = B1 * m + (1.0 - B1) * g
+    v = B2 * v + (1.0 - B2) * g * g
+    m_hat = m / (1.0 - B1 ** step)
+    v_hat = v / (1.0 - B2 ** step)
+    p = p - lr * (m_hat / (bt.sqrt(v_hat) + EPS) + DECAY * p)
+    return p, m, v
+
+
+def torch_adamw(p, g, m, v, lr, step):
+    m = B1 * m + (1.0 - B1) * g
+    v = B2 * v + (1.0 - B2) * g * g
+    m_hat = m / (1.0 - B1 ** step)
+    v_hat = v / (1.0 - B2 ** step)
+    p = p - lr * (m_hat / (torch.sqrt(v_hat) + EPS) + DECAY * p)
+    return p, m, v
+
+
+def twice_and_next(x):
+    y = x * 2
+    return y, y + 1
+
+
+def read_twice(x):
+    y = x * 2
+    return y + 1, y * 3
+
+
+def scaled_with_bias(x, w, b):  # w, b broadcast along the rows
+    y = x * w
+    return y, bt.maximum(y + b, 0.0)
+
+
+def column_then_tile(a, x):  # y is (n, 1), y + x is (n, c): one y per row, not per element
+    y = a * 2
+    return y, y + x
+
+
+def then_transposed(x):  # y.T reads y at another index
+    y = x * 2
+    return y, y.T + 1
+
+
+def then_summed(x):  # a reduction reads all of y
+    y = x * 2
+    return y, y.sum(-1, keepdims=True)
+
+
+def through_a_reduction(x):  # y -> sum -> z also reads y: merging y and z would make a cycle
+    y = x * 2
+    return y, y * y.sum()
+
+
+def adamw_inputs(shape, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    p, g, m = (torch.randn(*shape, generator=gen).to(dtype) for _ in range(3))
+    v = torch.rand(*shape, generator=gen).to(dtype)
+    return p, g, m, v, 1e-3, 10
+
+
+def cuda_kernels(k) -> list[str]:
+    return fusion.cuda_kernel_names(k.source)
+
+
+def unmerged(monkeypatch):
+    monkeypatch.setattr(multi_output, "fuse_multi_output", lambda mod: mod)
+    monkeypatch.setenv("BABYTRITON_CACHE", "0")  # the cache key does not know the stage is off
+
+
+# -- one kernel --------------------------------------------------------------------------------------
+
+def test_adamw_is_one_cpu_kernel_naming_every_op():
+    args = adamw_inputs((64, 128))
+    k = bt.jit(target="cpu")(adamw).compile(*args)
+    (kernel,) = k.fusion
+    assert kernel.fused and kernel.rule == "CPUElementwise"
+    names = [op.var for op in kernel.ops]  # the ops of m, v and p, in order
+    assert {"m", "v", "m_hat", "v_hat", "p"} <= set(names) and names.index("m") < names.index("p")
+    sources = {op.source for op in kernel.ops}
+    assert "m = B1 * m + (1.0 - B1) * g" in sources and "v = B2 * v + (1.0 - B2) * g * g" in sources
+    # one loop nest writes the three results: each element of m and v is read back where it was written
+    schedule = k.stages["schedule"]
+    assert schedule.count("T.vectorized(") == 1
+    for out, ref in zip(k(*args), torch_adamw(*args)):
+        torch.testing.assert_close(out, ref)
+
+
+def test_adamw_is_one_vectorised_cuda_kernel():
+    args = adamw_inputs((1024, 1024))
+    k = bt.jit(target=SM90)(adamw).compile(*args)
+    (kernel,) = k.fusion
+    assert cuda_kernels(k) == [kernel.name + "_kernel"] and kernel.rule == "Elementwise"
+    body = k.source.split("extern \"C\" __global__")[-1]
+    # every full-size buffer moves as float4: m, v, p, g read and the three results written
+    assert len(re.findall(r"\*\(float4\*\)\((\w+)_ptr", body)) >= 7
+    assert {"m", "v", "p", "g"} <= set(re.findall(r"= \*\(float4\*\)\((\w+)_ptr", body))
+    assert "blockIdx.x" in body and "threadIdx.x" in body
+
+
+@pytest.mark.parametrize("fn", [twice_and_next, read_twice])
+def test_a_result_read_again_is_one_kernel(fn):
+    x = torch.randn(16, 64)
+    for target in ("cpu", SM90):
+        k = bt.jit(target=target)(fn).compile(x)
+        (kernel,) = k.fusion
+        assert [op.op for op in kernel.ops] == ["multiply", "add", "multiply"][:len(kernel.ops)]
+        assert [op.var for op in kernel.ops][0] == "y"
+    out = bt.jit(target="cpu")(fn)(x)
+    y = x * 2
+    expected = (y, y + 1) if fn is twice_and_next else (y + 1, y * 3)
+    for a, b in zip(out, expected):
+        torch.testing.assert_close(a, b)
+
+
+def test_twice_and_next_lists_both_lines():
+    k = bt.jit(target="cpu")(twice_and_next).compile(torch.randn(8, 8))
+    (kernel,) = k.fusion
+    assert [(op.op, op.source) for op in kernel.ops] == [("multiply", "y = x * 2"), ("add", "return y, y + 1")]
+    assert "(2 ops fused)" in str(k.fusion)
+
+
+def test_broadcast_operands_and_nan_agree_with_torch():
+    x, w, b = torch.randn(32, 64), torch.randn(64), torch.randn(64)
+    x[0, 0], x[1, 1], w[3] = math.nan, math.inf, -math.inf
+    for target in ("cpu", SM90):
+        assert len(bt.jit(target=target)(scaled_with_bias).compile(x, w, b).fusion) == 1
+    y, z = bt.jit(target="cpu")(scaled_with_bias)(x, w, b)
+    torch.testing.assert_close(y, x * w, equal_nan=True)
+    torch.testing.assert_close(z, torch.clamp_min(x * w + b, 0.0), equal_nan=True)
+
+
+def test_adamw_with_nan_and_inf_agrees_with_torch():
+    p, g, m, v, lr, step = adamw_inputs((16, 64))
+    g[0, 0], m[1, 1], v[2, 2], p[3, 3], v[4, 4] = math.nan, math.inf, -1.0, -math.inf, 0.0
+    out = bt.jit(target="cpu")(adamw)(p, g, m, v, lr, step)
+    for a, b in zip(out, torch_adamw(p, g, m, v, lr, step)):
+        torch.testing.assert_close(a, b, equal_nan=True)
+
+
+T_N64 = bt.Tensor(("n", 64), "float32")
+
+
+def adamw_rows(p: T_N64, g: T_N64, m: T_N64, v: T_N64, lr: float, step: int):
+    m = B1 * m + (1.0 - B1) * g
+    v = B2 * v + (1.0 - B2) * g * g
+    p = p - lr * (m / (1.0 - B1 ** step) / (bt.sqrt(v / (1.0 - B2 ** step)) + EPS) + DECAY * p)
+    return p, m, v
+
+
+def test_a_symbolic_size_is_one_kernel():
+    k = bt.jit(target="cpu")(adamw_rows)
+    assert len(k.compile().fusion) == 1
+    assert len(cuda_kernels(bt.jit(target=SM90)(adamw_rows).compile())) == 1
+    for rows in (0, 1, 7, 300):
+        args = adamw_inputs((rows, 64))
+        for a, b in zip(k(*args), torch_adamw(*args)):
+            torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision(dtype):
+    args = adamw_inputs((64, 256), dtype)
+    k = bt.jit(target="cpu")(adamw).compile(*args)
+    assert len(k.fusion) == 1 and len(cuda_kernels(bt.jit(target=SM90)(adamw).compile(*args))) == 1
+    expected = torch_adamw(*[a.float() if torch.is_tensor(a) else a for a in args])
+    for a, b in zip(k(*args), expected):
+        torch.testing.assert_close(a.float(), b, rtol=2e-2, atol=2e-2)
+
+
+@settings(max_examples=8, deadline=None)
+@given(shape=st.lists(st.integers(1, 9), min_size=1, max_size=3), step=st.integers(1, 50),
+       lr=st.floats(1e-4, 1e-1))
+def test_merging_changes_no_result(shape, step, lr):
+    """Bit for bit what the three kernels computed (each op keeps its arithmetic)."""
+    args = adamw_inputs(shape)[:4] + (lr, step)
+    fused = bt.jit(target="cpu", cache=False)(adamw)
+    assert len(fused.compile(*args).fusion) == 1
+    with pytest.MonkeyPatch.context() as mp:
+        unmerged(mp)
+        split = bt.jit(target="cpu", cache=False)(adamw)
+        assert len(split.compile(*args).fusion) == 3
+        for a, b in zip(fused(*args), split(*args)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+# -- what stays apart ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fn, args, kernels", [
+    (column_then_tile, (torch.randn(8, 1), torch.randn(8, 16)), 2),
+    (then_transposed, (torch.randn(16, 16),), 2),
+    (then_summed, (torch.randn(8, 16),), 2),
+    (through_a_reduction, (torch.randn(8, 16),), 3),
+])
+def test_kernels_that_must_not_merge(fn, args, kernels):
+    for target in ("cpu", SM90):
+        assert len(bt.jit(target=target)(fn).compile(*args).fusion) == kernels, target
+    out = bt.jit(target="cpu")(fn)(*args)
+    y = args[0] * 2
+    expected = {column_then_tile: lambda: (y, y + args[1]), then_transposed: lambda: (y, y.T + 1),
+                then_summed: lambda: (y, y.sum(-1, keepdim=True)), through_a_reduction: lambda: (y, y * y.sum())}[fn]()
+    for a, b in zip(out, expected):
+        torch.testing.assert_close(a, b)
+
+
+@I.ir_module
+class ReadsAcross:
+    """A kernel marked broadcast that reads its operand transposed: the pass checks the TIR, not the mark."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def double(x: T.Buffer((T.int64(4), T.int64(4)), "float32"), out: T.Buffer((T.int64(4), T.int64(4)), "float32")):
+        T.func_attr({"op_pattern": 0})
+        for i, j in T.grid(T.int64(4), T.int64(4)):
+            with T.sblock("double"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                out[vi, vj] = x[vi, vj] * T.float32(2)
+
+    @T.prim_func(private=True, s_tir=True)
+    def across(y: T.Buffer((T.int64(4), T.int64(4)), "float32"), out: T.Buffer((T.int64(4), T.int64(4)), "float32")):
+        T.func_attr({"op_pattern": 1})
+        for i, j in T.grid(T.int64(4), T.int64(4)):
+            with T.sblock("across"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                out[vi, vj] = y[vj, vi] + T.float32(1)
+
+    @R.function
+    def main(x: R.Tensor((4, 4), "float32")):
+        cls = ReadsAcross
+        with R.dataflow():
+            y = R.call_tir(cls.double, (x,), out_ty=R.Tensor((4, 4), "float32"))
+            z = R.call_tir(cls.across, (y,), out_ty=R.Tensor((4, 4), "float32"))
+            R.output(y, z)
+        return (y, z)
+
+
+def test_a_read_at_another_index_is_not_merged():
+    assert multi_output.fuse_multi_output(ReadsAcross).same_as(ReadsAcross)
+    assert multi_output._in_place(ReadsAcross["double"], 0)  # reads x in place
+    assert not multi_output._in_place(ReadsAcross["across"], 0)  # reads y transposed
+
+
+def test_the_stage_is_visible_and_names_its_kernel():
+    k = bt.jit(target="cpu")(twice_and_next).compile(torch.randn(4, 4))
+    stages = list(k.stages)
+    assert stages.index("FuseOps") < stages.index("FuseMultiOutput") < stages.index("FuseTIR")
+    assert "fused_multiply_add(" in k.stages["FuseMultiOutput"]
+    assert "R.Tuple(" in k.stages["FuseMultiOutput"].split("def fused_multiply_add")[1].split("\n")[0]
