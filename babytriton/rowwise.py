@@ -80,9 +80,15 @@ def _is_one(dim) -> bool:
 
 def _classify(mod: tvm.IRModule, binding) -> _Op | None:
     call = binding.value
+    if isinstance(call, relax.TupleGetItem):  # one result of a kernel with several (online softmax's)
+        out = _shape(binding.var)
+        return None if out is None else _Op("ewise", out, None, (call.tuple_value,), _ELEMWISE)
     if not (isinstance(call, relax.Call) and call.op.same_as(_CALL_TIR)):
         return None
     out = _shape(binding.var)
+    if out is None and isinstance(binding.var.ty, relax.TupleType):  # every result of one shape
+        shapes = [_shape(relax.Var("r", f)) for f in binding.var.ty.fields]
+        out = shapes[0] if shapes and all(_same(s, shapes[0]) for s in shapes) else None
     func = mod[call.args[0]]
     if out is None or func.attrs is None or "op_pattern" not in func.attrs:
         return None
@@ -238,7 +244,7 @@ def _fuse_ops_does_it(members: list, ops: dict) -> bool:
     ends it and takes in element-wise producers (sum, max), or one that starts it and takes in
     element-wise consumers (mean, whose divide makes it OUT_EWISE_FUSABLE)."""
     reductions = [i for i, v in enumerate(members) if ops[v].kind == "reduce"]
-    if len(reductions) != 1 or any(ops[v].kind == "injective" for v in members):
+    if len(reductions) != 1 or any(ops[v].kind == "injective" or isinstance(v.ty, relax.TupleType) for v in members):
         return False
     (i,) = reductions
     pattern = ops[members[i]].pattern
@@ -261,6 +267,10 @@ def _group_function(bindings_of: dict, members: list):
     params, args, remap, body = [], [], {}, []
     for v in members:
         call = bindings_of[v].value
+        if isinstance(call, relax.TupleGetItem):
+            remap[v] = (relax.Var if v is members[-1] else relax.DataflowVar)(v.name, v.ty)
+            body.append(relax.VarBinding(remap[v], relax.TupleGetItem(remap[call.tuple_value], call.index)))
+            continue
         for a in call.args[1].fields:
             if a in inside or any(a.same_as(x) for x in args):
                 continue
@@ -304,7 +314,8 @@ class _Rewriter:
         replaced, grouped = {}, set()
         for members in groups:
             func, args = _group_function(bindings_of, members)
-            names = [bindings_of[v].value.args[0].name_hint for v in members]
+            names = [bindings_of[v].value.args[0].name_hint for v in members
+                     if isinstance(bindings_of[v].value, relax.Call)]
             gvar = self.builder.add_func(func, PREFIX + "_".join(names))
             call = relax.Call(gvar, args)
             out = members[-1]  # every member precedes it, so its place has all the arguments
