@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tvm import relax, te, tirx
+from tvm import relax, te, tirx, topi
 
 from . import legalize
 
@@ -119,9 +119,11 @@ def online_softmax(x: te.Tensor, axes: list[int], m_dtype: str, m_keepdims: bool
     # matches the registered combiner (no cross-thread reduction)
     one = legalize.kept(tirx.const(1, "float32"))
 
+    # half inputs as a float32 stage of their own (inlined by the schedules)
+    x = x if x.dtype == "float32" else topi.cast(x, "float32")
+
     def body(full, raxes):
-        return reducer((one, tirx.Cast("float32", x[tuple(full)]) if x.dtype != "float32" else x[tuple(full)]),
-                       axis=raxes)
+        return reducer((one, x[tuple(full)]), axis=raxes)
     s, m = legalize._reduce_compute(x, axes, True, body, "T_online_temp")
     ndim = len(x.shape)
 
