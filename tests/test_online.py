@@ -59,7 +59,7 @@ def special_rows(cols: int, dtype) -> torch.Tensor:
     return x.to(dtype)
 
 
-TOLERANCE = {torch.float32: 2e-5, torch.float16: 2e-2, torch.bfloat16: 0.1}
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 0.1}
 
 
 @pytest.fixture
