@@ -274,7 +274,10 @@ def online_combine(x, y):
     cross-thread reduction stores the combined values in order, each store seen by the next value's
     expression, and the max does not read the sum."""
     (xs, xm), (ys, ym) = x, y
-    return [tirx.Select(ym < xm, xs + ys * tirx.exp(ym - xm), tirx.Select(xm < ym, xs * tirx.exp(xm - ym) + ys, xs + ys)),
+    # `ys / exp(xm - ym)`, not `ys * exp(ym - xm)`: an element enters with ys = 1, and TVM folds
+    # `1 * e` as it builds the block's update, which then no longer matches this combiner (no
+    # cross-thread reduction); exp overflowing to inf makes the term 0, as the other form's underflow
+    return [tirx.Select(ym < xm, xs + ys / tirx.exp(xm - ym), tirx.Select(xm < ym, xs * tirx.exp(xm - ym) + ys, xs + ys)),
             nan_max(xm, ym)]
 
 

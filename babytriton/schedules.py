@@ -209,6 +209,8 @@ class SplitReduction(GPUScheduleRule):
         red, epilogues = blocks[0], blocks[1:]
         if not _reduce_count(sch, red) or any(_reduce_count(sch, b) for b in epilogues):
             return None
+        if len(sch.get(red).writes) != 1:  # online softmax's (sum, max) pairs: GeneralReduction
+            return None
         loops = sch.get_loops(red)
         n_rows = len(loops) - _reduce_count(sch, red)
         rows = _static_product(sch, loops[:n_rows])

@@ -128,6 +128,12 @@ def test_what_is_not_a_softmax_is_left_alone():
 
 # -- on the GPU target: one kernel, one read of the row for both statistics ------------------------
 
+def _body(source: str, kernel: str) -> str:
+    """The definition of one CUDA kernel (after its declaration)."""
+    start = source.index(" {\n", source.rindex(f" {kernel}("))
+    return source[start:source.index("\n}\n", start)]
+
+
 def _allreduces(source: str) -> int:
     """Cross-thread reductions in the CUDA: each ends in a second warp stage (two __activemask)."""
     return source.count("__activemask()") // 2
@@ -143,9 +149,8 @@ def test_one_kernel_with_one_reduction_for_both(fn, dtype):
     assert len(rows) == 1 and rows[0].rule == "dlight.gpu.GeneralReduction"
     assert rows[0].launch.startswith("grid 64 x block")  # one block per row
     (name,) = rows[0].cuda_kernels
-    source = k.source[k.source.index(f"void __launch_bounds__(256) {name}(") + 1:]
-    source = source[source.index("{"):]
-    assert _allreduces(source[:source.index("\n}\n")]) == 1  # two passes made two
+    source = _body(k.source, name)
+    assert _allreduces(source) == 1  # two passes made two
     # both halves of the pair in shared memory, read by the consumers after the reduction
     for half in ("v0", "v1"):
         assert f"__shared__ alignas(64) float T_online_temp_{half}_shared_ptr[1];" in source
@@ -154,8 +159,8 @@ def test_one_kernel_with_one_reduction_for_both(fn, dtype):
 def test_the_row_is_read_once_for_the_statistics():
     """logsumexp's kernel reads x in the reduction loop only: nothing re-reads it after the allreduce."""
     k = bt.jit(target=SM90)(logsumexp).compile(torch.randn(64, 4096))
-    body = k.source[k.source.rindex("fused_rows_"):]
-    before, after = body.split("__activemask()", 1)
+    (name,) = fusion.cuda_kernel_names(k.source)
+    before, after = _body(k.source, name).split("__activemask()", 1)
     assert "x_ptr[" in before and "x_ptr[" not in after
 
 
