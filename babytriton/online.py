@@ -64,6 +64,10 @@ def _find(bindings: list) -> list[_Pair]:
         found = _max_of(x, peak, value, axes)
         if found is None or found in used or not _same(_shape(x), _shape(d)) or str(x.ty.dtype) != str(d.ty.dtype):
             continue
+        if not (isinstance(found, relax.DataflowVar) and isinstance(b.var, relax.DataflowVar)):
+            # the max or the sum is also a result: FuseRowwise keeps it out of the row kernel, and
+            # a kernel of the pair alone would have two results, which no GPU rule schedules
+            continue
         used.add(found)
         pairs.append(_Pair(x, found, value[found], b.var, s, axes))
     return pairs
@@ -90,8 +94,6 @@ def _max_of(x, peak, value: dict, axes: list[int]):
         cast = value.get(source)
         if not (_is_op(cast, "relax.astype") and cast.args[0].same_as(x) and str(cast.attrs.dtype) == "float32"):
             return None
-    if var is not peak and bool(v.attrs.keepdims) and _shape(var) != shape:
-        return None
     return var
 
 
