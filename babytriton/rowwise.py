@@ -86,13 +86,16 @@ def _classify(mod: tvm.IRModule, binding) -> _Op | None:
     if not (isinstance(call, relax.Call) and call.op.same_as(_CALL_TIR)):
         return None
     out = _shape(binding.var)
-    if out is None and isinstance(binding.var.ty, relax.TupleType):  # every result of one shape
+    several = out is None and isinstance(binding.var.ty, relax.TupleType)
+    if several:  # a reduction with several per-row results of one shape (online softmax's)
         shapes = [_shape(relax.Var("r", f)) for f in binding.var.ty.fields]
         out = shapes[0] if shapes and all(_same(s, shapes[0]) for s in shapes) else None
     func = mod[call.args[0]]
     if out is None or func.attrs is None or "op_pattern" not in func.attrs:
         return None
     pattern = int(func.attrs["op_pattern"])
+    if several and pattern not in (_COMM_REDUCE, _OUT_EWISE_FUSABLE):  # a split: not a row op
+        return None
     tensors = [a for a in call.args[1].fields if isinstance(a.ty, relax.TensorType)]
     shapes = tuple(_shape(a) for a in tensors)
     if any(s is None for s in shapes):
@@ -197,6 +200,9 @@ def partition(mod: tvm.IRModule, bindings: list) -> list[list]:
     the group's only output."""
     graph = _Graph(bindings)
     ops = {b.var: _classify(mod, b) for b in bindings}
+    for b in bindings:  # only the results of a row reduction are per-row values
+        if isinstance(b.value, relax.TupleGetItem) and getattr(ops.get(b.value.tuple_value), "kind", None) != "reduce":
+            ops[b.var] = None
     group_of: dict = {}
     for b in bindings:
         op = ops[b.var]
@@ -268,6 +274,11 @@ def _group_function(bindings_of: dict, members: list):
     for v in members:
         call = bindings_of[v].value
         if isinstance(call, relax.TupleGetItem):
+            whole = call.tuple_value
+            if whole not in inside and whole not in remap:  # the reduction is in another group
+                args.append(whole)
+                remap[whole] = relax.Var(whole.name, whole.ty)
+                params.append(remap[whole])
             remap[v] = (relax.Var if v is members[-1] else relax.DataflowVar)(v.name, v.ty)
             body.append(relax.VarBinding(remap[v], relax.TupleGetItem(remap[call.tuple_value], call.index)))
             continue
