@@ -277,14 +277,16 @@ def online_combine(x, y):
     # `ys / exp(xm - ym)`, not `ys * exp(ym - xm)`: an element enters with ys = 1, and TVM folds
     # `1 * e` as it builds the block's update, which then no longer matches this combiner (no
     # cross-thread reduction); exp overflowing to inf makes the term 0, as the other form's underflow
-    return [tirx.Select(ym < xm, xs + ys / tirx.exp(xm - ym), tirx.Select(xm < ym, xs * tirx.exp(xm - ym) + ys, xs + ys)),
-            nan_max(xm, ym)]
+    rescaled = tirx.Select(xm < ym, xs * tirx.exp(xm - ym) + ys, xs + ys)
+    return [tirx.Select(ym < xm, xs + ys / tirx.exp(xm - ym), rescaled), nan_max(xm, ym)]
 
 
 def online_sum(m, s):
     """The reduced sum as torch's two passes give it: where the max is ±inf (or NaN) some element's
     exp(x - max) is NaN, so the sum is NaN."""
     return tirx.Select(tirx.abs(m) < tirx.const(INF, "float32"), s, tirx.const(float("nan"), "float32"))
+
+
 _IDENTITY = {"max": -INF, "min": INF, "argmax": -INF, "argmin": INF}
 
 
