@@ -263,6 +263,30 @@ def _arg_combine(better):
 
 
 _ARG_COMBINE = {"argmax": _arg_combine(lambda a, b: a > b), "argmin": _arg_combine(lambda a, b: a < b)}
+
+
+def online_combine(x, y):
+    """The (sum of exp(element - max), max) pairs of an online softmax, in float32: the sum of the
+    side with the smaller max is rescaled to the larger one (one exp). Equal maxima add their sums
+    as they are, so the identity (0, -inf) and rows that start with -inf (a causal mask) never make
+    exp(-inf - -inf); torch's NaN for rows whose max is ±inf or NaN comes after the reduction
+    (`online_sum`), and the max takes torch's NaN rule (nan_max). The sum comes first: TVM's
+    cross-thread reduction stores the combined values in order, each store seen by the next value's
+    expression, and the max does not read the sum."""
+    (xs, xm), (ys, ym) = x, y
+    # `ys / exp(xm - ym)`, not `ys * exp(ym - xm)`: an element enters with ys = 1, and TVM folds
+    # `1 * e` as it builds the block's update, which then no longer matches this combiner (no
+    # cross-thread reduction); exp overflowing to inf makes the term 0, as the other form's underflow
+    rescaled = tirx.Select(xm < ym, xs * tirx.exp(xm - ym) + ys, xs + ys)
+    return [tirx.Select(ym < xm, xs + ys / tirx.exp(xm - ym), rescaled), nan_max(xm, ym)]
+
+
+def online_sum(m, s):
+    """The reduced sum as torch's two passes give it: where the max is ±inf (or NaN) some element's
+    exp(x - max) is NaN, so the sum is NaN."""
+    return tirx.Select(tirx.abs(m) < tirx.const(INF, "float32"), s, tirx.const(float("nan"), "float32"))
+
+
 _IDENTITY = {"max": -INF, "min": INF, "argmax": -INF, "argmin": INF}
 
 
@@ -307,6 +331,15 @@ def reducers() -> dict:
                 return list(values)  # not ours: the combiner will not match either
             return [_last_index(_dtype(index)), tirx.const(v, _dtype(value))]
         register(2, lambda x, y, combine=combine: combine(x, y), identity_getter)
+    found["online_softmax"] = te.comm_reducer(
+        online_combine, lambda s_dtype, m_dtype: [tirx.const(0, s_dtype), tirx.const(-INF, m_dtype)],
+        name="online_softmax")
+
+    def online_identity(values):
+        if not all(_dtype(v) == "float32" for v in values):
+            return list(values)  # not ours: the combiner will not match either
+        return [tirx.const(0, "float32"), tirx.const(-INF, "float32")]
+    register(2, online_combine, online_identity)
     return found
 
 

@@ -1,8 +1,8 @@
 """From a Relax IRModule to a runnable VM executable, one visible sequence of stages:
 
-ConvertToDataflow -> LegalizeOps -> AnnotateTIROpPattern -> FuseRowwise -> FuseOps -> FuseMultiOutput
--> FuseTIR -> schedule (Dlight, Fallback or MetaSchedule) -> tvm.compile -> Relax VM. Every stage's IR is
-recorded.
+ConvertToDataflow -> [GPU: AttentionToSDPA -> MatmulToCuBLAS -> OnlineSoftmax] -> LegalizeOps ->
+AnnotateTIROpPattern -> FuseRowwise -> FuseOps -> FuseMultiOutput -> FuseTIR -> schedule (Dlight, Fallback
+or MetaSchedule) -> tvm.compile -> Relax VM. Every stage's IR is recorded.
 A module with vdevices (`with bt.device(...)` blocks) starts with RealizeVDevice and, after fusion,
 gets each kernel's target and inputs on its device (PlaceOnDevices).
 """
@@ -15,7 +15,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from . import legalize, multi_output, nvrtc, offload, rowwise, schedules
+from . import legalize, multi_output, nvrtc, offload, online, rowwise, schedules
 
 TARGET_ALIASES = {"cpu": "llvm", "llvm": "llvm", "gpu": "cuda", "cuda": "cuda"}
 SCHEDULES = schedules.SCHEDULES
@@ -63,6 +63,9 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
                                                       opt_level=0, name=name))
                      for name, rewrite in (("AttentionToSDPA", offload.offload_attention),
                                            ("MatmulToCuBLAS", offload.offload_matmul))]
+    if online.applies(target):
+        # one reduction for a row's max and exp-sum: the GPU kernel reads each row once for both
+        sequence.append(("OnlineSoftmax", online.OnlineSoftmax))
     return sequence + [
         # babytriton's rules first where TVM's lowering loses NaN or infinities, or sums halves in
         # half precision (see legalize.py)

@@ -80,13 +80,22 @@ def _is_one(dim) -> bool:
 
 def _classify(mod: tvm.IRModule, binding) -> _Op | None:
     call = binding.value
+    if isinstance(call, relax.TupleGetItem):  # one result of a kernel with several (online softmax's)
+        out = _shape(binding.var)
+        return None if out is None else _Op("ewise", out, None, (call.tuple_value,), _ELEMWISE)
     if not (isinstance(call, relax.Call) and call.op.same_as(_CALL_TIR)):
         return None
     out = _shape(binding.var)
+    several = out is None and isinstance(binding.var.ty, relax.TupleType)
+    if several:  # a reduction with several per-row results of one shape (online softmax's)
+        shapes = [_shape(relax.Var("r", f)) for f in binding.var.ty.fields]
+        out = shapes[0] if shapes and all(_same(s, shapes[0]) for s in shapes) else None
     func = mod[call.args[0]]
     if out is None or func.attrs is None or "op_pattern" not in func.attrs:
         return None
     pattern = int(func.attrs["op_pattern"])
+    if several and pattern not in (_COMM_REDUCE, _OUT_EWISE_FUSABLE):  # a split: not a row op
+        return None
     tensors = [a for a in call.args[1].fields if isinstance(a.ty, relax.TensorType)]
     shapes = tuple(_shape(a) for a in tensors)
     if any(s is None for s in shapes):
@@ -191,6 +200,9 @@ def partition(mod: tvm.IRModule, bindings: list) -> list[list]:
     the group's only output."""
     graph = _Graph(bindings)
     ops = {b.var: _classify(mod, b) for b in bindings}
+    for b in bindings:  # only the results of a row reduction are per-row values
+        if isinstance(b.value, relax.TupleGetItem) and getattr(ops.get(b.value.tuple_value), "kind", None) != "reduce":
+            ops[b.var] = None
     group_of: dict = {}
     for b in bindings:
         op = ops[b.var]
@@ -238,7 +250,7 @@ def _fuse_ops_does_it(members: list, ops: dict) -> bool:
     ends it and takes in element-wise producers (sum, max), or one that starts it and takes in
     element-wise consumers (mean, whose divide makes it OUT_EWISE_FUSABLE)."""
     reductions = [i for i, v in enumerate(members) if ops[v].kind == "reduce"]
-    if len(reductions) != 1 or any(ops[v].kind == "injective" for v in members):
+    if len(reductions) != 1 or any(ops[v].kind == "injective" or isinstance(v.ty, relax.TupleType) for v in members):
         return False
     (i,) = reductions
     pattern = ops[members[i]].pattern
@@ -261,6 +273,15 @@ def _group_function(bindings_of: dict, members: list):
     params, args, remap, body = [], [], {}, []
     for v in members:
         call = bindings_of[v].value
+        if isinstance(call, relax.TupleGetItem):
+            whole = call.tuple_value
+            if whole not in inside and whole not in remap:  # the reduction is in another group
+                args.append(whole)
+                remap[whole] = relax.Var(whole.name, whole.ty)
+                params.append(remap[whole])
+            remap[v] = (relax.Var if v is members[-1] else relax.DataflowVar)(v.name, v.ty)
+            body.append(relax.VarBinding(remap[v], relax.TupleGetItem(remap[call.tuple_value], call.index)))
+            continue
         for a in call.args[1].fields:
             if a in inside or any(a.same_as(x) for x in args):
                 continue
@@ -304,7 +325,8 @@ class _Rewriter:
         replaced, grouped = {}, set()
         for members in groups:
             func, args = _group_function(bindings_of, members)
-            names = [bindings_of[v].value.args[0].name_hint for v in members]
+            names = [bindings_of[v].value.args[0].name_hint for v in members
+                     if isinstance(bindings_of[v].value, relax.Call)]
             gvar = self.builder.add_func(func, PREFIX + "_".join(names))
             call = relax.Call(gvar, args)
             out = members[-1]  # every member precedes it, so its place has all the arguments

@@ -441,6 +441,8 @@ class SplitReduction(GPUScheduleRule):
         red, epilogues = blocks[0], blocks[1:]
         if not _reduce_count(sch, red) or any(_reduce_count(sch, b) for b in epilogues):
             return None
+        if len(sch.get(red).writes) != 1:  # online softmax's (sum, max) pairs: GeneralReduction
+            return None
         loops = sch.get_loops(red)
         n_rows = len(loops) - _reduce_count(sch, red)
         rows = _static_product(sch, loops[:n_rows])
@@ -750,11 +752,12 @@ class CPUElementwise(CPURule):
         infos = _inline(sch, infos)
         # several outputs (AdamW's p, m and v): one loop nest, each element's inputs read once
         merged = _one_loop(sch, [info.block_rv for info in infos]) if len(infos) > 1 else None
-        nests = [[merged]] if merged is not None else [sch.get_loops(info.block_rv) for info in infos]
-        for loops in nests:
+        nests = [(None, [merged])] if merged is not None else [(info.block_rv, sch.get_loops(info.block_rv))
+                                                               for info in infos]
+        for block, loops in nests:
             if not loops:
                 continue  # a 0-d kernel: nothing to spread
-            most = _uniform_lanes(sch, info.block_rv, loops[-1], lanes)
+            most = lanes if block is None else _uniform_lanes(sch, block, loops[-1], lanes)
             fused = _fuse(sch, loops)
             extent = get_extent(sch, fused)
             vector = _pow2_divisor(extent, most)

@@ -1,0 +1,214 @@
+"""OnlineSoftmax: `m = max(x)` and `s = sum(exp(x - m))` over the same rows become ONE reduction giving
+(m, s), as Inductor's online softmax does, so a GPU row kernel reads x once for both statistics.
+
+The pair is reduced with `legalize.online_combine` (the running max and the sum rescaled to it), in
+float32 for half inputs and rounded once to the sum's dtype, as the two-pass legalization does
+(HALF_ACCUMULATE). It matches the shapes users write: softmax, log-softmax, logsumexp, cross-entropy
+(the max kept or dropped then expanded back, and bfloat16's max taken through astype float32). The
+max and the sum keep their Relax vars (now items of the pair), so the fusion map still shows the
+user's max and sum lines; `x - m` and `exp` stay where something else reads them (softmax's divide).
+Applied on GPU targets only: on a CPU, CPUReduction cannot vectorise a two-value reduction (see there),
+and two passes over a row in cache cost less than the second exp per element.
+"""
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import relax, te, tirx, topi
+
+from . import legalize
+
+NAME = "online_softmax"
+
+
+def _is_op(value, name: str) -> bool:
+    return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == name
+
+
+def _shape(expr):
+    ty = expr.ty
+    return list(ty.shape.values) if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr) else None
+
+
+def _same(a, b) -> bool:
+    return a is not None and b is not None and len(a) == len(b) and all(
+        tvm_ffi.structural_equal(p, q) for p, q in zip(a, b))
+
+
+def _axes(call) -> list[int]:
+    return legalize._axes(call.attrs.axis, call.args[0].ty.ndim)
+
+
+class _Pair:
+    """A matched max (the binding to replace first) and exp-sum over the same x."""
+
+    def __init__(self, x, max_var, max_call, sum_var, sum_call, axes):
+        self.x, self.max_var, self.max_call, self.sum_var, self.sum_call = x, max_var, max_call, sum_var, sum_call
+        self.axes = axes
+
+
+def _find(bindings: list) -> list[_Pair]:
+    """The (max, exp-sum) pairs of one dataflow block."""
+    value = {b.var: b.value for b in bindings if isinstance(b, relax.VarBinding)}
+    pairs, used = [], set()
+    for b in bindings:
+        s = b.value
+        if not (_is_op(s, "relax.sum") and _is_float(s.args[0])):
+            continue
+        e = value.get(s.args[0])
+        d = value.get(e.args[0]) if _is_op(e, "relax.exp") else None
+        if not _is_op(d, "relax.subtract"):
+            continue
+        x, peak = d.args
+        axes = _axes(s)
+        found = _max_of(x, peak, value, axes)
+        if found is None or found in used or not _same(_shape(x), _shape(d)) or str(x.ty.dtype) != str(d.ty.dtype):
+            continue
+        if not (isinstance(found, relax.DataflowVar) and isinstance(b.var, relax.DataflowVar)):
+            # the max or the sum is also a result: FuseRowwise keeps it out of the row kernel, and
+            # a kernel of the pair alone would have two results, which no GPU rule schedules
+            continue
+        used.add(found)
+        pairs.append(_Pair(x, found, value[found], b.var, s, axes))
+    return pairs
+
+
+def _max_of(x, peak, value: dict, axes: list[int]):
+    """The var bound to the max of x over `axes` that `peak` is, kept (keepdims), dropped and
+    expanded back, or bfloat16's taken in float32 and cast back; None if it is none of those."""
+    kept = [1 if i in axes else d for i, d in enumerate(_shape(x) or [])]
+    shape = _shape(peak)
+    if shape is None or len(shape) != len(kept) or not all(
+            (isinstance(d, tirx.IntImm) and d.value == 1) if i in axes else tvm_ffi.structural_equal(d, k)
+            for i, (d, k) in enumerate(zip(shape, kept))):
+        return None
+    var, v = peak, value.get(peak)
+    if _is_op(v, "relax.expand_dims") or _is_op(v, "relax.reshape"):
+        var, v = v.args[0], value.get(v.args[0])
+    if _is_op(v, "relax.astype") and str(v.attrs.dtype) == str(x.ty.dtype):  # bfloat16's
+        var, v = v.args[0], value.get(v.args[0])
+    if not (_is_op(v, "relax.max") and _axes(v) == axes):
+        return None
+    source = v.args[0]
+    if not source.same_as(x):
+        cast = value.get(source)
+        if not (_is_op(cast, "relax.astype") and cast.args[0].same_as(x) and str(cast.attrs.dtype) == "float32"):
+            return None
+    return var
+
+
+def _is_float(expr) -> bool:
+    return isinstance(expr.ty, relax.TensorType) and str(expr.ty.dtype) in ("float32", "float16", "bfloat16")
+
+
+def _kept_index(index, axes, ndim, keepdims):
+    """The index into the keepdims-shaped pair of an output index (reduced axes dropped or not)."""
+    out, full = iter(index), []
+    for i in range(ndim):
+        if i in axes:
+            full.append(0)
+            if keepdims:
+                next(out)
+        else:
+            full.append(next(out))
+    return full
+
+
+def online_softmax(x: te.Tensor, axes: list[int], m_dtype: str, m_keepdims: bool, s_dtype: str, s_keepdims: bool):
+    """TE: the max of x over `axes` and the sum of exp(x - max), reduced together in float32."""
+    reducer = legalize.reducers()[NAME]
+    one = tirx.const(1, "float32")
+
+    # half inputs as a float32 stage of their own (inlined by the schedules)
+    x = x if x.dtype == "float32" else topi.cast(x, "float32")
+
+    def body(full, raxes):
+        return reducer((one, x[tuple(full)]), axis=raxes)
+    s, m = legalize._reduce_compute(x, axes, True, body, "T_online_temp")
+    ndim = len(x.shape)
+
+    def shape(keepdims):
+        return [1 if i in axes else n for i, n in enumerate(x.shape) if keepdims or i not in axes]
+
+    def cast(v, dtype):
+        return v if dtype == "float32" else tirx.Cast(dtype, v)
+
+    # the pair stays a temporary, each half copied out by a block of its own (as legalize's argmax)
+    m_out = te.compute(shape(m_keepdims), lambda *i: cast(m(*_kept_index(i, axes, ndim, m_keepdims)), m_dtype),
+                       name="T_online_max")
+    s_out = te.compute(shape(s_keepdims), lambda *i: cast(legalize.online_sum(
+        m(*_kept_index(i, axes, ndim, s_keepdims)), s(*_kept_index(i, axes, ndim, s_keepdims))), s_dtype),
+        name="T_online_sum")
+    return [m_out, s_out]
+
+
+class _Rewriter:
+    def __init__(self, mod: tvm.IRModule):
+        self.builder = relax.BlockBuilder(mod)
+        self.changed = False
+
+    def seq(self, seq):
+        if not isinstance(seq, relax.SeqExpr):
+            return seq
+        blocks = [self.block(b) for b in seq.blocks]
+        if all(new.same_as(old) for new, old in zip(blocks, seq.blocks)):
+            return seq
+        return relax.SeqExpr(blocks, seq.body, seq.span)
+
+    def block(self, block):
+        bindings = [self.branches(b) for b in block.bindings]
+        pairs = _find(bindings) if isinstance(block, relax.DataflowBlock) else []
+        if not pairs and all(new.same_as(old) for new, old in zip(bindings, block.bindings)):
+            return block
+        at_max = {p.max_var: p for p in pairs}
+        at_sum = {p.sum_var: p for p in pairs}
+        items = {}
+        new = []
+        for b in bindings:
+            pair = at_max.get(b.var)
+            if pair is not None:
+                call = self.builder.normalize(self.builder.call_te(
+                    online_softmax, pair.x, pair.axes, str(b.var.ty.dtype), bool(pair.max_call.attrs.keepdims),
+                    str(pair.sum_var.ty.dtype), bool(pair.sum_call.attrs.keepdims), primfunc_name_hint=NAME))
+                both = relax.DataflowVar("online", call.ty)
+                new.append(relax.VarBinding(both, call))
+                items[pair] = both
+                new.append(relax.VarBinding(b.var, self.builder.normalize(relax.TupleGetItem(both, 0))))
+                continue
+            pair = at_sum.get(b.var)
+            if pair is not None:
+                new.append(relax.VarBinding(b.var, self.builder.normalize(relax.TupleGetItem(items[pair], 1))))
+                continue
+            new.append(b)
+        self.changed = True
+        return type(block)(new, block.span)
+
+    def branches(self, binding):
+        value = binding.value
+        if not isinstance(value, relax.If):
+            return binding
+        true, false = self.seq(value.true_branch), self.seq(value.false_branch)
+        if true.same_as(value.true_branch) and false.same_as(value.false_branch):
+            return binding
+        return relax.VarBinding(binding.var, relax.If(value.cond, true, false, value.span), binding.span)
+
+
+def fuse_online(mod: tvm.IRModule) -> tvm.IRModule:
+    """Rewrite every (max, exp-sum) pair into one online reduction (see the module docstring); the
+    `x - m` and `exp` that nothing else reads are removed."""
+    rewriter = _Rewriter(mod)
+    for gvar, func in list(mod.functions_items()):
+        if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr):
+            body = rewriter.seq(func.body)
+            if not body.same_as(func.body):
+                new = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
+                rewriter.builder.update_func(gvar, relax.analysis.remove_all_unused(new))
+    return rewriter.builder.get() if rewriter.changed else mod
+
+
+def applies(target: tvm.target.Target | None) -> bool:
+    """On GPU targets (see the module docstring)."""
+    return target is not None and target.kind.name == "cuda"
+
+
+OnlineSoftmax = tvm.transform.module_pass(lambda mod, _ctx: fuse_online(mod), opt_level=0, name="OnlineSoftmax")
