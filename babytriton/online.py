@@ -7,7 +7,7 @@ float32 for half inputs and rounded once to the sum's dtype, as the two-pass leg
 (the max kept or dropped then expanded back, and bfloat16's max taken through astype float32). The
 max and the sum keep their Relax vars (now items of the pair), so the fusion map still shows the
 user's max and sum lines; `x - m` and `exp` stay where something else reads them (softmax's divide).
-Applied on GPU targets only: on a CPU, CPUReduction cannot vectorise a two-value reduction (see there),
+Applied on GPU targets to rows of at least MIN_ROW elements only: on a CPU, CPUReduction cannot vectorise a two-value reduction (see there),
 and two passes over a row in cache cost less than the second exp per element.
 """
 from __future__ import annotations
@@ -68,6 +68,8 @@ def _find(bindings: list) -> list[_Pair]:
             # the max or the sum is also a result: FuseRowwise keeps it out of the row kernel, and
             # a kernel of the pair alone would have two results, which no GPU rule schedules
             continue
+        if not _long_rows(x, axes):
+            continue
         used.add(found)
         pairs.append(_Pair(x, found, value[found], b.var, s, axes))
     return pairs
@@ -95,6 +97,26 @@ def _max_of(x, peak, value: dict, axes: list[int]):
         if not (_is_op(cast, "relax.astype") and cast.args[0].same_as(x) and str(cast.attrs.dtype) == "float32"):
             return None
     return var
+
+
+# Rows shorter than this keep their two passes: the second read of a 4096-wide row comes from the L2
+# cache, and the online form's extra exp and rescale per element cost more (H100, 2026-11-24: softmax
+# over 4096 x 4096 fp32 took 63 us online against 48 us in two passes; cross-entropy over 32000-wide
+# rows 496 us against 546 us).
+MIN_ROW = 16384
+
+
+def _long_rows(x, axes: list[int]) -> bool:
+    """Whether the reduced extent is static and at least MIN_ROW."""
+    shape = _shape(x)
+    if shape is None:
+        return False
+    extent = 1
+    for axis in axes:
+        if not isinstance(shape[axis], tirx.IntImm):
+            return False
+        extent *= int(shape[axis])
+    return extent >= MIN_ROW
 
 
 def _is_float(expr) -> bool:

@@ -141,8 +141,11 @@ class Elementwise(GPUScheduleRule):
             return None  # ragged or tiny: Fallback's predicated scalar loop handles it
         # through registers: a call TVM can't vectorise would make every load scalar, and a bool
         # buffer can't be a vector in memory (CUDA moves 4 bools as a ushort4: 8 misaligned bytes)
+        # and CUDA has no vector of more than 16 bytes: eight halves computed in float32 (gelu, sigmoid
+        # in float32) would be a `make_ulonglong4` of eight floats, which NVRTC refuses
         staged = _scalar_calls(sch.get(info.block_rv)) or any(
-            _is_buffer(p) and str(p.ty.dtype) == "bool" for p in func.params)
+            _is_buffer(p) and str(p.ty.dtype) == "bool" for p in func.params) or _widest_bits(
+            sch.get(info.block_rv)) * vector > 128
         if staged:
             # the lanes split off the row first, so their index has no div/mod: each thread's
             # registers then hold exactly its vector of every buffer
@@ -170,8 +173,8 @@ class Elementwise(GPUScheduleRule):
             return None  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
         # a transpose, slice or gather, a bool buffer (never a vector in memory, see `apply`): scalar
         lanes_fit = all(_contiguous_lanes(sch, sch.get_loops(info.block_rv)[-1], vector) == vector
-                        for info in infos) and not any(_is_buffer(p) and str(p.ty.dtype) == "bool"
-                                                       for p in func.params)
+                        and _widest_bits(sch.get(info.block_rv)) * vector <= 128 for info in infos) and not any(
+            _is_buffer(p) and str(p.ty.dtype) == "bool" for p in func.params)
         fused = _one_loop(sch, [info.block_rv for info in infos])
         if fused is None:
             return None
@@ -187,6 +190,18 @@ class Elementwise(GPUScheduleRule):
         sch.bind(threads, "threadIdx.x")
         sch.vectorize(lanes)
         return sch
+
+
+def _widest_bits(block) -> int:
+    """The widest scalar type (in bits) a block computes with, its casts included."""
+    widest = []
+
+    def visit(node):
+        ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
+        if isinstance(ty, tvm.ir.PrimType):
+            widest.append(tvm.DataType(str(ty.dtype)).bits)
+    tvm_ffi.structural_walk(block.body, visit)
+    return max(widest, default=0)
 
 
 def _scalar_calls(block) -> bool:

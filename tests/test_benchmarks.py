@@ -4,10 +4,12 @@ import os
 import subprocess
 import sys
 
+import shutil
 import warnings
 
 import pytest
 import torch
+import tvm
 
 import babytriton as bt
 from babytriton.schedules import SerialKernelWarning
@@ -79,6 +81,20 @@ def test_no_kernel_runs_serially_at_full_size(workload, target):
     with warnings.catch_warnings():
         warnings.simplefilter("error", SerialKernelWarning)
         bt.jit(target=target)(workload.bt_fn).compile(*args)
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+@pytest.mark.parametrize("workload", [w for w in WORKLOADS if w.dtype != torch.float32], ids=lambda w: w.name)
+def test_half_workloads_cuda_compiles_with_nvcc(workload):
+    """The CUDA of every half-precision workload at full size is valid C++ for nvcc (NVRTC refused eight
+    halves computed as one float32 vector once: `make_ulonglong4` with eight arguments)."""
+    from tvm.support import nvcc
+    kernel = bt.jit(target={"kind": "cuda", "arch": "sm_90"})(workload.bt_fn).compile(*workload.make("full", "meta"))
+    if not kernel.source:  # everything handed to torch (cuBLAS, SDPA): no CUDA of ours
+        assert all(k.rule in ("cuBLAS", "SDPA") for k in kernel.fusion)
+        return
+    with tvm.target.Target({"kind": "cuda", "arch": "sm_90"}):
+        assert b".entry" in nvcc.compile_cuda(kernel.source, target_format="ptx", compiler="nvcc")
 
 
 def _refused(x):

@@ -62,6 +62,23 @@ def special_rows(cols: int, dtype) -> torch.Tensor:
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 0.1}
 
 
+@pytest.fixture(autouse=True)
+def any_row_length(monkeypatch, request):
+    """The rewrite on rows of every length here (it waits for MIN_ROW elements), but where a test
+    checks that threshold itself."""
+    if "min_row" not in request.keywords:
+        monkeypatch.setattr(online, "MIN_ROW", 1)
+        monkeypatch.setenv("BABYTRITON_CACHE", "0")  # the cache key does not know the threshold moved
+
+
+@pytest.mark.min_row
+@pytest.mark.parametrize("cols, online_form", [(4096, False), (online.MIN_ROW, True), (32000, True)])
+def test_only_long_rows_take_the_online_form(cols, online_form):
+    x = torch.empty(64, cols, device="meta")
+    k = bt.jit(target={"kind": "cuda", "arch": "sm_90"})(logsumexp).compile(x)
+    assert (online.NAME in k.stages["OnlineSoftmax"]) == online_form
+
+
 @pytest.fixture
 def on_cpu_too(monkeypatch):
     """The rewrite on the CPU as well (it is GPU-only): its numbers are checked here, without a GPU."""
