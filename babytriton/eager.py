@@ -5,8 +5,10 @@ arguments the compiled version sees (runtime scalars as 0-d int64/float64/bool t
 the Python numbers they are, eager_ops.WeakScalar; constexprs as Python values), so dtypes promote the same way, and its results come back as the compiled call's do.
 Every name the compiler resolves is mapped to torch:
 - library ops (`sigmoid(x)`, `R.nn.softmax`, `bt.sum`, `x.sum(axis=1)`, `x.T`) through one table,
-  Relax op name -> torch function, after the compiler's own argument rules (eager_ops.py);
-- TensorIR kernels are compiled alone by TVM and run on the tensors (DLPack, no copies);
+  Relax op name -> torch function, after the compiler's own rules (library.apply, run with
+  eager_ops.TorchBuilder where the compiler runs them with library.RelaxBuilder);
+- TensorIR kernels are checked by the compiler's rules (kernels.check_call), compiled alone by TVM
+  and run on the tensors (DLPack, no copies);
 - other @jit functions run eagerly too, their arguments bound as the inliner binds them.
 
 How: where Python's meaning differs from the compiler's, the function's AST is rewritten, then

@@ -191,8 +191,8 @@ class TorchBuilder:
     def is_run_time(self, value) -> bool:
         return _is_tensor(value)
 
-    def is_tensor_tuple(self, value) -> bool:
-        return False  # several tensors are a Python tuple of them
+    def is_tensors(self, value) -> bool:
+        return False  # several tensors are a Python tuple of them here
 
     def aligned(self, *operands) -> list:
         return list(operands)  # sizes are numbers here: torch broadcasts them

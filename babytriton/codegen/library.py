@@ -311,7 +311,7 @@ class Builder(typing.Protocol):
     def scalar(self, value, dtype: str | None): ...  # a compile-time number for a tensor of `dtype`
     def sequence(self, value): ...              # (nested) tuples/lists as the op takes them
     def is_run_time(self, value) -> bool: ...   # a value known only when the code runs
-    def is_tensor_tuple(self, value) -> bool: ...  # one value holding several tensors
+    def is_tensors(self, value) -> bool: ...    # one value the op takes for its tuple of tensors as it is
     def aligned(self, *operands) -> list: ...   # element-wise operands made to agree on their shapes
     def check_sizes(self, op: "Op", values: dict) -> None: ...  # size checks it makes before the op
     def same_as_operator(self, name: str, x1, x2): ...  # `x1 @ x2`, `x1 ** x2`
@@ -440,7 +440,7 @@ class RelaxBuilder:
     def is_run_time(self, value) -> bool:
         return core.is_tensor(value) or isinstance(value, relax.Expr) and not core.is_symbolic(value)
 
-    def is_tensor_tuple(self, value) -> bool:
+    def is_tensors(self, value) -> bool:  # a Relax tuple (or a tensor, which TVM then judges)
         return core.is_tensor(value) or isinstance(value, relax.Expr) and isinstance(value.ty, relax.TupleType)
 
     def aligned(self, *operands) -> list:
@@ -472,7 +472,10 @@ class RelaxBuilder:
         return cg.emit(relax.op.squeeze(result, [0])) if row else result
 
     def rounded_back(self, result, dtype: str):
-        return _rounded_back(self.cg, result, dtype)
+        if core.is_tensor(result):
+            return self.cg.emit(relax.op.astype(result, dtype)) if core.dtype_of(result) == "float32" else result
+        items = [self.cg.emit(relax.TupleGetItem(result, i)) for i in range(len(result.ty.fields))]
+        return tuple(self.rounded_back(item, dtype) for item in items)
 
 
 SCANS = {"cumsum", "cumprod"}
@@ -701,14 +704,6 @@ def half_result(narrow: str | None, values: dict) -> str | None:
     return None
 
 
-def _rounded_back(cg, result, dtype: str):
-    """The float32 results of an op computed for `dtype` operands, rounded back to `dtype`."""
-    if core.is_tensor(result):
-        return cg.emit(relax.op.astype(result, dtype)) if core.dtype_of(result) == "float32" else result
-    items = [cg.emit(relax.TupleGetItem(result, i)) for i in range(len(result.ty.fields))]
-    return tuple(_rounded_back(cg, item, dtype) for item in items)
-
-
 def _widen_bools_and_ints(b: Builder, op: Op, values: dict) -> bool:
     """Apply the dtype rules above to the tensor operands, in place; whether bools went in as int8."""
     operands = [n for n in values if op.kinds[n] in TENSOR_KINDS and b.is_tensor(values[n])]
@@ -776,7 +771,7 @@ def convert(b: Builder, op: Op, name: str, value, arguments: dict):
             return None
         return b.operand(value)
     if kind == "tensors":
-        if b.is_tensor_tuple(value):
+        if b.is_tensors(value):
             return value
         if isinstance(value, (tuple, list)) and value and all(b.is_tensor(v) for v in value):
             return list(value)
