@@ -62,7 +62,7 @@ def call(cg, kernel: tirx.PrimFunc, name: str, args: list, kwargs: dict):
     gvar = declare(cg, kernel, name, buffers.sizes)
     outputs = [relax.TensorType(shape, dtype) for shape, dtype in buffers.outputs]
     out_ty = outputs[0] if len(outputs) == 1 else outputs
-    return cg.emit(relax.op.call_tir(gvar, list(buffers.inputs), out_ty=out_ty))
+    return cg.emit(relax.op.call_tir(gvar, buffers.inputs, out_ty=out_ty))
 
 
 def check_call(b, kernel: tirx.PrimFunc, name: str, args: list, kwargs: dict) -> Buffers:
