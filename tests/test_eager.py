@@ -453,6 +453,37 @@ def test_a_changed_op_rule_changes_the_compiled_and_the_eager_message(monkeypatc
     assert set(builders) == {"RelaxBuilder", "TorchBuilder"}
 
 
+def _not_a_tensor(x):
+    return exp("a")  # noqa: F821
+
+
+def _misspelt_dtype(x):
+    return x.astype("flaot32")
+
+
+def _axis_of_a_wrong_type(x):
+    return sum(x, axis="a")
+
+
+def _axis_as_a_tensor(x):
+    return sum(x, axis=x)
+
+
+def _int_too_big(x):
+    return add(x, 2**70)  # noqa: F821
+
+
+@pytest.mark.parametrize("fn", [_not_a_tensor, _misspelt_dtype, _axis_of_a_wrong_type, _axis_as_a_tensor,
+                                _int_too_big])
+def test_argument_errors_are_the_compilers_word_for_word(fn):
+    f = bt.jit(cache=False)(fn)
+    with pytest.raises(bt.CompilationError) as compiled:
+        f(rand(2, 3))
+    with pytest.raises(TypeError) as eagerly:
+        f.eager(rand(2, 3))
+    assert compiled.value.message == str(eagerly.value)
+
+
 def test_a_changed_kernel_call_rule_changes_the_compiled_and_the_eager_message(monkeypatch):
     def refuse(original, b, kernel, name, args, kwargs):
         raise Diagnostic(f"kernel `{name}` refused by the changed rule")
