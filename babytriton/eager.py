@@ -5,8 +5,10 @@ arguments the compiled version sees (runtime scalars as 0-d int64/float64/bool t
 the Python numbers they are, eager_ops.WeakScalar; constexprs as Python values), so dtypes promote the same way, and its results come back as the compiled call's do.
 Every name the compiler resolves is mapped to torch:
 - library ops (`sigmoid(x)`, `R.nn.softmax`, `bt.sum`, `x.sum(axis=1)`, `x.T`) through one table,
-  Relax op name -> torch function, after the compiler's own argument rules (eager_ops.py);
-- TensorIR kernels are compiled alone by TVM and run on the tensors (DLPack, no copies);
+  Relax op name -> torch function, after the compiler's own rules (library.apply, run with
+  eager_ops.TorchBuilder where the compiler runs them with library.RelaxBuilder);
+- TensorIR kernels are checked by the compiler's rules (kernels.check_call), compiled alone by TVM
+  and run on the tensors (DLPack, no copies);
 - other @jit functions run eagerly too, their arguments bound as the inliner binds them.
 
 How: where Python's meaning differs from the compiler's, the function's AST is rewritten, then
@@ -45,7 +47,7 @@ import torch
 from . import devices, pipeline
 from .codegen import kernels, library
 from .codegen.relax import PY_BUILTINS
-from .eager_ops import (_DEVICE, PY_SCALARS, TORCH, _as_tensor, _describe, _is_scalar, _is_size, _is_tensor,  # noqa: F401
+from .eager_ops import (_DEVICE, _SIZES, PY_SCALARS, TORCH, _as_tensor, _describe, _is_scalar, _is_tensor,  # noqa: F401
                         WeakScalar, call_op, run_kernel, weak)
 from .types import DTYPES, SCALAR_TYPES, TORCH_TO_NAME, unwrap
 
@@ -73,20 +75,22 @@ def run(jitfn, args: tuple, kwargs: dict):
     tensors = [unwrap(a) for a, s in zip(args, specs) if s.kind == "tensor"]
     all_numpy = bool(tensors) and all(isinstance(t, np.ndarray) for t in tensors)
     device = next((t.device for t in tensors if _is_tensor(t)), torch.device(target_kind))
-    values = []
+    values, sizes = [], {}
     for value, spec in zip(args, specs):
         if spec.kind == "tensor":
             data = unwrap(value)
             values.append(torch.from_numpy(data) if isinstance(data, np.ndarray) else data)
+            sizes.update((d, n) for d, n in zip(spec.shape, data.shape) if isinstance(d, str))
         elif spec.kind == "scalar":  # what the compiled call passes: a 0-d tensor, promoting as a number
             values.append(weak(torch.tensor(value, dtype=DTYPES[spec.dtype], device=device)))
         else:
             values.append(value)
-    token = _DEVICE.set(device)
+    token, sizes_token = _DEVICE.set(device), _SIZES.set(sizes)
     try:
         result = function(jitfn)(*values)
     finally:
         _DEVICE.reset(token)
+        _SIZES.reset(sizes_token)
     return _results(result, all_numpy, jitfn.__name__, device)
 
 
@@ -295,14 +299,10 @@ def tensor_attribute(tensor: torch.Tensor, name: str):
         return tensor.dim()
     if name in library.PROPERTIES:
         return call_op(library.table()[library.PROPERTIES[name]], [tensor], {})
-    if name in library.METHODS:
-        op_name, varargs = library.METHODS[name]
-        op = library.table()[op_name]
-
+    bound = library.method(tensor, name)
+    if bound is not None:
         def method(*args, **kwargs):
-            if varargs and len(args) > 1 and all(_is_size(a) for a in args) and varargs not in kwargs:
-                args = [tuple(args)]  # x.reshape(2, 3) == x.reshape((2, 3))
-            return call_op(op, [tensor, *args], kwargs)
+            return call_op(bound.op, library.method_arguments(bound, list(args), kwargs), kwargs)
         method.__name__ = name
         return method
     available = ["shape", "dtype", "ndim", *library.tensor_attributes()]

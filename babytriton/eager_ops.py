@@ -1,6 +1,7 @@
 """The eager reference's library: each Relax op the compiler resolves, as torch computes it, after
-the compiler's own argument rules (library.bind, promotion, the bool and integer rules); and user
-TensorIR kernels, compiled alone by TVM and run on the tensors.
+the compiler's own rules (library.apply: binding, conversion, promotion, the bool and integer rules),
+run with a builder of torch values (TorchBuilder) where the compiler's emits Relax; and user TensorIR
+kernels, checked by the compiler's rules (kernels.check_call), compiled alone by TVM and run on the tensors.
 
 TORCH is the table, Relax op name -> a torch function called with the op's arguments by their Relax
 names (defaults filled in); `_t` builds the entries that only rename arguments (axis -> dim, ...).
@@ -23,11 +24,14 @@ from .codegen import kernels, library
 from .codegen.ops import weak_dtype
 from .codegen.relax import wrap_int
 from .errors import Diagnostic
-from .types import DTYPES, TORCH_TO_NAME, Tensor, dtype_name, format_shape, torch_to_vm
+from .types import DTYPES, TORCH_TO_NAME, format_shape, torch_to_vm
 
 # The device that values made from nothing (constants, zeros(...)) go to during an eager call.
 _DEVICE: contextvars.ContextVar[torch.device] = contextvars.ContextVar("babytriton_eager_device",
                                                                        default=torch.device("cpu"))
+# The sizes the function's symbolic dimension names stand for in this eager call ("n" -> 3): what a
+# bt.Tensor(("n", 4), ...) kernel placeholder means, as the compiled function's symbolic size n.
+_SIZES: contextvars.ContextVar[dict] = contextvars.ContextVar("babytriton_eager_sizes", default={})
 PY_SCALARS = (bool, int, float)
 
 
@@ -114,10 +118,6 @@ def promotion_operand(value):
     return _number(value) if isinstance(value, WeakScalar) else value
 
 
-def _is_size(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _as_tensor(value, dtype: torch.dtype) -> torch.Tensor:
     if _is_tensor(value):
         return value.to(dtype)
@@ -127,161 +127,107 @@ def _as_tensor(value, dtype: torch.dtype) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------------
-# library ops: the compiler's argument rules, then torch
+# library ops and kernels: the compiler's rules (library.apply, kernels.check_call), torch's values
 # ----------------------------------------------------------------------------------------------
+class TorchBuilder:
+    """The eager reference's library.Builder: values are torch tensors (run-time scalars weak ones),
+    and what the compiler would emit is computed by torch at once."""
+    # The ops legalize.HALF_IN_FLOAT32 computes in float32 inside the compiled kernel: here, on
+    # float32 copies, rounded back once, as there.
+    half_in_float32 = library.HALF_IN_FLOAT32
+
+    def is_tensor(self, value) -> bool:
+        return _is_tensor(value)
+
+    def dtype(self, value) -> str:
+        return TORCH_TO_NAME[value.dtype]
+
+    def shape(self, value) -> tuple:
+        return tuple(value.shape)
+
+    def ndim(self, value) -> int:
+        return value.dim()
+
+    def describe(self, value) -> str:
+        return _describe(value)
+
+    def is_weak(self, value) -> bool:
+        return _is_scalar(value) or isinstance(value, WeakScalar)
+
+    def promotion_operand(self, value):
+        return promotion_operand(value)
+
+    def weak(self, result):
+        return weak(result) if result.dim() == 0 and not isinstance(result, WeakScalar) else result
+
+    def symbolic(self, name: str):
+        return _SIZES.get().get(name, name)
+
+    def operand(self, value):
+        if isinstance(value, int) and not -2**63 <= value < 2**64:  # as RelaxCodeGen.operand
+            raise Diagnostic(f"the int {value} is too big to meet a tensor (torch refuses it too)")
+        if _is_tensor(value) or _is_scalar(value):
+            return value
+        raise Diagnostic(f"expected a tensor or a number, got {_describe(value)}")
+
+    def const(self, value, dtype: str):
+        return _as_tensor(value, DTYPES[dtype])
+
+    def as_tensor(self, value, dtype: str):
+        return _as_tensor(value, DTYPES[dtype])
+
+    def index(self, value):
+        return torch.tensor(value, dtype=torch.int64, device=_DEVICE.get())
+
+    def dtype_value(self, name: str):
+        return DTYPES[name]
+
+    def scalar(self, value, dtype: str | None):
+        return int(value) if dtype is not None and not DTYPES[dtype].is_floating_point else value
+
+    def sequence(self, value):
+        return tuple(self.sequence(v) for v in value) if isinstance(value, (tuple, list)) else value
+
+    def is_run_time(self, value) -> bool:
+        return _is_tensor(value)
+
+    def is_tensors(self, value) -> bool:
+        return False  # several tensors are a Python tuple of them here
+
+    def aligned(self, *operands) -> list:
+        return list(operands)  # sizes are numbers here: torch broadcasts them
+
+    def check_sizes(self, op: library.Op, values: dict) -> None:
+        pass  # torch sees the sizes when it runs the op (an empty max/min axis: _nonempty)
+
+    def same_as_operator(self, name: str, x1, x2):
+        return SAME_AS_OPERATOR[name](x1, x2)
+
+    def emit(self, op: library.Op, values: dict):
+        fn = TORCH.get(op.name)
+        if fn is None:
+            raise NotImplementedError(f"{op.name}() has no torch equivalent in babytriton's eager mode yet; "
+                                      "run the compiled function instead")
+        for name, param in op.signature.parameters.items():  # the Relax op's own defaults, converted
+            if name not in values and param.default is not param.empty:
+                values[name] = library.convert(self, op, name, param.default, values)
+        return fn(**values)
+
+    def rounded_back(self, result, dtype: str):
+        if isinstance(result, (tuple, list)):
+            return type(result)(self.rounded_back(r, dtype) for r in result)
+        return result.to(DTYPES[dtype]) if _is_tensor(result) and result.dtype == torch.float32 else result
+
+
+BUILDER = TorchBuilder()
+
+
 def call_op(op: library.Op, args: list, kwargs: dict):
-    """`op(*args, **kwargs)` with the compiler's rules (library.call), computed by torch."""
+    """`op(*args, **kwargs)` with the compiler's rules (library.apply), computed by torch."""
     try:
-        arguments = library.bind(op, args, kwargs)
+        return library.apply(BUILDER, op, args, kwargs)
     except Diagnostic as e:
         raise TypeError(str(e)) from None
-    if op.name in SAME_AS_OPERATOR and set(arguments) == {"x1", "x2"}:
-        return SAME_AS_OPERATOR[op.name](arguments["x1"], arguments["x2"])
-    operands = [v for n, v in arguments.items() if op.kinds.get(n) in library.TENSOR_KINDS and _is_tensor(v)]
-    result = _call_op(op, arguments)
-    if library.on_numbers_only(op, operands, lambda v: isinstance(v, WeakScalar)) and _is_tensor(result) \
-            and result.dim() == 0 and not isinstance(result, WeakScalar):
-        result = weak(result)
-    return result
-
-
-def _call_op(op: library.Op, arguments: dict):
-    for name, param in op.signature.parameters.items():  # the Relax op's own defaults
-        if name not in arguments and param.default is not param.empty:
-            arguments[name] = param.default
-    values = {name: _convert(op, name, value, arguments) for name, value in arguments.items()}
-    promoted = [n for n in op.promoted if n in values]
-    if promoted:
-        dtype = DTYPES[library.common_dtype([promotion_operand(values[n]) for n in promoted])]
-        for n in promoted:
-            values[n] = _as_tensor(values[n], dtype)
-    else:
-        dtype = DTYPES[library.common_dtype([promotion_operand(v) for n, v in values.items()
-                                             if op.kinds[n] in library.TENSOR_KINDS])]
-        for name, value in values.items():
-            if op.kinds[name] in library.TENSOR_KINDS and _is_scalar(value):
-                values[name] = torch.tensor(value, dtype=dtype, device=_DEVICE.get())
-    as_int8 = _widen_bools_and_ints(op, values)
-    first = next((v for n, v in values.items() if op.kinds[n] in library.TENSOR_KINDS and _is_tensor(v)), None)
-    problem = library.axis_problem(op.name, values.get("axis"), first.dim()) if first is not None else None
-    if problem:
-        raise TypeError(problem)
-    fn = TORCH.get(op.name)
-    if fn is None:
-        raise NotImplementedError(f"{op.name}() has no torch equivalent in babytriton's eager mode yet; "
-                                  "run the compiled function instead")
-    narrow = _via_float32(op, values)
-    result = fn(**values)
-    if as_int8 and _is_tensor(result) and result.dtype == torch.int8:
-        result = result.bool()
-    return _rounded_back(result, narrow) if narrow is not None else result
-
-
-def _via_float32(op: library.Op, values: dict) -> torch.dtype | None:
-    """library._via_float32 on torch tensors: half operands of the ops it lists, and of the ops that
-    accumulate or compute in float32 (library.HALF_IN_FLOAT32, which the compiler legalizes so), go in as float32."""
-    operands = [n for n in values if op.kinds[n] in library.TENSOR_KINDS and _is_tensor(values[n])]
-    narrow = next((values[n].dtype for n in operands
-                   if op.name in library.HALF_IN_FLOAT32 and values[n].dtype in (torch.float16, torch.bfloat16)
-                   or op.name in library.VIA_FLOAT32.get(TORCH_TO_NAME[values[n].dtype], ())), None)
-    narrow = library.half_result(narrow and TORCH_TO_NAME[narrow], values)
-    if narrow is None:
-        return None
-    for n in operands:
-        if TORCH_TO_NAME[values[n].dtype] == narrow:
-            values[n] = values[n].float()
-    return DTYPES[narrow]
-
-
-def _rounded_back(result, dtype: torch.dtype):
-    if isinstance(result, (tuple, list)):
-        return type(result)(_rounded_back(r, dtype) for r in result)
-    return result.to(dtype) if _is_tensor(result) and result.dtype == torch.float32 else result
-
-
-def _widen_bools_and_ints(op: library.Op, values: dict) -> bool:
-    """library._widen_bools_and_ints on torch tensors: the same refusals and conversions."""
-    operands = [n for n in values if op.kinds[n] in library.TENSOR_KINDS and _is_tensor(values[n])]
-    floating = [values[n].dtype.is_floating_point for n in operands]
-    if op.name in library.INT64_ACCUMULATE and values.get("dtype") is None:
-        for n in operands:
-            if not values[n].dtype.is_floating_point and values[n].dtype != torch.int64:
-                values[n] = values[n].to(torch.int64)
-        return False
-    described = ", ".join(_describe(values[n]) for n in operands)
-    allowed = library.FLOAT_DTYPES_ONLY.get(op.name)
-    for n in operands:
-        if allowed and values[n].dtype.is_floating_point and TORCH_TO_NAME[values[n].dtype] not in allowed:
-            raise TypeError(f"{op.name}() takes {', '.join(allowed)} tensors, got {_describe(values[n])}; "
-                            "convert with .astype()")
-    if op.name in library.FLOAT_ONLY and not all(floating):
-        raise TypeError(f"{op.name}() needs float tensors, got {described}; convert with .astype()")
-    if op.name in library.LOGICAL:
-        for n in operands:
-            values[n] = values[n].bool()
-        return False
-    if op.name in library.BITWISE and any(floating):
-        raise TypeError(f"{op.name}() needs integer or bool tensors, got {described}")
-    bools = [n for n in operands if values[n].dtype == torch.bool]
-    if not bools:
-        return False
-    if op.name in library.BOOL_REFUSED:
-        raise TypeError(f"{op.name}() on bool tensors is not supported; convert with .astype() first")
-    if op.name not in library.BOOL_AS_INT8:
-        return False
-    for n in bools:
-        values[n] = values[n].to(torch.int8)
-    return True
-
-
-def _convert(op: library.Op, name: str, value, arguments: dict):
-    kind = op.kinds[name]
-    where = f"{op.name}(): argument '{name}'"
-    if kind in ("tensor", "optional tensor"):
-        if value is None and kind == "optional tensor" or _is_tensor(value) or _is_scalar(value):
-            return value
-        raise TypeError(f"{where}: expected a tensor or a number, got {_describe(value)}")
-    if kind == "tensors":
-        if isinstance(value, (tuple, list)) and value and all(_is_tensor(v) for v in value):
-            return list(value)
-        raise TypeError(f"{where} takes a tuple of tensors, got {_describe(value)}")
-    if kind == "index":
-        if _is_tensor(value):
-            return value
-        if library.is_index(value):
-            return torch.tensor(value, dtype=torch.int64, device=_DEVICE.get())
-        raise TypeError(f"{where} takes an integer tensor, an int or a list of ints, got {_describe(value)}")
-    if kind in ("shape", "optional shape"):
-        if value is None and kind == "optional shape":
-            return None
-        sizes = (value,) if _is_size(value) else value
-        if isinstance(sizes, (tuple, list)) and all(_is_size(s) for s in sizes):
-            return tuple(sizes)
-        raise TypeError(f"{where} takes {'a shape (a tuple of sizes)' if name == 'shape' else 'a tuple of ints'}, "
-                        f"got {_describe(value)}")
-    if kind == "dtype":
-        if value is None and op.signature.parameters[name].default is None:
-            return None
-        try:
-            return DTYPES[dtype_name(value)]
-        except ValueError:
-            raise TypeError(f"{where} takes a dtype such as 'float32' or torch.float16, got {value!r}") from None
-    if kind == "scalar":
-        tensor = next((v for v in arguments.values() if _is_tensor(v)), None)
-        if not _is_scalar(value):
-            raise TypeError(f"{where} takes a compile-time number, got {_describe(value)}")
-        if tensor is not None and not tensor.dtype.is_floating_point:
-            if isinstance(value, float) and not value.is_integer():
-                raise TypeError(f"{where} is {value!r}, which an {TORCH_TO_NAME[tensor.dtype]} tensor cannot hold")
-            return int(value)
-        return value
-    if _is_tensor(value):
-        raise TypeError(f"{where} must be a compile-time value, got {_describe(value)}")
-    return _to_tuples(value)
-
-
-def _to_tuples(value):
-    return tuple(_to_tuples(v) for v in value) if isinstance(value, (tuple, list)) else value
 
 
 def _matmul(a, b):
@@ -546,47 +492,11 @@ def run_kernel(kernel, name: str, *args, **kwargs):
 
 
 def _run_kernel(kernel, name: str, args: list, kwargs: dict):
-    if kwargs:
-        raise Diagnostic(f"kernel `{name}` takes its buffers positionally, not as keywords")
-    params = list(kernel.params)
-    for param in params:
-        if not tvm.tirx.is_buffer_var(param):
-            raise Diagnostic(f"kernel `{name}` has the scalar parameter '{param.name}'; only buffer parameters "
-                             "can be passed from @jit code")
-    if len(args) > len(params):
-        raise Diagnostic(f"kernel `{name}` has {len(params)} buffers ({', '.join(p.name for p in params)}), "
-                         f"got {len(args)} arguments")
-    written = kernels.written_buffers(kernel)
-    n_inputs = len(args) - kernels._placeholder_count(written, params, args)
-    if n_inputs == len(params):
-        raise Diagnostic(f"kernel `{name}` has {len(params)} buffers and all {len(args)} are given as inputs; "
-                         "leave out its output buffers (or pass a placeholder for an output it writes)")
-    sizes: dict = {}
-    inputs = args[:n_inputs]
-    for index, (param, value) in enumerate(zip(params, inputs)):
-        if not _is_tensor(value):
-            raise Diagnostic(f"argument {index + 1} of kernel `{name}` (buffer '{param.name}') must be a tensor, "
-                             f"got {_describe(value)}")
-        kernels._match(name, param, tuple(value.shape), TORCH_TO_NAME[value.dtype], sizes, f"argument {index + 1}")
-    device = inputs[0].device if inputs else _DEVICE.get()
-    outputs = []
-    for param, value in zip(params[n_inputs:], [*args[n_inputs:], *[None] * len(params)]):
-        if param.name not in written:
-            raise Diagnostic(f"kernel `{name}`'s buffer '{param.name}' would be an output, but the kernel never "
-                             "writes it; pass it as an input")
-        if _is_tensor(value):
-            kernels._match(name, param, tuple(value.shape), TORCH_TO_NAME[value.dtype], sizes, "the placeholder")
-        elif isinstance(value, Tensor):  # bt.Tensor((n, 4), "float32"): its static sizes bind the kernel's
-            for want, got in zip(param.ty.shape, value.shape):
-                if isinstance(want, tvm.tirx.Var) and isinstance(got, int):
-                    sizes.setdefault(want.name, got)
-        elif value is not None:
-            raise Diagnostic(f"the placeholder for kernel `{name}`'s output '{param.name}' must be a tensor or a "
-                             f"bt.Tensor(shape, dtype), got {_describe(value)}")
-        shape = kernels._output_shape(name, param, sizes)
-        outputs.append(torch.empty(shape, dtype=DTYPES[str(param.ty.dtype)], device=device))
-    built = _built_kernel(kernel, name, sizes, device)
-    built(*[torch_to_vm(t.contiguous()) for t in inputs], *[torch_to_vm(t) for t in outputs])
+    buffers = kernels.check_call(BUILDER, kernel, name, args, kwargs)
+    device = buffers.inputs[0].device if buffers.inputs else _DEVICE.get()
+    outputs = [torch.empty(shape, dtype=DTYPES[dtype], device=device) for shape, dtype in buffers.outputs]
+    built = _built_kernel(kernel, name, buffers.sizes, device)
+    built(*[torch_to_vm(t.contiguous()) for t in buffers.inputs], *[torch_to_vm(t) for t in outputs])
     return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 

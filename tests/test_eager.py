@@ -15,6 +15,8 @@ from tvm.script import tirx as T
 
 import babytriton as bt
 from babytriton import eager
+from babytriton.codegen import kernels, library
+from babytriton.errors import Diagnostic
 
 
 def same(got, want):
@@ -386,6 +388,117 @@ def test_kernel_argument_errors_in_eager_mode():
 
     with pytest.raises(TypeError, match="kernel `plus_one`'s buffer 'A' is float32 \\(4, 8\\), but argument 1"):
         f.eager(rand(4, 9))
+
+
+def test_kernel_placeholders_are_checked_as_compiled():
+    @bt.jit
+    def f(x):
+        return plus_one(x, bt.Tensor((4, 4), "float32"))
+
+    @bt.jit
+    def g(x: bt.Tensor(("n",), "float32")):
+        return repeat_first(x, bt.Tensor(("n",), "float32"))  # the function's own size n
+
+    with pytest.raises(bt.CompilationError) as compiled:
+        f(rand(4, 8))
+    with pytest.raises(TypeError) as eagerly:
+        f.eager(rand(4, 8))
+    assert compiled.value.message == str(eagerly.value)
+    assert "buffer 'C' is float32 (4, 8), but the placeholder has size 4 on axis 1" in str(eagerly.value)
+    both(g, rand(3))
+
+
+# -- one set of rules: the compiler's, run with a builder of Relax or of torch values ---------------
+def _patched(monkeypatch, module, name, change):
+    """Replace the rule `module.name` by `change(rule, b, *args)`; the builders it ran with."""
+    rule, builders = getattr(module, name), []
+
+    def patched(b, *args):
+        builders.append(type(b).__name__)
+        return change(rule, b, *args)
+    monkeypatch.setattr(module, name, patched)
+    return builders
+
+
+def test_a_changed_op_rule_changes_the_compiled_and_the_eager_result(monkeypatch):
+    """library.common_dtype decides `where`'s dtype for both: made to answer float64, both give float64."""
+    monkeypatch.setattr(library, "common_dtype", lambda values: "float64")
+
+    @bt.jit(cache=False)
+    def f(c, x, y):
+        return where(c, x, y)  # noqa: F821 - the library op
+
+    assert both(f, rand(2, 3) > 0, rand(2, 3), rand(2, 3)).dtype == torch.float64
+
+
+@pytest.mark.parametrize("rule", ["convert", "_widen_bools_and_ints", "_via_float32", "check_axis"])
+def test_a_changed_op_rule_changes_the_compiled_and_the_eager_message(monkeypatch, rule):
+    """Each rule the eager reference used to copy (argument conversion, dtype widening, half
+    dtypes, axes) is the compiler's own: a refusal added to it comes from both paths, in its words."""
+    def refuse(original, b, op, *args):
+        if op.name == "maximum":
+            raise Diagnostic(f"maximum() refused by the changed rule {rule}")
+        return original(b, op, *args)
+    builders = _patched(monkeypatch, library, rule, refuse)
+
+    @bt.jit(cache=False)
+    def f(x, y):
+        return maximum(x, y)  # noqa: F821 - the library op
+
+    with pytest.raises(bt.CompilationError) as compiled:
+        f(rand(3), rand(3))
+    with pytest.raises(TypeError) as eagerly:
+        f.eager(rand(3), rand(3))
+    assert compiled.value.message == str(eagerly.value) == f"maximum() refused by the changed rule {rule}"
+    assert set(builders) == {"RelaxBuilder", "TorchBuilder"}
+
+
+def _not_a_tensor(x):
+    return exp("a")  # noqa: F821
+
+
+def _misspelt_dtype(x):
+    return x.astype("flaot32")
+
+
+def _axis_of_a_wrong_type(x):
+    return sum(x, axis="a")
+
+
+def _axis_as_a_tensor(x):
+    return sum(x, axis=x)
+
+
+def _int_too_big(x):
+    return add(x, 2**70)  # noqa: F821
+
+
+@pytest.mark.parametrize("fn", [_not_a_tensor, _misspelt_dtype, _axis_of_a_wrong_type, _axis_as_a_tensor,
+                                _int_too_big])
+def test_argument_errors_are_the_compilers_word_for_word(fn):
+    f = bt.jit(cache=False)(fn)
+    with pytest.raises(bt.CompilationError) as compiled:
+        f(rand(2, 3))
+    with pytest.raises(TypeError) as eagerly:
+        f.eager(rand(2, 3))
+    assert compiled.value.message == str(eagerly.value)
+
+
+def test_a_changed_kernel_call_rule_changes_the_compiled_and_the_eager_message(monkeypatch):
+    def refuse(original, b, kernel, name, args, kwargs):
+        raise Diagnostic(f"kernel `{name}` refused by the changed rule")
+    builders = _patched(monkeypatch, kernels, "check_call", refuse)
+
+    @bt.jit(cache=False)
+    def f(x):
+        return plus_one(x)
+
+    with pytest.raises(bt.CompilationError) as compiled:
+        f(rand(4, 8))
+    with pytest.raises(TypeError) as eagerly:
+        f.eager(rand(4, 8))
+    assert compiled.value.message == str(eagerly.value) == "kernel `plus_one` refused by the changed rule"
+    assert builders == ["RelaxBuilder", "TorchBuilder"]
 
 
 def test_tir_backend_runs_as_python():

@@ -25,6 +25,7 @@ from tvm.script.ir_builder import ir as I
 from .. import pipeline
 from ..errors import Diagnostic
 from ..types import DTYPES, Tensor, format_shape
+from . import library
 from . import relax as core  # relax.py imports this module too; `core` is only read at call time
 
 
@@ -43,8 +44,30 @@ class Declared:
     gvar: tvm.ir.GlobalVar
 
 
+@dataclass
+class Buffers:
+    """A kernel call's arguments checked against the kernel's buffers."""
+    inputs: list   # the values given for its input buffers
+    outputs: list  # (shape, dtype) of each output buffer, its symbolic sizes bound
+    sizes: dict    # the kernel's symbolic sizes -> the caller's
+
+
 def call(cg, kernel: tirx.PrimFunc, name: str, args: list, kwargs: dict):
     """`kernel(*args)` inside @jit code: check the buffers, infer the outputs, emit call_tir."""
+    buffers = check_call(library.RelaxBuilder(cg), kernel, name, args, kwargs)
+    if _device_kind(cg) == "cuda" and not is_schedulable(kernel) and not binds_threads(kernel):
+        raise Diagnostic(f"kernel `{name}` is written with plain loops, which the GPU schedule cannot map to "
+                         "threads: write its body with T.sblock (@T.prim_func(s_tir=True)) or bind its loops "
+                         "to threads yourself (T.thread_binding)")
+    gvar = declare(cg, kernel, name, buffers.sizes)
+    outputs = [relax.TensorType(shape, dtype) for shape, dtype in buffers.outputs]
+    out_ty = outputs[0] if len(outputs) == 1 else outputs
+    return cg.emit(relax.op.call_tir(gvar, buffers.inputs, out_ty=out_ty))
+
+
+def check_call(b, kernel: tirx.PrimFunc, name: str, args: list, kwargs: dict) -> Buffers:
+    """The rules of calling a kernel, for the compiler and the eager reference alike (`b`, a
+    library.Builder, reads the values): the buffers given checked, the outputs' types inferred."""
     if kwargs:
         raise Diagnostic(f"kernel `{name}` takes its buffers positionally, not as keywords")
     params = list(kernel.params)
@@ -62,29 +85,23 @@ def call(cg, kernel: tirx.PrimFunc, name: str, args: list, kwargs: dict):
                          "leave out its output buffers (or pass a placeholder for an output it writes)")
     sizes: dict[str, object] = {}
     for index, (param, value) in enumerate(zip(params, args[:n_inputs])):
-        if not core.is_tensor(value):
+        if not b.is_tensor(value):
             raise Diagnostic(f"argument {index + 1} of kernel `{name}` (buffer '{param.name}') must be a tensor, "
-                             f"got {core.describe(value)}")
-        _match(name, param, core.shape_of(value), core.dtype_of(value), sizes, f"argument {index + 1}")
+                             f"got {b.describe(value)}")
+        _match(name, param, b.shape(value), b.dtype(value), sizes, f"argument {index + 1}")
     outputs = []
     for param, value in zip(params[n_inputs:], [*args[n_inputs:], *[None] * len(params)]):
         if param.name not in written:
             raise Diagnostic(f"kernel `{name}`'s buffer '{param.name}' would be an output, but the kernel "
                              "never writes it; pass it as an input")
         if value is not None:
-            shape, dtype = _placeholder_type(cg, value, name, param)
+            shape, dtype = _placeholder_type(b, value, name, param)
             _match(name, param, shape, dtype, sizes, "the placeholder")
         if str(param.ty.dtype) not in DTYPES:
             raise Diagnostic(f"kernel `{name}`'s output '{param.name}' has dtype {param.ty.dtype}, "
                              "which babytriton tensors can't have")
-        outputs.append(relax.TensorType(_output_shape(name, param, sizes), str(param.ty.dtype)))
-    if _device_kind(cg) == "cuda" and not is_schedulable(kernel) and not binds_threads(kernel):
-        raise Diagnostic(f"kernel `{name}` is written with plain loops, which the GPU schedule cannot map to "
-                         "threads: write its body with T.sblock (@T.prim_func(s_tir=True)) or bind its loops "
-                         "to threads yourself (T.thread_binding)")
-    gvar = declare(cg, kernel, name, sizes)
-    out_ty = outputs[0] if len(outputs) == 1 else outputs
-    return cg.emit(relax.op.call_tir(gvar, list(args[:n_inputs]), out_ty=out_ty))
+        outputs.append((_output_shape(name, param, sizes), str(param.ty.dtype)))
+    return Buffers(list(args[:n_inputs]), outputs, sizes)
 
 
 def declare(cg, kernel: tirx.PrimFunc, name: str, sizes: dict) -> tvm.ir.GlobalVar:
@@ -199,13 +216,13 @@ def _placeholder_count(written: frozenset, params: list, args: list) -> int:
     return count
 
 
-def _placeholder_type(cg, value, name: str, param) -> tuple[tuple, str]:
-    if core.is_tensor(value):
-        return core.shape_of(value), core.dtype_of(value)
+def _placeholder_type(b, value, name: str, param) -> tuple[tuple, str]:
+    if b.is_tensor(value):
+        return b.shape(value), b.dtype(value)
     if isinstance(value, Tensor):
-        return tuple(cg.symbolic(d) if isinstance(d, str) else d for d in value.shape), value.dtype
+        return tuple(b.symbolic(d) if isinstance(d, str) else d for d in value.shape), value.dtype
     raise Diagnostic(f"the placeholder for kernel `{name}`'s output '{param.name}' must be a tensor or a "
-                     f"bt.Tensor(shape, dtype), got {core.describe(value)}")
+                     f"bt.Tensor(shape, dtype), got {b.describe(value)}")
 
 
 def _match(name: str, param, shape: tuple, dtype: str, sizes: dict, what: str) -> None:

@@ -285,21 +285,63 @@ def tensor_attributes() -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------
-# calling an op
+# calling an op: the rules, written once over a builder
 # ----------------------------------------------------------------------------------------------
+class Builder(typing.Protocol):
+    """What the operator rules ask of the values they work on, and how they make new ones. The
+    rules are written once; the compiler's builder (RelaxBuilder) reads Relax types and emits Relax,
+    the eager reference's (eager_ops.TorchBuilder) reads and computes torch tensors, as Triton's
+    interpreter runs its semantic layer with a builder of numpy values."""
+    half_in_float32: frozenset  # ops whose half operands it computes in float32 itself (beyond VIA_FLOAT32)
+
+    def is_tensor(self, value) -> bool: ...
+    def dtype(self, value) -> str: ...          # a tensor's dtype name
+    def shape(self, value) -> tuple: ...        # ints, symbolic sizes where the builder has them
+    def ndim(self, value) -> int: ...           # -1: unknown
+    def describe(self, value) -> str: ...       # "a float32 tensor of shape (2, 3)", "str 'a'"
+    def is_weak(self, value) -> bool: ...       # a Python number, or a 0-d tensor standing for one
+    def promotion_operand(self, value): ...     # what the value is to torch's promotion
+    def weak(self, result): ...                 # the result of an op on numbers only, marked weak
+    def symbolic(self, name: str): ...          # the size a name in bt.Tensor(("n", ...)) stands for
+    def operand(self, value): ...               # the value, checked to take part in arithmetic
+    def const(self, value, dtype: str): ...     # a Python number as a 0-d tensor
+    def as_tensor(self, value, dtype: str): ... # a tensor or number as a tensor of `dtype`
+    def index(self, value): ...                 # ints (nested lists) as an int64 tensor
+    def dtype_value(self, name: str): ...       # a dtype as the op takes it
+    def scalar(self, value, dtype: str | None): ...  # a compile-time number for a tensor of `dtype`
+    def sequence(self, value): ...              # (nested) tuples/lists as the op takes them
+    def is_run_time(self, value) -> bool: ...   # a value known only when the code runs
+    def is_tensors(self, value) -> bool: ...    # one value the op takes for its tuple of tensors as it is
+    def aligned(self, *operands) -> list: ...   # element-wise operands made to agree on their shapes
+    def check_sizes(self, op: "Op", values: dict) -> None: ...  # size checks it makes before the op
+    def same_as_operator(self, name: str, x1, x2): ...  # `x1 @ x2`, `x1 ** x2`
+    def emit(self, op: "Op", values: dict): ... # the op on its converted arguments
+    def rounded_back(self, result, dtype: str): ...  # float32 results of half operands, back to `dtype`
+
+
 def call_method(cg, bound: Method, args: list, kwargs: dict):
+    return call(cg, bound.op, method_arguments(bound, args, kwargs), kwargs)
+
+
+def method_arguments(bound: Method, args: list, kwargs: dict) -> list:
+    """A method call's arguments as the op takes them: the tensor first."""
     if bound.varargs and len(args) > 1 and all(_is_size(a) for a in args) and bound.varargs not in kwargs:
         args = [tuple(args)]  # x.reshape(2, 3) == x.reshape((2, 3))
-    return call(cg, bound.op, [bound.tensor, *args], kwargs)
+    return [bound.tensor, *args]
 
 
 def call(cg, op: Op, args: list, kwargs: dict):
-    """Check the arguments against the op's signature, convert them, emit the op."""
+    """`op(*args, **kwargs)` in compiled code: the rules of `apply`, emitted as Relax."""
+    return apply(RelaxBuilder(cg), op, args, kwargs)
+
+
+def apply(b: Builder, op: Op, args: list, kwargs: dict):
+    """Check the arguments against the op's signature, convert them, make the op with `b`."""
     arguments = bind(op, args, kwargs)
-    operands = [v for n, v in arguments.items() if op.kinds.get(n) in TENSOR_KINDS and core.is_tensor(v)]
-    result = _call(cg, op, arguments)
-    if on_numbers_only(op, operands, cg.is_weak) and core.is_tensor(result):
-        cg.weak.append(result)  # `abs(s) + 1` on a run-time scalar is still a Python number
+    operands = [v for n, v in arguments.items() if op.kinds.get(n) in TENSOR_KINDS and b.is_tensor(v)]
+    result = _call(b, op, arguments)
+    if on_numbers_only(op, operands, b.is_weak) and b.is_tensor(result):
+        result = b.weak(result)  # `abs(s) + 1` on a run-time scalar is still a Python number
     return result
 
 
@@ -309,49 +351,131 @@ def on_numbers_only(op: Op, operands: list, is_weak) -> bool:
     return op.fn.__module__ in (BINARY_MODULE, UNARY_MODULE) and bool(operands) and all(map(is_weak, operands))
 
 
-def _call(cg, op: Op, arguments: dict):
+def _call(b: Builder, op: Op, arguments: dict):
     if op.name in SAME_AS_OPERATOR and set(arguments) == {"x1", "x2"}:
-        return SAME_AS_OPERATOR[op.name](cg, arguments["x1"], arguments["x2"])
-    values = {name: _convert(cg, op, name, value, arguments) for name, value in arguments.items()}
+        return b.same_as_operator(op.name, arguments["x1"], arguments["x2"])
+    values = {name: convert(b, op, name, value, arguments) for name, value in arguments.items()}
     promoted = [n for n in op.promoted if n in values]
     if promoted:
-        dtype = common_dtype([cg.promotion_operand(values[n]) for n in promoted])
+        dtype = common_dtype([b.promotion_operand(values[n]) for n in promoted])
         for n in promoted:
-            values[n] = cg.as_tensor(values[n], dtype)
+            values[n] = b.as_tensor(values[n], dtype)
     else:
-        dtype = common_dtype([cg.promotion_operand(v) for n, v in values.items() if op.kinds[n] in TENSOR_KINDS])
+        dtype = common_dtype([b.promotion_operand(v) for n, v in values.items() if op.kinds[n] in TENSOR_KINDS])
         for name, value in values.items():
             if op.kinds[name] in TENSOR_KINDS and core.is_python_scalar(value):
-                values[name] = cg.const(value, dtype)
+                values[name] = b.const(value, dtype)
     if op.fn.__module__ == BINARY_MODULE or op.name in ELEMENTWISE:
-        operands = [n for n in values if op.kinds[n] in TENSOR_KINDS and core.is_tensor(values[n])]
-        values.update(zip(operands, cg.aligned(*[values[n] for n in operands])))
-    as_int8 = _widen_bools_and_ints(cg, op, values)
-    check_axis(op, values)
-    if op.name == "strided_slice":
-        _empty_slices(values)
-    check_nonempty(cg, op, values)
-    narrow = _via_float32(cg, op, values)
-    row = op.name in AS_ROW and _first_tensor(op, values).ty.ndim == 1
-    if row:
-        first = _first_tensor_name(op, values)
-        values[first] = cg.emit(relax.op.expand_dims(values[first], 0))
-    try:
-        result = _scan(cg, op, values) if op.name in SCANS else _sort(cg, op, values) if op.name in SORTS \
-            else _reshape(cg, values) if op.name == "reshape" else cg.emit(op.fn(**values))
-    except Diagnostic:
-        raise
-    except Exception as e:  # noqa: BLE001 - TVM's type inference raises several types
-        raise Diagnostic(rejected(op, e, values)) from None
-    if not isinstance(result.ty, (relax.TensorType, relax.TupleType)):
-        raise Diagnostic(f"{op.name}() does not compute a tensor, so it cannot be used in @jit code")
-    if row:
-        result = cg.emit(relax.op.squeeze(result, [0]))
-    if as_int8 and core.is_tensor(result) and core.dtype_of(result) == "int8":
-        result = cg.emit(relax.op.astype(result, "bool"))
+        operands = [n for n in values if op.kinds[n] in TENSOR_KINDS and b.is_tensor(values[n])]
+        values.update(zip(operands, b.aligned(*[values[n] for n in operands])))
+    as_int8 = _widen_bools_and_ints(b, op, values)
+    check_axis(b, op, values)
+    b.check_sizes(op, values)
+    narrow = _via_float32(b, op, values)
+    result = b.emit(op, values)
+    if as_int8 and b.is_tensor(result) and b.dtype(result) == "int8":
+        result = b.as_tensor(result, "bool")
     if narrow:
-        result = _rounded_back(cg, result, narrow)
+        result = b.rounded_back(result, narrow)
     return result
+
+
+class RelaxBuilder:
+    """The compiler's builder: values are Relax expressions, read through their types; new ones are
+    emitted by the code generator `cg`."""
+    half_in_float32 = frozenset()  # computed in float32 inside the kernel by legalize.HALF_IN_FLOAT32
+
+    def __init__(self, cg):
+        self.cg = cg
+
+    def is_tensor(self, value) -> bool:
+        return core.is_tensor(value)
+
+    def dtype(self, value) -> str:
+        return core.dtype_of(value)
+
+    def shape(self, value) -> tuple:
+        return core.shape_of(value)
+
+    def ndim(self, value) -> int:
+        return value.ty.ndim
+
+    def describe(self, value) -> str:
+        return core.describe(value)
+
+    def is_weak(self, value) -> bool:
+        return self.cg.is_weak(value)
+
+    def promotion_operand(self, value):
+        return self.cg.promotion_operand(value)
+
+    def weak(self, result):
+        self.cg.weak.append(result)
+        return result
+
+    def symbolic(self, name: str):
+        return self.cg.symbolic(name)
+
+    def operand(self, value):
+        return self.cg.operand(value)
+
+    def const(self, value, dtype: str):
+        return self.cg.const(value, dtype)
+
+    def as_tensor(self, value, dtype: str):
+        return self.cg.as_tensor(value, dtype)
+
+    def index(self, value):
+        return relax.const(np.array(value, dtype="int64"))
+
+    def dtype_value(self, name: str):
+        return name
+
+    def scalar(self, value, dtype: str | None):
+        return value if dtype is None else tvm.tirx.const(value, dtype)
+
+    def sequence(self, value):
+        return _to_lists(value)
+
+    def is_run_time(self, value) -> bool:
+        return core.is_tensor(value) or isinstance(value, relax.Expr) and not core.is_symbolic(value)
+
+    def is_tensors(self, value) -> bool:  # a Relax tuple (or a tensor, which TVM then judges)
+        return core.is_tensor(value) or isinstance(value, relax.Expr) and isinstance(value.ty, relax.TupleType)
+
+    def aligned(self, *operands) -> list:
+        return self.cg.aligned(*operands)
+
+    def check_sizes(self, op: Op, values: dict) -> None:
+        if op.name == "strided_slice":
+            _empty_slices(values)
+        check_nonempty(self.cg, op, values)
+
+    def same_as_operator(self, name: str, x1, x2):
+        return SAME_AS_OPERATOR[name](self.cg, x1, x2)
+
+    def emit(self, op: Op, values: dict):
+        cg = self.cg
+        row = op.name in AS_ROW and _first_tensor(self, op, values).ty.ndim == 1
+        if row:
+            first = _first_tensor_name(self, op, values)
+            values[first] = cg.emit(relax.op.expand_dims(values[first], 0))
+        try:
+            result = _scan(cg, op, values) if op.name in SCANS else _sort(cg, op, values) if op.name in SORTS \
+                else _reshape(cg, values) if op.name == "reshape" else cg.emit(op.fn(**values))
+        except Diagnostic:
+            raise
+        except Exception as e:  # noqa: BLE001 - TVM's type inference raises several types
+            raise Diagnostic(rejected(op, e, values)) from None
+        if not isinstance(result.ty, (relax.TensorType, relax.TupleType)):
+            raise Diagnostic(f"{op.name}() does not compute a tensor, so it cannot be used in @jit code")
+        return cg.emit(relax.op.squeeze(result, [0])) if row else result
+
+    def rounded_back(self, result, dtype: str):
+        if core.is_tensor(result):
+            return self.cg.emit(relax.op.astype(result, dtype)) if core.dtype_of(result) == "float32" else result
+        items = [self.cg.emit(relax.TupleGetItem(result, i)) for i in range(len(result.ty.fields))]
+        return tuple(self.rounded_back(item, dtype) for item in items)
 
 
 SCANS = {"cumsum", "cumprod"}
@@ -480,12 +604,12 @@ def _sort(cg, op: Op, values: dict):
     return result if ret_type == "values" else order if ret_type == "indices" else cg.emit(relax.Tuple([result, order]))
 
 
-def _first_tensor_name(op: Op, values: dict) -> str | None:
-    return next((n for n, v in values.items() if op.kinds[n] in TENSOR_KINDS and core.is_tensor(v)), None)
+def _first_tensor_name(b: Builder, op: Op, values: dict) -> str | None:
+    return next((n for n, v in values.items() if op.kinds[n] in TENSOR_KINDS and b.is_tensor(v)), None)
 
 
-def _first_tensor(op: Op, values: dict):
-    name = _first_tensor_name(op, values)
+def _first_tensor(b: Builder, op: Op, values: dict):
+    name = _first_tensor_name(b, op, values)
     return values[name] if name is not None else None
 
 
@@ -505,11 +629,11 @@ def _empty_slices(values: dict) -> None:
         values["strides"] = strides
 
 
-def check_axis(op: Op, values: dict) -> None:
+def check_axis(b: Builder, op: Op, values: dict) -> None:
     """An `axis` must name one of the input's axes (for the ops TVM leaves unchecked)."""
-    tensor = _first_tensor(op, values)
-    if tensor is not None and tensor.ty.ndim >= 0:
-        problem = axis_problem(op.name, values.get("axis"), tensor.ty.ndim)
+    tensor = _first_tensor(b, op, values)
+    if tensor is not None and b.ndim(tensor) >= 0:
+        problem = axis_problem(op.name, values.get("axis"), b.ndim(tensor))
         if problem:
             raise Diagnostic(problem)
 
@@ -522,7 +646,7 @@ def empty_axis_message(name: str, axis: int, shape: str, in_call: bool) -> str:
 
 def check_nonempty(cg, op: Op, values: dict) -> None:
     """max/min/argmax/argmin of an axis of size 0 fail, as in torch (they have no value to give)."""
-    tensor = _first_tensor(op, values)
+    tensor = _first_tensor(RelaxBuilder(cg), op, values)
     if op.name not in NO_IDENTITY or tensor is None or tensor.ty.ndim <= 0:
         return
     shape, axis = core.shape_of(tensor), values.get("axis")
@@ -549,22 +673,23 @@ def axis_problem(op_name: str, axis, ndim: int) -> str | None:
     return None
 
 
-def _via_float32(cg, op: Op, values: dict) -> str | None:
-    """Put the operands of an op TVM lacks in their half dtype in float32; that dtype, if any."""
-    operands = [n for n in values if op.kinds[n] in TENSOR_KINDS and core.is_tensor(values[n])]
+def _via_float32(b: Builder, op: Op, values: dict) -> str | None:
+    """Put the operands of an op TVM lacks in their half dtype in float32 (and those of the ops the
+    builder computes in float32 itself, `b.half_in_float32`); that dtype, if any."""
+    operands = [n for n in values if op.kinds[n] in TENSOR_KINDS and b.is_tensor(values[n])]
     allowed = FLOAT_DTYPES_ONLY.get(op.name)
     for n in operands:
-        got = core.dtype_of(values[n])
+        got = b.dtype(values[n])
         if allowed and got.startswith(("float", "bfloat")) and got not in allowed:
-            raise Diagnostic(f"{op.name}() takes {', '.join(allowed)} tensors, got {core.describe(values[n])}; "
+            raise Diagnostic(f"{op.name}() takes {', '.join(allowed)} tensors, got {b.describe(values[n])}; "
                              "convert with .astype()")
-    narrow = next((core.dtype_of(values[n]) for n in operands
-                   if op.name in VIA_FLOAT32.get(core.dtype_of(values[n]), ())), None)
+    narrow = next((b.dtype(values[n]) for n in operands if op.name in VIA_FLOAT32.get(b.dtype(values[n]), ())
+                   or op.name in b.half_in_float32 and b.dtype(values[n]) in ("float16", "bfloat16")), None)
     narrow = half_result(narrow, values)
     if narrow:
         for n in operands:
-            if core.dtype_of(values[n]) == narrow:
-                values[n] = cg.as_tensor(values[n], "float32")
+            if b.dtype(values[n]) == narrow:
+                values[n] = b.as_tensor(values[n], "float32")
     return narrow
 
 
@@ -579,40 +704,32 @@ def half_result(narrow: str | None, values: dict) -> str | None:
     return None
 
 
-def _rounded_back(cg, result, dtype: str):
-    """The float32 results of an op computed for `dtype` operands, rounded back to `dtype`."""
-    if core.is_tensor(result):
-        return cg.emit(relax.op.astype(result, dtype)) if core.dtype_of(result) == "float32" else result
-    items = [cg.emit(relax.TupleGetItem(result, i)) for i in range(len(result.ty.fields))]
-    return tuple(_rounded_back(cg, item, dtype) for item in items)
-
-
-def _widen_bools_and_ints(cg, op: Op, values: dict) -> bool:
+def _widen_bools_and_ints(b: Builder, op: Op, values: dict) -> bool:
     """Apply the dtype rules above to the tensor operands, in place; whether bools went in as int8."""
-    operands = [n for n in values if op.kinds[n] in TENSOR_KINDS and core.is_tensor(values[n])]
+    operands = [n for n in values if op.kinds[n] in TENSOR_KINDS and b.is_tensor(values[n])]
     if op.name in INT64_ACCUMULATE and values.get("dtype") is None:
         for n in operands:
-            if not core.dtype_of(values[n]).startswith(("float", "bfloat", "int64")):
-                values[n] = cg.as_tensor(values[n], "int64")
+            if not b.dtype(values[n]).startswith(("float", "bfloat", "int64")):
+                values[n] = b.as_tensor(values[n], "int64")
         return False
-    if op.name in FLOAT_ONLY and not all(core.dtype_of(values[n]).startswith(("float", "bfloat")) for n in operands):
+    if op.name in FLOAT_ONLY and not all(b.dtype(values[n]).startswith(("float", "bfloat")) for n in operands):
         raise Diagnostic(f"{op.name}() needs float tensors, got "
-                         f"{', '.join(core.describe(values[n]) for n in operands)}; convert with .astype()")
+                         f"{', '.join(b.describe(values[n]) for n in operands)}; convert with .astype()")
     if op.name in LOGICAL:
         for n in operands:
-            values[n] = cg.as_tensor(values[n], "bool")
+            values[n] = b.as_tensor(values[n], "bool")
         return False
-    if op.name in BITWISE and any(core.dtype_of(values[n]).startswith(("float", "bfloat")) for n in operands):
+    if op.name in BITWISE and any(b.dtype(values[n]).startswith(("float", "bfloat")) for n in operands):
         raise Diagnostic(f"{op.name}() needs integer or bool tensors, got "
-                         f"{', '.join(core.describe(values[n]) for n in operands)}")
+                         f"{', '.join(b.describe(values[n]) for n in operands)}")
     if op.name in PROMOTED:  # where: bool values select as int8 (the condition stays bool)
-        chosen = [n for n in PROMOTED[op.name] if n in values and core.is_tensor(values[n])]
-        if chosen and all(core.dtype_of(values[n]) == "bool" for n in chosen):
+        chosen = [n for n in PROMOTED[op.name] if n in values and b.is_tensor(values[n])]
+        if chosen and all(b.dtype(values[n]) == "bool" for n in chosen):
             for n in chosen:
-                values[n] = cg.as_tensor(values[n], "int8")
+                values[n] = b.as_tensor(values[n], "int8")
             return True
         return False
-    bools = [n for n in operands if core.dtype_of(values[n]) == "bool"]
+    bools = [n for n in operands if b.dtype(values[n]) == "bool"]
     if not bools:
         return False
     if op.name in BOOL_REFUSED:
@@ -620,7 +737,7 @@ def _widen_bools_and_ints(cg, op: Op, values: dict) -> bool:
     if op.name not in BOOL_AS_INT8:
         return False
     for n in bools:
-        values[n] = cg.as_tensor(values[n], "int8")
+        values[n] = b.as_tensor(values[n], "int8")
     return True
 
 
@@ -644,59 +761,60 @@ def bind(op: Op, args: list, kwargs: dict) -> dict:
     return dict(bound.arguments)
 
 
-def _convert(cg, op: Op, name: str, value, arguments: dict):
+def convert(b: Builder, op: Op, name: str, value, arguments: dict):
+    """One argument, checked against its parameter's kind and made into what the op takes."""
     kind = op.kinds[name]
     param = op.signature.parameters[name]
     where = f"{op.name}(): argument '{name}'"
     if kind in ("tensor", "optional tensor"):
         if value is None and kind == "optional tensor":
             return None
-        return cg.operand(value)
+        return b.operand(value)
     if kind == "tensors":
-        if core.is_tensor(value) or isinstance(value, relax.Expr) and isinstance(value.ty, relax.TupleType):
+        if b.is_tensors(value):
             return value
-        if isinstance(value, (tuple, list)) and value and all(core.is_tensor(v) for v in value):
+        if isinstance(value, (tuple, list)) and value and all(b.is_tensor(v) for v in value):
             return list(value)
-        raise Diagnostic(f"{where} takes a tuple of tensors, got {core.describe(value)}")
+        raise Diagnostic(f"{where} takes a tuple of tensors, got {b.describe(value)}")
     if kind == "index":
-        if core.is_tensor(value):
+        if b.is_tensor(value):
             return value
         if is_index(value):
-            return relax.const(np.array(value, dtype="int64"))
-        raise Diagnostic(f"{where} takes an integer tensor, an int or a list of ints, got {core.describe(value)}")
+            return b.index(value)
+        raise Diagnostic(f"{where} takes an integer tensor, an int or a list of ints, got {b.describe(value)}")
     if kind in ("shape", "optional shape"):
         if value is None and kind == "optional shape":
             return None
         sizes = (value,) if _is_size(value) else value
         if isinstance(sizes, (tuple, list)) and all(_is_size(s) for s in sizes):
-            return list(sizes)
+            return b.sequence(sizes)
         raise Diagnostic(f"{where} takes {'a shape (a tuple of sizes)' if kind == 'shape' and name == 'shape' else 'a tuple of ints'}"
-                         f", got {core.describe(value)}")
+                         f", got {b.describe(value)}")
     if kind == "dtype":
         if value is None and param.default is None:
             return None
         try:
-            return dtype_name(value)
+            return b.dtype_value(dtype_name(value))
         except ValueError:
             hint = suggest(value, DTYPES) if isinstance(value, str) else None
             raise Diagnostic(f"{where} takes a dtype such as 'float32' or torch.float16, got {value!r}"
                              + (f" (did you mean '{hint}'?)" if hint else "") + f"; supported: {', '.join(DTYPES)}"
                              ) from None
     if kind == "scalar":
-        tensor = next((v for v in arguments.values() if core.is_tensor(v)), None)
+        tensor = next((v for v in arguments.values() if b.is_tensor(v)), None)
         if not core.is_python_scalar(value):
-            raise Diagnostic(f"{where} takes a compile-time number, got {core.describe(value)}")
-        if tensor is not None and not core.dtype_of(tensor).startswith(("float", "bfloat")) \
+            raise Diagnostic(f"{where} takes a compile-time number, got {b.describe(value)}")
+        if tensor is not None and not b.dtype(tensor).startswith(("float", "bfloat")) \
                 and isinstance(value, float) and not value.is_integer():
-            raise Diagnostic(f"{where} is {value!r}, which an {core.dtype_of(tensor)} tensor cannot hold")
-        return value if tensor is None else tvm.tirx.const(value, core.dtype_of(tensor))
+            raise Diagnostic(f"{where} is {value!r}, which an {b.dtype(tensor)} tensor cannot hold")
+        return b.scalar(value, None if tensor is None else b.dtype(tensor))
     # a compile-time Python value, checked against the annotation
-    if core.is_tensor(value) or isinstance(value, relax.Expr) and not core.is_symbolic(value):
+    if b.is_run_time(value):
         raise Diagnostic(f"{where} must be a compile-time value ({_type_text(param.annotation)}), "
-                         f"got {core.describe(value)}")
+                         f"got {b.describe(value)}")
     if not _accepts(param.annotation, value):
-        raise Diagnostic(f"{where} must be {_type_text(param.annotation)}, got {core.describe(value)}")
-    return _to_lists(value)
+        raise Diagnostic(f"{where} must be {_type_text(param.annotation)}, got {b.describe(value)}")
+    return b.sequence(value)
 
 
 def is_index(value) -> bool:
