@@ -21,9 +21,9 @@ from tvm.sym import Analyzer
 from ..errors import Diagnostic
 from ..types import format_shape
 from .ops import number_dtype
-from .relax import (describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, promote, scalar_kind,
-                    shape_of)
 from .scope import Undefined
+from .values import (describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, promote, scalar_kind,
+                     shape_of)
 
 # Scope slots the compiler keeps beside the user's names; '<' keeps them apart from identifiers.
 RETURN = "<return>"

@@ -25,7 +25,7 @@ from tvm.script.ir_builder import ir as I
 from .. import pipeline
 from ..errors import Diagnostic
 from ..types import DTYPES, Tensor, format_shape
-from . import relax as core  # relax.py imports this module too; `core` is only read at call time
+from .values import describe, dtype_of, is_tensor, same_size, shape_of
 
 
 OPAQUE = 8  # TVM's kOpaque operator pattern: never fused
@@ -62,10 +62,10 @@ def call(cg, kernel: tirx.PrimFunc, name: str, args: list, kwargs: dict):
                          "leave out its output buffers (or pass a placeholder for an output it writes)")
     sizes: dict[str, object] = {}
     for index, (param, value) in enumerate(zip(params, args[:n_inputs])):
-        if not core.is_tensor(value):
+        if not is_tensor(value):
             raise Diagnostic(f"argument {index + 1} of kernel `{name}` (buffer '{param.name}') must be a tensor, "
-                             f"got {core.describe(value)}")
-        _match(name, param, core.shape_of(value), core.dtype_of(value), sizes, f"argument {index + 1}")
+                             f"got {describe(value)}")
+        _match(name, param, shape_of(value), dtype_of(value), sizes, f"argument {index + 1}")
     outputs = []
     for param, value in zip(params[n_inputs:], [*args[n_inputs:], *[None] * len(params)]):
         if param.name not in written:
@@ -91,7 +91,7 @@ def declare(cg, kernel: tirx.PrimFunc, name: str, sizes: dict) -> tvm.ir.GlobalV
     """Add the kernel, specialised to the caller's sizes, to the module once, under a unique name."""
     for known in cg.kernels:
         if known.kernel.same_as(kernel) and known.sizes.keys() == sizes.keys() and all(
-                core.same_size(known.sizes[k], sizes[k]) for k in sizes):
+                same_size(known.sizes[k], sizes[k]) for k in sizes):
             return known.gvar
     taken = {d.gvar.name_hint for d in cg.kernels} | {cg.inline_chain[0].__name__}
     attrs = kernel.attrs
@@ -200,12 +200,12 @@ def _placeholder_count(written: frozenset, params: list, args: list) -> int:
 
 
 def _placeholder_type(cg, value, name: str, param) -> tuple[tuple, str]:
-    if core.is_tensor(value):
-        return core.shape_of(value), core.dtype_of(value)
+    if is_tensor(value):
+        return shape_of(value), dtype_of(value)
     if isinstance(value, Tensor):
         return tuple(cg.symbolic(d) if isinstance(d, str) else d for d in value.shape), value.dtype
     raise Diagnostic(f"the placeholder for kernel `{name}`'s output '{param.name}' must be a tensor or a "
-                     f"bt.Tensor(shape, dtype), got {core.describe(value)}")
+                     f"bt.Tensor(shape, dtype), got {describe(value)}")
 
 
 def _match(name: str, param, shape: tuple, dtype: str, sizes: dict, what: str) -> None:
@@ -224,7 +224,7 @@ def _match(name: str, param, shape: tuple, dtype: str, sizes: dict, what: str) -
                 raise Diagnostic(f"{expected}, but {what} has size {got} on axis {axis}")
         elif isinstance(want, tirx.Var):
             known = sizes.setdefault(want.name, got)
-            if not core.same_size(known, got):
+            if not same_size(known, got):
                 raise Diagnostic(f"{expected}: its size '{want.name}' is {known} from an earlier buffer, "
                                  f"but {what} has size {got} on axis {axis}")
         else:

@@ -39,7 +39,7 @@ from .. import legalize
 from ..errors import Diagnostic
 from ..types import DTYPES, TORCH_TO_NAME, dtype_name
 from . import ops
-from . import relax as core  # relax.py imports this module too; `core` is only read at call time
+from . import values as core  # the value helpers the visitors share
 
 NAMESPACES = (relax.op, relax.op.nn)
 # Relax's runtime plumbing lives in one module of relax.op: calls into other functions, closures,

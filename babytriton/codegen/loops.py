@@ -30,15 +30,14 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import relax as RB
 
-from ..errors import Diagnostic
+from ..errors import Diagnostic, quiet_stderr
 from ..types import DTYPES, TORCH_TO_NAME, format_shape
 from .control import (Jump, LoopEnd, IterEnd, Marker, SetName, SetTarget, Stream, assigned_names,
                       describe_type, exit_keys, leaves, loaded_names, pack, rebuild, same_type, same_value,
                       structure, symbolic_vars, type_dtype)
 from .ops import number_dtype
-from .relax import _quiet_stderr as quiet_stderr
-from .relax import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, scalar_kind, shape_of
 from .scope import Undefined
+from .values import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, scalar_kind, shape_of
 
 INDEX = relax.TensorType([], "int64")
 FLAG = relax.TensorType([], "bool")

@@ -8,34 +8,26 @@ from __future__ import annotations
 
 import ast
 import builtins
-import contextlib
-import functools
 import gc
 import inspect
 import math
 import os
-import sys
-import threading
 
 import torch
-import tvm
-import tvm_ffi
 from tvm import relax, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import relax as RB
 
 from .. import devices, offload, pipeline
-from ..errors import CompilationError, Diagnostic, debug_enabled
-from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, Tensor, format_shape
+from ..errors import CompilationError, Diagnostic, debug_enabled, quiet_tvm
+from ..types import TORCH_TO_NAME, ArgSpec, Tensor, format_shape
 from . import inline, kernels, library, ops
 from .base import CodeGenerator
 from .scope import Scope, Undefined
 from .source import ParsedFunction
-
-PY_SCALARS = (bool, int, float)
-# Python builtins that make sense on compile-time values inside @jit code.
-PY_BUILTINS = {name: getattr(builtins, name) for name in ("abs", "min", "max", "int", "float", "bool", "round")}
+from .values import (PY_BUILTINS, PY_SCALARS, broadcast, describe, dtype_of, is_python_scalar, is_symbolic,
+                     is_tensor, promote, same_size, scalar_kind, shape_of, wrap_int)
 
 # Python builtins for watching a run, which compiled code cannot call: eager mode runs them.
 _EAGER_HINT = ("compiled code does not run Python; to watch values, run the function eagerly: f.eager(...), or "
@@ -46,40 +38,6 @@ PYTHON_ONLY = {"print": f"print() cannot be called from @jit code: {_EAGER_HINT}
                "open": "open() cannot be called from @jit code: read files before the call and pass tensors in"}
 
 
-
-_STDERR_LOCK = threading.Lock()
-_stderr_state = {"users": 0, "saved": None}
-
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Silence the process's C-level stderr (fd 2), where TVM's C++ logging writes. Threads
-    compiling at once share one redirection: the first in makes it, the last out restores fd 2."""
-    with _STDERR_LOCK:
-        if _stderr_state["users"] == 0:
-            sys.stderr.flush()
-            _stderr_state["saved"] = os.dup(2)
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 2)
-            os.close(devnull)
-        _stderr_state["users"] += 1
-    try:
-        yield
-    finally:
-        with _STDERR_LOCK:
-            _stderr_state["users"] -= 1
-            if _stderr_state["users"] == 0:
-                sys.stderr.flush()
-                os.dup2(_stderr_state["saved"], 2)
-                os.close(_stderr_state["saved"])
-
-
-def quiet_tvm():
-    """TVM's C++ warnings (dead code before FuseOps, pow exponents, abandoned builders) speak of
-    TVM's internals, not the user's code: silenced, unless BABYTRITON_DEBUG=1."""
-    return contextlib.nullcontext() if debug_enabled() else _quiet_stderr()
-
-
 def _drop_frames(error: BaseException) -> None:
     """Forget the frames an error and the exceptions chained to it were raised through."""
     while error is not None:
@@ -88,99 +46,11 @@ def _drop_frames(error: BaseException) -> None:
         error = chained
 
 
-def is_tensor(value) -> bool:
-    return isinstance(value, relax.Expr) and isinstance(value.ty, relax.TensorType)
-
-
-def is_symbolic(value) -> bool:
-    """A TIR expression over symbolic dimensions, e.g. `x.shape[0]` of a `("n", 3)` tensor."""
-    return isinstance(value, tvm.ir.Expr) and isinstance(value.ty, tvm.ir.PrimType)
-
-
-def is_python_scalar(value) -> bool:
-    return isinstance(value, PY_SCALARS)
-
-
 def _plain(value) -> bool:
     """A compile-time value that Python compares by itself: numbers, strings, None, tuples of them."""
     if isinstance(value, tuple):
         return all(_plain(v) for v in value)
     return value is None or isinstance(value, (*PY_SCALARS, str))
-
-
-def dtype_of(value) -> str:
-    return str(value.ty.dtype)
-
-
-def shape_of(value) -> tuple:
-    """Static entries as ints, symbolic ones as TIR expressions."""
-    shape = value.ty.shape
-    if shape is None:
-        return tuple([None] * value.ty.ndim)
-    return tuple(int(d) if isinstance(d, tirx.IntImm) else d for d in shape.values)
-
-
-def describe(value) -> str:
-    if is_tensor(value):
-        dtype = dtype_of(value)
-        return f"{'an' if dtype.startswith('int') else 'a'} {dtype} tensor of shape {format_shape(shape_of(value))}"
-    if isinstance(value, relax.Expr) and isinstance(value.ty, relax.TupleType):
-        return f"a tuple of {len(value.ty.fields)} values"
-    if is_symbolic(value):
-        return f"the symbolic size {value}"
-    return f"{type(value).__name__} {value!r}"
-
-
-@functools.lru_cache(maxsize=None)
-def _dummy(dtype: str, zero_dim: bool) -> torch.Tensor:
-    return torch.empty(() if zero_dim else (1,), dtype=DTYPES[dtype])
-
-
-def _torch_operand(value):
-    return _dummy(dtype_of(value), value.ty.ndim == 0) if is_tensor(value) else value
-
-
-def promote(lhs, rhs) -> str:
-    """The result dtype of combining two operands, by torch's rules (0-d tensors and Python numbers
-    don't widen a dimensioned tensor's dtype)."""
-    return TORCH_TO_NAME[torch.result_type(_torch_operand(lhs), _torch_operand(rhs))]
-
-
-def wrap_int(value: int, dtype: str) -> int:
-    """A Python int as an integer dtype holds it, wrapping as torch converts a number meeting an
-    integer tensor (`int32 + 2**40` adds 0); beyond 64 bits torch refuses, and so do we."""
-    if not -2**63 <= value < 2**64:
-        raise Diagnostic(f"the int {value} is too big to convert to {dtype} (torch refuses it too)")
-    bits = int(dtype.lstrip("uint"))
-    value &= (1 << bits) - 1
-    return value - (1 << bits) if dtype.startswith("int") and value >= 1 << (bits - 1) else value
-
-
-def scalar_kind(value) -> str:
-    """The dtype name of a number or 0-d tensor: Python numbers as bool, int64 or float64."""
-    if is_tensor(value):
-        return dtype_of(value)
-    return "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else "float64"
-
-
-def same_size(a, b) -> bool:
-    """Whether two sizes are known to be equal at compile time (ints, or the same symbolic size)."""
-    if isinstance(a, int) or isinstance(b, int):
-        return isinstance(a, int) and isinstance(b, int) and a == b
-    return tvm_ffi.structural_equal(a, b)
-
-
-def broadcast(a: tuple, b: tuple) -> tuple | None:
-    """Broadcast two shapes; None when static sizes disagree. Symbolic sizes are trusted to match."""
-    out = []
-    for x, y in zip(reversed((1,) * (len(b) - len(a)) + a), reversed((1,) * (len(a) - len(b)) + b)):
-        if isinstance(x, int) and isinstance(y, int):
-            if x != y and 1 not in (x, y):
-                return None
-            out.append(max(x, y) if 0 not in (x, y) else 0)
-        else:
-            out.append(y if x == 1 else x)
-    return tuple(reversed(out))
 
 
 # Float `x ** n` for an integral constant n up to this many multiplies (by squaring) instead of calling pow.
