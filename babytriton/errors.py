@@ -96,12 +96,16 @@ class SourceMap:
     def error(self, node: ast.AST | None, message: str) -> CompilationError:
         if node is None or not hasattr(node, "lineno"):
             return CompilationError(message, self.filename, self.first_line, 0, self._line(0))
-        rel = node.lineno - 1
         col = node.col_offset + self.indent
         end_col = None
         if getattr(node, "end_lineno", None) == node.lineno and node.end_col_offset is not None:
             end_col = node.end_col_offset + self.indent
-        return CompilationError(message, self.filename, self.first_line + rel, col, self._line(rel), end_col)
+        return CompilationError(message, self.filename, self.file_line(node.lineno), col,
+                                self._line(node.lineno - 1), end_col)
+
+    def file_line(self, lineno: int) -> int:
+        """The file's line number of line `lineno` (1-based) of the parsed function."""
+        return self.first_line + lineno - 1
 
     def _line(self, rel: int) -> str | None:
         return self.lines[rel] if 0 <= rel < len(self.lines) else None

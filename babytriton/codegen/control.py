@@ -349,7 +349,7 @@ class Flow:
         return bool(self.run_time_ifs or self.leaves) or (self.caller is not None and self.caller.may_be_skipped())
 
     def line(self, node) -> int:
-        return self.cg.parsed.source_map.first_line + node.lineno - 1
+        return self.cg.parsed.source_map.file_line(node.lineno)
 
     # ------------------------------------------------------------------------------------------
     # conditions

@@ -14,7 +14,7 @@ from tvm import relax
 
 from .. import devices
 from ..errors import CompilationError, Diagnostic
-from ..types import SCALAR_TYPES, format_shape
+from ..types import SCALAR_TYPES, format_shape, is_float_dtype
 from .values import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, same_size, shape_of
 
 SCALAR_KINDS = {"bool": (bool,), "int64": (int,), "float64": (int, float)}
@@ -113,7 +113,7 @@ def check_scalar(cg, where: str, param, value):
     if is_tensor(value) and value.ty.ndim == 0:
         got = dtype_of(value)
         kind_ok = {"bool": got == "bool", "int64": got.startswith(("int", "uint")),
-                   "float64": got.startswith(("int", "uint", "float", "bfloat"))}[dtype]
+                   "float64": got.startswith(("int", "uint")) or is_float_dtype(got)}[dtype]
         if kind_ok:
             return value if got == dtype else cg.emit(relax.op.astype(value, dtype))
     raise Diagnostic(f"{where} is annotated {param.annotation.__name__}, got {describe(value)}")
