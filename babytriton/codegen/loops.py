@@ -36,7 +36,7 @@ from .control import (Jump, LoopEnd, IterEnd, Marker, SetName, SetTarget, Stream
                       describe_type, exit_keys, leaves, loaded_names, pack, rebuild, same_type, same_value,
                       structure, symbolic_vars, type_dtype)
 from .ops import number_dtype
-from .scope import Undefined
+from .scope import FlowSlot, Undefined
 from .values import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, scalar_kind, shape_of
 
 INDEX = relax.TensorType([], "int64")
@@ -125,7 +125,7 @@ class Loops:
 
     @property
     def unroll(self) -> int:
-        return (self.cg.options or {}).get("unroll", 16)
+        return self.cg.options["unroll"]
 
     def visit_for(self, node: ast.For):
         bounds = self.range_bounds(node)
@@ -245,13 +245,20 @@ class RecursiveLoop:
         self.inputs = [n for n in read if n not in assigned and defined(n) and needs_passing(scope.lookup(n))]
         has_break = ("break", node) in exit_keys(node.body, self.flow.owners)
         self.has_break = has_break
-        self.broke = f"<broke:{id(node)}>" if has_break and (self.is_for or node.orelse) else None
-        self.done = None if self.is_for else f"<done:{id(node)}>"
+        self.broke = FlowSlot("broke", node) if has_break and (self.is_for or node.orelse) else None
+        self.done = None if self.is_for else FlowSlot("done", node)
         self.stop = self.done or self.broke            # the flag that ends the halves early
         self.flags = [f for f in (self.done, self.broke) if f]
         self.on_break = [(f, True) for f in self.flags]
         self.start = self.step = None
         self.final = False
+        # What `declare` settles for the loop's functions:
+        self.name: str | None = None     # their name (f_loop0), which the body's and the halves' extend
+        self.passed: list = []           # (name, tensor): what a call passes after the carried values
+        self.symbols: list = []          # the symbolic sizes in their parameters' types
+        self.unbound: list = []          # those no tensor parameter has as a dimension of its own
+        self.slot_types: list = []       # the carried slots' types
+        self.slot_names: list = []       # and their parameters' names
 
     @property
     def line(self) -> int:
@@ -392,7 +399,8 @@ class RecursiveLoop:
 
     def index_value(self, lo, inputs):
         """The loop variable of iteration `lo`: start + lo * step."""
-        start = inputs["<start>"] if inputs and "<start>" in inputs else self.start
+        slot = FlowSlot("start", self.node)
+        start = inputs[slot] if inputs and slot in inputs else self.start
         i = lo if self.step == 1 else self.cg.binary(ast.Mult(), lo, self.step)
         return i if isinstance(start, int) and start == 0 else self.cg.binary(ast.Add(), start, i)
 
@@ -544,7 +552,7 @@ class RecursiveLoop:
         scope = cg.scope
         inputs = [(n, scope.lookup(n)) for n in self.inputs]
         if is_tensor(self.start):
-            inputs.append(("<start>", self.start))
+            inputs.append((FlowSlot("start", self.node), self.start))
         self.passed = [(n, leaf) for n, value in inputs for leaf in leaves(value)
                        if isinstance(leaf, relax.Expr) and not is_symbolic(leaf)]
         consts = [s.value for n in self.carried for s in leaves(specs[n]) if isinstance(s, Const)]
@@ -690,5 +698,6 @@ def subst_value(value, subst):
     return subst(value) if is_symbolic(value) else value
 
 
-def display(name: str) -> str:
-    return name[1:-1] if name.startswith("<") and name.endswith(">") and ":" not in name else name
+def display(name: str | FlowSlot) -> str:
+    """A carried or passed name as a loop function's parameter is called."""
+    return name.label if isinstance(name, FlowSlot) else name
