@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 
 from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
 
 from ..errors import CompilationError, Diagnostic, debug_enabled
 from ..types import ArgSpec
@@ -28,8 +29,8 @@ SYNTAX_NAMES = {
 
 
 class CodeGenerator(ast.NodeVisitor):
-    """Base of each backend's visitor. A backend defines `describe`, `compare`, `logical`, `assign`,
-    `subscript`, `builtin`, `undefined_hint` and `short_circuits`, and may refine `local`,
+    """Base of each backend's visitor. A backend defines `describe`, `binary`, `compare`, `logical`,
+    `assign`, `subscript`, `builtin`, `undefined_hint` and `short_circuits`, and may refine `local`,
     `python_value` and `unused`."""
 
     unsupported_suffix = ""  # added to "... are not supported in @jit functions"
@@ -42,6 +43,7 @@ class CodeGenerator(ast.NodeVisitor):
         self.py_names = environment(parsed.fn)      # its globals and closure, read at compile time
         self.scope = Scope()                        # the names it assigns
         self.sym_vars: dict[str, tirx.Var] = {}     # symbolic sizes ("n") -> their TIR variables
+        self.ib: IRBuilder | None = None            # the IRBuilder, while building
 
     def symbolic(self, name: str) -> tirx.Var:
         if name not in self.sym_vars:
@@ -126,6 +128,9 @@ class CodeGenerator(ast.NodeVisitor):
         return tuple(self.visit(e) for e in node.elts)
 
     visit_List = visit_Tuple
+
+    def visit_BinOp(self, node: ast.BinOp):
+        return self.binary(node.op, self.visit(node.left), self.visit(node.right))
 
     def visit_BoolOp(self, node: ast.BoolOp):
         # Compile-time values short-circuit as in Python; otherwise the backend combines the two

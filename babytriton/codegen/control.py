@@ -303,8 +303,6 @@ class Flow:
         self.loop_count = 0        # recursive loops so far (names their functions)
         self.run_time_ifs = 0      # run-time `if` branches being compiled around the current statement
         self.caller: Flow | None = None  # an inlined @jit function's: the calling function's Flow
-        from .loops import Loops   # loops.py builds on this module
-        self.loops = Loops(self)
 
     # ------------------------------------------------------------------------------------------
     # streams

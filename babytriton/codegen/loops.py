@@ -95,21 +95,21 @@ class WhileGuard(Marker):
 class WhileTest(Marker):
     """An unrolled `while` iteration: test the condition, splice in the next iteration."""
 
-    def __init__(self, node, count: int):
-        self.node, self.count = node, count
+    def __init__(self, loops: "Loops", node, count: int):
+        self.loops, self.node, self.count = loops, node, count
 
     def run(self, flow):
-        flow.loops.while_test(self.node, self.count)
+        self.loops.while_test(self.node, self.count)
 
 
 class RangeRest(Marker):
     """The iterations of a peeled `for` loop after its first."""
 
-    def __init__(self, node, start: int, stop: int, step: int):
-        self.node, self.bounds = node, (start, stop, step)
+    def __init__(self, loops: "Loops", node, start: int, stop: int, step: int):
+        self.loops, self.node, self.bounds = loops, node, (start, stop, step)
 
     def run(self, flow):
-        flow.loops.for_range(self.node, *self.bounds)
+        self.loops.for_range(self.node, *self.bounds)
 
 
 class ShapeChange(Diagnostic):
@@ -117,7 +117,7 @@ class ShapeChange(Diagnostic):
 
 
 class Loops:
-    """`for` and `while` for one Flow."""
+    """`for` and `while` for one RelaxCodeGen, on its Flow."""
 
     def __init__(self, flow):
         self.flow = flow
@@ -161,7 +161,7 @@ class Loops:
         """Run the first iteration unrolled, the rest as a loop: as Python would, the first iteration
         defines what the body assigns and fixes the shapes of what it changes."""
         self.flow.stream.splice([SetTarget(node, start), *node.body, IterEnd(node),
-                                 RangeRest(node, start + step, stop, step), LoopEnd(node)])
+                                 RangeRest(self, node, start + step, stop, step), LoopEnd(node)])
 
     def unrolled(self, node: ast.For, values: list):
         items = []
@@ -199,7 +199,7 @@ class Loops:
         raise self.cg.error(node, f"range() needs integers, got {describe(value)}")
 
     def visit_while(self, node: ast.While):
-        self.flow.stream.splice([WhileTest(node, 0), LoopEnd(node)])
+        self.flow.stream.splice([WhileTest(self, node, 0), LoopEnd(node)])
 
     def while_test(self, node: ast.While, count: int):
         with RB.SeqExpr():  # only a probe: a run-time condition is computed again inside the loop
@@ -208,7 +208,7 @@ class Loops:
         if holds is False:
             self.flow.stream.splice(node.orelse)
         elif holds and count < self.unroll:
-            self.flow.stream.splice([*node.body, IterEnd(node), WhileTest(node, count + 1)])
+            self.flow.stream.splice([*node.body, IterEnd(node), WhileTest(self, node, count + 1)])
         else:
             reason = ("its condition is decided at run time" if holds is None
                       else f"it runs more than unroll={self.unroll} iterations")

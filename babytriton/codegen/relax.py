@@ -24,6 +24,8 @@ from ..errors import CompilationError, Diagnostic, debug_enabled, quiet_tvm
 from ..types import TORCH_TO_NAME, ArgSpec, Tensor, format_shape, is_float_dtype
 from . import inline, kernels, library, ops
 from .base import CodeGenerator
+from .control import Flow
+from .loops import Loops
 from .scope import Undefined
 from .source import ParsedFunction
 from .values import (PY_BUILTINS, PY_SCALARS, broadcast, describe, dtype_of, is_python_scalar, is_symbolic,
@@ -64,7 +66,6 @@ class RelaxCodeGen(CodeGenerator):
 
     def __init__(self, parsed: ParsedFunction, specs: dict[str, ArgSpec], options=None):
         super().__init__(parsed, specs, options)
-        self.ib: IRBuilder | None = None
         self.params: set = set()       # the Relax function's parameters (never renamed)
         self.user_named: set = set()   # Relax vars already given a user's name
         self.returned = None           # the value the function returns, once its end is compiled
@@ -81,8 +82,8 @@ class RelaxCodeGen(CodeGenerator):
         self.kernels: list = []        # kernels.Declared: the TensorIR kernels added to the module
         self.inline_chain: list = [parsed.fn]  # the @jit functions being compiled, outermost first
         self.weak: list = []           # 0-d tensors that promote like Python numbers (see `is_weak`)
-        from .control import Flow      # control flow builds on this module's helpers
-        self.flow = Flow(self)
+        self.flow = Flow(self)         # `if`, exits and the plumbing of loops (control.py)
+        self.loops = Loops(self.flow)  # `for` and `while` (loops.py)
         # (symbolic size, the size it was matched to, where): checked at each call (see `aligned`)
         self.size_checks: list = []
 
@@ -265,10 +266,10 @@ class RelaxCodeGen(CodeGenerator):
         self.flow.visit_if(node)
 
     def visit_For(self, node: ast.For):
-        self.flow.loops.visit_for(node)
+        self.loops.visit_for(node)
 
     def visit_While(self, node: ast.While):
-        self.flow.loops.visit_while(node)
+        self.loops.visit_while(node)
 
     def visit_Break(self, node: ast.Break):
         self.flow.visit_exit(node)
@@ -333,9 +334,6 @@ class RelaxCodeGen(CodeGenerator):
     def undefined_hint(self, name: str, known: set) -> str:
         return library.did_you_mean(name, known | library.names()) or \
             "; assign it before this line, pass it as a parameter, or define it at module level"
-
-    def visit_BinOp(self, node: ast.BinOp):
-        return self.binary(node.op, self.visit(node.left), self.visit(node.right))
 
     def binary(self, op: ast.operator, lhs, rhs):
         kind = type(op)

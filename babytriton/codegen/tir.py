@@ -192,7 +192,6 @@ class TIRCodeGen(CodeGenerator):
         self.assumed: dict[str, Note] = {}   # what the previous pass learned about each variable
         self.outputs: list[str] = []
         # What one pass over the body builds and learns (each pass starts afresh: `_build_once`).
-        self.ib: IRBuilder | None = None
         self.seen: dict[str, Note] = {}      # what this pass learns about each variable
         self.written: set[str] = set()       # the tensor parameters it writes
         self.loops: list[Loop] = []          # the loops being compiled, outermost first
@@ -220,8 +219,11 @@ class TIRCodeGen(CodeGenerator):
         raise self.error(self.parsed.tree, "could not settle the types of the function's variables")
 
     def _build_once(self):
-        self.scope, self.seen, self.written, self.sym_vars, self.loops = Scope(), {}, set(), {}, []
-        self.runtime_depth, self.gone, self.analyzer, self.unreachable = 0, {}, tvm.sym.Analyzer(), 0
+        """One pass over the body, from a fresh state."""
+        self.scope, self.sym_vars = Scope(), {}
+        self.seen, self.written, self.loops, self.gone = {}, set(), [], {}
+        self.runtime_depth = self.unreachable = 0
+        self.analyzer = tvm.sym.Analyzer()
         with IRBuilder() as ib:
             self.ib = ib
             self.visit(self.parsed.tree)
@@ -639,9 +641,6 @@ class TIRCodeGen(CodeGenerator):
         if self.analyzer.can_prove(value >= 0):
             return value
         return tirx.if_then_else(value < 0, value + self.index_expr(size), value)  # Python's a[-1]
-
-    def visit_BinOp(self, node: ast.BinOp):
-        return self.binary(node.op, self.visit(node.left), self.visit(node.right))
 
     def binary(self, op: ast.operator, lhs, rhs):
         kind = type(op)
