@@ -566,7 +566,7 @@ class RecursiveLoop:
         # sizes no tensor argument has as a dimension of its own come in as a shape argument
         self.unbound = [v for v in self.symbols if not any(v.same_as(d) for d in bare)]
         self.slot_types = [ty for _, ty in slots]
-        self.slot_names = [display(n) for n, _ in slots]
+        self.slot_names = [flow.display(n, quoted=False) for n, _ in slots]
         body = self.declare_body(specs, inputs)
         halves = self.declare_halves(body)
         return halves, self.pass_on(lambda v: v), [leaf for _, leaf in self.passed]
@@ -588,7 +588,7 @@ class RecursiveLoop:
         if self.unbound:
             params.append(("sizes", relax.ShapeType([fresh[v] for v in self.unbound])))
         params += [(n, subst(ty)) for n, ty in zip(self.slot_names, self.slot_types)]
-        params += [(display(n), subst(leaf.ty)) for n, leaf in self.passed]
+        params += [(self.flow.display(n, quoted=False), subst(leaf.ty)) for n, leaf in self.passed]
         outputs = [subst(ty) for ty in self.slot_types] + [FLAG] * len(flags)
         ret = outputs[0] if len(outputs) == 1 else relax.TupleType(outputs)
         gv = I.decl_function(name, relax.Function.create_empty([relax.Var(n, t) for n, t in params], ret))
@@ -696,8 +696,3 @@ class RecursiveLoop:
 
 def subst_value(value, subst):
     return subst(value) if is_symbolic(value) else value
-
-
-def display(name: str | FlowSlot) -> str:
-    """A carried or passed name as a loop function's parameter is called."""
-    return name.label if isinstance(name, FlowSlot) else name
