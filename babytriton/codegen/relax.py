@@ -310,7 +310,7 @@ class RelaxCodeGen(CodeGenerator):
     # expressions
     # ------------------------------------------------------------------------------------------
     def local(self, name: str, value):
-        if isinstance(value, Undefined):
+        if isinstance(value, Undefined):  # not assigned on every path to here: the message says why
             raise Diagnostic(value.message)
         return value
 
