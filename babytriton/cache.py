@@ -34,6 +34,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from .codegen.source import environment
 from .types import ArgSpec, Param, format_shape
 
 FORMAT = 1  # the layout of an entry; bump it when what is stored changes
@@ -200,10 +201,7 @@ def _short_target(target: tvm.target.Target) -> str:
 def global_uses(jitfn) -> list[tuple[str, object]]:
     """(dotted path, value) for each global or closure name the function reads, followed through
     attribute accesses (`math.pi`, `cfg.scale`): the code generator folds these values in."""
-    fn = jitfn.parsed.fn
-    names = dict(fn.__globals__)
-    if fn.__closure__:
-        names.update(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
+    names = environment(jitfn.parsed.fn)
     builtins_ = names.get("__builtins__", {})
     builtins_ = vars(builtins_) if isinstance(builtins_, types.ModuleType) else builtins_
     found: dict[str, object] = {}

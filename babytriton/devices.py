@@ -16,7 +16,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import relax as RB
 
 from . import pipeline
-from .errors import CompilationError, Diagnostic
+from .errors import CompilationError, Diagnostic, SourceMap
 from .types import ArgSpec, Param, unwrap
 
 # User spelling -> the device it means ("cpu" runs LLVM code, "cuda" CUDA kernels).
@@ -116,7 +116,7 @@ class Placement:
     """While compiling a function with device blocks: each device's vdevice, the block being compiled,
     the copies made so far, and the device where each variable was last assigned."""
 
-    def __init__(self, target_option, specs: dict[str, ArgSpec], scope, first_line: int = 1):
+    def __init__(self, target_option, specs: dict[str, ArgSpec], scope, source_map: SourceMap):
         target = pipeline.resolve_target(target_option)
         self.default = pipeline.device_kind(target)   # the device of code outside every block
         self._target = target
@@ -124,7 +124,7 @@ class Placement:
                                 if s.device.startswith("cuda:")), 0)
         self._vdevices: dict[str, relax.VDevice] = {}
         self.scope = scope
-        self.first_line = first_line     # file line of the function's first line, for messages
+        self.source_map = source_map     # the function's lines in its file, for messages
         self.block: tuple[str, ast.With] | None = None   # (device, node) of the block being compiled
         self.home: dict[str, str | None] = {}            # variable -> device of its last assignment's block
         self._copies: dict = {}
@@ -165,7 +165,7 @@ class Placement:
         if self.block is not None:
             outer_kind, outer = self.block
             raise Diagnostic(f"device blocks cannot be nested: this one is inside "
-                             f"`with bt.device({_SHOWN[outer_kind]!r})` on line {self.first_line + outer.lineno - 1}")
+                             f"`with bt.device({_SHOWN[outer_kind]!r})` on line {self.source_map.file_line(outer.lineno)}")
         self.block = (kind, node)
 
     def leave(self):

@@ -46,7 +46,7 @@ import torch
 
 from . import devices, pipeline
 from .codegen import kernels, library
-from .codegen.relax import PY_BUILTINS
+from .codegen.values import PY_BUILTINS
 from .eager_ops import (_DEVICE, _SIZES, PY_SCALARS, TORCH, _as_tensor, _describe, _is_scalar, _is_tensor,  # noqa: F401
                         WeakScalar, call_op, run_kernel, weak)
 from .types import DTYPES, SCALAR_TYPES, TORCH_TO_NAME, unwrap

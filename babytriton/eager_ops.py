@@ -22,7 +22,7 @@ import tvm
 from . import pipeline, schedules
 from .codegen import kernels, library
 from .codegen.ops import weak_dtype
-from .codegen.relax import wrap_int
+from .codegen.values import wrap_int
 from .errors import Diagnostic
 from .types import DTYPES, TORCH_TO_NAME, format_shape, torch_to_vm
 

@@ -1,13 +1,50 @@
-"""The one error type users see from the compiler, and how it points at their source."""
+"""The one error type users see from the compiler, how it points at their source, and keeping
+TVM's own C++ logging out of their view."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
+import sys
+import threading
 
 
 def debug_enabled() -> bool:
     """`BABYTRITON_DEBUG=1` keeps the raw cause (TVM's own exception) attached to our errors."""
     return os.environ.get("BABYTRITON_DEBUG", "") not in ("", "0")
+
+
+_STDERR_LOCK = threading.Lock()
+_stderr_state = {"users": 0, "saved": None}
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Silence the process's C-level stderr (fd 2), where TVM's C++ logging writes. Threads
+    compiling at once share one redirection: the first in makes it, the last out restores fd 2."""
+    with _STDERR_LOCK:
+        if _stderr_state["users"] == 0:
+            sys.stderr.flush()
+            _stderr_state["saved"] = os.dup(2)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        _stderr_state["users"] += 1
+    try:
+        yield
+    finally:
+        with _STDERR_LOCK:
+            _stderr_state["users"] -= 1
+            if _stderr_state["users"] == 0:
+                sys.stderr.flush()
+                os.dup2(_stderr_state["saved"], 2)
+                os.close(_stderr_state["saved"])
+
+
+def quiet_tvm():
+    """TVM's C++ warnings (dead code before FuseOps, pow exponents, abandoned builders) speak of
+    TVM's internals, not the user's code: silenced, unless BABYTRITON_DEBUG=1."""
+    return contextlib.nullcontext() if debug_enabled() else quiet_stderr()
 
 
 class CompilationError(Exception):
@@ -59,12 +96,16 @@ class SourceMap:
     def error(self, node: ast.AST | None, message: str) -> CompilationError:
         if node is None or not hasattr(node, "lineno"):
             return CompilationError(message, self.filename, self.first_line, 0, self._line(0))
-        rel = node.lineno - 1
         col = node.col_offset + self.indent
         end_col = None
         if getattr(node, "end_lineno", None) == node.lineno and node.end_col_offset is not None:
             end_col = node.end_col_offset + self.indent
-        return CompilationError(message, self.filename, self.first_line + rel, col, self._line(rel), end_col)
+        return CompilationError(message, self.filename, self.file_line(node.lineno), col,
+                                self._line(node.lineno - 1), end_col)
+
+    def file_line(self, lineno: int) -> int:
+        """The file's line number of line `lineno` (1-based) of the parsed function."""
+        return self.first_line + lineno - 1
 
     def _line(self, rel: int) -> str | None:
         return self.lines[rel] if 0 <= rel < len(self.lines) else None

@@ -442,7 +442,7 @@ def _file_line(source_map, relative: int | None) -> tuple[int | None, str | None
     if relative is None:
         return None, None
     text = source_map.lines[relative - 1].strip() if 0 < relative <= len(source_map.lines) else None
-    return source_map.first_line + relative - 1, text
+    return source_map.file_line(relative), text
 
 
 _GLOBAL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(")

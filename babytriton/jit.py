@@ -18,9 +18,9 @@ from . import cache, devices, dump, eager, pipeline, schedules
 from . import explain as explaining
 from . import fusion as fusion_
 from .codegen import library
-from .codegen.relax import RelaxCodeGen, quiet_tvm
+from .codegen.relax import RelaxCodeGen
 from .codegen.source import parse_function
-from .errors import CompilationError, debug_enabled
+from .errors import CompilationError, debug_enabled, quiet_tvm
 from .types import (DTYPES, ArgSpec, Param, Tensor, arg_spec, check_symbolic_sizes, numpy_to_vm,
                     params_from_signature, static_spec, torch_to_vm, unwrap, vm_to_torch)
 

@@ -38,12 +38,10 @@ import tvm_ffi
 from tvm import relax, te, tirx, topi
 from tvm.relax.transform.legalize_ops.common import _try_convert_to_scalar_const
 
+from .types import is_float_dtype
+
 INF = float("inf")
 HALF = ("float16", "bfloat16")
-
-
-def _is_float(dtype) -> bool:
-    return str(dtype).startswith(("float", "bfloat"))
 
 
 # -- scalar rules: one TIR expression each, shared by the element-wise ops and the reducers --------
@@ -215,7 +213,7 @@ def _with_zero(rule_first, rule_second, name):
     """A legalization of `name` for a float operand and a constant ±0: `rule_first(x, sign)` where the
     zero is the first operand, `rule_second` where it is the second (None: TVM's own is right)."""
     def legalize(bb, call):
-        if not _is_float(call.ty.dtype):
+        if not is_float_dtype(call.ty.dtype):
             return None
         for rule, zero, other in ((rule_first, call.args[0], call.args[1]), (rule_second, call.args[1], call.args[0])):
             sign = _scalar_zero(zero) if rule is not None else None
@@ -316,7 +314,7 @@ def reducers() -> dict:
         identity = _IDENTITY[name]
         found[name] = te.comm_reducer(rule, lambda dtype, v=identity: tirx.const(v, dtype), name=f"nan_{name}")
         register(1, lambda x, y, rule=rule: [rule(x[0], y[0])],
-                 lambda values, v=identity: [tirx.const(v, _dtype(values[0])) if _is_float(_dtype(values[0]))
+                 lambda values, v=identity: [tirx.const(v, _dtype(values[0])) if is_float_dtype(_dtype(values[0]))
                                              else values[0]])
     for name, combine in _ARG_COMBINE.items():
         identity = _IDENTITY[name]
@@ -327,7 +325,7 @@ def reducers() -> dict:
 
         def identity_getter(values, v=identity):
             index, value = values
-            if not (_dtype(index).startswith("int") and _is_float(_dtype(value))):
+            if not (_dtype(index).startswith("int") and is_float_dtype(_dtype(value))):
                 return list(values)  # not ours: the combiner will not match either
             return [_last_index(_dtype(index)), tirx.const(v, _dtype(value))]
         register(2, lambda x, y, combine=combine: combine(x, y), identity_getter)
@@ -370,7 +368,7 @@ def _at(t, index):
 
 def _binary(rule, topi_fn):
     def legalize(bb, call):
-        if not _is_float(call.ty.dtype):
+        if not is_float_dtype(call.ty.dtype):
             return None
         a, b = call.args
         b = _try_convert_to_scalar_const(b)
@@ -385,13 +383,13 @@ def _each(bb, x, rule, name: str):
 
 
 def _relu(bb, call):
-    if not _is_float(call.ty.dtype):
+    if not is_float_dtype(call.ty.dtype):
         return None
     return _each(bb, call.args[0], lambda v: nan_max(v, tirx.const(0, _dtype(v))), "relu")
 
 
 def _clip(bb, call):
-    if not _is_float(call.ty.dtype):
+    if not is_float_dtype(call.ty.dtype):
         return None
 
     def clip(x, lo, hi):
@@ -402,7 +400,7 @@ def _clip(bb, call):
 
 def _not_equal(bb, call):
     a, b = call.args
-    if not _is_float(a.ty.dtype):
+    if not is_float_dtype(a.ty.dtype):
         return None
 
     def rule(x, y):
@@ -429,7 +427,7 @@ def _astype(bb, call):
     if call.attrs.dtype != "bool" or x.ty.dtype == "bool":
         return None
     zero = tirx.const(0, x.ty.dtype)
-    float_ = _is_float(x.ty.dtype)
+    float_ = is_float_dtype(x.ty.dtype)
 
     def nonzero(v):
         return tirx.Or(v != zero, isnan(v)) if float_ else v != zero
@@ -476,7 +474,7 @@ def _reduce_compute(x, axes, keepdims, body, name):
 def _statistical(name):
     def legalize(bb, call):
         x = call.args[0]
-        if not _is_float(x.ty.dtype) or x.ty.ndim == 0:
+        if not is_float_dtype(x.ty.dtype) or x.ty.ndim == 0:
             return None
         axes = _axes(call.attrs.axis, x.ty.ndim)
         reducer = reducers()[name]
@@ -491,7 +489,7 @@ def _statistical(name):
 def _arg(name):
     def legalize(bb, call):
         x = call.args[0]
-        if not _is_float(x.ty.dtype) or x.ty.ndim == 0:
+        if not is_float_dtype(x.ty.dtype) or x.ty.ndim == 0:
             return None
         axes = _axes(call.attrs.axis, x.ty.ndim)
         reducer = reducers()[name]

@@ -24,6 +24,12 @@ DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64,
 }
 TORCH_TO_NAME = {v: k for k, v in DTYPES.items()}
+
+
+def is_float_dtype(dtype) -> bool:
+    """Whether a dtype (its name, or TVM's DataType) is a floating-point type: float16/32/64, bfloat16."""
+    return str(dtype).startswith(("float", "bfloat"))
+
 _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int64", "long": "int64"}
 
 

@@ -1,10 +1,13 @@
 """Errors point at the user's line and column and never show compiler internals."""
+import inspect
 import linecache
+import re
 
 import pytest
 import torch
 
 import babytriton as bt
+from babytriton.codegen.source import parse_function
 
 INTERNALS = ("Traceback", "tvm", "TVM", ".cc", "babytriton/", "InternalError", "relax.")
 
@@ -54,6 +57,26 @@ def test_unknown_name_suggests_a_fix():
     err = compile_error(misspelt, torch.ones(3))
     assert err.lineno == line_of(misspelt, "# error")
     assert "name 'alpah' is not defined" in err.message and "did you mean 'alpha'" in err.message
+
+
+def misspelt_return(x):
+    return x + returm  # error  # noqa: F821
+
+
+def test_suggestions_name_only_what_the_user_can_write():
+    """The compiler's control-flow slots in the scope (the return value's) are never suggested."""
+    err = compile_error(misspelt_return, torch.ones(3))
+    assert err.lineno == line_of(misspelt_return, "# error")
+    assert "name 'returm' is not defined" in err.message
+    hint = re.search(r"did you mean '([^']*)'", err.message)
+    assert hint is None or hint.group(1).isidentifier(), err.message
+
+
+def test_source_map_file_line_counts_from_the_def():
+    lines, start = inspect.getsourcelines(misspelt_return)
+    source_map = parse_function(misspelt_return).source_map
+    assert source_map.file_line(1) == start
+    assert source_map.file_line(len(lines)) == line_of(misspelt_return, "# error")
 
 
 def uses_lambda(x):

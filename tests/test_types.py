@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import babytriton as bt
-from babytriton.types import DTYPES, dtype_name
+from babytriton.types import DTYPES, dtype_name, is_float_dtype
 
 
 def test_tensor_annotation_fields():
@@ -18,6 +18,13 @@ def test_tensor_annotation_fields():
 def test_bad_shapes(shape):
     with pytest.raises(ValueError, match="shape"):
         bt.Tensor(shape)
+
+
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_is_float_dtype_agrees_with_torch(name):
+    from tvm import relax
+    assert is_float_dtype(name) == DTYPES[name].is_floating_point
+    assert is_float_dtype(relax.TensorType([2], name).dtype) == DTYPES[name].is_floating_point  # TVM's dtype
 
 
 def test_dtype_names():

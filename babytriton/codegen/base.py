@@ -1,10 +1,18 @@
 """What the two backends' visitors share: the one error path, the rejection of syntax they don't
-take, and the desugarings that don't depend on the IR (`x += y`, `a < b < c`)."""
+take, the desugarings that don't depend on the IR (`x += y`, `a < b < c`), and the statements and
+expressions both compile alike (assignments, tuples, `and`/`or`, tuple indexing, name lookup)."""
 from __future__ import annotations
 
 import ast
 
+from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
+
 from ..errors import CompilationError, Diagnostic, debug_enabled
+from ..types import ArgSpec
+from .scope import Scope
+from .source import ParsedFunction, environment
+from .values import PY_BUILTINS
 
 SYNTAX_NAMES = {
     "Lambda": "lambda expressions", "ListComp": "list comprehensions", "SetComp": "set comprehensions",
@@ -21,9 +29,26 @@ SYNTAX_NAMES = {
 
 
 class CodeGenerator(ast.NodeVisitor):
-    """Base of each backend's visitor. Subclasses set `self.parsed` and define `compare` and `logical`."""
+    """Base of each backend's visitor. A backend defines `describe`, `binary`, `compare`, `logical`,
+    `assign`, `subscript`, `builtin`, `undefined_hint` and `short_circuits`, and may refine `local`,
+    `python_value` and `unused`."""
 
     unsupported_suffix = ""  # added to "... are not supported in @jit functions"
+    tuple_bool_index = True  # whether a bool indexes a tuple, as in Python
+
+    def __init__(self, parsed: ParsedFunction, specs: dict[str, ArgSpec], options=None):
+        self.parsed = parsed
+        self.specs = specs                          # parameter name -> what this compilation takes
+        self.options = options                      # the function's jit options
+        self.py_names = environment(parsed.fn)      # its globals and closure, read at compile time
+        self.scope = Scope()                        # the names it assigns
+        self.sym_vars: dict[str, tirx.Var] = {}     # symbolic sizes ("n") -> their TIR variables
+        self.ib: IRBuilder | None = None            # the IRBuilder, while building
+
+    def symbolic(self, name: str) -> tirx.Var:
+        if name not in self.sym_vars:
+            self.sym_vars[name] = tirx.Var(name, "int64")
+        return self.sym_vars[name]
 
     def visit(self, node):
         """Every failure below this node becomes one CompilationError located at the innermost node."""
@@ -77,3 +102,78 @@ class CodeGenerator(ast.NodeVisitor):
             result = part if result is None else self.logical(ast.And(), result, part)
             left = right
         return result
+
+    # ------------------------------------------------------------------------------------------
+    # statements and expressions both backends compile alike
+    # ------------------------------------------------------------------------------------------
+    def visit_Expr(self, node: ast.Expr):
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return  # a docstring
+        self.unused(self.visit(node.value))
+
+    def unused(self, value) -> None:
+        """The value of an expression statement: dropped (a call has emitted what it does)."""
+
+    def visit_Assign(self, node: ast.Assign):
+        value = self.visit(node.value)
+        for target in node.targets:
+            self.assign(target, value, node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign):
+        if node.value is None:
+            raise Diagnostic("a bare annotation (`x: T` without a value) declares nothing in @jit code")
+        self.assign(node.target, self.visit(node.value), node)
+
+    def visit_Tuple(self, node: ast.Tuple):
+        return tuple(self.visit(e) for e in node.elts)
+
+    visit_List = visit_Tuple
+
+    def visit_BinOp(self, node: ast.BinOp):
+        return self.binary(node.op, self.visit(node.left), self.visit(node.right))
+
+    def visit_BoolOp(self, node: ast.BoolOp):
+        # Compile-time values short-circuit as in Python; otherwise the backend combines the two
+        # sides (`logical`), evaluating the right side at run time only where Python would.
+        result = self.visit(node.values[0])
+        for value_node in node.values[1:]:
+            if self.short_circuits(result):
+                if isinstance(node.op, ast.And) and not result or isinstance(node.op, ast.Or) and result:
+                    return result
+                result = self.visit(value_node)
+                continue
+            result = self.logical(node.op, result, self.visit(value_node))
+        return result
+
+    def visit_Subscript(self, node: ast.Subscript):
+        value = self.visit(node.value)
+        if not isinstance(value, tuple):
+            return self.subscript(value, node)
+        index = self.visit(node.slice)
+        if not isinstance(index, int) or isinstance(index, bool) and not self.tuple_bool_index:
+            raise Diagnostic(f"a tuple index must be a compile-time int, got {self.describe(index)}")
+        if not -len(value) <= index < len(value):
+            raise Diagnostic(f"index {index} is out of range for a tuple of {len(value)} values")
+        return value[index]
+
+    def visit_Name(self, node: ast.Name):
+        """A name: the function's own (innermost frame first), else one of its globals or closure,
+        else one the backend adds (`builtin`); anything else is undefined."""
+        name = node.id
+        if name in self.scope:
+            return self.local(name, self.scope.lookup(name))
+        if name in self.py_names:
+            return self.python_value(name, self.py_names[name])
+        value = self.builtin(name)
+        if value is not None:
+            return value
+        known = self.scope.names() | set(self.py_names) | set(PY_BUILTINS)
+        raise Diagnostic(f"name '{name}' is not defined{self.undefined_hint(name, known)}")
+
+    def local(self, name: str, value):
+        """What reading a name the function assigned gives."""
+        return value
+
+    def python_value(self, name: str, value):
+        """A name from the function's globals or closure, read once at compile time."""
+        return value

@@ -21,12 +21,11 @@ from tvm.sym import Analyzer
 from ..errors import Diagnostic
 from ..types import format_shape
 from .ops import number_dtype
-from .relax import (describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, promote, scalar_kind,
-                    shape_of)
-from .scope import Undefined
+from .scope import FlowSlot, Undefined
+from .values import (describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, promote, scalar_kind,
+                     shape_of)
 
-# Scope slots the compiler keeps beside the user's names; '<' keeps them apart from identifiers.
-RETURN = "<return>"
+RETURN = FlowSlot("return")   # the scope slot of the value the function returns
 
 
 class _NoReturn:
@@ -300,12 +299,10 @@ class Flow:
         self.owners = loop_owners(cg.parsed.tree)
         self.stream: Stream | None = None
         self.leaves: dict = {}     # loop node -> its RecursiveLoop while that loop's body compiles
-        self.pending: dict = {}    # pending-exit slot name -> exit key
+        self.pending: dict = {}    # the slot of an exit under way (FlowSlot) -> its exit key
         self.loop_count = 0        # recursive loops so far (names their functions)
         self.run_time_ifs = 0      # run-time `if` branches being compiled around the current statement
         self.caller: Flow | None = None  # an inlined @jit function's: the calling function's Flow
-        from .loops import Loops   # loops.py builds on this module
-        self.loops = Loops(self)
 
     # ------------------------------------------------------------------------------------------
     # streams
@@ -349,7 +346,7 @@ class Flow:
         return bool(self.run_time_ifs or self.leaves) or (self.caller is not None and self.caller.may_be_skipped())
 
     def line(self, node) -> int:
-        return self.cg.parsed.source_map.first_line + node.lineno - 1
+        return self.cg.parsed.source_map.file_line(node.lineno)
 
     # ------------------------------------------------------------------------------------------
     # conditions
@@ -510,18 +507,16 @@ class Flow:
         return [self.cg.emit(relax.TupleGetItem(value, k)) if wanted is None or k in wanted else None
                 for k in range(count)]
 
-    def set(self, name: str, value):
-        if name.startswith("<"):
+    def set(self, name: str | FlowSlot, value):
+        if isinstance(name, FlowSlot):
             self.cg.scope.assign(name, value)
         else:
             self.cg.bind(name, value)
 
-    def display(self, name: str, quoted: bool = True) -> str:
-        """How a scope slot is called in messages (quoted) and in the IR."""
-        if name == RETURN:
-            return "the return value" if quoted else "result"
-        if name.startswith("<"):
-            return name[1:name.index(":")]
+    def display(self, name: str | FlowSlot, quoted: bool = True) -> str:
+        """How a name or slot is called in messages (quoted) and in the IR."""
+        if isinstance(name, FlowSlot):
+            return name.describe() if quoted else name.label
         return f"'{name}'" if quoted else name
 
     def returns(self, node, a, b):
@@ -625,7 +620,7 @@ class Flow:
                              f"line {self.line(loop)}) is not supported; assign the result to a variable "
                              "and `break` out of the loop instead" if loop is not None else
                              f"internal error: no place for `{key[0]}` to land")
-        name = f"<{key[0]}ing:{id(key[1])}>"
+        name = FlowSlot(*key)
         self.pending[name] = key
         self.cg.scope.assign(name, True)
         stream.pos = index
@@ -638,7 +633,7 @@ class Flow:
 
     def resolve_pending(self, key, node):
         """Finish an exit some merged paths started: where it lands, or at the end of this branch."""
-        name = f"<{key[0]}ing:{id(key[1])}>"
+        name = FlowSlot(*key)
         value = self.cg.scope.lookup(name) if name in self.cg.scope else False
         if value is False:
             return

@@ -14,8 +14,8 @@ from tvm import relax
 
 from .. import devices
 from ..errors import CompilationError, Diagnostic
-from ..types import SCALAR_TYPES, format_shape
-from . import relax as core  # relax.py imports this module too; `core` is only read at call time
+from ..types import SCALAR_TYPES, format_shape, is_float_dtype
+from .values import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, same_size, shape_of
 
 SCALAR_KINDS = {"bool": (bool,), "int64": (int,), "float64": (int, float)}
 
@@ -66,32 +66,32 @@ def bind(cg, callee, args: list, kwargs: dict) -> dict:
 def check(cg, fname: str, param, value, sizes: dict):
     where = f"{fname}(): parameter '{param.name}'"
     if param.kind == "constexpr":
-        if core.is_tensor(value) or core.is_symbolic(value):
-            raise Diagnostic(f"{where} is bt.constexpr, so it needs a compile-time value, got {core.describe(value)}")
+        if is_tensor(value) or is_symbolic(value):
+            raise Diagnostic(f"{where} is bt.constexpr, so it needs a compile-time value, got {describe(value)}")
         return value
     if param.kind == "auto":
-        if core.is_tensor(value):
+        if is_tensor(value):
             return value
-        if core.is_python_scalar(value):  # what a direct call would pass: a 0-d int64/float64/bool tensor
+        if is_python_scalar(value):  # what a direct call would pass: a 0-d int64/float64/bool tensor
             return weak_const(cg, value, SCALAR_TYPES[type(value)])
-        raise Diagnostic(f"{where} expects a tensor or a number, got {core.describe(value)}")
+        raise Diagnostic(f"{where} expects a tensor or a number, got {describe(value)}")
     if param.kind == "scalar":
         return check_scalar(cg, where, param, value)
     annotation = param.annotation  # a bt.Tensor
-    if not core.is_tensor(value):
-        raise Diagnostic(f"{where} expects a tensor, got {core.describe(value)}")
-    shape, dtype = core.shape_of(value), core.dtype_of(value)
+    if not is_tensor(value):
+        raise Diagnostic(f"{where} expects a tensor, got {describe(value)}")
+    shape, dtype = shape_of(value), dtype_of(value)
     if len(shape) != annotation.ndim or dtype != annotation.dtype:
         raise Diagnostic(f"{where} expects a {annotation.dtype} tensor of shape {format_shape(annotation.shape)}, "
-                         f"got {core.describe(value)}")
+                         f"got {describe(value)}")
     for axis, (want, got) in enumerate(zip(annotation.shape, shape)):
         if isinstance(want, str):
             known = sizes.setdefault(want, got)
-            if not core.same_size(known, got):
+            if not same_size(known, got):
                 raise Diagnostic(f"{where}: dimension '{want}' is {known} in an earlier parameter but {got} here "
                                  f"(axis {axis})")
-        elif not core.same_size(got, want):
-            raise Diagnostic(f"{where} expects shape {format_shape(annotation.shape)}, got {core.describe(value)}")
+        elif not same_size(got, want):
+            raise Diagnostic(f"{where} expects shape {format_shape(annotation.shape)}, got {describe(value)}")
     return value
 
 
@@ -106,15 +106,15 @@ def check_scalar(cg, where: str, param, value):
     """A run-time scalar parameter takes a number or a 0-d tensor of its kind, as the 0-d tensor a
     direct call would pass (int64, float64, bool), so that dtypes promote the same either way."""
     dtype = SCALAR_TYPES[param.annotation]
-    if core.is_python_scalar(value):
+    if is_python_scalar(value):
         if isinstance(value, bool) and param.annotation is not bool or not isinstance(value, SCALAR_KINDS[dtype]):
-            raise Diagnostic(f"{where} is annotated {param.annotation.__name__}, got {core.describe(value)}")
+            raise Diagnostic(f"{where} is annotated {param.annotation.__name__}, got {describe(value)}")
         return weak_const(cg, value, dtype)
-    if core.is_tensor(value) and value.ty.ndim == 0:
-        got = core.dtype_of(value)
+    if is_tensor(value) and value.ty.ndim == 0:
+        got = dtype_of(value)
         kind_ok = {"bool": got == "bool", "int64": got.startswith(("int", "uint")),
-                   "float64": got.startswith(("int", "uint", "float", "bfloat"))}[dtype]
+                   "float64": got.startswith(("int", "uint")) or is_float_dtype(got)}[dtype]
         if kind_ok:
             return value if got == dtype else cg.emit(relax.op.astype(value, dtype))
-    raise Diagnostic(f"{where} is annotated {param.annotation.__name__}, got {core.describe(value)}")
+    raise Diagnostic(f"{where} is annotated {param.annotation.__name__}, got {describe(value)}")
 

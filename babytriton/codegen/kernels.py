@@ -26,7 +26,7 @@ from .. import pipeline
 from ..errors import Diagnostic
 from ..types import DTYPES, Tensor, format_shape
 from . import library
-from . import relax as core  # relax.py imports this module too; `core` is only read at call time
+from .values import same_size
 
 
 OPAQUE = 8  # TVM's kOpaque operator pattern: never fused
@@ -108,7 +108,7 @@ def declare(cg, kernel: tirx.PrimFunc, name: str, sizes: dict) -> tvm.ir.GlobalV
     """Add the kernel, specialised to the caller's sizes, to the module once, under a unique name."""
     for known in cg.kernels:
         if known.kernel.same_as(kernel) and known.sizes.keys() == sizes.keys() and all(
-                core.same_size(known.sizes[k], sizes[k]) for k in sizes):
+                same_size(known.sizes[k], sizes[k]) for k in sizes):
             return known.gvar
     taken = {d.gvar.name_hint for d in cg.kernels} | {cg.inline_chain[0].__name__}
     attrs = kernel.attrs
@@ -241,7 +241,7 @@ def _match(name: str, param, shape: tuple, dtype: str, sizes: dict, what: str) -
                 raise Diagnostic(f"{expected}, but {what} has size {got} on axis {axis}")
         elif isinstance(want, tirx.Var):
             known = sizes.setdefault(want.name, got)
-            if not core.same_size(known, got):
+            if not same_size(known, got):
                 raise Diagnostic(f"{expected}: its size '{want.name}' is {known} from an earlier buffer, "
                                  f"but {what} has size {got} on axis {axis}")
         else:

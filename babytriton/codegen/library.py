@@ -37,9 +37,9 @@ from tvm import relax
 
 from .. import legalize
 from ..errors import Diagnostic
-from ..types import DTYPES, TORCH_TO_NAME, dtype_name
+from ..types import DTYPES, TORCH_TO_NAME, dtype_name, is_float_dtype
 from . import ops
-from . import relax as core  # relax.py imports this module too; `core` is only read at call time
+from . import values as core  # the value helpers the visitors share
 
 NAMESPACES = (relax.op, relax.op.nn)
 # Relax's runtime plumbing lives in one module of relax.op: calls into other functions, closures,
@@ -566,7 +566,7 @@ def run_time_check(cg, condition, message: str, *values) -> None:
     """Emit a check of `condition` (over symbolic sizes) made when the compiled code runs: false, it
     raises `message`, its `{}` filled with `values` of that call, naming the user's line."""
     source = cg.parsed.source_map
-    where = f" (line {source.first_line + (cg.lineno or 1) - 1} of {os.path.basename(source.filename)})"
+    where = f" (line {source.file_line(cg.lineno or 1)} of {os.path.basename(source.filename)})"
     cg.emit(relax.op.assert_op(relax.prim_value(condition), [relax.prim_value(v) for v in values],
                                RUN_TIME_CHECK + message + where))
 
@@ -580,7 +580,7 @@ def _sort(cg, op: Op, values: dict):
     this is a stable argsort by the value with NaN read as inf, then one by "is NaN"."""
     x = values.get("data", values.get("x"))
     dtype = core.dtype_of(x)
-    if not dtype.startswith(("float", "bfloat")) or not core.shape_of(x):
+    if not is_float_dtype(dtype) or not core.shape_of(x):
         return cg.emit(op.fn(**values))
     params = {name: p.default for name, p in op.signature.parameters.items()}
     get = lambda name: values.get(name, params.get(name))  # noqa: E731
@@ -680,7 +680,7 @@ def _via_float32(b: Builder, op: Op, values: dict) -> str | None:
     allowed = FLOAT_DTYPES_ONLY.get(op.name)
     for n in operands:
         got = b.dtype(values[n])
-        if allowed and got.startswith(("float", "bfloat")) and got not in allowed:
+        if allowed and is_float_dtype(got) and got not in allowed:
             raise Diagnostic(f"{op.name}() takes {', '.join(allowed)} tensors, got {b.describe(values[n])}; "
                              "convert with .astype()")
     narrow = next((b.dtype(values[n]) for n in operands if op.name in VIA_FLOAT32.get(b.dtype(values[n]), ())
@@ -709,17 +709,17 @@ def _widen_bools_and_ints(b: Builder, op: Op, values: dict) -> bool:
     operands = [n for n in values if op.kinds[n] in TENSOR_KINDS and b.is_tensor(values[n])]
     if op.name in INT64_ACCUMULATE and values.get("dtype") is None:
         for n in operands:
-            if not b.dtype(values[n]).startswith(("float", "bfloat", "int64")):
+            if not (is_float_dtype(b.dtype(values[n])) or b.dtype(values[n]) == "int64"):
                 values[n] = b.as_tensor(values[n], "int64")
         return False
-    if op.name in FLOAT_ONLY and not all(b.dtype(values[n]).startswith(("float", "bfloat")) for n in operands):
+    if op.name in FLOAT_ONLY and not all(is_float_dtype(b.dtype(values[n])) for n in operands):
         raise Diagnostic(f"{op.name}() needs float tensors, got "
                          f"{', '.join(b.describe(values[n]) for n in operands)}; convert with .astype()")
     if op.name in LOGICAL:
         for n in operands:
             values[n] = b.as_tensor(values[n], "bool")
         return False
-    if op.name in BITWISE and any(b.dtype(values[n]).startswith(("float", "bfloat")) for n in operands):
+    if op.name in BITWISE and any(is_float_dtype(b.dtype(values[n])) for n in operands):
         raise Diagnostic(f"{op.name}() needs integer or bool tensors, got "
                          f"{', '.join(b.describe(values[n]) for n in operands)}")
     if op.name in PROMOTED:  # where: bool values select as int8 (the condition stays bool)
@@ -804,7 +804,7 @@ def convert(b: Builder, op: Op, name: str, value, arguments: dict):
         tensor = next((v for v in arguments.values() if b.is_tensor(v)), None)
         if not core.is_python_scalar(value):
             raise Diagnostic(f"{where} takes a compile-time number, got {b.describe(value)}")
-        if tensor is not None and not b.dtype(tensor).startswith(("float", "bfloat")) \
+        if tensor is not None and not is_float_dtype(b.dtype(tensor)) \
                 and isinstance(value, float) and not value.is_integer():
             raise Diagnostic(f"{where} is {value!r}, which an {b.dtype(tensor)} tensor cannot hold")
         return b.scalar(value, None if tensor is None else b.dtype(tensor))

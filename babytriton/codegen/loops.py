@@ -30,15 +30,14 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import relax as RB
 
-from ..errors import Diagnostic
+from ..errors import Diagnostic, quiet_stderr
 from ..types import DTYPES, TORCH_TO_NAME, format_shape
 from .control import (Jump, LoopEnd, IterEnd, Marker, SetName, SetTarget, Stream, assigned_names,
                       describe_type, exit_keys, leaves, loaded_names, pack, rebuild, same_type, same_value,
                       structure, symbolic_vars, type_dtype)
 from .ops import number_dtype
-from .relax import _quiet_stderr as quiet_stderr
-from .relax import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, scalar_kind, shape_of
-from .scope import Undefined
+from .scope import FlowSlot, Undefined
+from .values import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, scalar_kind, shape_of
 
 INDEX = relax.TensorType([], "int64")
 FLAG = relax.TensorType([], "bool")
@@ -96,21 +95,21 @@ class WhileGuard(Marker):
 class WhileTest(Marker):
     """An unrolled `while` iteration: test the condition, splice in the next iteration."""
 
-    def __init__(self, node, count: int):
-        self.node, self.count = node, count
+    def __init__(self, loops: "Loops", node, count: int):
+        self.loops, self.node, self.count = loops, node, count
 
     def run(self, flow):
-        flow.loops.while_test(self.node, self.count)
+        self.loops.while_test(self.node, self.count)
 
 
 class RangeRest(Marker):
     """The iterations of a peeled `for` loop after its first."""
 
-    def __init__(self, node, start: int, stop: int, step: int):
-        self.node, self.bounds = node, (start, stop, step)
+    def __init__(self, loops: "Loops", node, start: int, stop: int, step: int):
+        self.loops, self.node, self.bounds = loops, node, (start, stop, step)
 
     def run(self, flow):
-        flow.loops.for_range(self.node, *self.bounds)
+        self.loops.for_range(self.node, *self.bounds)
 
 
 class ShapeChange(Diagnostic):
@@ -118,7 +117,7 @@ class ShapeChange(Diagnostic):
 
 
 class Loops:
-    """`for` and `while` for one Flow."""
+    """`for` and `while` for one RelaxCodeGen, on its Flow."""
 
     def __init__(self, flow):
         self.flow = flow
@@ -126,7 +125,7 @@ class Loops:
 
     @property
     def unroll(self) -> int:
-        return (self.cg.options or {}).get("unroll", 16)
+        return self.cg.options["unroll"]
 
     def visit_for(self, node: ast.For):
         bounds = self.range_bounds(node)
@@ -162,7 +161,7 @@ class Loops:
         """Run the first iteration unrolled, the rest as a loop: as Python would, the first iteration
         defines what the body assigns and fixes the shapes of what it changes."""
         self.flow.stream.splice([SetTarget(node, start), *node.body, IterEnd(node),
-                                 RangeRest(node, start + step, stop, step), LoopEnd(node)])
+                                 RangeRest(self, node, start + step, stop, step), LoopEnd(node)])
 
     def unrolled(self, node: ast.For, values: list):
         items = []
@@ -200,7 +199,7 @@ class Loops:
         raise self.cg.error(node, f"range() needs integers, got {describe(value)}")
 
     def visit_while(self, node: ast.While):
-        self.flow.stream.splice([WhileTest(node, 0), LoopEnd(node)])
+        self.flow.stream.splice([WhileTest(self, node, 0), LoopEnd(node)])
 
     def while_test(self, node: ast.While, count: int):
         with RB.SeqExpr():  # only a probe: a run-time condition is computed again inside the loop
@@ -209,7 +208,7 @@ class Loops:
         if holds is False:
             self.flow.stream.splice(node.orelse)
         elif holds and count < self.unroll:
-            self.flow.stream.splice([*node.body, IterEnd(node), WhileTest(node, count + 1)])
+            self.flow.stream.splice([*node.body, IterEnd(node), WhileTest(self, node, count + 1)])
         else:
             reason = ("its condition is decided at run time" if holds is None
                       else f"it runs more than unroll={self.unroll} iterations")
@@ -246,13 +245,20 @@ class RecursiveLoop:
         self.inputs = [n for n in read if n not in assigned and defined(n) and needs_passing(scope.lookup(n))]
         has_break = ("break", node) in exit_keys(node.body, self.flow.owners)
         self.has_break = has_break
-        self.broke = f"<broke:{id(node)}>" if has_break and (self.is_for or node.orelse) else None
-        self.done = None if self.is_for else f"<done:{id(node)}>"
+        self.broke = FlowSlot("broke", node) if has_break and (self.is_for or node.orelse) else None
+        self.done = None if self.is_for else FlowSlot("done", node)
         self.stop = self.done or self.broke            # the flag that ends the halves early
         self.flags = [f for f in (self.done, self.broke) if f]
         self.on_break = [(f, True) for f in self.flags]
         self.start = self.step = None
         self.final = False
+        # What `declare` settles for the loop's functions:
+        self.name: str | None = None     # their name (f_loop0), which the body's and the halves' extend
+        self.passed: list = []           # (name, tensor): what a call passes after the carried values
+        self.symbols: list = []          # the symbolic sizes in their parameters' types
+        self.unbound: list = []          # those no tensor parameter has as a dimension of its own
+        self.slot_types: list = []       # the carried slots' types
+        self.slot_names: list = []       # and their parameters' names
 
     @property
     def line(self) -> int:
@@ -393,7 +399,8 @@ class RecursiveLoop:
 
     def index_value(self, lo, inputs):
         """The loop variable of iteration `lo`: start + lo * step."""
-        start = inputs["<start>"] if inputs and "<start>" in inputs else self.start
+        slot = FlowSlot("start", self.node)
+        start = inputs[slot] if inputs and slot in inputs else self.start
         i = lo if self.step == 1 else self.cg.binary(ast.Mult(), lo, self.step)
         return i if isinstance(start, int) and start == 0 else self.cg.binary(ast.Add(), start, i)
 
@@ -545,7 +552,7 @@ class RecursiveLoop:
         scope = cg.scope
         inputs = [(n, scope.lookup(n)) for n in self.inputs]
         if is_tensor(self.start):
-            inputs.append(("<start>", self.start))
+            inputs.append((FlowSlot("start", self.node), self.start))
         self.passed = [(n, leaf) for n, value in inputs for leaf in leaves(value)
                        if isinstance(leaf, relax.Expr) and not is_symbolic(leaf)]
         consts = [s.value for n in self.carried for s in leaves(specs[n]) if isinstance(s, Const)]
@@ -559,7 +566,7 @@ class RecursiveLoop:
         # sizes no tensor argument has as a dimension of its own come in as a shape argument
         self.unbound = [v for v in self.symbols if not any(v.same_as(d) for d in bare)]
         self.slot_types = [ty for _, ty in slots]
-        self.slot_names = [display(n) for n, _ in slots]
+        self.slot_names = [flow.display(n, quoted=False) for n, _ in slots]
         body = self.declare_body(specs, inputs)
         halves = self.declare_halves(body)
         return halves, self.pass_on(lambda v: v), [leaf for _, leaf in self.passed]
@@ -581,7 +588,7 @@ class RecursiveLoop:
         if self.unbound:
             params.append(("sizes", relax.ShapeType([fresh[v] for v in self.unbound])))
         params += [(n, subst(ty)) for n, ty in zip(self.slot_names, self.slot_types)]
-        params += [(display(n), subst(leaf.ty)) for n, leaf in self.passed]
+        params += [(self.flow.display(n, quoted=False), subst(leaf.ty)) for n, leaf in self.passed]
         outputs = [subst(ty) for ty in self.slot_types] + [FLAG] * len(flags)
         ret = outputs[0] if len(outputs) == 1 else relax.TupleType(outputs)
         gv = I.decl_function(name, relax.Function.create_empty([relax.Var(n, t) for n, t in params], ret))
@@ -689,7 +696,3 @@ class RecursiveLoop:
 
 def subst_value(value, subst):
     return subst(value) if is_symbolic(value) else value
-
-
-def display(name: str) -> str:
-    return name[1:-1] if name.startswith("<") and name.endswith(">") and ":" not in name else name

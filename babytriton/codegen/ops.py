@@ -8,6 +8,7 @@ import torch
 from tvm import relax, tirx
 
 from .. import legalize
+from ..types import is_float_dtype
 
 op = relax.op
 
@@ -54,7 +55,7 @@ def number_dtype(*dtypes: str) -> str:
     """The dtype of a Python number of these kinds (numbers and run-time scalars, by scalar_kind), as
     Python holds it: bool, int64 or float64 (the dtype of a `s: float` parameter). It is what a number
     that differs between the paths of an `if` or the iterations of a loop becomes, still weak."""
-    if any(d.startswith(("float", "bfloat")) for d in dtypes):
+    if any(is_float_dtype(d) for d in dtypes):
         return "float64"
     return "bool" if all(d == "bool" for d in dtypes) else "int64"
 

@@ -8,34 +8,28 @@ from __future__ import annotations
 
 import ast
 import builtins
-import contextlib
-import functools
 import gc
 import inspect
 import math
 import os
-import sys
-import threading
 
 import torch
-import tvm
-import tvm_ffi
 from tvm import relax, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import relax as RB
 
 from .. import devices, offload, pipeline
-from ..errors import CompilationError, Diagnostic, debug_enabled
-from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, Tensor, format_shape
+from ..errors import CompilationError, Diagnostic, debug_enabled, quiet_tvm
+from ..types import TORCH_TO_NAME, ArgSpec, Tensor, format_shape, is_float_dtype
 from . import inline, kernels, library, ops
 from .base import CodeGenerator
-from .scope import Scope, Undefined
+from .control import Flow
+from .loops import Loops
+from .scope import Undefined
 from .source import ParsedFunction
-
-PY_SCALARS = (bool, int, float)
-# Python builtins that make sense on compile-time values inside @jit code.
-PY_BUILTINS = {name: getattr(builtins, name) for name in ("abs", "min", "max", "int", "float", "bool", "round")}
+from .values import (PY_BUILTINS, PY_SCALARS, broadcast, describe, dtype_of, is_python_scalar, is_symbolic,
+                     is_tensor, promote, same_size, scalar_kind, shape_of, wrap_int)
 
 # Python builtins for watching a run, which compiled code cannot call: eager mode runs them.
 _EAGER_HINT = ("compiled code does not run Python; to watch values, run the function eagerly: f.eager(...), or "
@@ -46,59 +40,12 @@ PYTHON_ONLY = {"print": f"print() cannot be called from @jit code: {_EAGER_HINT}
                "open": "open() cannot be called from @jit code: read files before the call and pass tensors in"}
 
 
-
-_STDERR_LOCK = threading.Lock()
-_stderr_state = {"users": 0, "saved": None}
-
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Silence the process's C-level stderr (fd 2), where TVM's C++ logging writes. Threads
-    compiling at once share one redirection: the first in makes it, the last out restores fd 2."""
-    with _STDERR_LOCK:
-        if _stderr_state["users"] == 0:
-            sys.stderr.flush()
-            _stderr_state["saved"] = os.dup(2)
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 2)
-            os.close(devnull)
-        _stderr_state["users"] += 1
-    try:
-        yield
-    finally:
-        with _STDERR_LOCK:
-            _stderr_state["users"] -= 1
-            if _stderr_state["users"] == 0:
-                sys.stderr.flush()
-                os.dup2(_stderr_state["saved"], 2)
-                os.close(_stderr_state["saved"])
-
-
-def quiet_tvm():
-    """TVM's C++ warnings (dead code before FuseOps, pow exponents, abandoned builders) speak of
-    TVM's internals, not the user's code: silenced, unless BABYTRITON_DEBUG=1."""
-    return contextlib.nullcontext() if debug_enabled() else _quiet_stderr()
-
-
 def _drop_frames(error: BaseException) -> None:
     """Forget the frames an error and the exceptions chained to it were raised through."""
     while error is not None:
         error.__traceback__ = None
         chained, error.__context__, error.__cause__ = error.__context__ or error.__cause__, None, None
         error = chained
-
-
-def is_tensor(value) -> bool:
-    return isinstance(value, relax.Expr) and isinstance(value.ty, relax.TensorType)
-
-
-def is_symbolic(value) -> bool:
-    """A TIR expression over symbolic dimensions, e.g. `x.shape[0]` of a `("n", 3)` tensor."""
-    return isinstance(value, tvm.ir.Expr) and isinstance(value.ty, tvm.ir.PrimType)
-
-
-def is_python_scalar(value) -> bool:
-    return isinstance(value, PY_SCALARS)
 
 
 def _plain(value) -> bool:
@@ -108,81 +55,6 @@ def _plain(value) -> bool:
     return value is None or isinstance(value, (*PY_SCALARS, str))
 
 
-def dtype_of(value) -> str:
-    return str(value.ty.dtype)
-
-
-def shape_of(value) -> tuple:
-    """Static entries as ints, symbolic ones as TIR expressions."""
-    shape = value.ty.shape
-    if shape is None:
-        return tuple([None] * value.ty.ndim)
-    return tuple(int(d) if isinstance(d, tirx.IntImm) else d for d in shape.values)
-
-
-def describe(value) -> str:
-    if is_tensor(value):
-        dtype = dtype_of(value)
-        return f"{'an' if dtype.startswith('int') else 'a'} {dtype} tensor of shape {format_shape(shape_of(value))}"
-    if isinstance(value, relax.Expr) and isinstance(value.ty, relax.TupleType):
-        return f"a tuple of {len(value.ty.fields)} values"
-    if is_symbolic(value):
-        return f"the symbolic size {value}"
-    return f"{type(value).__name__} {value!r}"
-
-
-@functools.lru_cache(maxsize=None)
-def _dummy(dtype: str, zero_dim: bool) -> torch.Tensor:
-    return torch.empty(() if zero_dim else (1,), dtype=DTYPES[dtype])
-
-
-def _torch_operand(value):
-    return _dummy(dtype_of(value), value.ty.ndim == 0) if is_tensor(value) else value
-
-
-def promote(lhs, rhs) -> str:
-    """The result dtype of combining two operands, by torch's rules (0-d tensors and Python numbers
-    don't widen a dimensioned tensor's dtype)."""
-    return TORCH_TO_NAME[torch.result_type(_torch_operand(lhs), _torch_operand(rhs))]
-
-
-def wrap_int(value: int, dtype: str) -> int:
-    """A Python int as an integer dtype holds it, wrapping as torch converts a number meeting an
-    integer tensor (`int32 + 2**40` adds 0); beyond 64 bits torch refuses, and so do we."""
-    if not -2**63 <= value < 2**64:
-        raise Diagnostic(f"the int {value} is too big to convert to {dtype} (torch refuses it too)")
-    bits = int(dtype.lstrip("uint"))
-    value &= (1 << bits) - 1
-    return value - (1 << bits) if dtype.startswith("int") and value >= 1 << (bits - 1) else value
-
-
-def scalar_kind(value) -> str:
-    """The dtype name of a number or 0-d tensor: Python numbers as bool, int64 or float64."""
-    if is_tensor(value):
-        return dtype_of(value)
-    return "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else "float64"
-
-
-def same_size(a, b) -> bool:
-    """Whether two sizes are known to be equal at compile time (ints, or the same symbolic size)."""
-    if isinstance(a, int) or isinstance(b, int):
-        return isinstance(a, int) and isinstance(b, int) and a == b
-    return tvm_ffi.structural_equal(a, b)
-
-
-def broadcast(a: tuple, b: tuple) -> tuple | None:
-    """Broadcast two shapes; None when static sizes disagree. Symbolic sizes are trusted to match."""
-    out = []
-    for x, y in zip(reversed((1,) * (len(b) - len(a)) + a), reversed((1,) * (len(a) - len(b)) + b)):
-        if isinstance(x, int) and isinstance(y, int):
-            if x != y and 1 not in (x, y):
-                return None
-            out.append(max(x, y) if 0 not in (x, y) else 0)
-        else:
-            out.append(y if x == 1 else x)
-    return tuple(reversed(out))
-
-
 # Float `x ** n` for an integral constant n up to this many multiplies (by squaring) instead of calling pow.
 MAX_SQUARING_EXPONENT = 16
 
@@ -190,22 +62,16 @@ MAX_SQUARING_EXPONENT = 16
 class RelaxCodeGen(CodeGenerator):
     """Compiles one parsed Python function into a Relax function inside an IRModule."""
 
+    describe = staticmethod(describe)
+
     def __init__(self, parsed: ParsedFunction, specs: dict[str, ArgSpec], options=None):
-        self.parsed = parsed
-        self.specs = specs
-        self.options = options
-        fn = parsed.fn
-        closure = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in (fn.__closure__ or ())))) \
-            if fn.__closure__ else {}
-        self.py_names = {**fn.__globals__, **closure}
-        self.scope = Scope()
-        self.ib: IRBuilder | None = None
-        self.sym_vars: dict[str, tirx.Var] = {}
+        super().__init__(parsed, specs, options)
+        self.params: set = set()       # the Relax function's parameters (never renamed)
         self.user_named: set = set()   # Relax vars already given a user's name
         self.returned = None           # the value the function returns, once its end is compiled
         # With `with bt.device(...)` blocks: where each value lives (None: one device, no vdevices).
         self.placement = devices.Placement((options or {}).get("target", "cpu"), specs, self.scope,
-                                           parsed.source_map.first_line) \
+                                           parsed.source_map) \
             if devices.uses_device_blocks(parsed.tree) else None
         # Which source line (relative to the parsed def) produced each emitted binding: the
         # fusion map relates fused kernels back to them (babytriton/fusion.py).
@@ -214,10 +80,10 @@ class RelaxCodeGen(CodeGenerator):
         self.lineno = None             # line of the innermost node being compiled
         self.node = None               # the innermost node with a location being compiled
         self.kernels: list = []        # kernels.Declared: the TensorIR kernels added to the module
-        self.inline_chain: list = [fn]  # the @jit functions being compiled, outermost first
+        self.inline_chain: list = [parsed.fn]  # the @jit functions being compiled, outermost first
         self.weak: list = []           # 0-d tensors that promote like Python numbers (see `is_weak`)
-        from .control import Flow      # control flow builds on this module's helpers
-        self.flow = Flow(self)
+        self.flow = Flow(self)         # `if`, exits and the plumbing of loops (control.py)
+        self.loops = Loops(self.flow)  # `for` and `while` (loops.py)
         # (symbolic size, the size it was matched to, where): checked at each call (see `aligned`)
         self.size_checks: list = []
 
@@ -353,11 +219,6 @@ class RelaxCodeGen(CodeGenerator):
     def _is_param(self, var) -> bool:
         return var in self.params
 
-    def symbolic(self, name: str) -> tirx.Var:
-        if name not in self.sym_vars:
-            self.sym_vars[name] = tirx.Var(name, "int64")
-        return self.sym_vars[name]
-
     # ------------------------------------------------------------------------------------------
     # statements
     # ------------------------------------------------------------------------------------------
@@ -368,7 +229,6 @@ class RelaxCodeGen(CodeGenerator):
         with RB.function():
             RB.func_name(node.name)
             with self.scope.frame():
-                self.params = set()
                 for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
                     self.declare_param(arg)
                 self.visit_body(node.body)
@@ -406,10 +266,10 @@ class RelaxCodeGen(CodeGenerator):
         self.flow.visit_if(node)
 
     def visit_For(self, node: ast.For):
-        self.flow.loops.visit_for(node)
+        self.loops.visit_for(node)
 
     def visit_While(self, node: ast.While):
-        self.flow.loops.visit_while(node)
+        self.loops.visit_while(node)
 
     def visit_Break(self, node: ast.Break):
         self.flow.visit_exit(node)
@@ -422,22 +282,7 @@ class RelaxCodeGen(CodeGenerator):
         self.placement.enter(kind, node)
         self.flow.splice_block(node.body, self.placement.leave)
 
-    def visit_Expr(self, node: ast.Expr):
-        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-            return  # a docstring
-        self.visit(node.value)
-
-    def visit_Assign(self, node: ast.Assign):
-        value = self.visit(node.value)
-        for target in node.targets:
-            self.assign(target, value)
-
-    def visit_AnnAssign(self, node: ast.AnnAssign):
-        if node.value is None:
-            raise Diagnostic("a bare annotation (`x: T` without a value) declares nothing in @jit code")
-        self.assign(node.target, self.visit(node.value))
-
-    def assign(self, target: ast.expr, value):
+    def assign(self, target: ast.expr, value, node: ast.AST | None = None):
         if isinstance(target, ast.Name):
             self.bind(target.id, value)
         elif isinstance(target, (ast.Tuple, ast.List)):
@@ -464,40 +309,31 @@ class RelaxCodeGen(CodeGenerator):
     # ------------------------------------------------------------------------------------------
     # expressions
     # ------------------------------------------------------------------------------------------
-    def visit_Name(self, node: ast.Name):
-        name = node.id
-        if name in self.scope:
-            value = self.scope.lookup(name)
-            if isinstance(value, Undefined):
-                raise Diagnostic(value.message)
-            return value
-        if name in self.py_names:
-            return self.python_value(name, self.py_names[name])
-        if name in PY_BUILTINS or name == "len":
-            return getattr(builtins, name)
-        op = library.lookup(name)  # a Relax operator the function doesn't bind: sigmoid(x)
-        if op is not None:
-            return op
-        if name in PYTHON_ONLY:
-            raise Diagnostic(PYTHON_ONLY[name])
-        known = self.scope.names() | set(self.py_names) | set(PY_BUILTINS) | library.names()
-        hint = library.did_you_mean(name, known) or \
-            "; assign it before this line, pass it as a parameter, or define it at module level"
-        raise Diagnostic(f"name '{name}' is not defined{hint}")
+    def local(self, name: str, value):
+        if isinstance(value, Undefined):  # not assigned on every path to here: the message says why
+            raise Diagnostic(value.message)
+        return value
 
     def python_value(self, name: str, value):
-        """A name from the function's globals or closure, read once at compile time."""
         if hasattr(value, "item") and getattr(value, "shape", None) == () and not isinstance(value, torch.Tensor):
             value = value.item()  # numpy scalars
         return value
 
-    def visit_Tuple(self, node: ast.Tuple):
-        return tuple(self.visit(e) for e in node.elts)
+    def builtin(self, name: str):
+        """Python's builtins that fold on compile-time values, and the Relax operators the function
+        doesn't bind (`sigmoid(x)`); None for other names."""
+        if name in PY_BUILTINS or name == "len":
+            return getattr(builtins, name)
+        op = library.lookup(name)
+        if op is not None:
+            return op
+        if name in PYTHON_ONLY:
+            raise Diagnostic(PYTHON_ONLY[name])
+        return None
 
-    visit_List = visit_Tuple
-
-    def visit_BinOp(self, node: ast.BinOp):
-        return self.binary(node.op, self.visit(node.left), self.visit(node.right))
+    def undefined_hint(self, name: str, known: set) -> str:
+        return library.did_you_mean(name, known | library.names()) or \
+            "; assign it before this line, pass it as a parameter, or define it at module level"
 
     def binary(self, op: ast.operator, lhs, rhs):
         kind = type(op)
@@ -521,20 +357,20 @@ class RelaxCodeGen(CodeGenerator):
 
     def _binary(self, kind, sym: str, lhs, rhs, dtype: str):
         if kind in ops.BITWISE:
-            if dtype.startswith(("float", "bfloat")):
+            if is_float_dtype(dtype):
                 raise Diagnostic(f"`{sym}` needs bool or integer operands, got {describe(lhs)} and {describe(rhs)}")
             int_op, bool_op = ops.BITWISE[kind]
             return self.emit_binary(int_op if dtype != "bool" else bool_op, lhs, rhs, dtype, sym)
         if kind not in ops.ARITH:
             raise Diagnostic(f"the operator `{sym}` is not supported on tensors")
-        if kind is ast.Div and not dtype.startswith(("float", "bfloat")):
+        if kind is ast.Div and not is_float_dtype(dtype):
             dtype = TORCH_TO_NAME[torch.get_default_dtype()]  # true division, as in Python and torch
         if dtype == "bool" or kind is ast.Sub and any(is_tensor(v) and dtype_of(v) == "bool" for v in (lhs, rhs)):
             raise Diagnostic(f"`{sym}` on bool tensors is not supported; use `|`, `&`, `^`, `~` or convert "
                              "with .astype()")
         if kind is ast.MatMult:
             return self.matmul(lhs, rhs)
-        if kind is ast.Pow and not dtype.startswith(("float", "bfloat")):
+        if kind is ast.Pow and not is_float_dtype(dtype):
             return self.integer_power(lhs, rhs, dtype)
         if kind in (ast.Div, ast.FloorDiv, ast.Mod) and is_python_scalar(rhs) and rhs == 0:
             return self.divide_by_zero(kind, sym, lhs, rhs, dtype)
@@ -552,7 +388,7 @@ class RelaxCodeGen(CodeGenerator):
         """`x / 0.0`, `x // 0.0`, `x % 0.0` with torch's meaning (inf, -inf, nan), written so that TVM
         does not fold a division by the constant zero (which it refuses); integer `//`, `%` by 0
         raise, as torch does."""
-        if not dtype.startswith(("float", "bfloat")):
+        if not is_float_dtype(dtype):
             raise Diagnostic(f"integer `{sym}` by zero: torch raises ZeroDivisionError for it")
         if kind is ast.Mod:  # x - floor(x / 0) * 0: nan everywhere
             return self.emit_binary(relax.op.multiply, lhs, float("nan"), dtype, sym)
@@ -571,7 +407,7 @@ class RelaxCodeGen(CodeGenerator):
         """What `value` is to torch's promotion: a weak 0-d tensor counts as a Python number of its kind."""
         if is_tensor(value) and not is_python_scalar(value) and self.is_weak(value):
             dtype = dtype_of(value)
-            return False if dtype == "bool" else 0.0 if dtype.startswith(("float", "bfloat")) else 0
+            return False if dtype == "bool" else 0.0 if is_float_dtype(dtype) else 0
         return value
 
     def operator_dtype(self, symbol: str, lhs, rhs) -> str:
@@ -630,7 +466,7 @@ class RelaxCodeGen(CodeGenerator):
     def record_size_check(self, size, want) -> None:
         if isinstance(size, tirx.Var) and isinstance(want, (int, tirx.Var)):
             source = self.parsed.source_map
-            where = f"line {source.first_line + (self.lineno or 1) - 1} of {os.path.basename(source.filename)}"
+            where = f"line {source.file_line(self.lineno or 1)} of {os.path.basename(source.filename)}"
             self.size_checks.append((size.name, want if isinstance(want, int) else want.name, where))
 
     def integer_power(self, base, exponent, dtype: str):
@@ -703,7 +539,7 @@ class RelaxCodeGen(CodeGenerator):
                 self.weak.append(negated)
             return negated
         if kind is ast.Invert:
-            if dtype.startswith(("float", "bfloat")):
+            if is_float_dtype(dtype):
                 raise Diagnostic(f"`~` needs a bool or integer tensor, got {describe(value)}")
             return self.emit(relax.op.logical_not(value) if dtype == "bool" else relax.op.bitwise_not(value))
         if dtype != "bool":  # `not`
@@ -730,17 +566,8 @@ class RelaxCodeGen(CodeGenerator):
             self.weak.append(result)
         return result
 
-    def visit_BoolOp(self, node: ast.BoolOp):
-        # Python values short-circuit as in Python; tensors combine element-wise.
-        result = self.visit(node.values[0])
-        for value_node in node.values[1:]:
-            if not is_tensor(result):
-                if isinstance(node.op, ast.And) and not result or isinstance(node.op, ast.Or) and result:
-                    return result
-                result = self.visit(value_node)
-                continue
-            result = self.logical(node.op, result, self.visit(value_node))
-        return result
+    def short_circuits(self, value) -> bool:
+        return not is_tensor(value)  # tensors combine element-wise
 
     def logical(self, op: ast.boolop, lhs, rhs):
         if not (is_tensor(lhs) or is_tensor(rhs)):
@@ -798,15 +625,7 @@ class RelaxCodeGen(CodeGenerator):
             library.did_you_mean(attr, available)
         raise Diagnostic(f"tensors have no attribute '{attr}' here{hint} (available: {', '.join(available)})")
 
-    def visit_Subscript(self, node: ast.Subscript):
-        value = self.visit(node.value)
-        if isinstance(value, tuple):
-            index = self.visit(node.slice)
-            if not isinstance(index, int):
-                raise Diagnostic(f"a tuple index must be a compile-time int, got {describe(index)}")
-            if not -len(value) <= index < len(value):
-                raise Diagnostic(f"index {index} is out of range for a tuple of {len(value)} values")
-            return value[index]
+    def subscript(self, value, node: ast.Subscript):
         if is_tensor(value):
             raise Diagnostic("indexing or slicing tensors is not supported in the Relax backend; element access "
                              "works in @bt.jit(backend='tir') functions")
@@ -839,7 +658,7 @@ class RelaxCodeGen(CodeGenerator):
         if kernels.is_kernel(func):
             return kernels.call(self, func, name, args, kwargs)
         if inline.is_jit_function(func):
-            return inline.call(self, func, args, kwargs, self.parsed.source_map.first_line + node.lineno - 1)
+            return inline.call(self, func, args, kwargs, self.parsed.source_map.file_line(node.lineno))
         raise Diagnostic(self.cannot_call(func, name))
 
     def cannot_call(self, func, name: str) -> str:

@@ -21,6 +21,12 @@ class ParsedFunction:
         return self.tree.name
 
 
+def environment(fn) -> dict:
+    """The names a function reads besides its own: its globals, and its closure's (which win)."""
+    closure = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__))) if fn.__closure__ else {}
+    return {**fn.__globals__, **closure}
+
+
 def parse_function(fn) -> ParsedFunction:
     """Parse `fn`'s own source; a function without readable source is a CompilationError."""
     name = getattr(fn, "__name__", repr(fn))

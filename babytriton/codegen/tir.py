@@ -32,14 +32,13 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from ..errors import Diagnostic
-from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, format_shape
+from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, format_shape, is_float_dtype
 from . import ops
 from .base import CodeGenerator
 from .scope import Scope
 from .source import ParsedFunction
+from .values import PY_BUILTINS, PY_SCALARS
 
-PY_SCALARS = (bool, int, float)
-PY_BUILTINS = {name: getattr(builtins, name) for name in ("abs", "min", "max", "int", "float", "bool", "round")}
 INT64 = "int64"
 UNBOUNDED = 1 << 62      # const_int_bound reports "no bound" beyond this
 MAX_PASSES = 8
@@ -185,17 +184,21 @@ class TIRCodeGen(CodeGenerator):
     of the parameters it writes."""
 
     unsupported_suffix = " (backend='tir')"
+    tuple_bool_index = False   # as for tensors' indices
+    describe = staticmethod(describe)
 
     def __init__(self, parsed: ParsedFunction, specs: dict[str, ArgSpec], options=None):
-        self.parsed = parsed
-        self.specs = specs
-        self.options = options
-        fn = parsed.fn
-        closure = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in (fn.__closure__ or ())))) \
-            if fn.__closure__ else {}
-        self.py_names = {**fn.__globals__, **closure}
+        super().__init__(parsed, specs, options)
         self.assumed: dict[str, Note] = {}   # what the previous pass learned about each variable
         self.outputs: list[str] = []
+        # What one pass over the body builds and learns (each pass starts afresh: `_build_once`).
+        self.seen: dict[str, Note] = {}      # what this pass learns about each variable
+        self.written: set[str] = set()       # the tensor parameters it writes
+        self.loops: list[Loop] = []          # the loops being compiled, outermost first
+        self.runtime_depth = 0               # enclosing run-time loops and ifs
+        self.gone: dict[str, str] = {}       # names whose loop or branch has ended -> where they lived
+        self.analyzer = tvm.sym.Analyzer()   # bounds of loop variables, for index checks
+        self.unreachable = 0                 # inside a loop that never runs: no bounds checks
 
     # ------------------------------------------------------------------------------------------
     # driver and the one error path
@@ -216,15 +219,11 @@ class TIRCodeGen(CodeGenerator):
         raise self.error(self.parsed.tree, "could not settle the types of the function's variables")
 
     def _build_once(self):
-        self.scope = Scope()
-        self.seen: dict[str, Note] = {}
-        self.written: set[str] = set()
-        self.sym_vars: dict[str, tirx.Var] = {}
-        self.loops: list[Loop] = []
-        self.runtime_depth = 0       # enclosing run-time loops and ifs
-        self.gone: dict[str, str] = {}   # names whose loop or branch has ended -> where they lived
+        """One pass over the body, from a fresh state."""
+        self.scope, self.sym_vars = Scope(), {}
+        self.seen, self.written, self.loops, self.gone = {}, set(), [], {}
+        self.runtime_depth = self.unreachable = 0
         self.analyzer = tvm.sym.Analyzer()
-        self.unreachable = 0         # inside a loop that never runs: no bounds checks
         with IRBuilder() as ib:
             self.ib = ib
             self.visit(self.parsed.tree)
@@ -253,7 +252,7 @@ class TIRCodeGen(CodeGenerator):
         if isinstance(value, PY_SCALARS):
             if dtype == "bool":
                 return tirx.const(bool(value), "bool")
-            return tirx.const(int(value) if not dtype.startswith(("float", "bfloat")) else float(value), dtype)
+            return tirx.const(int(value) if not is_float_dtype(dtype) else float(value), dtype)
         if dtype_of(value) == dtype:
             return value
         if dtype == "bool":
@@ -266,11 +265,6 @@ class TIRCodeGen(CodeGenerator):
             return bool(value)
         self.scalar(value)
         return value if dtype_of(value) == "bool" else self.cast(value, "bool")
-
-    def symbolic(self, name: str) -> tirx.Var:
-        if name not in self.sym_vars:
-            self.sym_vars[name] = tirx.Var(name, INT64)
-        return self.sym_vars[name]
 
     # ------------------------------------------------------------------------------------------
     # helpers: variables
@@ -325,7 +319,7 @@ class TIRCodeGen(CodeGenerator):
         T.buffer_store(local.buffer, self.cast(value, local.dtype), [tirx.const(0, INT64)])
 
     def line(self, relative: int) -> int:
-        return self.parsed.source_map.first_line + relative - 1
+        return self.parsed.source_map.file_line(relative)
 
     @contextmanager
     def runtime_block(self, where: str):
@@ -388,22 +382,9 @@ class TIRCodeGen(CodeGenerator):
                         self.visit_body(rest)
                 return
 
-    def visit_Expr(self, node: ast.Expr):
-        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-            return  # a docstring
-        value = self.visit(node.value)
+    def unused(self, value) -> None:
         if value is not None:
             raise Diagnostic("this expression's value is not used; assign it or write it into a tensor")
-
-    def visit_Assign(self, node: ast.Assign):
-        value = self.visit(node.value)
-        for target in node.targets:
-            self.assign(target, value, node)
-
-    def visit_AnnAssign(self, node: ast.AnnAssign):
-        if node.value is None:
-            raise Diagnostic("a bare annotation (`x: T` without a value) declares nothing in @jit code")
-        self.assign(node.target, self.visit(node.value), node)
 
     def assign(self, target: ast.expr, value, node: ast.AST):
         if isinstance(target, ast.Name):
@@ -594,24 +575,20 @@ class TIRCodeGen(CodeGenerator):
     # ------------------------------------------------------------------------------------------
     def visit_Name(self, node: ast.Name):
         name = node.id
-        if name in self.scope:
-            value = self.scope.lookup(name)
-            return value.buffer[tirx.const(0, INT64)] if isinstance(value, Local) else value
-        if name in self.gone:
+        if name in self.gone and name not in self.scope:
             raise Diagnostic(f"'{name}' only exists inside {self.gone[name]}: assign it before that to use it "
                              "after")
-        if name in self.py_names:
-            return self.py_names[name]
-        if hasattr(builtins, name):
-            return getattr(builtins, name)
-        known = self.scope.names() | set(self.py_names) | set(PY_BUILTINS)
+        return super().visit_Name(node)
+
+    def local(self, name: str, value):
+        return value.buffer[tirx.const(0, INT64)] if isinstance(value, Local) else value
+
+    def builtin(self, name: str):
+        return getattr(builtins, name, None)
+
+    def undefined_hint(self, name: str, known: set) -> str:
         hint = difflib.get_close_matches(name, known, n=1)
-        raise Diagnostic(f"name '{name}' is not defined" + (f"; did you mean '{hint[0]}'?" if hint else ""))
-
-    def visit_Tuple(self, node: ast.Tuple):
-        return tuple(self.visit(e) for e in node.elts)
-
-    visit_List = visit_Tuple
+        return f"; did you mean '{hint[0]}'?" if hint else ""
 
     def visit_Attribute(self, node: ast.Attribute):
         value = self.visit(node.value)
@@ -627,17 +604,9 @@ class TIRCodeGen(CodeGenerator):
         except AttributeError:
             raise Diagnostic(f"{describe(value)} has no attribute '{node.attr}'") from None
 
-    def visit_Subscript(self, node: ast.Subscript):
-        value = self.visit(node.value)
+    def subscript(self, value, node: ast.Subscript):
         if isinstance(value, TensorParam):
             return tirx.BufferLoad(value.buffer, self.indices(value, node))
-        if isinstance(value, tuple):
-            index = self.visit(node.slice)
-            if not isinstance(index, int) or isinstance(index, bool):
-                raise Diagnostic(f"a tuple index must be a compile-time int, got {describe(index)}")
-            if not -len(value) <= index < len(value):
-                raise Diagnostic(f"index {index} is out of range for a tuple of {len(value)} values")
-            return value[index]
         raise Diagnostic(f"{describe(value)} cannot be indexed")
 
     def indices(self, tensor: TensorParam, node: ast.Subscript) -> list:
@@ -673,9 +642,6 @@ class TIRCodeGen(CodeGenerator):
             return value
         return tirx.if_then_else(value < 0, value + self.index_expr(size), value)  # Python's a[-1]
 
-    def visit_BinOp(self, node: ast.BinOp):
-        return self.binary(node.op, self.visit(node.left), self.visit(node.right))
-
     def binary(self, op: ast.operator, lhs, rhs):
         kind = type(op)
         sym = ops.SYMBOL[kind]
@@ -687,7 +653,7 @@ class TIRCodeGen(CodeGenerator):
         lhs, rhs = self.scalar(lhs), self.scalar(rhs)
         dtype = self.promote(lhs, rhs)
         if kind in ops.TIR_BITWISE or kind in ops.TIR_SHIFT:
-            if dtype.startswith(("float", "bfloat")) or (kind in ops.TIR_SHIFT and dtype == "bool"):
+            if is_float_dtype(dtype) or (kind in ops.TIR_SHIFT and dtype == "bool"):
                 raise Diagnostic(f"`{sym}` needs integer operands, got {describe(lhs)} and {describe(rhs)}")
             if kind in ops.TIR_SHIFT:
                 return ops.TIR_SHIFT[kind](self.cast(lhs, dtype), self.cast(rhs, dtype))
@@ -700,16 +666,16 @@ class TIRCodeGen(CodeGenerator):
             raise Diagnostic(f"`{sym}` on bools is not supported; use `|`, `&`, `^` or convert with int()")
         if kind in (ast.FloorDiv, ast.Mod) and isinstance(rhs, PY_SCALARS) and rhs == 0:
             raise Diagnostic(f"`{sym}` by zero")
-        if kind is ast.Div and not dtype.startswith(("float", "bfloat")):
+        if kind is ast.Div and not is_float_dtype(dtype):
             dtype = TORCH_TO_NAME[torch.get_default_dtype()]   # true division, as in Python and torch
-        if kind is ast.Pow and not dtype.startswith(("float", "bfloat")):
+        if kind is ast.Pow and not is_float_dtype(dtype):
             if not (isinstance(rhs, int) and rhs >= 0):
                 raise Diagnostic("an integer power needs a compile-time exponent >= 0 (or float operands)")
             result = tirx.const(1, dtype)
             for _ in range(rhs):
                 result = result * self.cast(lhs, dtype)
             return result
-        table = ops.TIR_FLOAT_ARITH if dtype.startswith(("float", "bfloat")) else ops.TIR_INT_ARITH
+        table = ops.TIR_FLOAT_ARITH if is_float_dtype(dtype) else ops.TIR_INT_ARITH
         return table[kind](self.cast(lhs, dtype), self.cast(rhs, dtype))
 
     def visit_UnaryOp(self, node: ast.UnaryOp):
@@ -727,7 +693,7 @@ class TIRCodeGen(CodeGenerator):
             if dtype == "bool":
                 raise Diagnostic("`-` on a bool is not supported; use `not`")
             return tirx.const(0, dtype) - value
-        if dtype.startswith(("float", "bfloat")):
+        if is_float_dtype(dtype):
             raise Diagnostic(f"`~` needs a bool or integer, got {describe(value)}")
         return _negate(value) if dtype == "bool" else tirx.bitwise_not(value)
 
@@ -741,18 +707,8 @@ class TIRCodeGen(CodeGenerator):
         dtype = self.promote(lhs, rhs)
         return ops.TIR_COMPARE[kind](self.cast(lhs, dtype), self.cast(rhs, dtype))
 
-    def visit_BoolOp(self, node: ast.BoolOp):
-        # Python values short-circuit at compile time; at run time the right side is only evaluated
-        # when needed (it may read memory the left side guards).
-        result = self.visit(node.values[0])
-        for value_node in node.values[1:]:
-            if isinstance(result, PY_SCALARS):
-                if isinstance(node.op, ast.And) and not result or isinstance(node.op, ast.Or) and result:
-                    return result
-                result = self.visit(value_node)
-                continue
-            result = self.logical(node.op, result, self.visit(value_node))
-        return result
+    def short_circuits(self, value) -> bool:
+        return isinstance(value, PY_SCALARS)
 
     def logical(self, op: ast.boolop, lhs, rhs):
         if isinstance(lhs, PY_SCALARS) and isinstance(rhs, PY_SCALARS):
@@ -762,6 +718,7 @@ class TIRCodeGen(CodeGenerator):
                 raise Diagnostic(f"`{ops.SYMBOL[type(op)]}` needs bools, got {describe(v)}; compare first, "
                                  "e.g. `(x > 0) and (y > 0)`")
         lhs, rhs = self.cast(lhs, "bool"), self.cast(rhs, "bool")
+        # The right side is evaluated at run time only when needed (it may read memory the left side guards).
         if not loads_memory(rhs):
             return tirx.And(lhs, rhs) if isinstance(op, ast.And) else tirx.Or(lhs, rhs)
         if isinstance(op, ast.And):
@@ -819,7 +776,7 @@ class TIRCodeGen(CodeGenerator):
         for arg in args[1:]:
             dtype = join(dtype, kind_of(arg))
         dtype = storage_dtype(dtype)
-        if rule in ("float", "int") and not dtype.startswith(("float", "bfloat")):
+        if rule in ("float", "int") and not is_float_dtype(dtype):
             dtype = TORCH_TO_NAME[torch.get_default_dtype()]
         try:
             result = intrinsic(*[self.cast(a, dtype) for a in args])
