@@ -19,7 +19,7 @@ from . import explain as explaining
 from . import fusion as fusion_
 from .codegen import library
 from .codegen.relax import RelaxCodeGen, quiet_tvm
-from .codegen.source import parse_function
+from .source import parse_function
 from .errors import CompilationError, debug_enabled
 from .types import (DTYPES, ArgSpec, Param, Tensor, arg_spec, check_symbolic_sizes, numpy_to_vm,
                     params_from_signature, static_spec, torch_to_vm, unwrap, vm_to_torch)

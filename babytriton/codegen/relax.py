@@ -31,7 +31,7 @@ from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, Tensor, format_shape
 from . import inline, kernels, library, ops
 from .base import CodeGenerator
 from .scope import Scope, Undefined
-from .source import ParsedFunction
+from ..source import ParsedFunction
 
 PY_SCALARS = (bool, int, float)
 # Python builtins that make sense on compile-time values inside @jit code.

@@ -36,7 +36,7 @@ from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, format_shape
 from . import ops
 from .base import CodeGenerator
 from .scope import Scope
-from .source import ParsedFunction
+from ..source import ParsedFunction
 
 PY_SCALARS = (bool, int, float)
 PY_BUILTINS = {name: getattr(builtins, name) for name in ("abs", "min", "max", "int", "float", "bool", "round")}
