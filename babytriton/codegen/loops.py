@@ -126,7 +126,7 @@ class Loops:
 
     @property
     def unroll(self) -> int:
-        return (self.cg.options or {}).get("unroll", 16)
+        return self.cg.options.unroll
 
     def visit_for(self, node: ast.For):
         bounds = self.range_bounds(node)

@@ -25,7 +25,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import relax as RB
 
-from .. import devices, offload, pipeline
+from .. import devices
 from ..errors import CompilationError, Diagnostic, debug_enabled
 from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, Tensor, format_shape
 from . import inline, kernels, library, ops
@@ -204,7 +204,7 @@ class RelaxCodeGen(CodeGenerator):
         self.user_named: set = set()   # Relax vars already given a user's name
         self.returned = None           # the value the function returns, once its end is compiled
         # With `with bt.device(...)` blocks: where each value lives (None: one device, no vdevices).
-        self.placement = devices.Placement((options or {}).get("target", "cpu"), specs, self.scope,
+        self.placement = devices.Placement(options.target, specs, self.scope,
                                            parsed.source_map.first_line) \
             if devices.uses_device_blocks(parsed.tree) else None
         # Which source line (relative to the parsed def) produced each emitted binding: the
@@ -679,9 +679,7 @@ class RelaxCodeGen(CodeGenerator):
         return self.emit(relax.op.matmul(lhs, rhs))
 
     def matmul_offloaded(self) -> bool:
-        options = self.options or {}
-        target = None if self.placement is not None else pipeline.resolve_target(options.get("target", "cpu"))
-        return offload.offloads(target, options.get("schedule", "dlight"))
+        return self.placement is None and self.options.matmul_offload
 
     def visit_UnaryOp(self, node: ast.UnaryOp):
         value = self.visit(node.operand)
