@@ -34,7 +34,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .config import cache_dir, disk_enabled  # noqa: F401 - cache.cache_dir, cache.disk_enabled are public
+from .config import __version__, cache_dir, disk_enabled  # noqa: F401 - cache.cache_dir, cache.disk_enabled are public
 from .frontend import Decorated, FunctionInfo
 from .types import ArgSpec, Param, format_shape
 
@@ -122,7 +122,6 @@ def _sha(text: str) -> str:
 def _versions() -> tuple[KeyPart, ...]:
     """babytriton (its version and a digest of its own sources: an edited compiler is another
     compiler), TVM, tvm-ffi and Python."""
-    from . import __version__
     package = Path(__file__).parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+__version__ = "0.1.0"
 OFF_VALUES = ("0", "false", "no", "off")
 
 
