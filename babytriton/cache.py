@@ -417,7 +417,7 @@ class Entry:
     fusion: dict | None
     size_checks: tuple = ()   # Kernel.size_checks
     backend: str = "relax"    # "tir": a library holding the PrimFunc itself, no Relax VM executable
-    outputs: tuple = ()       # backend="tir": the parameters the function writes (TIRKernel.outputs)
+    outputs: tuple = ()       # backend="tir": the parameters the function writes (Kernel.outputs)
 
 
 def function_dir(function) -> Path:
