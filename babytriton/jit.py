@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import tvm
 
-from . import cache, config, devices, dump, eager, pipeline, relax_backend, schedules, tir_backend
+from . import cache, config, devices, dump, eager, relax_backend, schedules, targets, tir_backend
 from . import explain as explaining
 from .frontend import Decorated, FunctionInfo
 from .runtime import Compiled, Kernel
@@ -44,9 +44,9 @@ def check_options(options: dict) -> None:
             raise TypeError(f"jit() got an unknown option {key!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
                             + f" (options: {', '.join(OPTIONS)})")
     merged = {**OPTIONS, **options}
-    pipeline.check_target(merged["target"])
-    if merged["schedule"] not in pipeline.SCHEDULES:
-        raise ValueError(f"unknown schedule {merged['schedule']!r}; use one of {', '.join(pipeline.SCHEDULES)}")
+    targets.check_target(merged["target"])
+    if merged["schedule"] not in schedules.SCHEDULES:
+        raise ValueError(f"unknown schedule {merged['schedule']!r}; use one of {', '.join(schedules.SCHEDULES)}")
     if merged["backend"] not in BACKENDS:
         raise ValueError(f"unknown backend {merged['backend']!r}; use one of {', '.join(BACKENDS)}")
     for count in ("unroll", "trials"):
