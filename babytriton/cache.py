@@ -34,13 +34,14 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .codegen.source import environment
+from .config import __version__, cache_dir, disk_enabled  # noqa: F401 - cache.cache_dir, cache.disk_enabled are public
+from .frontend import Decorated, FunctionInfo
+from .source import environment
 from .types import ArgSpec, Param, format_shape
 
 FORMAT = 1  # the layout of an entry; bump it when what is stored changes
 # Options that only change how a result is reported or stored, not the generated code.
 NOT_IN_KEY = ("verbose", "cache", "target")
-OFF_VALUES = ("0", "false", "no", "off")
 FUSION_KEYS = {"params", "ops", "outputs", "kernels", "kernel_outputs"}
 # Temporary folders older than this were left by a process that died while writing.
 STALE_SECONDS = 3600
@@ -53,20 +54,6 @@ class CacheWarning(UserWarning):
 # --------------------------------------------------------------------------------------------------
 # where and whether
 # --------------------------------------------------------------------------------------------------
-
-def cache_dir() -> Path:
-    """`BABYTRITON_CACHE_DIR`, else `$XDG_CACHE_HOME/babytriton`, else `~/.cache/babytriton`."""
-    explicit = os.environ.get("BABYTRITON_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "babytriton"
-
-
-def disk_enabled(option: bool) -> bool:
-    """The `cache` option, unless `BABYTRITON_CACHE=0` turns the disk cache off for everyone."""
-    return option and os.environ.get("BABYTRITON_CACHE", "1").strip().lower() not in OFF_VALUES
-
 
 def loadable_here(target: tvm.target.Target) -> bool:
     """A library with CUDA kernels loads only where TVM's CUDA runtime is present."""
@@ -136,7 +123,6 @@ def _sha(text: str) -> str:
 def _versions() -> tuple[KeyPart, ...]:
     """babytriton (its version and a digest of its own sources: an edited compiler is another
     compiler), TVM, tvm-ffi and Python."""
-    from . import __version__
     package = Path(__file__).parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
@@ -149,31 +135,38 @@ def _versions() -> tuple[KeyPart, ...]:
             KeyPart("python", python, python))
 
 
-def make_key(jitfn, specs: tuple[ArgSpec, ...], target: tvm.target.Target) -> CacheKey:
-    """Everything that changes the code compiled for `jitfn` called with arguments like `specs`."""
-    parts = [_source_part(jitfn)]
+def _info(function) -> FunctionInfo:
+    """The FunctionInfo of a @jit function, or the FunctionInfo itself."""
+    return function.info if isinstance(function, Decorated) else function
+
+
+def make_key(function, specs: tuple[ArgSpec, ...], target: tvm.target.Target) -> CacheKey:
+    """Everything that changes the code compiled for `function` (a FunctionInfo or a @jit function)
+    called with arguments like `specs`."""
+    info = _info(function)
+    parts = [_source_part(info)]
     unstable = None
-    for path, value in global_uses(jitfn):
+    for path, value in global_uses(info):
         text, shown = canonical(value, set())
         if text is None:
             unstable = unstable or (f"the global `{path}` ({type(value).__name__}) has no stable text "
                                     "form to key a disk entry on")
             text = shown = f"<{type(value).__name__}>"
         parts.append(KeyPart(f"global `{path}`", text, shown))
-    for param, spec in zip(jitfn.params, specs):
+    for param, spec in zip(info.params, specs):
         parts.extend(_arg_parts(param, spec))
     parts.append(KeyPart("target", str(target), _short_target(target)))
-    for name, value in sorted(jitfn.options.items()):
+    for name, value in sorted(info.options.items()):
         if name not in NOT_IN_KEY:
             parts.append(KeyPart(f"option `{name}`", repr(value), repr(value)))
     parts.extend(_versions())
     return CacheKey(tuple(parts), unstable)
 
 
-def _source_part(jitfn) -> KeyPart:
-    source = jitfn.parsed.source
+def _source_part(info: FunctionInfo) -> KeyPart:
+    source = info.parsed.source
     lines = source.count("\n") + (not source.endswith("\n"))
-    return KeyPart(f"source of `{jitfn.__name__}`", source, f"{lines} lines, sha256 {_sha(source)[:8]}")
+    return KeyPart(f"source of `{info.name}`", source, f"{lines} lines, sha256 {_sha(source)[:8]}")
 
 
 def _arg_parts(param: Param, spec: ArgSpec) -> list[KeyPart]:
@@ -198,14 +191,14 @@ def _short_target(target: tvm.target.Target) -> str:
 # what the function's global names resolve to
 # --------------------------------------------------------------------------------------------------
 
-def global_uses(jitfn) -> list[tuple[str, object]]:
+def global_uses(info: FunctionInfo) -> list[tuple[str, object]]:
     """(dotted path, value) for each global or closure name the function reads, followed through
     attribute accesses (`math.pi`, `cfg.scale`): the code generator folds these values in."""
-    names = environment(jitfn.parsed.fn)
+    names = environment(info.parsed.fn)
     builtins_ = names.get("__builtins__", {})
     builtins_ = vars(builtins_) if isinstance(builtins_, types.ModuleType) else builtins_
     found: dict[str, object] = {}
-    for path in _free_paths(jitfn.parsed.tree):
+    for path in _free_paths(info.parsed.tree):
         root, *attrs = path.split(".")
         if root in names:
             value = names[root]
@@ -224,7 +217,7 @@ def global_uses(jitfn) -> list[tuple[str, object]]:
     return sorted(found.items())
 
 
-def global_state(jitfn) -> tuple:
+def global_state(info: FunctionInfo) -> tuple:
     """(check, values) from one reading of the global and closure names the function reads, and of
     attribute paths from them (`cfg.scale`), @jit functions it calls included. `values` is hashable,
     the values' text forms (as in the disk key): the part of the in-memory key that makes a changed
@@ -232,7 +225,7 @@ def global_state(jitfn) -> tuple:
     now resolves to another object than it did: the cached call path runs it on every call (identity
     tests only). check is None when the function reads no name."""
     checks, values = [], []
-    _read_globals(jitfn, checks, values, set())
+    _read_globals(info, checks, values, set())
     if not checks:
         return None, ()
     check = checks[0] if len(checks) == 1 else (lambda: any(changed() for changed in checks))
@@ -242,13 +235,12 @@ def global_state(jitfn) -> tuple:
 _MISSING = object()
 
 
-def _read_globals(jitfn, checks: list, values: list, visited: set) -> None:
-    from .jit import JITFunction  # a cycle at import time: jit uses this module
-    visited.add(id(jitfn))
-    paths = sorted(_free_paths(jitfn.parsed.tree))
+def _read_globals(info: FunctionInfo, checks: list, values: list, visited: set) -> None:
+    visited.add(id(info))
+    paths = sorted(_free_paths(info.parsed.tree))
     if not paths:
         return
-    fn = jitfn.parsed.fn
+    fn = info.parsed.fn
     cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
     builtins_ = fn.__globals__.get("__builtins__", {})
     builtins_ = vars(builtins_) if isinstance(builtins_, types.ModuleType) else builtins_
@@ -284,9 +276,9 @@ def _read_globals(jitfn, checks: list, values: list, visited: set) -> None:
     for path, value in zip(paths, now):
         if value is _MISSING:   # undefined (the compiler says so), or an attribute it doesn't have
             text = "missing"
-        elif isinstance(value, JITFunction):   # its source is fixed; what it reads follows below
+        elif isinstance(value, Decorated):   # its source is fixed; what it reads follows below
             text = Identity(value)
-            callees.append(value)
+            callees.append(value.info)
         else:
             text = canonical(value, set())[0]
         values.append((path, text if text is not None else Identity(value)))
@@ -336,9 +328,8 @@ def _free_paths(tree: ast.FunctionDef) -> frozenset[str]:
 def canonical(value, seen: set) -> tuple[str | None, str]:
     """(text to hash, short form to show) for a value the compiled code may depend on; the text is
     None when the value has no form that is the same in every process."""
-    from .jit import JITFunction  # a cycle at import time: jit uses this module
-    if isinstance(value, JITFunction):
-        return _canon_jit(value, seen)
+    if isinstance(value, Decorated):
+        return _canon_jit(value.info, seen)
     for kinds, describe in _CANONICAL:
         if isinstance(value, kinds):
             return describe(value, seen)
@@ -372,19 +363,19 @@ def _canon_array(value, seen):
             f"{type(value).__name__} {array.dtype} {format_shape(array.shape)} (sha256 {digest[:8]})")
 
 
-def _canon_jit(value, seen):
+def _canon_jit(value: FunctionInfo, seen):
     if id(value) in seen:
-        return f"recursive @jit {value.parsed.fn.__qualname__}", f"@jit {value.__name__}"
+        return f"recursive @jit {value.parsed.fn.__qualname__}", f"@jit {value.name}"
     seen = seen | {id(value)}
     inner = [_source_part(value)]
     for path, dep in global_uses(value):
         text, shown = canonical(dep, seen)
         if text is None:
-            return None, f"@jit {value.__name__}"
+            return None, f"@jit {value.name}"
         inner.append(KeyPart(path, text, shown))
     options = {k: v for k, v in value.options.items() if k not in ("verbose", "cache")}
     text = json.dumps([[p.label, p.text] for p in inner] + [repr(sorted(options.items()))])
-    return f"@jit {text}", f"@jit {value.__name__} (sha256 {_sha(text)[:8]})"
+    return f"@jit {text}", f"@jit {value.name} (sha256 {_sha(text)[:8]})"
 
 
 def _canon_tvm(value, seen):
@@ -424,16 +415,16 @@ class Entry:
     fusion: dict | None
     size_checks: tuple = ()   # Kernel.size_checks
     backend: str = "relax"    # "tir": a library holding the PrimFunc itself, no Relax VM executable
-    outputs: tuple = ()       # backend="tir": the parameters the function writes (TIRKernel.outputs)
+    outputs: tuple = ()       # backend="tir": the parameters the function writes (Kernel.outputs)
 
 
-def function_dir(jitfn) -> Path:
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", jitfn.parsed.fn.__qualname__)[:100]
+def function_dir(function) -> Path:
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", _info(function).parsed.fn.__qualname__)[:100]
     return cache_dir() / name
 
 
-def entry_dir(jitfn, key: CacheKey) -> Path:
-    return function_dir(jitfn) / key.digest
+def entry_dir(function, key: CacheKey) -> Path:
+    return function_dir(function) / key.digest
 
 
 class Corrupt(Exception):
@@ -533,9 +524,9 @@ def load_module_json(path: Path) -> tvm.IRModule | None:
         return None
 
 
-def existing_summaries(jitfn, limit: int = 64) -> list[tuple[Path, dict]]:
+def existing_summaries(function, limit: int = 64) -> list[tuple[Path, dict]]:
     """The key summaries of this function's entries on disk, newest first."""
-    folder = function_dir(jitfn)
+    folder = function_dir(function)
     try:
         entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
     except OSError:

@@ -15,9 +15,9 @@ from tvm import relax
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import relax as RB
 
-from . import pipeline
+from . import targets
 from .errors import CompilationError, Diagnostic, SourceMap
-from .types import ArgSpec, Param, unwrap
+from .types import ArgSpec, Param, Tensor, unwrap
 
 # User spelling -> the device it means ("cpu" runs LLVM code, "cuda" CUDA kernels).
 DEVICE_NAMES = {"cpu": "cpu", "llvm": "cpu", "gpu": "cuda", "cuda": "cuda"}
@@ -105,6 +105,23 @@ def with_devices(params: list[Param], specs: tuple[ArgSpec, ...], args, fname: s
     return tuple(placed)
 
 
+def check_devices(params: list[Param], args, device_kind: str, fname: str) -> None:
+    """A gpu function needs CUDA tensors and a cpu function CPU tensors (no silent copies)."""
+    for param, value in zip(params, args):
+        data = value.data if isinstance(value, Tensor) else value
+        if isinstance(data, np.ndarray):
+            on = "cpu"
+        elif isinstance(data, torch.Tensor):
+            on = "cuda" if data.is_cuda else data.device.type
+        else:
+            continue
+        if on != device_kind:
+            fix = ".cuda()" if device_kind == "cuda" else ".cpu()"
+            where = "a numpy array (host memory)" if isinstance(data, np.ndarray) else f"on {data.device}"
+            raise TypeError(f"{fname}(): parameter '{param.name}' is {where}, but this function runs on "
+                            f"{'the GPU' if device_kind == 'cuda' else 'the CPU'}; move it with `{fix}`")
+
+
 def vm_devices(module: tvm.IRModule) -> list | None:
     """The Relax VM's devices for a module with vdevices, in the module's vdevice order; None without."""
     if module is None or "vdevice" not in module.global_infos:
@@ -117,8 +134,8 @@ class Placement:
     the copies made so far, and the device where each variable was last assigned."""
 
     def __init__(self, target_option, specs: dict[str, ArgSpec], scope, source_map: SourceMap):
-        target = pipeline.resolve_target(target_option)
-        self.default = pipeline.device_kind(target)   # the device of code outside every block
+        target = targets.resolve_target(target_option)
+        self.default = targets.device_kind(target)   # the device of code outside every block
         self._target = target
         self._gpu_index = next((int(s.device.split(":")[1]) for s in specs.values()
                                 if s.device.startswith("cuda:")), 0)
@@ -138,10 +155,10 @@ class Placement:
         if kind not in self._vdevices:
             if kind == "cpu":
                 cpu = self._target if self.default == "cpu" else (
-                    self._target.host or pipeline.resolve_target("cpu"))
+                    self._target.host or targets.resolve_target("cpu"))
                 self._vdevices[kind] = relax.VDevice(cpu, 0, "global")
             else:
-                cuda = self._target if self.default == "cuda" else pipeline.resolve_target("gpu")
+                cuda = self._target if self.default == "cuda" else targets.resolve_target("gpu")
                 host = self.vdevice("cpu").target
                 self._vdevices[kind] = relax.VDevice(tvm.target.Target(cuda, host=host), self._gpu_index,
                                                      "global")

@@ -37,41 +37,34 @@ import copy
 import functools
 import math
 import operator
-import os
 import threading
 import weakref
 
 import numpy as np
 import torch
 
-from . import devices, pipeline
+from . import devices
 from .codegen import kernels, library
 from .codegen.values import PY_BUILTINS
 from .eager_ops import (_DEVICE, _SIZES, PY_SCALARS, TORCH, _as_tensor, _describe, _is_scalar, _is_tensor,  # noqa: F401
                         WeakScalar, call_op, run_kernel, weak)
+from .frontend import Decorated, FunctionInfo
 from .types import DTYPES, SCALAR_TYPES, TORCH_TO_NAME, unwrap
-
-def interpret_requested() -> bool:
-    """`BABYTRITON_INTERPRET=1`: every call of a @jit function decorated from now on runs eagerly.
-    Read once at decoration, so that the compiled call path never looks at the environment."""
-    return os.environ.get("BABYTRITON_INTERPRET", "").strip().lower() not in ("", "0", "false", "no", "off")
-
 
 # ----------------------------------------------------------------------------------------------
 # calling a @jit function eagerly
 # ----------------------------------------------------------------------------------------------
-def run(jitfn, args: tuple, kwargs: dict):
-    """`jitfn.eager(*args, **kwargs)`: the arguments checked as a compiled call checks them, the
+def run(info: FunctionInfo, args: tuple, kwargs: dict):
+    """`f.eager(*args, **kwargs)`: the arguments checked as a compiled call checks them, the
     function run by torch, the results shaped as the compiled call returns them."""
-    if kwargs or len(args) != len(jitfn.params):
-        args = jitfn._bind(args, kwargs)
-    specs = jitfn._specs(args)                     # the compiled call's argument checks
-    target_kind = pipeline.device_kind(jitfn.target())
-    if not jitfn.heterogeneous:
-        from .jit import check_devices
-        check_devices(jitfn.params, args, target_kind, jitfn.__name__)
-    if jitfn.options["backend"] == "tir":
-        return _run_tir(jitfn, args, specs)
+    if kwargs or len(args) != len(info.params):
+        args = info.bind(args, kwargs)
+    specs = info.specs(args)                     # the compiled call's argument checks
+    target_kind = info.device_kind
+    if not info.heterogeneous:
+        devices.check_devices(info.params, args, target_kind, info.name)
+    if info.options["backend"] == "tir":
+        return _run_tir(info, args, specs)
     tensors = [unwrap(a) for a, s in zip(args, specs) if s.kind == "tensor"]
     all_numpy = bool(tensors) and all(isinstance(t, np.ndarray) for t in tensors)
     device = next((t.device for t in tensors if _is_tensor(t)), torch.device(target_kind))
@@ -87,11 +80,11 @@ def run(jitfn, args: tuple, kwargs: dict):
             values.append(value)
     token, sizes_token = _DEVICE.set(device), _SIZES.set(sizes)
     try:
-        result = function(jitfn)(*values)
+        result = function(info)(*values)
     finally:
         _DEVICE.reset(token)
         _SIZES.reset(sizes_token)
-    return _results(result, all_numpy, jitfn.__name__, device)
+    return _results(result, all_numpy, info.name, device)
 
 
 def _results(value, all_numpy: bool, fname: str, device):
@@ -112,7 +105,7 @@ def _results(value, all_numpy: bool, fname: str, device):
     return value.numpy(force=True) if all_numpy else value
 
 
-def _run_tir(jitfn, args: tuple, specs):
+def _run_tir(info: FunctionInfo, args: tuple, specs):
     """A backend="tir" function: loop code that Python runs as compiled, element by element; it
     writes into its tensor arguments and returns the ones it writes."""
     values = []
@@ -124,9 +117,9 @@ def _run_tir(jitfn, args: tuple, specs):
             values.append({"bool": bool, "int64": int, "float64": float}[spec.dtype](value))
         else:
             values.append(value)
-    jitfn.fn(*values)
-    written = written_parameters(jitfn.parsed.tree)
-    outputs = tuple(args[i] for i, p in enumerate(jitfn.params) if p.name in written)
+    info.fn(*values)
+    written = written_parameters(info.parsed.tree)
+    outputs = tuple(args[i] for i, p in enumerate(info.params) if p.name in written)
     if not outputs:
         return None
     return outputs[0] if len(outputs) == 1 else outputs
@@ -145,13 +138,13 @@ def written_parameters(tree: ast.FunctionDef) -> set[str]:
     return names
 
 
-def call_nested(callee, *args, **kwargs):
+def call_nested(callee: FunctionInfo, *args, **kwargs):
     """A @jit function called from eager code: its parameters bound as the inliner binds them
     (numbers become the 0-d tensors a direct call passes), its value returned as it is."""
     try:
         bound = callee.signature.bind(*args, **kwargs)
     except TypeError as e:
-        raise TypeError(f"{callee.__name__}({', '.join(p.name for p in callee.params)}): {e}") from None
+        raise TypeError(f"{callee.name}({', '.join(p.name for p in callee.params)}): {e}") from None
     bound.apply_defaults()
     values = []
     for param in callee.params:
@@ -176,14 +169,14 @@ _COMPILED_LOCK = threading.Lock()
 MAKER = "_bt_make"
 
 
-def function(jitfn):
+def function(info: FunctionInfo):
     """The user's function, rewritten and re-created in a namespace of translated names."""
     with _COMPILED_LOCK:
-        compiled = _COMPILED.get(jitfn)
+        compiled = _COMPILED.get(info)
         if compiled is None:
-            compiled = _COMPILED[jitfn] = _compile(jitfn.parsed)
+            compiled = _COMPILED[info] = _compile(info.parsed)
     code, names = compiled
-    fn = jitfn.fn
+    fn = info.fn
     namespace = {"__builtins__": builtins, **HELPERS}
     for name in names:
         if name in fn.__globals__:
@@ -405,9 +398,8 @@ def translate(value):
     op = library.resolve(value)
     if op is not None:
         return op_function(op)
-    from .jit import JITFunction
-    if isinstance(value, JITFunction):
-        return functools.partial(call_nested, value)
+    if isinstance(value, Decorated):
+        return functools.partial(call_nested, value.info)
     if kernels.is_kernel(value):
         return functools.partial(run_kernel, value, getattr(value, "__name__", "kernel"))
     if value is devices.device:

@@ -69,28 +69,29 @@ def key_text(key: cache.CacheKey, why: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def explain(jitfn, specs, key: cache.CacheKey) -> Explanation:
-    kernel = jitfn._kernels.get(jitfn._memory_key(specs))
+def explain(info, key: cache.CacheKey, kernel, versions: list) -> Explanation:
+    """What `f.explain(...)` prints for the function `info` (its FunctionInfo): `kernel` is the version
+    in memory for `key` (or None), `versions` all the versions in memory."""
     disk, path = "off", None
-    if cache.disk_enabled(jitfn.options["cache"]):
+    if cache.disk_enabled(info.options["cache"]):
         if key.unstable:
             disk = "not keyable"
-        elif not cache.loadable_here(jitfn.target()):
+        elif not cache.loadable_here(info.target):
             disk = "not loadable here"
         else:
-            entry = cache.entry_dir(jitfn, key)
+            entry = cache.entry_dir(info, key)
             disk, path = ("hit", str(entry)) if (entry / "meta.json").exists() else ("miss", None)
-    result = Explanation(jitfn.__name__, key, kernel is not None, disk, path, len(jitfn._kernels))
+    result = Explanation(info.name, key, kernel is not None, disk, path, len(versions))
     if kernel is not None:
         result.compiled_because = kernel.why or None
         return result
     summary = key.summary()
-    in_memory = [k.cache_key.summary() for k in jitfn._kernels.values() if k.cache_key is not None]
+    in_memory = [k.cache_key.summary() for k in versions if k.cache_key is not None]
     if in_memory:
         _, result.differences = cache.nearest(in_memory, summary)
         result.compared_with = "memory"
     elif disk != "off":
-        on_disk = [s for p, s in cache.existing_summaries(jitfn) if p.name != key.digest]
+        on_disk = [s for p, s in cache.existing_summaries(info) if p.name != key.digest]
         if on_disk:
             _, result.differences = cache.nearest(on_disk, summary)
             result.compared_with = "disk"

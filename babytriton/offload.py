@@ -15,6 +15,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from .targets import offloads  # noqa: F401 - the pipeline asks offload.offloads
 from .types import vm_to_torch
 
 TORCH_MATMUL = "babytriton.torch_matmul"
@@ -93,13 +94,6 @@ _register_attention(TORCH_ATTENTION_KT, True)
 # --------------------------------------------------------------------------------------------------
 # the rewrites
 # --------------------------------------------------------------------------------------------------
-
-def offloads(target: tvm.target.Target | None, schedule: str) -> bool:
-    """Whether the pipeline hands float matrix products (and attention) to torch on the GPU (cuBLAS
-    accumulates float16 in float32). Not on a CPU: there `CPUMatmul` keeps them TIR kernels that fuse
-    with their neighbours."""
-    return target is not None and target.kind.name == "cuda" and schedule == "dlight"
-
 
 def _is_op(value, name: str) -> bool:
     return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == name

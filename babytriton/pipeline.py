@@ -16,42 +16,9 @@ from tvm import relax
 from tvm.s_tir import dlight as dl
 
 from . import legalize, multi_output, nvrtc, offload, online, rowwise, schedules
+from .targets import DEFAULT_CUDA_ARCH, TARGET_ALIASES, check_target, device_kind, resolve_target  # noqa: F401
 
-TARGET_ALIASES = {"cpu": "llvm", "llvm": "llvm", "gpu": "cuda", "cuda": "cuda"}
 SCHEDULES = schedules.SCHEDULES
-# Off a GPU, "gpu" still needs an architecture to generate CUDA for; Hopper is what we run on.
-DEFAULT_CUDA_ARCH = "sm_90"
-
-
-def check_target(target) -> None:
-    """Validate a target option at decoration time, without touching any device."""
-    if isinstance(target, tvm.target.Target):
-        if target.kind.name not in ("llvm", "cuda"):
-            raise ValueError(f"unsupported target kind {target.kind.name!r}; babytriton builds for llvm and cuda")
-        return
-    if isinstance(target, dict):
-        check_target(tvm.target.Target(target))
-        return
-    if target not in TARGET_ALIASES:
-        raise ValueError(f"unknown target {target!r}; use 'cpu' (or 'llvm'), 'gpu' (or 'cuda'), "
-                         "or a tvm.target.Target")
-
-
-def resolve_target(target) -> tvm.target.Target:
-    """The concrete TVM target: the host CPU, or the local GPU's architecture (sm_90 without one)."""
-    if isinstance(target, tvm.target.Target):
-        return target
-    if isinstance(target, dict):
-        return tvm.target.Target(target)
-    if TARGET_ALIASES[target] == "llvm":
-        return tvm.target.Target.from_device(tvm.cpu())
-    if tvm.cuda().exist:
-        return tvm.target.Target.from_device(tvm.cuda())
-    return tvm.target.Target({"kind": "cuda", "arch": DEFAULT_CUDA_ARCH})
-
-
-def device_kind(target: tvm.target.Target) -> str:
-    return "cuda" if target.kind.name == "cuda" else "cpu"
 
 
 def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") -> list[tuple[str, tvm.transform.Pass]]:

@@ -1673,7 +1673,7 @@ def _with_dtype(ty: tirx.BufferType, dtype: str) -> tirx.BufferType:
 # --------------------------------------------------------------------------------------------------
 
 def tuning_dir() -> Path:
-    from .cache import cache_dir
+    from .config import cache_dir
     return cache_dir() / "meta_schedule"
 
 

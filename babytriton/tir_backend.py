@@ -1,5 +1,6 @@
-"""The TensorIR backend end to end: code generation, where bt.parallel loops run (the schedule),
-building, and calling the PrimFunc with the caller's own tensors.
+"""The TensorIR backend: code generation, where bt.parallel loops run (the schedule), and building;
+the build is a `runtime.Compiled` as the Relax backend's, and runtime.Kernel calls the PrimFunc with
+the caller's own tensors.
 
 Stages: "python", "ast", "tir" (the code generator's PrimFunc), "schedule" (bt.parallel loops made
 into GPU kernels or CPU thread-pool loops), "source". A call writes into the parameters the function
@@ -11,18 +12,17 @@ from __future__ import annotations
 import functools
 import operator
 
-import numpy as np
-import torch
 import tvm
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from . import pipeline, schedules
+from . import pipeline
 from .codegen.tir import TIRCodeGen
 from .errors import debug_enabled
-from .jit import Kernel
-from .types import TORCH_TO_NAME, ArgSpec, torch_to_vm, unwrap
+from .frontend import FunctionInfo
+from .runtime import Compiled
+from .types import ArgSpec
 
 THREADS_PER_BLOCK = 256
 
@@ -145,14 +145,14 @@ def _kernel(stmts, nest, analyzer):
 # Building and calling
 # --------------------------------------------------------------------------------------------------
 
-def build(jitfn, specs: tuple[ArgSpec, ...], record, stages: dict) -> TIRKernel:
+def build(info: FunctionInfo, specs: tuple[ArgSpec, ...], record, stages: dict) -> Compiled:
     """Compile one version of a backend="tir" function: code generation, schedule, tvm.compile."""
-    named = dict(zip((p.name for p in jitfn.params), specs))
-    codegen = TIRCodeGen(jitfn.parsed, named, jitfn.options)
+    named = dict(zip((p.name for p in info.params), specs))
+    codegen = TIRCodeGen(info.parsed, named, info.codegen_options)
     mod = codegen.build()
     record("tir", mod.script())
-    target = jitfn.target()
-    name = jitfn.parsed.name
+    target = info.target
+    name = info.parsed.name
     stage = "schedule"
     try:
         mod = tvm.IRModule({name: schedule(mod[name], target)})
@@ -162,141 +162,8 @@ def build(jitfn, specs: tuple[ArgSpec, ...], record, stages: dict) -> TIRKernel:
     except Exception as e:  # noqa: BLE001 - TVM's failures past code generation
         message = f"TVM failed to compile '{name}' (during {stage})"
         if debug_enabled():
-            raise jitfn.parsed.source_map.error(jitfn.parsed.tree, f"{message}\n[BABYTRITON_DEBUG] {e}") from e
-        raise jitfn.parsed.source_map.error(
-            jitfn.parsed.tree, message + "; set BABYTRITON_DEBUG=1 to see the cause") from None
+            raise info.parsed.source_map.error(info.parsed.tree, f"{message}\n[BABYTRITON_DEBUG] {e}") from e
+        raise info.parsed.source_map.error(
+            info.parsed.tree, message + "; set BABYTRITON_DEBUG=1 to see the cause") from None
     record("source", pipeline.generated_source(executable, target))
-    return TIRKernel(name, jitfn.params, specs, target, executable, mod, stages, codegen.outputs)
-
-
-class TIRKernel(Kernel):
-    """One compiled version of a backend="tir" function: calls its PrimFunc directly (no Relax VM)."""
-
-    def __init__(self, name, params, specs, target, executable, module, stages, outputs: list[str],
-                 module_loader=None):
-        super().__init__(name, params, specs, target, executable, module, stages, module_loader=module_loader)
-        self.outputs = list(outputs)
-        self._function = None
-
-    def runner(self, args: tuple):
-        # A compiled PrimFunc keeps no state between calls (unlike a Relax VM): threads share it.
-        with self._vm_lock:
-            if self._function is None:
-                self._function = self.executable[self.name]
-            function = self._function
-        positions = [i for i, p in enumerate(self.params) if p.name in self.outputs]
-        names = [p.name for p in self.params]
-        tensors = [i for i, s in enumerate(self.specs) if s.kind == "tensor"]
-        converters = []
-        for position, spec in enumerate(self.specs):
-            if spec.kind == "constexpr":
-                continue
-            if spec.kind == "scalar":
-                converters.append((position, _SCALARS[spec.dtype]))
-            else:
-                converters.append((position, _output if position in positions else _input))
-        converters = tuple(converters)
-        outputs = tuple(positions)
-
-        cpu = self.target.kind.name != "cuda"
-
-        def run(args):
-            if cpu:  # bt.parallel loops run on this thread's TVM pool
-                schedules.sync_threads()
-            _check_aliasing(args, outputs, tensors, names, self.name)
-            write_back = []
-            call_args = []
-            for position, convert in converters:
-                value, back = convert(args[position], names[position], self.name)
-                call_args.append(value)
-                if back is not None:
-                    write_back.append(back)
-            function(*call_args)
-            for back in write_back:
-                back()
-            if not outputs:
-                return None
-            results = tuple(args[i] for i in outputs)
-            return results[0] if len(results) == 1 else results
-        return run
-
-
-_SCALARS = {
-    "int64": lambda value, name, fname: (int(value), None),
-    "float64": lambda value, name, fname: (float(value), None),
-    "bool": lambda value, name, fname: (bool(value), None),
-}
-
-
-def _to_tvm(data: torch.Tensor):
-    if data.numel() == 0:  # any strides describe no memory, but the PrimFunc checks for compact ones
-        device = tvm.cuda(data.device.index or 0) if data.is_cuda else tvm.cpu()
-        return tvm.runtime.empty(tuple(data.shape), TORCH_TO_NAME[data.dtype], device)
-    return torch_to_vm(data)
-
-
-def _input(value, name, fname):
-    data = unwrap(value)
-    if isinstance(data, np.ndarray):
-        data = torch.from_numpy(np.ascontiguousarray(data)) if data.flags.writeable else torch.tensor(data)
-    return _to_tvm(data), None
-
-
-def _output(value, name, fname):
-    """An argument the function writes: passed without a copy, or copied back after the call."""
-    data = unwrap(value)
-    if isinstance(data, np.ndarray):
-        if not data.flags.writeable:
-            raise ValueError(f"{fname}(): parameter '{name}' is written by the function, but the numpy array "
-                             "passed for it is read-only")
-        data = torch.from_numpy(data)
-    if data.numel() == 0:
-        return _to_tvm(data), None
-    try:
-        return tvm.runtime.from_dlpack(data), None
-    except Exception:  # noqa: BLE001 - TVM takes only compact, aligned memory: work on a copy
-        copy = data.clone(memory_format=torch.contiguous_format)
-        return tvm.runtime.from_dlpack(copy), lambda: data.copy_(copy)
-
-
-class _Layout:
-    """Where a tensor's bytes are, in numpy's terms, so that numpy can compare layouts exactly
-    (without reading the memory, which may be on a GPU)."""
-
-    def __init__(self, data):
-        if isinstance(data, np.ndarray):
-            address, strides = data.__array_interface__["data"][0], data.strides
-        else:
-            address, strides = data.data_ptr(), tuple(s * data.element_size() for s in data.stride())
-        itemsize = data.itemsize if isinstance(data, np.ndarray) else data.element_size()
-        self.__array_interface__ = {"data": (address, False), "shape": tuple(data.shape) + (itemsize,),
-                                    "strides": tuple(strides) + (1,), "typestr": "|u1", "version": 3}
-
-
-def _span(data) -> tuple[int, int]:
-    """The lowest and one-past-highest byte address a tensor's elements use."""
-    if isinstance(data, np.ndarray):
-        address, strides, itemsize = data.__array_interface__["data"][0], data.strides, data.itemsize
-    else:
-        itemsize = data.element_size()
-        address, strides = data.data_ptr(), [s * itemsize for s in data.stride()]
-    low = high = address
-    for n, stride in zip(data.shape, strides):
-        if n == 0:
-            return address, address
-        low, high = (low + (n - 1) * stride, high) if stride < 0 else (low, high + (n - 1) * stride)
-    return low, high + itemsize
-
-
-def _check_aliasing(args, outputs, tensors, names, fname):
-    """A parameter the function writes must not share memory with another tensor argument
-    (as torch's out= arguments)."""
-    if not outputs:
-        return
-    spans = {i: _span(unwrap(args[i])) for i in tensors}
-    for i in outputs:
-        for j in tensors:
-            if i != j and spans[i][0] < spans[j][1] and spans[j][0] < spans[i][1] and np.shares_memory(
-                    np.asarray(_Layout(unwrap(args[i]))), np.asarray(_Layout(unwrap(args[j])))):
-                raise ValueError(f"{fname}(): parameter '{names[i]}' is written by the function and shares "
-                                 f"memory with parameter '{names[j]}'; pass separate tensors")
+    return Compiled("tir", executable, mod, stages, outputs=tuple(codegen.outputs))

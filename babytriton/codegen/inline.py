@@ -14,6 +14,7 @@ from tvm import relax
 
 from .. import devices
 from ..errors import CompilationError, Diagnostic
+from ..frontend import Decorated, FunctionInfo
 from ..types import SCALAR_TYPES, format_shape, is_float_dtype
 from .values import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, same_size, shape_of
 
@@ -21,19 +22,19 @@ SCALAR_KINDS = {"bool": (bool,), "int64": (int,), "float64": (int, float)}
 
 
 def is_jit_function(value) -> bool:
-    from ..jit import JITFunction  # jit.py imports the code generator
-    return isinstance(value, JITFunction)
+    return isinstance(value, Decorated)
 
 
-def call(cg, callee, args: list, kwargs: dict, call_line: int | None):
-    """Compile `callee(*args, **kwargs)` into the function `cg` is building; return its value."""
+def call(cg, function: Decorated, args: list, kwargs: dict, call_line: int | None):
+    """Compile `function(*args, **kwargs)` into the function `cg` is building; return its value."""
+    callee = function.info
     chain = [*cg.inline_chain, callee.fn]
     if callee.fn in cg.inline_chain:
         cycle = " -> ".join(f.__name__ for f in chain[cg.inline_chain.index(callee.fn):])
         raise Diagnostic(f"recursive call ({cycle}): @jit functions called from @jit code are inlined, so "
                          "they cannot call themselves; write the recursion as a loop")
     if cg.placement is None and devices.uses_device_blocks(callee.parsed.tree):
-        raise Diagnostic(f"{callee.__name__}() has `with bt.device(...)` blocks, so it can only be called from "
+        raise Diagnostic(f"{callee.name}() has `with bt.device(...)` blocks, so it can only be called from "
                          "@jit code that has device blocks too (its vdevices belong to the caller's module)")
     values = bind(cg, callee, args, kwargs)
     child = type(cg)(callee.parsed, {}, cg.options)
@@ -42,7 +43,7 @@ def call(cg, callee, args: list, kwargs: dict, call_line: int | None):
         result = child.inline(values)
     except CompilationError as e:
         where = f"{cg.parsed.source_map.filename}:{call_line}" if call_line else cg.parsed.name
-        raise CompilationError(f"{e.message} (in '{callee.__name__}', called from {where})", e.filename,
+        raise CompilationError(f"{e.message} (in '{callee.name}', called from {where})", e.filename,
                                e.lineno, e.col, e.source_line, e.end_col) from None
     # the fusion map relates kernels to the caller's lines: the callee's bindings are this call's
     for var in child.binding_lines:
@@ -51,16 +52,16 @@ def call(cg, callee, args: list, kwargs: dict, call_line: int | None):
     return result
 
 
-def bind(cg, callee, args: list, kwargs: dict) -> dict:
+def bind(cg, callee: FunctionInfo, args: list, kwargs: dict) -> dict:
     """The callee's parameters bound to the caller's values, each checked against its annotation."""
     try:
         bound = callee.signature.bind(*args, **kwargs)
     except TypeError as e:
         names = ", ".join(p.name for p in callee.params)
-        raise Diagnostic(f"{callee.__name__}({names}): {e}") from None
+        raise Diagnostic(f"{callee.name}({names}): {e}") from None
     bound.apply_defaults()
     sizes: dict[str, object] = {}
-    return {p.name: check(cg, callee.__name__, p, bound.arguments[p.name], sizes) for p in callee.params}
+    return {p.name: check(cg, callee.name, p, bound.arguments[p.name], sizes) for p in callee.params}
 
 
 def check(cg, fname: str, param, value, sizes: dict):

@@ -22,7 +22,6 @@ import tvm_ffi
 from tvm import relax, s_tir, tirx
 from tvm.script.ir_builder import ir as I
 
-from .. import pipeline
 from ..errors import Diagnostic
 from ..types import DTYPES, Tensor, format_shape
 from . import library
@@ -169,7 +168,7 @@ def is_schedulable(kernel: tirx.PrimFunc) -> bool:
 
 
 def _device_kind(cg) -> str:
-    return pipeline.device_kind(pipeline.resolve_target((cg.options or {}).get("target", "cpu")))
+    return cg.options.device_kind
 
 
 def binds_threads(kernel: tirx.PrimFunc) -> bool:

@@ -125,7 +125,7 @@ class Loops:
 
     @property
     def unroll(self) -> int:
-        return self.cg.options["unroll"]
+        return self.cg.options.unroll
 
     def visit_for(self, node: ast.For):
         bounds = self.range_bounds(node)

@@ -19,15 +19,15 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import relax as RB
 
-from .. import devices, offload, pipeline
+from .. import devices
 from ..errors import CompilationError, Diagnostic, debug_enabled, quiet_tvm
+from ..source import ParsedFunction
 from ..types import TORCH_TO_NAME, ArgSpec, Tensor, format_shape, is_float_dtype
 from . import inline, kernels, library, ops
 from .base import CodeGenerator
 from .control import Flow
 from .loops import Loops
 from .scope import Undefined
-from .source import ParsedFunction
 from .values import (PY_BUILTINS, PY_SCALARS, broadcast, describe, dtype_of, is_python_scalar, is_symbolic,
                      is_tensor, promote, same_size, scalar_kind, shape_of, wrap_int)
 
@@ -70,7 +70,7 @@ class RelaxCodeGen(CodeGenerator):
         self.user_named: set = set()   # Relax vars already given a user's name
         self.returned = None           # the value the function returns, once its end is compiled
         # With `with bt.device(...)` blocks: where each value lives (None: one device, no vdevices).
-        self.placement = devices.Placement((options or {}).get("target", "cpu"), specs, self.scope,
+        self.placement = devices.Placement(options.target, specs, self.scope,
                                            parsed.source_map) \
             if devices.uses_device_blocks(parsed.tree) else None
         # Which source line (relative to the parsed def) produced each emitted binding: the
@@ -515,9 +515,7 @@ class RelaxCodeGen(CodeGenerator):
         return self.emit(relax.op.matmul(lhs, rhs))
 
     def matmul_offloaded(self) -> bool:
-        options = self.options or {}
-        target = None if self.placement is not None else pipeline.resolve_target(options.get("target", "cpu"))
-        return offload.offloads(target, options.get("schedule", "dlight"))
+        return self.placement is None and self.options.matmul_offload
 
     def visit_UnaryOp(self, node: ast.UnaryOp):
         value = self.visit(node.operand)

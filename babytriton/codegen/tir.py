@@ -36,7 +36,7 @@ from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, format_shape, is_float_dtype
 from . import ops
 from .base import CodeGenerator
 from .scope import Scope
-from .source import ParsedFunction
+from ..source import ParsedFunction
 from .values import PY_BUILTINS, PY_SCALARS
 
 INT64 = "int64"

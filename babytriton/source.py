@@ -6,7 +6,7 @@ import inspect
 import textwrap
 from dataclasses import dataclass
 
-from ..errors import CompilationError, SourceMap
+from .errors import CompilationError, SourceMap
 
 
 @dataclass

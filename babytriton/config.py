@@ -1,0 +1,29 @@
+"""The environment switches, each read in one place: where the disk cache lives, whether it is on,
+and whether @jit functions run eagerly (`BABYTRITON_DEBUG` is read by errors.debug_enabled)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__version__ = "0.1.0"
+OFF_VALUES = ("0", "false", "no", "off")
+
+
+def cache_dir() -> Path:
+    """`BABYTRITON_CACHE_DIR`, else `$XDG_CACHE_HOME/babytriton`, else `~/.cache/babytriton`."""
+    explicit = os.environ.get("BABYTRITON_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "babytriton"
+
+
+def disk_enabled(option: bool) -> bool:
+    """The `cache` option, unless `BABYTRITON_CACHE=0` turns the disk cache off for everyone."""
+    return option and os.environ.get("BABYTRITON_CACHE", "1").strip().lower() not in OFF_VALUES
+
+
+def interpret_requested() -> bool:
+    """`BABYTRITON_INTERPRET=1`: every call of a @jit function decorated from now on runs eagerly.
+    Read once at decoration, so that the compiled call path never looks at the environment."""
+    return os.environ.get("BABYTRITON_INTERPRET", "").strip().lower() not in ("", *OFF_VALUES)
