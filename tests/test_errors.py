@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import babytriton as bt
-from babytriton.codegen.source import parse_function
+from babytriton.source import parse_function
 
 INTERNALS = ("Traceback", "tvm", "TVM", ".cc", "babytriton/", "InternalError", "relax.")
 

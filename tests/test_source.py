@@ -2,7 +2,7 @@
 import torch
 
 import babytriton as bt
-from babytriton.codegen.source import environment
+from babytriton.source import environment
 
 SCALE = 2.0
 

@@ -11,7 +11,7 @@ from tvm.script.ir_builder import IRBuilder
 from ..errors import CompilationError, Diagnostic, debug_enabled
 from ..types import ArgSpec
 from .scope import Scope
-from .source import ParsedFunction, environment
+from ..source import ParsedFunction, environment
 from .values import PY_BUILTINS
 
 SYNTAX_NAMES = {
