@@ -31,6 +31,7 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.sym.pattern import detect_linear_equation
 
 from .errors import debug_enabled
+from .types import is_float_dtype
 
 SCHEDULES = ("dlight", "fallback", "meta_schedule")
 TUNE_EXTRAS = ("psutil", "cloudpickle", "xgboost")
@@ -144,8 +145,8 @@ class Elementwise(GPUScheduleRule):
         # and CUDA has no vector of more than 16 bytes: eight halves computed in float32 (gelu, sigmoid
         # in float32) would be a `make_ulonglong4` of eight floats, which NVRTC refuses
         staged = _scalar_calls(sch.get(info.block_rv)) or any(
-            _is_buffer(p) and str(p.ty.dtype) == "bool" for p in func.params) or _widest_bits(
-            sch.get(info.block_rv)) * vector > 128
+            _is_buffer(p) and str(p.ty.dtype) == "bool" for p in func.params) or _too_wide(
+            sch.get(info.block_rv), vector)
         if staged:
             # the lanes split off the row first, so their index has no div/mod: each thread's
             # registers then hold exactly its vector of every buffer
@@ -173,7 +174,7 @@ class Elementwise(GPUScheduleRule):
             return None  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
         # a transpose, slice or gather, a bool buffer (never a vector in memory, see `apply`): scalar
         lanes_fit = all(_contiguous_lanes(sch, sch.get_loops(info.block_rv)[-1], vector) == vector
-                        and _widest_bits(sch.get(info.block_rv)) * vector <= 128 for info in infos) and not any(
+                        and not _too_wide(sch.get(info.block_rv), vector) for info in infos) and not any(
             _is_buffer(p) and str(p.ty.dtype) == "bool" for p in func.params)
         fused = _one_loop(sch, [info.block_rv for info in infos])
         if fused is None:
@@ -192,16 +193,21 @@ class Elementwise(GPUScheduleRule):
         return sch
 
 
-def _widest_bits(block) -> int:
-    """The widest scalar type (in bits) a block computes with, its casts included."""
-    widest = []
+def _too_wide(block, lanes: int) -> bool:
+    """Whether a block would compute a float vector CUDA has no type for: more than 4 lanes of 32 or
+    64 bits (eight halves computed in float32 became a `make_ulonglong4` of eight floats, which NVRTC
+    refuses). Integer index arithmetic is not counted: it stays scalar."""
+    if lanes <= 4:
+        return False
+    found = []
 
     def visit(node):
         ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
-        if isinstance(ty, tvm.ir.PrimType):
-            widest.append(tvm.DataType(str(ty.dtype)).bits)
+        if isinstance(ty, tvm.ir.PrimType) and is_float_dtype(str(ty.dtype)) and tvm.DataType(
+                str(ty.dtype)).bits >= 32:
+            found.append(node)
     tvm_ffi.structural_walk(block.body, visit)
-    return max(widest, default=0)
+    return bool(found)
 
 
 def _scalar_calls(block) -> bool:
@@ -226,8 +232,19 @@ def _through_registers(sch, block, threads, lanes) -> None:
     """Each thread loads its inputs into registers and stores its results from them as vectors, and
     computes lane by lane in between: the calls stay scalar, the memory traffic does not. Bool
     buffers and 0-d ones (run-time scalars) are read and written in place, one element at a time."""
+    # a buffer read in a branch (concat's pieces) is read at other offsets per branch: its registers
+    # would have to hold the whole row, so it is read in place
+    branched = set()
+
+    def visit(call):
+        if isinstance(call.op, tvm.ir.Op) and call.op.name.rsplit(".", 1)[-1] == "if_then_else":
+            for arm in call.args[1:]:
+                tvm_ffi.structural_walk(arm, (tirx.BufferLoad, lambda load: branched.add(load.buffer)))
+    tvm_ffi.structural_walk(sch.get(block).body, (tvm.ir.Call, visit))
+
     def vectors(region) -> bool:
-        return bool(region.region) and str(region.source.dtype) != "bool"
+        return bool(region.region) and str(region.source.dtype) != "bool" and not any(
+            region.source.same_as(b) for b in branched)
     for index in reversed(range(len(sch.get(block).reads))):
         if vectors(sch.get(block).reads[index]):
             cache = sch.cache_read(block, index, "local")

@@ -945,3 +945,4 @@ def test_cpu_ragged_products_keep_whole_vector_tiles(shape):
     kernel = f.compile(a, b)
     assert "_pad" in kernel.stages["schedule"] and not _lane_predicates(kernel.stages["schedule"])
     torch.testing.assert_close(f(a, b), a @ b * 2.0, rtol=1e-4, atol=1e-3)
+
