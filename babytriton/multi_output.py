@@ -19,6 +19,7 @@ import tvm
 import tvm_ffi
 from tvm import relax, s_tir, tirx
 
+from .blocks import BlockRewriter
 from .rowwise import PREFIX as ROWS_PREFIX
 from .rowwise import _BROADCAST, _CALL_TIR, _Graph, _outputs, _same, _shape
 
@@ -215,25 +216,10 @@ def _in_order(bindings: list, unit_of: dict) -> list:
     return out
 
 
-class _Rewriter:
+class _Rewriter(BlockRewriter):
     def __init__(self, mod: tvm.IRModule):
-        self.mod = mod
-        self.builder = relax.BlockBuilder(mod)
+        super().__init__(mod)
         self.inlined: set = set()  # the FuseOps functions now inside a merged one
-
-    def function(self, func: relax.Function) -> relax.Function:
-        body = self.seq(func.body)
-        if body.same_as(func.body):
-            return func
-        return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
-
-    def seq(self, seq):
-        if not isinstance(seq, relax.SeqExpr):
-            return seq
-        blocks = [self.block(b) for b in seq.blocks]
-        if all(new.same_as(old) for new, old in zip(blocks, seq.blocks)):
-            return seq
-        return relax.SeqExpr(blocks, seq.body, seq.span)
 
     def block(self, block):
         bindings = [self.branches(b) for b in block.bindings]
@@ -265,15 +251,6 @@ class _Rewriter:
             unit_of[results] = members[-1]
         new = [b for old in bindings for b in replaced.get(old.var, [old])]
         return type(block)(_in_order(new, unit_of), block.span)
-
-    def branches(self, binding):
-        value = binding.value
-        if not isinstance(value, relax.If):
-            return binding
-        true, false = self.seq(value.true_branch), self.seq(value.false_branch)
-        if true.same_as(value.true_branch) and false.same_as(value.false_branch):
-            return binding
-        return relax.VarBinding(binding.var, relax.If(value.cond, true, false, value.span), binding.span)
 
 
 def fuse_multi_output(mod: tvm.IRModule) -> tvm.IRModule:

@@ -17,6 +17,7 @@ import tvm_ffi
 from tvm import relax, te, tirx, topi
 
 from . import legalize
+from .blocks import BlockRewriter
 
 NAME = "online_softmax"
 
@@ -164,18 +165,10 @@ def online_softmax(x: te.Tensor, axes: list[int], m_dtype: str, m_keepdims: bool
     return [m_out, s_out]
 
 
-class _Rewriter:
+class _Rewriter(BlockRewriter):
     def __init__(self, mod: tvm.IRModule):
-        self.builder = relax.BlockBuilder(mod)
+        super().__init__(mod)
         self.changed = False
-
-    def seq(self, seq):
-        if not isinstance(seq, relax.SeqExpr):
-            return seq
-        blocks = [self.block(b) for b in seq.blocks]
-        if all(new.same_as(old) for new, old in zip(blocks, seq.blocks)):
-            return seq
-        return relax.SeqExpr(blocks, seq.body, seq.span)
 
     def block(self, block):
         bindings = [self.branches(b) for b in block.bindings]
@@ -204,15 +197,6 @@ class _Rewriter:
             new.append(b)
         self.changed = True
         return type(block)(new, block.span)
-
-    def branches(self, binding):
-        value = binding.value
-        if not isinstance(value, relax.If):
-            return binding
-        true, false = self.seq(value.true_branch), self.seq(value.false_branch)
-        if true.same_as(value.true_branch) and false.same_as(value.false_branch):
-            return binding
-        return relax.VarBinding(binding.var, relax.If(value.cond, true, false, value.span), binding.span)
 
 
 def fuse_online(mod: tvm.IRModule) -> tvm.IRModule:

@@ -19,6 +19,8 @@ import tvm
 import tvm_ffi
 from tvm import relax, s_tir, tirx
 
+from .blocks import BlockRewriter
+
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 # AnnotateTIROpPattern's op kinds (mean is OUT_EWISE_FUSABLE: its divide follows the sum)
 _ELEMWISE, _BROADCAST, _INJECTIVE, _COMM_REDUCE, _OUT_EWISE_FUSABLE, _OPAQUE = 0, 1, 2, 3, 4, 8
@@ -297,25 +299,7 @@ def _group_function(bindings_of: dict, members: list):
     return func.with_attr("Primitive", 1), args
 
 
-class _Rewriter:
-    def __init__(self, mod: tvm.IRModule):
-        self.mod = mod
-        self.builder = relax.BlockBuilder(mod)
-
-    def function(self, func: relax.Function) -> relax.Function:
-        body = self.seq(func.body)
-        if body.same_as(func.body):
-            return func
-        return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
-
-    def seq(self, seq):
-        if not isinstance(seq, relax.SeqExpr):
-            return seq
-        blocks = [self.block(b) for b in seq.blocks]
-        if all(new.same_as(old) for new, old in zip(blocks, seq.blocks)):
-            return seq
-        return relax.SeqExpr(blocks, seq.body, seq.span)
-
+class _Rewriter(BlockRewriter):
     def block(self, block):
         bindings = [self.branches(b) for b in block.bindings]
         groups = partition(self.mod, bindings) if isinstance(block, relax.DataflowBlock) else []
@@ -334,15 +318,6 @@ class _Rewriter:
             grouped.update(members)
         new = [replaced.get(b.var, b) for b in bindings if b.var in replaced or b.var not in grouped]
         return type(block)(new, block.span)
-
-    def branches(self, binding):
-        value = binding.value
-        if not isinstance(value, relax.If):
-            return binding
-        true, false = self.seq(value.true_branch), self.seq(value.false_branch)
-        if true.same_as(value.true_branch) and false.same_as(value.false_branch):
-            return binding
-        return relax.VarBinding(binding.var, relax.If(value.cond, true, false, value.span), binding.span)
 
 
 def fuse_rowwise(mod: tvm.IRModule) -> tvm.IRModule:
