@@ -23,8 +23,9 @@ from . import pipeline, schedules
 from .codegen import kernels, library
 from .codegen.operators import weak_dtype
 from .codegen.values import wrap_int
+from .dlpack import torch_to_vm
 from .errors import Diagnostic
-from .types import DTYPES, TORCH_TO_NAME, format_shape, torch_to_vm
+from .types import DTYPES, TORCH_TO_NAME, format_shape
 
 # The device that values made from nothing (constants, zeros(...)) go to during an eager call.
 _DEVICE: contextvars.ContextVar[torch.device] = contextvars.ContextVar("babytriton_eager_device",

@@ -20,9 +20,10 @@ from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import relax as RB
 
 from .. import devices
+from ..arguments import ArgSpec
 from ..errors import CompilationError, Diagnostic, debug_enabled, quiet_tvm
 from ..source import ParsedFunction
-from ..types import TORCH_TO_NAME, ArgSpec, Tensor, format_shape, is_float_dtype
+from ..types import TORCH_TO_NAME, Tensor, format_shape, is_float_dtype
 from . import inline, kernels, library, operators
 from .base import CodeGenerator
 from .control import Flow

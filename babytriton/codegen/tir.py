@@ -31,8 +31,9 @@ from tvm.ir.expr import TensorLoad
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
+from ..arguments import ArgSpec
 from ..errors import Diagnostic
-from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, format_shape, is_float_dtype
+from ..types import DTYPES, TORCH_TO_NAME, format_shape, is_float_dtype
 from . import operators
 from .base import CodeGenerator
 from .scope import Scope
