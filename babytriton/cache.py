@@ -34,10 +34,11 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from .arguments import ArgSpec
 from .config import __version__, cache_dir, disk_enabled  # noqa: F401 - cache.cache_dir, cache.disk_enabled are public
 from .frontend import Decorated, FunctionInfo
 from .source import environment
-from .types import ArgSpec, Param, format_shape
+from .types import Param, format_shape
 
 FORMAT = 1  # the layout of an entry; bump it when what is stored changes
 # Options that only change how a result is reported or stored, not the generated code.

@@ -16,8 +16,9 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import relax as RB
 
 from . import targets
+from .arguments import ArgSpec, unwrap
 from .errors import CompilationError, Diagnostic, SourceMap
-from .types import ArgSpec, Param, Tensor, unwrap
+from .types import Param, Tensor
 
 # User spelling -> the device it means ("cpu" runs LLVM code, "cuda" CUDA kernels).
 DEVICE_NAMES = {"cpu": "cpu", "llvm": "cpu", "gpu": "cuda", "cuda": "cuda"}

@@ -9,7 +9,8 @@ import os
 import re
 from pathlib import Path
 
-from .types import ArgSpec, Param
+from .arguments import ArgSpec
+from .types import Param
 
 # TVMScript stages are Python; the rest by what they hold.
 SUFFIX = {"python": ".py", "ast": ".txt"}

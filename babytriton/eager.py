@@ -44,12 +44,13 @@ import numpy as np
 import torch
 
 from . import devices
+from .arguments import unwrap
 from .codegen import kernels, library
 from .codegen.values import PY_BUILTINS
 from .eager_ops import (_DEVICE, _SIZES, PY_SCALARS, TORCH, _as_tensor, _describe, _is_scalar, _is_tensor,  # noqa: F401
                         WeakScalar, call_op, run_kernel, weak)
 from .frontend import Decorated, FunctionInfo
-from .types import DTYPES, SCALAR_TYPES, TORCH_TO_NAME, unwrap
+from .types import DTYPES, SCALAR_TYPES, TORCH_TO_NAME
 
 # ----------------------------------------------------------------------------------------------
 # calling a @jit function eagerly

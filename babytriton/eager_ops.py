@@ -21,10 +21,11 @@ import tvm
 
 from . import pipeline, schedules
 from .codegen import kernels, library
-from .codegen.ops import weak_dtype
+from .codegen.operators import weak_dtype
 from .codegen.values import wrap_int
+from .dlpack import torch_to_vm
 from .errors import Diagnostic
-from .types import DTYPES, TORCH_TO_NAME, format_shape, torch_to_vm
+from .types import DTYPES, TORCH_TO_NAME, format_shape
 
 # The device that values made from nothing (constants, zeros(...)) go to during an eager call.
 _DEVICE: contextvars.ContextVar[torch.device] = contextvars.ContextVar("babytriton_eager_device",
@@ -50,7 +51,7 @@ def _describe(value) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-# Operators whose weak-only form computes as Python does (codegen.ops.weak_dtype), by the names
+# Operators whose weak-only form computes as Python does (codegen.operators.weak_dtype), by the names
 # torch hands __torch_function__ (methods, dunders and their reflected forms).
 _WEAK_SYMBOLS = {}
 for _symbol, _names in {"+": "add", "-": "sub subtract", "*": "mul multiply", "/": "div truediv true_divide",

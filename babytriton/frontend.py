@@ -13,9 +13,10 @@ import inspect
 import tvm
 
 from . import devices, targets
+from .arguments import ArgSpec, arg_spec, check_symbolic_sizes, static_spec
 from .errors import CompilationError
 from .source import parse_function
-from .types import ArgSpec, arg_spec, check_symbolic_sizes, params_from_signature, static_spec
+from .types import params_from_signature
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,9 +11,10 @@ import tvm
 
 from . import cache, config, devices, dump, eager, relax_backend, schedules, targets, tir_backend
 from . import explain as explaining
+from .arguments import ArgSpec
 from .frontend import Decorated, FunctionInfo
 from .runtime import Compiled, Kernel
-from .types import ArgSpec, Tensor
+from .types import Tensor
 
 OPTIONS = {"target": "cpu", "schedule": "dlight", "unroll": 16, "verbose": False, "backend": "relax",
            "cache": True, "trials": 16}

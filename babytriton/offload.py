@@ -15,8 +15,8 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from .dlpack import vm_to_torch
 from .targets import offloads  # noqa: F401 - the pipeline asks offload.offloads
-from .types import vm_to_torch
 
 TORCH_MATMUL = "babytriton.torch_matmul"
 TORCH_ATTENTION = "babytriton.torch_attention"

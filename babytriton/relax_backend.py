@@ -11,11 +11,11 @@ import gc
 import tvm
 
 from . import cache, fusion, pipeline, schedules
+from .arguments import ArgSpec
 from .codegen.relax import RelaxCodeGen, quiet_tvm
 from .errors import debug_enabled
 from .frontend import FunctionInfo
 from .runtime import Compiled
-from .types import ArgSpec
 
 
 def build(info: FunctionInfo, specs: tuple[ArgSpec, ...], record, stages: dict) -> Compiled:

@@ -16,10 +16,11 @@ from tvm import relax
 
 from . import devices, schedules, targets
 from . import fusion as fusion_
+from .arguments import ArgSpec, arg_spec, check_symbolic_sizes, unwrap
 from .codegen import library
+from .dlpack import numpy_to_vm, torch_to_vm, vm_to_torch
 from .errors import debug_enabled
-from .types import (DTYPES, TORCH_TO_NAME, ArgSpec, Param, Tensor, arg_spec, check_symbolic_sizes, numpy_to_vm,
-                    torch_to_vm, unwrap, vm_to_torch)
+from .types import DTYPES, TORCH_TO_NAME, Param, Tensor
 
 
 @dataclasses.dataclass(frozen=True)

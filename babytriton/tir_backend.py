@@ -18,11 +18,11 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import pipeline
+from .arguments import ArgSpec
 from .codegen.tir import TIRCodeGen
 from .errors import debug_enabled
 from .frontend import FunctionInfo
 from .runtime import Compiled
-from .types import ArgSpec
 
 THREADS_PER_BLOCK = 256
 

@@ -498,7 +498,7 @@ def test_gpu_second_process_loads_from_disk(tmp_path, cache_dir):
 def test_argument_placement_is_part_of_the_disk_key():
     # functions with device blocks compile one version per argument device; the disk must not mix them
     from babytriton import cache
-    from babytriton.types import ArgSpec
+    from babytriton.arguments import ArgSpec
 
     @bt.jit(target="cpu")
     def g(a):

@@ -216,18 +216,18 @@ def test_debug_mode_keeps_the_raw_cause(monkeypatch):
         return x + 1  # error
 
     # force a failure inside TVM by handing an op a bad operand type
-    from babytriton.codegen import ops
+    from babytriton.codegen import operators
     from tvm import relax
     import ast
-    original = ops.ARITH[ast.Add]
-    monkeypatch.setitem(ops.ARITH, ast.Add, lambda a, b: relax.op.matmul(a, b))
+    original = operators.ARITH[ast.Add]
+    monkeypatch.setitem(operators.ARITH, ast.Add, lambda a, b: relax.op.matmul(a, b))
     with pytest.raises(bt.CompilationError) as info:
         bt.jit(deep)(torch.ones(3))
     assert "[BABYTRITON_DEBUG]" in info.value.message
     assert info.value.__cause__ is not None
-    monkeypatch.setitem(ops.ARITH, ast.Add, original)
+    monkeypatch.setitem(operators.ARITH, ast.Add, original)
     monkeypatch.delenv("BABYTRITON_DEBUG")
-    monkeypatch.setitem(ops.ARITH, ast.Add, lambda a, b: relax.op.matmul(a, b))
+    monkeypatch.setitem(operators.ARITH, ast.Add, lambda a, b: relax.op.matmul(a, b))
     with pytest.raises(bt.CompilationError) as info:
         bt.jit(deep)(torch.ones(3))
     assert_clean(info.value)

@@ -11,7 +11,7 @@ import tvm
 
 import babytriton as bt
 from babytriton import offload
-from babytriton.types import torch_to_vm, vm_to_torch
+from babytriton.dlpack import torch_to_vm, vm_to_torch
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 

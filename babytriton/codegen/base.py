@@ -8,8 +8,8 @@ import ast
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 
+from ..arguments import ArgSpec
 from ..errors import CompilationError, Diagnostic, debug_enabled
-from ..types import ArgSpec
 from .scope import Scope
 from ..source import ParsedFunction, environment
 from .values import PY_BUILTINS

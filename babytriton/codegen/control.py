@@ -20,7 +20,7 @@ from tvm.sym import Analyzer
 
 from ..errors import Diagnostic
 from ..types import format_shape
-from .ops import number_dtype
+from .operators import number_dtype
 from .scope import FlowSlot, Undefined
 from .values import (describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, promote, scalar_kind,
                      shape_of)

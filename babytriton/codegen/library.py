@@ -38,7 +38,7 @@ from tvm import relax
 from .. import legalize
 from ..errors import Diagnostic
 from ..types import DTYPES, TORCH_TO_NAME, dtype_name, is_float_dtype
-from . import ops
+from . import operators
 from . import values as core  # the value helpers the visitors share
 
 NAMESPACES = (relax.op, relax.op.nn)
@@ -69,10 +69,10 @@ FLOAT_ONLY = {"atan2", "log_add_exp", "mean", "std", "variance"}
 # int8 (a value result converts back to bool), and so does `where` choosing between bools (its
 # vectorised select mixed bool and int8 lanes: found by the fuzzer); arithmetic on bools is refused, as Python's operators
 # refuse it here; sums and products of bools and integers accumulate in int64, as in torch.
-BOOL_AS_INT8 = {fn.__name__ for fn in ops.COMPARE.values()} | {
+BOOL_AS_INT8 = {fn.__name__ for fn in operators.COMPARE.values()} | {
     "maximum", "minimum", "max", "min", "argmax", "argmin", "abs", "negative", "sign", "square", "relu",
     "relu6", "isfinite", "isinf", "isnan"}
-BOOL_REFUSED = {fn.__name__ for fn in ops.ARITH.values()} | {
+BOOL_REFUSED = {fn.__name__ for fn in operators.ARITH.values()} | {
     "mod", "log_add_exp", "atan2", "left_shift", "right_shift", "floor", "ceil", "round", "trunc"}
 INT64_ACCUMULATE = {"sum", "prod", "cumsum", "cumprod"}
 # Ops TVM cannot build in a half dtype (or, for sorts, builds wrong): they run on float32 copies,

@@ -35,7 +35,7 @@ from ..types import DTYPES, TORCH_TO_NAME, format_shape
 from .control import (Jump, LoopEnd, IterEnd, Marker, SetName, SetTarget, Stream, assigned_names,
                       describe_type, exit_keys, leaves, loaded_names, pack, rebuild, same_type, same_value,
                       structure, symbolic_vars, type_dtype)
-from .ops import number_dtype
+from .operators import number_dtype
 from .scope import FlowSlot, Undefined
 from .values import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, scalar_kind, shape_of
 

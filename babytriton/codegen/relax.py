@@ -20,10 +20,11 @@ from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import relax as RB
 
 from .. import devices
+from ..arguments import ArgSpec
 from ..errors import CompilationError, Diagnostic, debug_enabled, quiet_tvm
 from ..source import ParsedFunction
-from ..types import TORCH_TO_NAME, ArgSpec, Tensor, format_shape, is_float_dtype
-from . import inline, kernels, library, ops
+from ..types import TORCH_TO_NAME, Tensor, format_shape, is_float_dtype
+from . import inline, kernels, library, operators
 from .base import CodeGenerator
 from .control import Flow
 from .loops import Loops
@@ -341,13 +342,13 @@ class RelaxCodeGen(CodeGenerator):
             if is_symbolic(lhs) or is_symbolic(rhs) or (
                     is_python_scalar(lhs) and is_python_scalar(rhs)):
                 try:
-                    return ops.PY_BINARY[kind](lhs, rhs)
+                    return operators.PY_BINARY[kind](lhs, rhs)
                 except ZeroDivisionError:
                     raise Diagnostic("division by zero in a compile-time expression") from None
             if isinstance(lhs, tuple) and isinstance(rhs, tuple) and kind is ast.Add:
                 return lhs + rhs
         lhs, rhs = self.operand(lhs), self.operand(rhs)
-        sym = ops.SYMBOL[kind]
+        sym = operators.SYMBOL[kind]
         both_weak = self.is_weak(lhs) and self.is_weak(rhs)
         dtype = self.operator_dtype(sym, lhs, rhs)
         result = self._binary(kind, sym, lhs, rhs, dtype)
@@ -356,12 +357,12 @@ class RelaxCodeGen(CodeGenerator):
         return result
 
     def _binary(self, kind, sym: str, lhs, rhs, dtype: str):
-        if kind in ops.BITWISE:
+        if kind in operators.BITWISE:
             if is_float_dtype(dtype):
                 raise Diagnostic(f"`{sym}` needs bool or integer operands, got {describe(lhs)} and {describe(rhs)}")
-            int_op, bool_op = ops.BITWISE[kind]
+            int_op, bool_op = operators.BITWISE[kind]
             return self.emit_binary(int_op if dtype != "bool" else bool_op, lhs, rhs, dtype, sym)
-        if kind not in ops.ARITH:
+        if kind not in operators.ARITH:
             raise Diagnostic(f"the operator `{sym}` is not supported on tensors")
         if kind is ast.Div and not is_float_dtype(dtype):
             dtype = TORCH_TO_NAME[torch.get_default_dtype()]  # true division, as in Python and torch
@@ -382,7 +383,7 @@ class RelaxCodeGen(CodeGenerator):
             return result if rhs > 0 else self.emit(relax.op.divide(self.const(1, dtype), result))
         if kind is ast.Pow and dtype == "bfloat16":  # TVM's pow has no bfloat16: float32, rounded once
             return self.emit(relax.op.astype(self.emit_binary(relax.op.power, lhs, rhs, "float32", sym), dtype))
-        return self.emit_binary(ops.ARITH[kind], lhs, rhs, dtype, sym)
+        return self.emit_binary(operators.ARITH[kind], lhs, rhs, dtype, sym)
 
     def divide_by_zero(self, kind, sym: str, lhs, rhs, dtype: str):
         """`x / 0.0`, `x // 0.0`, `x % 0.0` with torch's meaning (inf, -inf, nan), written so that TVM
@@ -412,9 +413,9 @@ class RelaxCodeGen(CodeGenerator):
 
     def operator_dtype(self, symbol: str, lhs, rhs) -> str:
         """The dtype a binary operator or comparison computes in: two weak operands compute as
-        Python does (ops.weak_dtype), anything else by torch's promotion."""
+        Python does (operators.weak_dtype), anything else by torch's promotion."""
         if self.is_weak(lhs) and self.is_weak(rhs):
-            return ops.weak_dtype(symbol, [scalar_kind(v) for v in (lhs, rhs)])
+            return operators.weak_dtype(symbol, [scalar_kind(v) for v in (lhs, rhs)])
         return self.promote(lhs, rhs)
 
     def promote(self, *values) -> str:
@@ -522,8 +523,8 @@ class RelaxCodeGen(CodeGenerator):
         kind = type(node.op)
         if not is_tensor(value):
             if is_python_scalar(value) or is_symbolic(value):
-                return ops.PY_UNARY[kind](value)
-            raise Diagnostic(f"`{ops.SYMBOL[kind]}` cannot be applied to {describe(value)}")
+                return operators.PY_UNARY[kind](value)
+            raise Diagnostic(f"`{operators.SYMBOL[kind]}` cannot be applied to {describe(value)}")
         dtype = dtype_of(value)
         if kind is ast.UAdd:
             return value
@@ -546,20 +547,21 @@ class RelaxCodeGen(CodeGenerator):
 
     def compare(self, op: ast.cmpop, lhs, rhs):
         kind = type(op)
-        if kind not in ops.COMPARE:
+        if kind not in operators.COMPARE:
             word = {ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}.get(kind, kind.__name__)
             raise Diagnostic(f"the comparison `{word}` is not supported in @jit code; compare values with "
                              "==, !=, <, <=, >, >=")
         if not (is_tensor(lhs) or is_tensor(rhs)):
             if is_python_scalar(lhs) and is_python_scalar(rhs) or is_symbolic(lhs) \
                     or is_symbolic(rhs):
-                return ops.PY_COMPARE[kind](lhs, rhs)
+                return operators.PY_COMPARE[kind](lhs, rhs)
             if _plain(lhs) and _plain(rhs):  # dtype names, shapes, None: `x.dtype == "float16"`
-                return ops.PY_COMPARE[kind](lhs, rhs)
+                return operators.PY_COMPARE[kind](lhs, rhs)
         lhs, rhs = self.operand(lhs), self.operand(rhs)
-        dtype = self.operator_dtype(ops.SYMBOL[kind], lhs, rhs)
+        dtype = self.operator_dtype(operators.SYMBOL[kind], lhs, rhs)
         # TVM's LLVM backend emits a float compare for bool operands; compare them as int8.
-        result = self.emit_binary(ops.COMPARE[kind], lhs, rhs, "int8" if dtype == "bool" else dtype, ops.SYMBOL[kind])
+        result = self.emit_binary(operators.COMPARE[kind], lhs, rhs, "int8" if dtype == "bool" else dtype,
+                                  operators.SYMBOL[kind])
         if self.is_weak(lhs) and self.is_weak(rhs):  # a Python bool, as in Python
             self.weak.append(result)
         return result
@@ -572,9 +574,9 @@ class RelaxCodeGen(CodeGenerator):
             return (lhs and rhs) if isinstance(op, ast.And) else (lhs or rhs)
         for v in (lhs, rhs):
             if is_tensor(v) and dtype_of(v) != "bool" or not is_tensor(v) and not isinstance(v, bool):
-                raise Diagnostic(f"`{ops.SYMBOL[type(op)]}` needs bool tensors, got {describe(v)}; "
+                raise Diagnostic(f"`{operators.SYMBOL[type(op)]}` needs bool tensors, got {describe(v)}; "
                                  "compare first, e.g. `(x > 0) and (y > 0)`")
-        return self.emit_binary(ops.BOOL[type(op)], lhs, rhs, "bool", ops.SYMBOL[type(op)])
+        return self.emit_binary(operators.BOOL[type(op)], lhs, rhs, "bool", operators.SYMBOL[type(op)])
 
     def visit_IfExp(self, node: ast.IfExp):
         cond = self.visit(node.test)

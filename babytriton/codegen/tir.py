@@ -31,9 +31,10 @@ from tvm.ir.expr import TensorLoad
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
+from ..arguments import ArgSpec
 from ..errors import Diagnostic
-from ..types import DTYPES, TORCH_TO_NAME, ArgSpec, format_shape, is_float_dtype
-from . import ops
+from ..types import DTYPES, TORCH_TO_NAME, format_shape, is_float_dtype
+from . import operators
 from .base import CodeGenerator
 from .scope import Scope
 from ..source import ParsedFunction
@@ -644,20 +645,20 @@ class TIRCodeGen(CodeGenerator):
 
     def binary(self, op: ast.operator, lhs, rhs):
         kind = type(op)
-        sym = ops.SYMBOL[kind]
+        sym = operators.SYMBOL[kind]
         if is_python(lhs) and is_python(rhs):
             try:
-                return ops.PY_BINARY[kind](lhs, rhs)
+                return operators.PY_BINARY[kind](lhs, rhs)
             except (ZeroDivisionError, TypeError) as e:
                 raise Diagnostic(f"cannot compute `{sym}` at compile time: {e}") from None
         lhs, rhs = self.scalar(lhs), self.scalar(rhs)
         dtype = self.promote(lhs, rhs)
-        if kind in ops.TIR_BITWISE or kind in ops.TIR_SHIFT:
-            if is_float_dtype(dtype) or (kind in ops.TIR_SHIFT and dtype == "bool"):
+        if kind in operators.TIR_BITWISE or kind in operators.TIR_SHIFT:
+            if is_float_dtype(dtype) or (kind in operators.TIR_SHIFT and dtype == "bool"):
                 raise Diagnostic(f"`{sym}` needs integer operands, got {describe(lhs)} and {describe(rhs)}")
-            if kind in ops.TIR_SHIFT:
-                return ops.TIR_SHIFT[kind](self.cast(lhs, dtype), self.cast(rhs, dtype))
-            int_op, bool_op = ops.TIR_BITWISE[kind]
+            if kind in operators.TIR_SHIFT:
+                return operators.TIR_SHIFT[kind](self.cast(lhs, dtype), self.cast(rhs, dtype))
+            int_op, bool_op = operators.TIR_BITWISE[kind]
             return (bool_op if dtype == "bool" else int_op)(self.cast(lhs, dtype), self.cast(rhs, dtype))
         if kind is ast.MatMult:
             raise Diagnostic("`@` multiplies whole tensors; the TIR backend works element by element "
@@ -675,14 +676,14 @@ class TIRCodeGen(CodeGenerator):
             for _ in range(rhs):
                 result = result * self.cast(lhs, dtype)
             return result
-        table = ops.TIR_FLOAT_ARITH if is_float_dtype(dtype) else ops.TIR_INT_ARITH
+        table = operators.TIR_FLOAT_ARITH if is_float_dtype(dtype) else operators.TIR_INT_ARITH
         return table[kind](self.cast(lhs, dtype), self.cast(rhs, dtype))
 
     def visit_UnaryOp(self, node: ast.UnaryOp):
         value = self.visit(node.operand)
         kind = type(node.op)
         if isinstance(value, PY_SCALARS):
-            return ops.PY_UNARY[kind](value)
+            return operators.PY_UNARY[kind](value)
         value = self.scalar(value)
         dtype = dtype_of(value)
         if kind is ast.Not:
@@ -699,13 +700,13 @@ class TIRCodeGen(CodeGenerator):
 
     def compare(self, op: ast.cmpop, lhs, rhs):
         kind = type(op)
-        if kind not in ops.TIR_COMPARE:
+        if kind not in operators.TIR_COMPARE:
             raise Diagnostic("the comparisons `is`, `in` and their negations are not supported")
         if is_python(lhs) and is_python(rhs):
-            return ops.PY_COMPARE[kind](lhs, rhs)
+            return operators.PY_COMPARE[kind](lhs, rhs)
         lhs, rhs = self.scalar(lhs), self.scalar(rhs)
         dtype = self.promote(lhs, rhs)
-        return ops.TIR_COMPARE[kind](self.cast(lhs, dtype), self.cast(rhs, dtype))
+        return operators.TIR_COMPARE[kind](self.cast(lhs, dtype), self.cast(rhs, dtype))
 
     def short_circuits(self, value) -> bool:
         return isinstance(value, PY_SCALARS)
@@ -715,7 +716,7 @@ class TIRCodeGen(CodeGenerator):
             return (lhs and rhs) if isinstance(op, ast.And) else (lhs or rhs)
         for v in (lhs, rhs):
             if not (isinstance(v, bool) or is_expr(v) and dtype_of(v) == "bool"):
-                raise Diagnostic(f"`{ops.SYMBOL[type(op)]}` needs bools, got {describe(v)}; compare first, "
+                raise Diagnostic(f"`{operators.SYMBOL[type(op)]}` needs bools, got {describe(v)}; compare first, "
                                  "e.g. `(x > 0) and (y > 0)`")
         lhs, rhs = self.cast(lhs, "bool"), self.cast(rhs, "bool")
         # The right side is evaluated at run time only when needed (it may read memory the left side guards).
@@ -756,7 +757,7 @@ class TIRCodeGen(CodeGenerator):
             dtype = {int: INT64, float: TORCH_TO_NAME[torch.get_default_dtype()], bool: "bool"}[func]
             return self.cast(self.scalar(args[0]), dtype)
         try:
-            intrinsic, rule = ops.TIR_MATH[func]
+            intrinsic, rule = operators.TIR_MATH[func]
         except (KeyError, TypeError):
             raise Diagnostic(f"cannot call `{ast.unparse(node.func)}` ({describe(func)}) from a "
                              "backend='tir' function") from None
