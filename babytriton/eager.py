@@ -320,16 +320,10 @@ def _logical(kind: str, lhs, rhs):
 
 
 def _boolop(kind: str, first, *rest):
-    """`a and b and ...`: Python values short-circuit as in Python; tensors combine element-wise."""
-    result = first
-    for thunk in rest:
-        if not _is_tensor(result):
-            if kind == "and" and not result or kind == "or" and result:
-                return result
-            result = thunk()
-            continue
-        result = _logical(kind, result, thunk())
-    return result
+    """`a and b and ...`: Python values short-circuit as in Python; tensors combine element-wise
+    (the compiler's rule, codegen.semantic.bool_op)."""
+    return semantic.bool_op(kind, first, rest, lambda v: not _is_tensor(v),
+                            lambda lhs, rhs: _logical(kind, lhs, rhs))
 
 
 def _negation(symbol: str, value):

@@ -32,6 +32,21 @@ def check_matmul(b, lhs, rhs) -> None:
                          "convert one with .astype()")
 
 
+def bool_op(symbol: str, first, rest, short_circuits, combine):
+    """`first and ...` / `first or ...` (symbol "and" / "or"), `rest` the later sides as thunks: a value
+    that `short_circuits` (a compile-time one) decides as in Python, evaluating the next side only
+    where Python would; otherwise `combine(result, next side)` (element-wise, `logical`)."""
+    result = first
+    for side in rest:
+        if short_circuits(result):
+            if symbol == "and" and not result or symbol == "or" and result:
+                return result
+            result = side()
+            continue
+        result = combine(result, side())
+    return result
+
+
 def logical(b, symbol: str, lhs, rhs):
     """`lhs and rhs` / `lhs or rhs` (symbol "and" / "or") once both sides are known: Python's meaning
     on compile-time values; with a tensor, element-wise, on bool tensors and Python bools only."""
