@@ -46,7 +46,7 @@ import torch
 from . import devices
 from .codegen import kernels, library, semantic
 from .codegen.values import PY_BUILTINS
-from .eager_ops import (_DEVICE, _SIZES, BUILDER, PY_SCALARS, TORCH, _as_tensor, _describe, _is_scalar,  # noqa: F401
+from .eager_ops import (_DEVICE, _SIZES, BUILDER, PY_SCALARS, TORCH, _describe, _is_scalar,  # noqa: F401
                         _is_tensor, WeakScalar, call_op, run_kernel, weak)
 from .errors import Diagnostic
 from .frontend import Decorated, FunctionInfo
@@ -342,14 +342,10 @@ _COMPARE = {"Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt, "GtE": ope
 
 
 def _compare(left, *pairs):
-    """`a < b < c` means `(a < b) and (b < c)`, each comparison element-wise on tensors."""
-    result = None
-    for op, thunk in pairs:
-        right = thunk()
-        part = _COMPARE[op](left, right)
-        result = part if result is None else _logical("and", result, part)
-        left = right
-    return result
+    """`a < b < c` means `(a < b) and (b < c)`, each comparison element-wise on tensors (the
+    compiler's rule, codegen.semantic.chain)."""
+    return semantic.chain(left, pairs, lambda op, lhs, rhs: _COMPARE[op](lhs, rhs),
+                          lambda lhs, rhs: _logical("and", lhs, rhs))
 
 
 HELPERS = {"_bt_attr": _attr, "_bt_boolop": _boolop, "_bt_negation": _negation, "_bt_ifexp": _ifexp,

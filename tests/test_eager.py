@@ -581,6 +581,24 @@ def test_a_changed_bool_op_rule_changes_the_compiled_and_the_eager_result(monkey
     assert calls == ["and", "and"]
 
 
+def test_a_changed_chain_rule_changes_the_compiled_and_the_eager_result(monkeypatch):
+    """`a < b < c` made to keep only its last comparison: both paths give `b < c`."""
+    rule, calls = semantic.chain, []
+
+    def patched(left, comparisons, compare, combine):
+        calls.append(len(comparisons))
+        return rule(left, comparisons, compare, lambda first, last: last)
+    monkeypatch.setattr(semantic, "chain", patched)
+
+    @bt.jit(cache=False)
+    def f(x, y, z):
+        return x < y < z
+
+    x, y, z = rand(4, 5), rand(4, 5), rand(4, 5)
+    assert torch.equal(both(f, x, y, z), y < z)
+    assert calls == [2, 2]
+
+
 def test_a_changed_negation_rule_changes_the_compiled_and_the_eager_result(monkeypatch):
     """`not m` and `~m` made to keep m: both paths give m."""
     builders = _patched(monkeypatch, semantic, "negation", lambda original, b, symbol, value: value)

@@ -95,14 +95,9 @@ class CodeGenerator(ast.NodeVisitor):
 
     def visit_Compare(self, node: ast.Compare):
         # a < b < c means (a < b) and (b < c), with b computed once.
-        left = self.visit(node.left)
-        result = None
-        for op, comparator in zip(node.ops, node.comparators):
-            right = self.visit(comparator)
-            part = self.compare(op, left, right)
-            result = part if result is None else self.logical(ast.And(), result, part)
-            left = right
-        return result
+        return semantic.chain(self.visit(node.left),
+                              [(op, lambda c=c: self.visit(c)) for op, c in zip(node.ops, node.comparators)],
+                              self.compare, lambda lhs, rhs: self.logical(ast.And(), lhs, rhs))
 
     # ------------------------------------------------------------------------------------------
     # statements and expressions both backends compile alike

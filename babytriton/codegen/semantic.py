@@ -47,6 +47,18 @@ def bool_op(symbol: str, first, rest, short_circuits, combine):
     return result
 
 
+def chain(left, comparisons, compare, combine):
+    """`a < b < c`: `(a < b) and (b < c)` with b computed once; `comparisons` are (operator, thunk of
+    its right side), `compare(op, lhs, rhs)` makes one part, `combine` ands two."""
+    result = None
+    for op, side in comparisons:
+        right = side()
+        part = compare(op, left, right)
+        result = part if result is None else combine(result, part)
+        left = right
+    return result
+
+
 def logical(b, symbol: str, lhs, rhs):
     """`lhs and rhs` / `lhs or rhs` (symbol "and" / "or") once both sides are known: Python's meaning
     on compile-time values; with a tensor, element-wise, on bool tensors and Python bools only."""
