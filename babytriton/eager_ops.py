@@ -21,6 +21,7 @@ import tvm
 
 from . import pipeline, schedules
 from .codegen import kernels, library, semantic
+from .codegen import values as core  # the compiler's value helpers (a tensor's description)
 from .codegen.ops import weak_dtype
 from .codegen.values import wrap_int
 from .errors import Diagnostic
@@ -45,8 +46,7 @@ def _is_scalar(value) -> bool:
 
 def _describe(value) -> str:
     if _is_tensor(value):
-        dtype = TORCH_TO_NAME.get(value.dtype, str(value.dtype))
-        return f"{'an' if dtype.startswith('int') else 'a'} {dtype} tensor of shape {format_shape(tuple(value.shape))}"
+        return core.describe_tensor(TORCH_TO_NAME.get(value.dtype, str(value.dtype)), tuple(value.shape))
     return f"{type(value).__name__} {value!r}"
 
 

@@ -15,7 +15,7 @@ from tvm.script import tirx as T
 
 import babytriton as bt
 from babytriton import eager
-from babytriton.codegen import kernels, library, semantic
+from babytriton.codegen import kernels, library, semantic, values
 from babytriton.errors import Diagnostic
 
 
@@ -544,7 +544,7 @@ def test_a_changed_matmul_rule_changes_the_compiled_and_the_eager_message(monkey
 def test_the_matmul_rule_is_the_compilers_word_for_word():
     @bt.jit(cache=False)
     def f(x, y):
-        return matmul(x, y)  # noqa: F821
+        return matmul(x, y)  # noqa: F821 - the library op
 
     assert _both_refuse(f, rand(2, 3), rand(3, 4, dtype=torch.float64)) == \
         "`@` needs operands of one dtype, got float32 and float64; convert one with .astype()"
@@ -632,6 +632,16 @@ def _not_a_string(x):
 ])
 def test_negation_errors_are_the_compilers_word_for_word(fn, message):
     assert _both_refuse(bt.jit(cache=False)(fn), rand(3)) == message
+
+
+def test_a_changed_tensor_description_changes_the_compiled_and_the_eager_message(monkeypatch):
+    monkeypatch.setattr(values, "describe_tensor", lambda dtype, shape: f"<{dtype} {list(shape)}>")
+
+    @bt.jit(cache=False)
+    def f(x):
+        return not x
+
+    assert _both_refuse(f, rand(3)) == "`not` needs a bool tensor, got <float32 [3]>; compare it first, e.g. `x == 0`"
 
 
 def test_a_changed_if_else_rule_changes_the_compiled_and_the_eager_result(monkeypatch):
