@@ -400,20 +400,9 @@ def op_function(op: library.Op):
 def _python_or_op(func):
     """A builtin or math function as @jit code has it: Python's on numbers; on tensors, the library
     op of the same name (`max(x, axis=1)`, `abs(x)`)."""
-    name = func.__name__
-
-    def call(*args, **kwargs):
-        if all(_is_scalar(a) for a in args) and all(_is_scalar(v) for v in kwargs.values()):
-            return func(*args, **kwargs)
-        if func in (builtins.max, builtins.min) and len(args) > 1 and _is_tensor(args[1]):
-            wide = "maximum" if func is builtins.max else "minimum"
-            raise TypeError(f"{name}(a, b) of tensors: use {wide}(a, b) for the element-wise {wide}; "
-                            f"{name}(x, axis=...) reduces along axes")
-        op = library.lookup(name)
-        if op is not None and any(_is_tensor(a) for a in [*args, *kwargs.values()]):
-            return call_op(op, list(args), kwargs)
-        raise TypeError(f"{name}() works on compile-time numbers only, got {', '.join(_describe(a) for a in args)}")
-    call.__name__ = name
+    def call(*args, **kwargs):  # the compiler's rule (codegen.semantic.python_call)
+        return _rule(semantic.python_call, func, list(args), kwargs)
+    call.__name__ = func.__name__
     return call
 
 

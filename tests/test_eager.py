@@ -644,6 +644,38 @@ def test_a_changed_tensor_description_changes_the_compiled_and_the_eager_message
     assert _both_refuse(f, rand(3)) == "`not` needs a bool tensor, got <float32 [3]>; compare it first, e.g. `x == 0`"
 
 
+def test_a_changed_python_call_rule_changes_the_compiled_and_the_eager_result(monkeypatch):
+    """abs() made to compute max(): both paths give max(x)."""
+    builders = _patched(monkeypatch, semantic, "python_call",
+                        lambda original, b, func, args, kwargs: original(b, max, args, kwargs))
+
+    @bt.jit(cache=False)
+    def f(x):
+        return abs(x)
+
+    x = rand(4, 5)
+    torch.testing.assert_close(both(f, x), x.max())
+    assert builders == ["RelaxBuilder", "TorchBuilder"]
+
+
+def _int_of_a_tensor(x):
+    return int(x)
+
+
+def _max_of_two_tensors(x):
+    return max(x, x)
+
+
+@pytest.mark.parametrize("fn, message", [
+    (_int_of_a_tensor, "int() works on compile-time numbers only, got a float32 tensor of shape (3,); "
+                       "convert a tensor with .astype('int64')"),
+    (_max_of_two_tensors, "max(a, b) of tensors: use maximum(a, b) for the element-wise maximum; "
+                          "max(x, axis=...) reduces along axes"),
+])
+def test_python_call_errors_are_the_compilers_word_for_word(fn, message):
+    assert _both_refuse(bt.jit(cache=False)(fn), rand(3)) == message
+
+
 def test_a_changed_if_else_rule_changes_the_compiled_and_the_eager_result(monkeypatch):
     """`a if c else b` made to choose the other side: both paths give where(c, b, a)."""
     builders = _patched(monkeypatch, semantic, "if_else",

@@ -650,17 +650,5 @@ class RelaxCodeGen(CodeGenerator):
 
     def call_python(self, func, args: list, kwargs: dict):
         """A builtin (abs, min, max, round, ...) or math function: folded on compile-time numbers;
-        on tensors, the library op of the same name (`max(x, axis=1)` is Relax's max)."""
-        if all(is_python_scalar(a) for a in args) and all(is_python_scalar(v) for v in kwargs.values()):
-            return func(*args, **kwargs)
-        if func in (builtins.max, builtins.min) and len(args) > 1 and is_tensor(args[1]):
-            wide = "maximum" if func is builtins.max else "minimum"
-            raise Diagnostic(f"{func.__name__}(a, b) of tensors: use {wide}(a, b) for the element-wise "
-                             f"{wide}; {func.__name__}(x, axis=...) reduces along axes")
-        op = library.lookup(func.__name__)
-        if op is not None and any(is_tensor(a) for a in [*args, *kwargs.values()]):
-            return library.call(self, op, args, kwargs)
-        convert = f"; convert a tensor with .astype('{ {int: 'int64', float: 'float32', bool: 'bool'}[func] }')" \
-            if func in (int, float, bool) else ""
-        raise Diagnostic(f"{func.__name__}() works on compile-time numbers only, got "
-                         f"{', '.join(describe(a) for a in args)}{convert}")
+        on tensors, the library op of the same name (`max(x, axis=1)` is Relax's max): the rule eager shares."""
+        return semantic.python_call(self.builder, func, args, kwargs)

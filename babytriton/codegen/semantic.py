@@ -4,10 +4,12 @@ for eager), as Triton's interpreter runs its semantic layer with another builder
 is a Diagnostic, in the same words on both paths."""
 from __future__ import annotations
 
+import builtins
 import operator
 
 from ..errors import Diagnostic
 from ..types import is_float_dtype
+from . import library
 from .values import describe, is_python_scalar, is_symbolic
 
 
@@ -101,3 +103,21 @@ def if_else(b, cond, body, orelse):
     x1 = b.operand(body())
     x2 = b.operand(orelse())
     return b.select(cond, x1, x2, b.promote(x1, x2))
+
+
+def python_call(b, func, args: list, kwargs: dict):
+    """A builtin (abs, min, max, round, ...) or math function: Python's on compile-time numbers; on
+    tensors, the library op of the same name (`max(x, axis=1)` is Relax's max)."""
+    if all(is_python_scalar(a) for a in args) and all(is_python_scalar(v) for v in kwargs.values()):
+        return func(*args, **kwargs)
+    if func in (builtins.max, builtins.min) and len(args) > 1 and b.is_tensor(args[1]):
+        wide = "maximum" if func is builtins.max else "minimum"
+        raise Diagnostic(f"{func.__name__}(a, b) of tensors: use {wide}(a, b) for the element-wise "
+                         f"{wide}; {func.__name__}(x, axis=...) reduces along axes")
+    op = library.lookup(func.__name__)
+    if op is not None and any(b.is_tensor(a) for a in [*args, *kwargs.values()]):
+        return library.apply(b, op, args, kwargs)
+    convert = f"; convert a tensor with .astype('{ {int: 'int64', float: 'float32', bool: 'bool'}[func] }')" \
+        if func in (int, float, bool) else ""
+    raise Diagnostic(f"{func.__name__}() works on compile-time numbers only, got "
+                     f"{', '.join(b.describe(a) for a in args)}{convert}")
