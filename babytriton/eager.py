@@ -17,8 +17,8 @@ show the user's code:
 - `a.b` -> `_bt_attr(a, "b")`: tensor attributes as @jit code has them (`x.dtype` is a name,
   `x.shape` a tuple, the methods and `x.T` library ops), and anything reached through a module
   translated as a global would be;
-- `a and b`, `a or b`, `not a`, `a if c else b`, `a < b < c`: element-wise on tensors, as compiled;
-  Python's meaning (short-circuiting) on Python values.
+- `a and b`, `a or b`, `not a`, `~a`, `a if c else b`, `a < b < c`: element-wise on tensors, by the
+  compiler's rules (codegen.semantic); Python's meaning (short-circuiting) on Python values.
 The function runs with a fresh namespace that holds the translated names it uses: neither the module's
 globals nor any torch class is changed. `backend="tir"` functions are loop code over elements, which
 Python already runs as compiled: they run unchanged, writing into their tensor arguments.
@@ -45,10 +45,11 @@ import torch
 
 from . import devices
 from .arguments import unwrap
-from .codegen import kernels, library
+from .codegen import kernels, library, semantic
 from .codegen.values import PY_BUILTINS
-from .eager_ops import (_DEVICE, _SIZES, PY_SCALARS, TORCH, _as_tensor, _describe, _is_scalar, _is_tensor,  # noqa: F401
-                        WeakScalar, call_op, run_kernel, weak)
+from .eager_ops import (_DEVICE, _SIZES, BUILDER, PY_SCALARS, TORCH, _describe, _is_scalar,  # noqa: F401
+                        _is_tensor, WeakScalar, call_op, run_kernel, weak)
+from .errors import Diagnostic
 from .frontend import Decorated, FunctionInfo
 from .types import DTYPES, SCALAR_TYPES, TORCH_TO_NAME
 
@@ -257,8 +258,9 @@ class _Rewrite(ast.NodeTransformer):
 
     def visit_UnaryOp(self, node: ast.UnaryOp):
         self.generic_visit(node)
-        if isinstance(node.op, ast.Not):
-            return _helper_call("_bt_not", node, [node.operand])
+        if isinstance(node.op, (ast.Not, ast.Invert)):
+            symbol = ast.Constant("not" if isinstance(node.op, ast.Not) else "~")
+            return _helper_call("_bt_negation", node, [symbol, node.operand])
         return node
 
     def visit_IfExp(self, node: ast.IfExp):
@@ -305,54 +307,34 @@ def tensor_attribute(tensor: torch.Tensor, name: str):
     raise AttributeError(f"tensors have no attribute '{name}' in @jit code{hint} (available: {', '.join(available)})")
 
 
+def _rule(rule, *args):
+    """One of the compiler's operator rules (codegen.semantic), run on torch values; a user's
+    mistake is a TypeError in the compiler's words."""
+    try:
+        return rule(BUILDER, *args)
+    except Diagnostic as e:
+        raise TypeError(str(e)) from None
+
+
 def _logical(kind: str, lhs, rhs):
-    if not (_is_tensor(lhs) or _is_tensor(rhs)):
-        return (lhs and rhs) if kind == "and" else (lhs or rhs)
-    for v in (lhs, rhs):
-        if _is_tensor(v) and v.dtype != torch.bool or not _is_tensor(v) and not isinstance(v, bool):
-            raise TypeError(f"`{kind}` needs bool tensors, got {_describe(v)}; compare first, e.g. "
-                            "`(x > 0) and (y > 0)`")
-    lhs, rhs = (v if _is_tensor(v) else torch.tensor(v, device=_DEVICE.get()) for v in (lhs, rhs))
-    return (torch.logical_and if kind == "and" else torch.logical_or)(lhs, rhs)
+    return _rule(semantic.logical, kind, lhs, rhs)
 
 
 def _boolop(kind: str, first, *rest):
-    """`a and b and ...`: Python values short-circuit as in Python; tensors combine element-wise."""
-    result = first
-    for thunk in rest:
-        if not _is_tensor(result):
-            if kind == "and" and not result or kind == "or" and result:
-                return result
-            result = thunk()
-            continue
-        result = _logical(kind, result, thunk())
-    return result
+    """`a and b and ...`: Python values short-circuit as in Python; tensors combine element-wise
+    (the compiler's rule, codegen.semantic.bool_op)."""
+    return semantic.bool_op(kind, first, rest, lambda v: not _is_tensor(v),
+                            lambda lhs, rhs: _logical(kind, lhs, rhs))
 
 
-def _not(value):
-    if not _is_tensor(value):
-        return not value
-    if value.dtype != torch.bool:
-        raise TypeError(f"`not` needs a bool tensor, got {_describe(value)}; compare it first, e.g. `x == 0`")
-    return torch.logical_not(value)
-
-
-def _promote(a, b) -> torch.dtype:
-    return torch.result_type(a, b)
+def _negation(symbol: str, value):
+    """`not value`, `~value`."""
+    return _rule(semantic.negation, symbol, value)
 
 
 def _ifexp(cond, body, orelse):
     """`a if c else b`: on a tensor condition, element-wise (both sides computed), as compiled."""
-    if not _is_tensor(cond):
-        return body() if cond else orelse()
-    if cond.dtype != torch.bool:
-        raise TypeError(f"the condition must be a bool tensor, got {_describe(cond)}")
-    a, b = body(), orelse()
-    for v in (a, b):
-        if not (_is_tensor(v) or _is_scalar(v)):
-            raise TypeError(f"expected a tensor or a number, got {_describe(v)}")
-    dtype = _promote(a, b)
-    return torch.where(cond, _as_tensor(a, dtype), _as_tensor(b, dtype))
+    return _rule(semantic.if_else, cond, body, orelse)
 
 
 _COMPARE = {"Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt, "GtE": operator.ge,
@@ -361,17 +343,13 @@ _COMPARE = {"Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt, "GtE": ope
 
 
 def _compare(left, *pairs):
-    """`a < b < c` means `(a < b) and (b < c)`, each comparison element-wise on tensors."""
-    result = None
-    for op, thunk in pairs:
-        right = thunk()
-        part = _COMPARE[op](left, right)
-        result = part if result is None else _logical("and", result, part)
-        left = right
-    return result
+    """`a < b < c` means `(a < b) and (b < c)`, each comparison element-wise on tensors (the
+    compiler's rule, codegen.semantic.chain)."""
+    return semantic.chain(left, pairs, lambda op, lhs, rhs: _COMPARE[op](lhs, rhs),
+                          lambda lhs, rhs: _logical("and", lhs, rhs))
 
 
-HELPERS = {"_bt_attr": _attr, "_bt_boolop": _boolop, "_bt_not": _not, "_bt_ifexp": _ifexp,
+HELPERS = {"_bt_attr": _attr, "_bt_boolop": _boolop, "_bt_negation": _negation, "_bt_ifexp": _ifexp,
            "_bt_compare": _compare}
 
 
@@ -423,20 +401,9 @@ def op_function(op: library.Op):
 def _python_or_op(func):
     """A builtin or math function as @jit code has it: Python's on numbers; on tensors, the library
     op of the same name (`max(x, axis=1)`, `abs(x)`)."""
-    name = func.__name__
-
-    def call(*args, **kwargs):
-        if all(_is_scalar(a) for a in args) and all(_is_scalar(v) for v in kwargs.values()):
-            return func(*args, **kwargs)
-        if func in (builtins.max, builtins.min) and len(args) > 1 and _is_tensor(args[1]):
-            wide = "maximum" if func is builtins.max else "minimum"
-            raise TypeError(f"{name}(a, b) of tensors: use {wide}(a, b) for the element-wise {wide}; "
-                            f"{name}(x, axis=...) reduces along axes")
-        op = library.lookup(name)
-        if op is not None and any(_is_tensor(a) for a in [*args, *kwargs.values()]):
-            return call_op(op, list(args), kwargs)
-        raise TypeError(f"{name}() works on compile-time numbers only, got {', '.join(_describe(a) for a in args)}")
-    call.__name__ = name
+    def call(*args, **kwargs):  # the compiler's rule (codegen.semantic.python_call)
+        return _rule(semantic.python_call, func, list(args), kwargs)
+    call.__name__ = func.__name__
     return call
 
 

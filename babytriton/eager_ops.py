@@ -20,7 +20,8 @@ import torch.nn.functional as F
 import tvm
 
 from . import pipeline, schedules
-from .codegen import kernels, library
+from .codegen import kernels, library, semantic
+from .codegen import values as core  # the compiler's value helpers (a tensor's description)
 from .codegen.operators import weak_dtype
 from .codegen.values import wrap_int
 from .dlpack import torch_to_vm
@@ -46,8 +47,7 @@ def _is_scalar(value) -> bool:
 
 def _describe(value) -> str:
     if _is_tensor(value):
-        dtype = TORCH_TO_NAME.get(value.dtype, str(value.dtype))
-        return f"{'an' if dtype.startswith('int') else 'a'} {dtype} tensor of shape {format_shape(tuple(value.shape))}"
+        return core.describe_tensor(TORCH_TO_NAME.get(value.dtype, str(value.dtype)), tuple(value.shape))
     return f"{type(value).__name__} {value!r}"
 
 
@@ -165,11 +165,7 @@ class TorchBuilder:
         return _SIZES.get().get(name, name)
 
     def operand(self, value):
-        if isinstance(value, int) and not -2**63 <= value < 2**64:  # as RelaxCodeGen.operand
-            raise Diagnostic(f"the int {value} is too big to meet a tensor (torch refuses it too)")
-        if _is_tensor(value) or _is_scalar(value):
-            return value
-        raise Diagnostic(f"expected a tensor or a number, got {_describe(value)}")
+        return semantic.operand(self, value)
 
     def const(self, value, dtype: str):
         return _as_tensor(value, DTYPES[dtype])
@@ -219,6 +215,22 @@ class TorchBuilder:
             return type(result)(self.rounded_back(r, dtype) for r in result)
         return result.to(DTYPES[dtype]) if _is_tensor(result) and result.dtype == torch.float32 else result
 
+    def promote(self, x1, x2) -> str:
+        return TORCH_TO_NAME[torch.result_type(x1, x2)]  # weak scalars as numbers (WeakScalar)
+
+    def logical(self, symbol: str, x1, x2):
+        x1, x2 = (v if _is_tensor(v) else torch.tensor(v, device=_DEVICE.get()) for v in (x1, x2))
+        return (torch.logical_and if symbol == "and" else torch.logical_or)(x1, x2)
+
+    def logical_not(self, value):
+        return torch.logical_not(value)
+
+    def bitwise_not(self, value):
+        return torch.bitwise_not(value)
+
+    def select(self, cond, x1, x2, dtype: str):
+        return torch.where(cond, _as_tensor(x1, DTYPES[dtype]), _as_tensor(x2, DTYPES[dtype]))
+
 
 BUILDER = TorchBuilder()
 
@@ -232,12 +244,8 @@ def call_op(op: library.Op, args: list, kwargs: dict):
 
 
 def _matmul(a, b):
-    """`a @ b` as compiled: one dtype; float16/bfloat16 products accumulate in float32."""
-    if not (_is_tensor(a) and _is_tensor(b)):
-        raise TypeError("`@` needs two tensors")
-    if a.dtype != b.dtype:
-        raise TypeError(f"`@` needs operands of one dtype, got {TORCH_TO_NAME[a.dtype]} and "
-                        f"{TORCH_TO_NAME[b.dtype]}; convert one with .astype()")
+    """`a @ b` as compiled: one dtype (the compiler's check); float16/bfloat16 products accumulate in float32."""
+    semantic.check_matmul(BUILDER, a, b)
     if a.dtype in (torch.float16, torch.bfloat16):
         return torch.matmul(a.float(), b.float()).to(a.dtype)
     return torch.matmul(a, b)

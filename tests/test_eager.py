@@ -15,7 +15,7 @@ from tvm.script import tirx as T
 
 import babytriton as bt
 from babytriton import eager
-from babytriton.codegen import kernels, library
+from babytriton.codegen import kernels, library, semantic, values
 from babytriton.errors import Diagnostic
 
 
@@ -499,6 +499,203 @@ def test_a_changed_kernel_call_rule_changes_the_compiled_and_the_eager_message(m
         f.eager(rand(4, 8))
     assert compiled.value.message == str(eagerly.value) == "kernel `plus_one` refused by the changed rule"
     assert builders == ["RelaxBuilder", "TorchBuilder"]
+
+
+# -- Python's operators: one rule each (codegen.semantic), run by the visitor and by eager -----------
+def _both_refuse(f, *args) -> str:
+    """The compiled and the eager call of `f` fail alike: the message."""
+    with pytest.raises(bt.CompilationError) as compiled:
+        f(*args)
+    with pytest.raises(TypeError) as eagerly:
+        f.eager(*args)
+    assert compiled.value.message == str(eagerly.value)
+    return str(eagerly.value)
+
+
+def test_a_changed_operand_rule_changes_the_compiled_and_the_eager_message(monkeypatch):
+    def refuse(original, b, value):
+        if isinstance(value, float) and value == 2.5:
+            raise Diagnostic("2.5 refused by the changed operand rule")
+        return original(b, value)
+    builders = _patched(monkeypatch, semantic, "operand", refuse)
+
+    @bt.jit(cache=False)
+    def f(x):
+        return add(x, 2.5)  # noqa: F821 - the library op
+
+    assert _both_refuse(f, rand(3)) == "2.5 refused by the changed operand rule"
+    assert {"RelaxBuilder", "TorchBuilder"} <= set(builders)
+
+
+def test_a_changed_matmul_rule_changes_the_compiled_and_the_eager_message(monkeypatch):
+    def refuse(original, b, lhs, rhs):
+        raise Diagnostic(f"`@` refused by the changed rule on {b.describe(lhs)}")
+    builders = _patched(monkeypatch, semantic, "check_matmul", refuse)
+
+    @bt.jit(cache=False)
+    def f(x, y):
+        return matmul(x, y)  # noqa: F821 - the library op: `x @ y`
+
+    assert _both_refuse(f, rand(2, 3), rand(3, 4)) == \
+        "`@` refused by the changed rule on a float32 tensor of shape (2, 3)"
+    assert builders == ["RelaxBuilder", "TorchBuilder"]
+
+
+def test_the_matmul_rule_is_the_compilers_word_for_word():
+    @bt.jit(cache=False)
+    def f(x, y):
+        return matmul(x, y)  # noqa: F821 - the library op
+
+    assert _both_refuse(f, rand(2, 3), rand(3, 4, dtype=torch.float64)) == \
+        "`@` needs operands of one dtype, got float32 and float64; convert one with .astype()"
+
+
+def test_a_changed_logical_rule_changes_the_compiled_and_the_eager_result(monkeypatch):
+    """`and` made to compute `or`: both paths give the element-wise or."""
+    builders = _patched(monkeypatch, semantic, "logical", lambda original, b, symbol, lhs, rhs: original(b, "or", lhs, rhs))
+
+    @bt.jit(cache=False)
+    def f(x, y):
+        return (x > 0) and (y > 0)
+
+    x, y = rand(4, 5), rand(4, 5)
+    assert torch.equal(both(f, x, y), (x > 0) | (y > 0))
+    assert builders == ["RelaxBuilder", "TorchBuilder"]
+
+
+def test_a_changed_bool_op_rule_changes_the_compiled_and_the_eager_result(monkeypatch):
+    """Short-circuiting on compile-time values, `and` made to decide as `or`: `0 and 2` gives 2 on both paths."""
+    rule, calls = semantic.bool_op, []
+
+    def patched(symbol, *args):
+        calls.append(symbol)
+        return rule("or" if symbol == "and" else symbol, *args)
+    monkeypatch.setattr(semantic, "bool_op", patched)
+
+    @bt.jit(cache=False)
+    def f(x, k: bt.constexpr):
+        return x * (k and 2)
+
+    x = rand(3)
+    torch.testing.assert_close(both(f, x, 0), x * 2)
+    assert calls == ["and", "and"]
+
+
+def test_a_changed_chain_rule_changes_the_compiled_and_the_eager_result(monkeypatch):
+    """`a < b < c` made to keep only its last comparison: both paths give `b < c`."""
+    rule, calls = semantic.chain, []
+
+    def patched(left, comparisons, compare, combine):
+        calls.append(len(comparisons))
+        return rule(left, comparisons, compare, lambda first, last: last)
+    monkeypatch.setattr(semantic, "chain", patched)
+
+    @bt.jit(cache=False)
+    def f(x, y, z):
+        return x < y < z
+
+    x, y, z = rand(4, 5), rand(4, 5), rand(4, 5)
+    assert torch.equal(both(f, x, y, z), y < z)
+    assert calls == [2, 2]
+
+
+def test_a_changed_negation_rule_changes_the_compiled_and_the_eager_result(monkeypatch):
+    """`not m` and `~m` made to keep m: both paths give m."""
+    builders = _patched(monkeypatch, semantic, "negation", lambda original, b, symbol, value: value)
+
+    @bt.jit(cache=False)
+    def f(x):
+        return not (x > 0), ~(x < 0)
+
+    x = rand(6)
+    got_not, got_invert = both(f, x)
+    assert torch.equal(got_not, x > 0) and torch.equal(got_invert, x < 0)
+    assert builders == ["RelaxBuilder", "RelaxBuilder", "TorchBuilder", "TorchBuilder"]
+
+
+def _invert_a_float(x):
+    return ~x
+
+
+def _not_a_float(x):
+    return not x
+
+
+def _not_a_string(x):
+    return not "a"
+
+
+@pytest.mark.parametrize("fn, message", [
+    (_invert_a_float, "`~` needs a bool or integer tensor, got a float32 tensor of shape (3,)"),
+    (_not_a_float, "`not` needs a bool tensor, got a float32 tensor of shape (3,); compare it first, e.g. `x == 0`"),
+    (_not_a_string, "`not` cannot be applied to str 'a'"),
+])
+def test_negation_errors_are_the_compilers_word_for_word(fn, message):
+    assert _both_refuse(bt.jit(cache=False)(fn), rand(3)) == message
+
+
+def test_a_changed_tensor_description_changes_the_compiled_and_the_eager_message(monkeypatch):
+    monkeypatch.setattr(values, "describe_tensor", lambda dtype, shape: f"<{dtype} {list(shape)}>")
+
+    @bt.jit(cache=False)
+    def f(x):
+        return not x
+
+    assert _both_refuse(f, rand(3)) == "`not` needs a bool tensor, got <float32 [3]>; compare it first, e.g. `x == 0`"
+
+
+def test_a_changed_python_call_rule_changes_the_compiled_and_the_eager_result(monkeypatch):
+    """abs() made to compute max(): both paths give max(x)."""
+    builders = _patched(monkeypatch, semantic, "python_call",
+                        lambda original, b, func, args, kwargs: original(b, max, args, kwargs))
+
+    @bt.jit(cache=False)
+    def f(x):
+        return abs(x)
+
+    x = rand(4, 5)
+    torch.testing.assert_close(both(f, x), x.max())
+    assert builders == ["RelaxBuilder", "TorchBuilder"]
+
+
+def _int_of_a_tensor(x):
+    return int(x)
+
+
+def _max_of_two_tensors(x):
+    return max(x, x)
+
+
+@pytest.mark.parametrize("fn, message", [
+    (_int_of_a_tensor, "int() works on compile-time numbers only, got a float32 tensor of shape (3,); "
+                       "convert a tensor with .astype('int64')"),
+    (_max_of_two_tensors, "max(a, b) of tensors: use maximum(a, b) for the element-wise maximum; "
+                          "max(x, axis=...) reduces along axes"),
+])
+def test_python_call_errors_are_the_compilers_word_for_word(fn, message):
+    assert _both_refuse(bt.jit(cache=False)(fn), rand(3)) == message
+
+
+def test_a_changed_if_else_rule_changes_the_compiled_and_the_eager_result(monkeypatch):
+    """`a if c else b` made to choose the other side: both paths give where(c, b, a)."""
+    builders = _patched(monkeypatch, semantic, "if_else",
+                        lambda original, b, cond, body, orelse: original(b, cond, orelse, body))
+
+    @bt.jit(cache=False)
+    def f(x, y):
+        return x if x > y else y
+
+    x, y = rand(4, 5), rand(4, 5)
+    assert torch.equal(both(f, x, y), torch.minimum(x, y))
+    assert builders == ["RelaxBuilder", "TorchBuilder"]
+
+
+def test_if_else_operand_errors_are_the_compilers_word_for_word():
+    @bt.jit(cache=False)
+    def f(x):
+        return x if x > 0 else "a"
+
+    assert _both_refuse(f, rand(3)) == "expected a tensor or a number, got str 'a'"
 
 
 def test_tir_backend_runs_as_python():

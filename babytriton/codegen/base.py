@@ -10,6 +10,7 @@ from tvm.script.ir_builder import IRBuilder
 
 from ..arguments import ArgSpec
 from ..errors import CompilationError, Diagnostic, debug_enabled
+from . import semantic
 from .scope import Scope
 from ..source import ParsedFunction, environment
 from .values import PY_BUILTINS
@@ -94,14 +95,9 @@ class CodeGenerator(ast.NodeVisitor):
 
     def visit_Compare(self, node: ast.Compare):
         # a < b < c means (a < b) and (b < c), with b computed once.
-        left = self.visit(node.left)
-        result = None
-        for op, comparator in zip(node.ops, node.comparators):
-            right = self.visit(comparator)
-            part = self.compare(op, left, right)
-            result = part if result is None else self.logical(ast.And(), result, part)
-            left = right
-        return result
+        return semantic.chain(self.visit(node.left),
+                              [(op, lambda c=c: self.visit(c)) for op, c in zip(node.ops, node.comparators)],
+                              self.compare, lambda lhs, rhs: self.logical(ast.And(), lhs, rhs))
 
     # ------------------------------------------------------------------------------------------
     # statements and expressions both backends compile alike
@@ -135,15 +131,9 @@ class CodeGenerator(ast.NodeVisitor):
     def visit_BoolOp(self, node: ast.BoolOp):
         # Compile-time values short-circuit as in Python; otherwise the backend combines the two
         # sides (`logical`), evaluating the right side at run time only where Python would.
-        result = self.visit(node.values[0])
-        for value_node in node.values[1:]:
-            if self.short_circuits(result):
-                if isinstance(node.op, ast.And) and not result or isinstance(node.op, ast.Or) and result:
-                    return result
-                result = self.visit(value_node)
-                continue
-            result = self.logical(node.op, result, self.visit(value_node))
-        return result
+        return semantic.bool_op("and" if isinstance(node.op, ast.And) else "or", self.visit(node.values[0]),
+                                [lambda v=v: self.visit(v) for v in node.values[1:]], self.short_circuits,
+                                lambda lhs, rhs: self.logical(node.op, lhs, rhs))
 
     def visit_Subscript(self, node: ast.Subscript):
         value = self.visit(node.value)

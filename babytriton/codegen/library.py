@@ -317,6 +317,12 @@ class Builder(typing.Protocol):
     def same_as_operator(self, name: str, x1, x2): ...  # `x1 @ x2`, `x1 ** x2`
     def emit(self, op: "Op", values: dict): ... # the op on its converted arguments
     def rounded_back(self, result, dtype: str): ...  # float32 results of half operands, back to `dtype`
+    # what Python's operators build, once codegen.semantic has checked their operands
+    def promote(self, x1, x2) -> str: ...      # the dtype two operands combine to (weak ones as numbers)
+    def logical(self, symbol: str, x1, x2): ... # element-wise `and`/`or` of bool tensors and Python bools
+    def logical_not(self, value): ...          # of a bool tensor
+    def bitwise_not(self, value): ...          # of an integer tensor
+    def select(self, cond, x1, x2, dtype: str): ...  # element-wise `x1 if cond else x2`, in `dtype`
 
 
 def call_method(cg, bound: Method, args: list, kwargs: dict):
@@ -476,6 +482,26 @@ class RelaxBuilder:
             return self.cg.emit(relax.op.astype(result, dtype)) if core.dtype_of(result) == "float32" else result
         items = [self.cg.emit(relax.TupleGetItem(result, i)) for i in range(len(result.ty.fields))]
         return tuple(self.rounded_back(item, dtype) for item in items)
+
+    def promote(self, x1, x2) -> str:
+        return self.cg.promote(x1, x2)
+
+    def logical(self, symbol: str, x1, x2):
+        fn = relax.op.logical_and if symbol == "and" else relax.op.logical_or
+        return self.cg.emit_binary(fn, x1, x2, "bool", symbol)
+
+    def logical_not(self, value):
+        return self.cg.emit(relax.op.logical_not(value))
+
+    def bitwise_not(self, value):
+        return self.cg.emit(relax.op.bitwise_not(value))
+
+    def select(self, cond, x1, x2, dtype: str):
+        cg = self.cg
+        if dtype == "bool":  # bools select as int8 (see BOOL_AS_INT8)
+            chosen = relax.op.where(*cg.aligned(cond, cg.as_tensor(x1, "int8"), cg.as_tensor(x2, "int8")))
+            return cg.emit(relax.op.astype(cg.emit(chosen), "bool"))
+        return cg.emit(relax.op.where(*cg.aligned(cond, cg.as_tensor(x1, dtype), cg.as_tensor(x2, dtype))))
 
 
 SCANS = {"cumsum", "cumprod"}

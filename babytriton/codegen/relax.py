@@ -24,7 +24,7 @@ from ..arguments import ArgSpec
 from ..errors import CompilationError, Diagnostic, debug_enabled, quiet_tvm
 from ..source import ParsedFunction
 from ..types import TORCH_TO_NAME, Tensor, format_shape, is_float_dtype
-from . import inline, kernels, library, operators
+from . import inline, kernels, library, operators, semantic
 from .base import CodeGenerator
 from .control import Flow
 from .loops import Loops
@@ -87,6 +87,7 @@ class RelaxCodeGen(CodeGenerator):
         self.loops = Loops(self.flow)  # `for` and `while` (loops.py)
         # (symbolic size, the size it was matched to, where): checked at each call (see `aligned`)
         self.size_checks: list = []
+        self.builder = library.RelaxBuilder(self)  # what the shared operator rules (semantic) build with
 
     # ------------------------------------------------------------------------------------------
     # driver and the one error path
@@ -176,15 +177,8 @@ class RelaxCodeGen(CodeGenerator):
         raise Diagnostic(f"expected a tensor or a number, got {describe(value)}")
 
     def operand(self, value):
-        """Check that a value can take part in arithmetic."""
-        if isinstance(value, int) and not -2**63 <= value < 2**64:
-            raise Diagnostic(f"the int {value} is too big to meet a tensor (torch refuses it too)")
-        if is_tensor(value) or is_python_scalar(value):
-            return value
-        if is_symbolic(value):
-            raise Diagnostic(f"{describe(value)} is only known at run time; it can be used in shapes, "
-                             "not as a tensor value")
-        raise Diagnostic(f"expected a tensor or a number, got {describe(value)}")
+        """Check that a value can take part in arithmetic (the rule eager shares)."""
+        return semantic.operand(self.builder, value)
 
     def to_expr(self, value) -> relax.Expr:
         """A value as a Relax expression, for returning it."""
@@ -496,11 +490,7 @@ class RelaxCodeGen(CodeGenerator):
         return result
 
     def matmul(self, lhs, rhs):
-        if not (is_tensor(lhs) and is_tensor(rhs)):
-            raise Diagnostic("`@` needs two tensors")
-        if dtype_of(lhs) != dtype_of(rhs):
-            raise Diagnostic(f"`@` needs operands of one dtype, got {dtype_of(lhs)} and {dtype_of(rhs)}; "
-                             "convert one with .astype()")
+        semantic.check_matmul(self.builder, lhs, rhs)
         a, b = shape_of(lhs), shape_of(rhs)
         if not a or not b:
             raise Diagnostic("`@` needs tensors with at least one dimension")
@@ -521,13 +511,13 @@ class RelaxCodeGen(CodeGenerator):
     def visit_UnaryOp(self, node: ast.UnaryOp):
         value = self.visit(node.operand)
         kind = type(node.op)
+        if kind in (ast.Not, ast.Invert):  # the rule eager shares
+            return semantic.negation(self.builder, operators.SYMBOL[kind], value)
         if not is_tensor(value):
             if is_python_scalar(value) or is_symbolic(value):
                 return operators.PY_UNARY[kind](value)
             raise Diagnostic(f"`{operators.SYMBOL[kind]}` cannot be applied to {describe(value)}")
         dtype = dtype_of(value)
-        if kind is ast.UAdd:
-            return value
         if kind is ast.USub:
             if dtype == "bool":
                 raise Diagnostic("`-` on a bool tensor is not supported; use `not` / `~` for logical negation")
@@ -537,13 +527,7 @@ class RelaxCodeGen(CodeGenerator):
             if self.is_weak(value):  # `-s` is still a Python number
                 self.weak.append(negated)
             return negated
-        if kind is ast.Invert:
-            if is_float_dtype(dtype):
-                raise Diagnostic(f"`~` needs a bool or integer tensor, got {describe(value)}")
-            return self.emit(relax.op.logical_not(value) if dtype == "bool" else relax.op.bitwise_not(value))
-        if dtype != "bool":  # `not`
-            raise Diagnostic(f"`not` needs a bool tensor, got {describe(value)}; compare it first, e.g. `x == 0`")
-        return self.emit(relax.op.logical_not(value))
+        return value  # `+`
 
     def compare(self, op: ast.cmpop, lhs, rhs):
         kind = type(op)
@@ -570,29 +554,11 @@ class RelaxCodeGen(CodeGenerator):
         return not is_tensor(value)  # tensors combine element-wise
 
     def logical(self, op: ast.boolop, lhs, rhs):
-        if not (is_tensor(lhs) or is_tensor(rhs)):
-            return (lhs and rhs) if isinstance(op, ast.And) else (lhs or rhs)
-        for v in (lhs, rhs):
-            if is_tensor(v) and dtype_of(v) != "bool" or not is_tensor(v) and not isinstance(v, bool):
-                raise Diagnostic(f"`{operators.SYMBOL[type(op)]}` needs bool tensors, got {describe(v)}; "
-                                 "compare first, e.g. `(x > 0) and (y > 0)`")
-        return self.emit_binary(operators.BOOL[type(op)], lhs, rhs, "bool", operators.SYMBOL[type(op)])
+        return semantic.logical(self.builder, operators.SYMBOL[type(op)], lhs, rhs)  # the rule eager shares
 
     def visit_IfExp(self, node: ast.IfExp):
-        cond = self.visit(node.test)
-        if not is_tensor(cond):
-            if is_symbolic(cond):
-                raise Diagnostic("a condition on a symbolic size is only known at run time; "
-                                 "compare tensors instead")
-            return self.visit(node.body) if cond else self.visit(node.orelse)
-        if dtype_of(cond) != "bool":
-            raise Diagnostic(f"the condition must be a bool tensor, got {describe(cond)}")
-        a, b = self.operand(self.visit(node.body)), self.operand(self.visit(node.orelse))
-        dtype = self.promote(a, b)
-        if dtype == "bool":  # bools select as int8 (see library.BOOL_AS_INT8)
-            chosen = relax.op.where(*self.aligned(cond, self.as_tensor(a, "int8"), self.as_tensor(b, "int8")))
-            return self.emit(relax.op.astype(self.emit(chosen), "bool"))
-        return self.emit(relax.op.where(*self.aligned(cond, self.as_tensor(a, dtype), self.as_tensor(b, dtype))))
+        return semantic.if_else(self.builder, self.visit(node.test),  # the rule eager shares
+                                lambda: self.visit(node.body), lambda: self.visit(node.orelse))
 
     def visit_Attribute(self, node: ast.Attribute):
         value = self.visit(node.value)
@@ -685,17 +651,5 @@ class RelaxCodeGen(CodeGenerator):
 
     def call_python(self, func, args: list, kwargs: dict):
         """A builtin (abs, min, max, round, ...) or math function: folded on compile-time numbers;
-        on tensors, the library op of the same name (`max(x, axis=1)` is Relax's max)."""
-        if all(is_python_scalar(a) for a in args) and all(is_python_scalar(v) for v in kwargs.values()):
-            return func(*args, **kwargs)
-        if func in (builtins.max, builtins.min) and len(args) > 1 and is_tensor(args[1]):
-            wide = "maximum" if func is builtins.max else "minimum"
-            raise Diagnostic(f"{func.__name__}(a, b) of tensors: use {wide}(a, b) for the element-wise "
-                             f"{wide}; {func.__name__}(x, axis=...) reduces along axes")
-        op = library.lookup(func.__name__)
-        if op is not None and any(is_tensor(a) for a in [*args, *kwargs.values()]):
-            return library.call(self, op, args, kwargs)
-        convert = f"; convert a tensor with .astype('{ {int: 'int64', float: 'float32', bool: 'bool'}[func] }')" \
-            if func in (int, float, bool) else ""
-        raise Diagnostic(f"{func.__name__}() works on compile-time numbers only, got "
-                         f"{', '.join(describe(a) for a in args)}{convert}")
+        on tensors, the library op of the same name (`max(x, axis=1)` is Relax's max): the rule eager shares."""
+        return semantic.python_call(self.builder, func, args, kwargs)

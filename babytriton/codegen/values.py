@@ -45,10 +45,14 @@ def shape_of(value) -> tuple:
     return tuple(int(d) if isinstance(d, tirx.IntImm) else d for d in shape.values)
 
 
+def describe_tensor(dtype: str, shape: tuple) -> str:
+    """A tensor in a message, "a float32 tensor of shape (2, 3)" (the compiler's and eager's words)."""
+    return f"{'an' if dtype.startswith('int') else 'a'} {dtype} tensor of shape {format_shape(shape)}"
+
+
 def describe(value) -> str:
     if is_tensor(value):
-        dtype = dtype_of(value)
-        return f"{'an' if dtype.startswith('int') else 'a'} {dtype} tensor of shape {format_shape(shape_of(value))}"
+        return describe_tensor(dtype_of(value), shape_of(value))
     if isinstance(value, relax.Expr) and isinstance(value.ty, relax.TupleType):
         return f"a tuple of {len(value.ty.fields)} values"
     if is_symbolic(value):
