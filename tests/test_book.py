@@ -73,6 +73,8 @@ def test_chapter_page_shows_its_output_and_its_diff(site, path):
     for base in bases:
         assert f"--- chapters/{base.name}" in shown and f"+++ chapters/{path.name}" in shown
         assert f"What it adds to {base.name[:2]}" in shown
+        assert f"--- chapters/whole/{base.name}" in shown and f"+++ chapters/whole/{path.name}" in shown
+    assert f"The whole compiler as of {path.name[:2]}" in shown
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
