@@ -220,13 +220,22 @@ class CodeGenerator(ch13.JIT.CodeGenerator):  # last extended in chapter 10
         outer = self.symbols
         self.symbols = {}
         self.loop_depth += 1
+        failed = None
         try:
             with RB.function(is_private=True):
                 RB.func_name(name)
-                yield gvar, [RB.arg(n, ty) for n, ty in params]
+                try:
+                    yield gvar, [RB.arg(n, ty) for n, ty in params]
+                except SyntaxError as error:
+                    # End the function, then raise (as chapter 06 does): TVM warns "BlockBuilder
+                    # destroyed with remaining blocks!" when it frees a frame an exception left open.
+                    failed = error
+                    RB.func_ret_value(rx.Tuple([]))
         finally:
             self.symbols = outer
             self.loop_depth -= 1
+        if failed is not None:
+            raise failed
 
     def body_function(self, name, node, start, step, state_names, input_names, params, result):
         """`<name>_body(i, state..., inputs...)`: one iteration; returns the new state."""

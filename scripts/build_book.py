@@ -164,9 +164,26 @@ def fenced(text: str, language: str = "") -> str:
     return f"{fence}{language}\n{text.rstrip()}\n{fence}"
 
 
-def chapter_diff(base: Path, path: Path) -> str:
+def chapter_diff(base: Path, path: Path, folder: str = "chapters") -> str:
     return "\n".join(difflib.unified_diff(base.read_text().splitlines(), path.read_text().splitlines(),
-                                          f"chapters/{base.name}", f"chapters/{path.name}", lineterm=""))
+                                          f"{folder}/{base.name}", f"{folder}/{path.name}", lineterm=""))
+
+
+def whole_sections(path: Path, chapter_bases: list[Path]) -> list[str]:
+    """The compiler as of the chapter in one file (chapters/whole/, scripts/flatten_chapters.py), and
+    its diff from the whole file of the chapter it builds on: the lesson in the context of all of it."""
+    whole = ROOT / "chapters" / "whole" / path.name
+    if not whole.exists():
+        return []
+    parts = []
+    for base in chapter_bases:
+        diff = chapter_diff(ROOT / "chapters" / "whole" / base.name, whole, "chapters/whole")
+        parts.append(f"## The whole compiler: what changed since {base.name[:2]}\n\n`chapters/whole/` holds "
+                     "each chapter with the chapters it builds on folded in; this is the diff of the two "
+                     "whole files.\n\n" + fenced(diff, "diff"))
+    parts.append(f"## The whole compiler as of {path.name[:2]}\n\n`python chapters/whole/{path.name}` "
+                 "prints what the chapter prints.\n\n" + fenced(whole.read_text(), "python"))
+    return parts
 
 
 def chapter_page(path: Path, run: dict) -> str:
@@ -187,6 +204,7 @@ def chapter_page(path: Path, run: dict) -> str:
     if run["stderr"].strip():
         parts.append("### and on stderr\n\n" + fenced(run["stderr"], "text"))
     parts.append("## The code\n\n" + fenced(path.read_text(), "python"))
+    parts += whole_sections(path, chapter_bases)
     return "\n\n".join(parts) + "\n"
 
 

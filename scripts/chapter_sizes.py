@@ -1,5 +1,6 @@
-"""The chapter-size table of chapters/README.md: code lines per chapter, and for the exercise chapters
-(14-21) the size of the answer, the diff between the starter exercises/<name>.py and the chapter.
+"""The chapter-size table of chapters/README.md: code lines per chapter, of its whole file
+(chapters/whole/, scripts/flatten_chapters.py) and the diff of the whole files against its base's, and
+for the exercise chapters (14-21) the size of the answer, the diff between the starter exercises/<name>.py and the chapter.
 
     python scripts/chapter_sizes.py           # print the table
     python scripts/chapter_sizes.py --write   # put it into chapters/README.md, between its markers
@@ -41,9 +42,21 @@ def answer_size(chapter):
     return sum(line[0] == "+" for line in changed), sum(line[0] == "-" for line in changed)
 
 
+def whole_diff(chapter, base):
+    """Lines changed (+ and -) from the whole file of `base` to the whole file of `chapter` (chapters/whole/)."""
+    if base is None:
+        return ""
+    old, new = (ROOT / "chapters" / "whole" / f"{base}.py", ROOT / "chapters" / "whole" / chapter.name)
+    if not (old.exists() and new.exists()):
+        return ""
+    diff = difflib.unified_diff(old.read_text().splitlines(), new.read_text().splitlines(), lineterm="", n=0)
+    return str(sum(1 for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---"))))
+
+
 def table():
-    rows = ["| chapter | builds on | code lines | the answer: `diff exercises/<file> chapters/<file>` |",
-            "|---|---|---:|---|"]
+    rows = ["| chapter | builds on | code lines | whole file (code lines) | diff of the whole files | "
+            "the answer: `diff exercises/<file> chapters/<file>` |",
+            "|---|---|---:|---:|---:|---|"]
     total = 0
     for chapter in sorted((ROOT / "chapters").glob("[0-9][0-9]_*.py")):
         lines = code_lines(chapter.read_text())
@@ -51,8 +64,11 @@ def table():
         base = base_of(chapter)
         answer = answer_size(chapter)
         answer_text = "" if answer is None else f"+{answer[0]} / -{answer[1]} lines"
-        rows.append(f"| `{chapter.name}` | {f'`{base}`' if base else '-'} | {lines} | {answer_text} |")
-    rows.append(f"| all 21 | | {total} | |")
+        whole = ROOT / "chapters" / "whole" / chapter.name
+        whole_lines = code_lines(whole.read_text()) if whole.exists() else ""
+        rows.append(f"| `{chapter.name}` | {f'`{base}`' if base else '-'} | {lines} | {whole_lines} | "
+                    f"{whole_diff(chapter, base)} | {answer_text} |")
+    rows.append(f"| all 21 | | {total} | | | |")
     return "\n".join(rows)
 
 

@@ -73,16 +73,11 @@ def test_chapter_page_shows_its_output_and_its_diff(site, path):
     for base in bases:
         assert f"--- chapters/{base.name}" in shown and f"+++ chapters/{path.name}" in shown
         assert f"What it adds to {base.name[:2]}" in shown
+        assert f"--- chapters/whole/{base.name}" in shown and f"+++ chapters/whole/{path.name}" in shown
+    assert f"The whole compiler as of {path.name[:2]}" in shown
 
 
-# Chapter 17 raises its refusal inside the loop-body function it is building (its `function` helper), and
-# that frame, left open, warns when TVM frees it. Chapter 06 ends its function before raising.
-NOISY = {"17_for_loops"}
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(p.stem in NOISY, strict=True,
-                                                                           reason="TVM warns from C++"))
-                                  for p in CHAPTERS], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_chapter_prints_no_tvm_warning(path):
     assert "BlockBuilder destroyed" not in build_book.run_chapter(path, ROOT).stderr
 
