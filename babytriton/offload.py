@@ -1,5 +1,6 @@
-"""What the GPU pipeline hands to torch instead of generating a kernel: matrix products (cuBLAS) and
-attention blocks `softmax(q @ kᵀ * scale) @ v` (torch's fused scaled-dot-product attention).
+"""What the pipeline hands to torch instead of generating a kernel: on a GPU matrix products (cuBLAS),
+and on either target attention blocks `softmax(q @ kᵀ * scale) @ v` (torch's fused
+scaled-dot-product attention).
 
 TVM's PyPI build has no cuBLAS and no fused attention, while torch ships both and a Relax packed call
 reaches them: each rewrite replaces Relax ops by `call_dps_packed` into a function registered here,

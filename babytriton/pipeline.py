@@ -1,6 +1,6 @@
 """From a Relax IRModule to a runnable VM executable, one visible sequence of stages:
 
-ConvertToDataflow -> [GPU: AttentionToSDPA -> MatmulToCuBLAS -> OnlineSoftmax] -> LegalizeOps ->
+ConvertToDataflow -> AttentionToSDPA -> [GPU: MatmulToCuBLAS -> OnlineSoftmax] -> LegalizeOps ->
 AnnotateTIROpPattern -> FuseRowwise -> FuseOps -> FuseMultiOutput -> FuseTIR -> schedule (Dlight, Fallback
 or MetaSchedule) -> tvm.compile -> Relax VM. Every stage's IR is recorded.
 A module with vdevices (`with bt.device(...)` blocks) starts with RealizeVDevice and, after fusion,
@@ -16,7 +16,8 @@ from tvm import relax
 from tvm.s_tir import dlight as dl
 
 from . import legalize, multi_output, nvrtc, offload, online, rowwise, schedules
-from .targets import DEFAULT_CUDA_ARCH, TARGET_ALIASES, check_target, device_kind, resolve_target  # noqa: F401
+from .targets import (DEFAULT_CUDA_ARCH, TARGET_ALIASES, check_target, device_kind,  # noqa: F401
+                      offloads_attention, resolve_target)
 
 SCHEDULES = schedules.SCHEDULES
 
@@ -24,12 +25,12 @@ SCHEDULES = schedules.SCHEDULES
 def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") -> list[tuple[str, tvm.transform.Pass]]:
     """The Relax passes, in order, each named as its stage."""
     sequence = [("ConvertToDataflow", relax.transform.ConvertToDataflow(min_size=1))]
+    rewrites = [("AttentionToSDPA", offload.offload_attention)] if offloads_attention(target, schedule) else []
     if offload.offloads(target, schedule):
-        # attention first: its matrix products are part of the block it hands to torch whole
-        sequence += [(name, tvm.transform.module_pass(lambda mod, _ctx, rewrite=rewrite: rewrite(mod),
-                                                      opt_level=0, name=name))
-                     for name, rewrite in (("AttentionToSDPA", offload.offload_attention),
-                                           ("MatmulToCuBLAS", offload.offload_matmul))]
+        # after attention: a block's matrix products go to torch with it, whole
+        rewrites.append(("MatmulToCuBLAS", offload.offload_matmul))
+    sequence += [(name, tvm.transform.module_pass(lambda mod, _ctx, rewrite=rewrite: rewrite(mod), opt_level=0,
+                                                  name=name)) for name, rewrite in rewrites]
     if online.applies(target):
         # one reduction for a row's max and exp-sum: the GPU kernel reads each row once for both
         sequence.append(("OnlineSoftmax", online.OnlineSoftmax))

@@ -42,7 +42,13 @@ def device_kind(target: tvm.target.Target) -> str:
 
 
 def offloads(target: tvm.target.Target | None, schedule: str) -> bool:
-    """Whether the pipeline hands float matrix products (and attention) to torch on the GPU (cuBLAS
+    """Whether the pipeline hands float matrix products to torch on the GPU (cuBLAS
     accumulates float16 in float32). Not on a CPU: there `CPUMatmul` keeps them TIR kernels that fuse
     with their neighbours."""
     return target is not None and target.kind.name == "cuda" and schedule == "dlight"
+
+
+def offloads_attention(target: tvm.target.Target | None, schedule: str) -> bool:
+    """Whether attention blocks go to torch's scaled_dot_product_attention: on a GPU, and on a CPU too,
+    where torch's flash-attention kernel beats a TIR product, softmax and product in a row."""
+    return target is not None and target.kind.name in ("cuda", "llvm") and schedule == "dlight"
