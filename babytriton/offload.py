@@ -124,6 +124,13 @@ def _float_matmul(call) -> bool:
             and call.attrs.out_dtype in (None, "", dtype))
 
 
+def _widened_matmul(call, half: str) -> bool:
+    """A product of two `half` operands computed in float32."""
+    a, b = call.args
+    return (half in ("float16", "bfloat16") and str(a.ty.dtype) == half and str(b.ty.dtype) == half
+            and a.ty.ndim >= 2 and b.ty.ndim >= 2 and call.attrs.out_dtype == "float32")
+
+
 class _Offload(relax.PyExprMutator):
     """Shared by the rewrites: what a var is bound to, and how many bindings read it."""
 
@@ -196,12 +203,13 @@ class _AttentionToTorch(_Offload):
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
-        if not (_is_op(call, "relax.matmul") and _float_matmul(call)):
+        outer = self.product(call)
+        if outer is None:
             return call
-        probs, v = call.args
+        probs, v = outer.args
         scores, readers = self.softmax_input(self.bound(probs))
         scale, product = self.scaled(self.bound(scores, readers))
-        if product is None or not _float_matmul(product):
+        if product is None:
             return call
         q, keys = product.args
         k, k_is_transposed = self.untransposed(keys)
@@ -210,6 +218,17 @@ class _AttentionToTorch(_Offload):
         name = TORCH_ATTENTION if k_is_transposed else TORCH_ATTENTION_KT
         args = [q, k, v, relax.prim_value(tvm.tirx.FloatImm("float64", scale))]
         return relax.op.call_dps_packed(relax.ExternFunc(name), args, call.ty)
+
+    def product(self, value):
+        """The matmul call of a float product: `a @ b` itself, or, on a CPU, a half product computed in
+        float32 and rounded once (`astype(matmul(a, b, out_dtype="float32"), half)`, see RelaxCodeGen)."""
+        if _is_op(value, "relax.matmul") and _float_matmul(value):
+            return value
+        if _is_op(value, "relax.astype"):
+            inner = self.bound(value.args[0])
+            if _is_op(inner, "relax.matmul") and _widened_matmul(inner, str(value.ty.dtype)):
+                return inner
+        return None
 
     def softmax_input(self, value):
         """(S, how many of its ops read S) for a softmax of S over its last axis: the library op (1),
@@ -255,7 +274,7 @@ class _AttentionToTorch(_Offload):
         """(scale, the `q @ kᵀ` call) for scores bound to the product times or divided by constants,
         in any order (`p * c`, `c * p`, `c * p / d`, ...), or to the product itself; (None, None) else."""
         scale = 1.0
-        while not _is_op(value, "relax.matmul"):
+        while self.product(value) is None:
             if not (_is_op(value, "relax.multiply") or _is_op(value, "relax.divide")):
                 return None, None
             divide = _is_op(value, "relax.divide")
@@ -268,7 +287,7 @@ class _AttentionToTorch(_Offload):
                     break
             else:
                 return None, None
-        return scale, value
+        return scale, self.product(value)
 
     @staticmethod
     def same_batch(q, k, v, k_is_transposed) -> bool:
