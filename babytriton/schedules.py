@@ -144,8 +144,7 @@ class Elementwise(GPUScheduleRule):
         # buffer can't be a vector in memory (CUDA moves 4 bools as a ushort4: 8 misaligned bytes)
         # and CUDA has no vector of more than 16 bytes: eight halves computed in float32 (gelu, sigmoid
         # in float32) would be a `make_ulonglong4` of eight floats, which NVRTC refuses
-        staged = _scalar_calls(sch.get(info.block_rv)) or any(
-            _is_buffer(p) and str(p.ty.dtype) == "bool" for p in func.params) or _too_wide(
+        staged = _scalar_calls(sch.get(info.block_rv)) or _has_bool_buffers(func) or _too_wide(
             sch.get(info.block_rv), vector)
         if staged:
             # the lanes split off the row first, so their index has no div/mod: each thread's
@@ -173,9 +172,9 @@ class Elementwise(GPUScheduleRule):
         if not all(sch.get_loops(info.block_rv) for info in infos):
             return None  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
         # a transpose, slice or gather, a bool buffer (never a vector in memory, see `apply`): scalar
-        lanes_fit = all(_contiguous_lanes(sch, sch.get_loops(info.block_rv)[-1], vector) == vector
-                        and not _too_wide(sch.get(info.block_rv), vector) for info in infos) and not any(
-            _is_buffer(p) and str(p.ty.dtype) == "bool" for p in func.params)
+        lanes_fit = not _has_bool_buffers(func) and all(
+            _contiguous_lanes(sch, sch.get_loops(info.block_rv)[-1], vector) == vector
+            and not _too_wide(sch.get(info.block_rv), vector) for info in infos)
         fused = _one_loop(sch, [info.block_rv for info in infos])
         if fused is None:
             return None
@@ -191,6 +190,11 @@ class Elementwise(GPUScheduleRule):
         sch.bind(threads, "threadIdx.x")
         sch.vectorize(lanes)
         return sch
+
+
+def _has_bool_buffers(func) -> bool:
+    """Whether a kernel reads or writes a bool buffer (never a vector in memory: see Elementwise)."""
+    return any(_is_buffer(p) and str(p.ty.dtype) == "bool" for p in func.params)
 
 
 def _too_wide(block, lanes: int) -> bool:
@@ -237,7 +241,7 @@ def _through_registers(sch, block, threads, lanes) -> None:
     branched = set()
 
     def visit(call):
-        if isinstance(call.op, tvm.ir.Op) and call.op.name.rsplit(".", 1)[-1] == "if_then_else":
+        if call.op.same_as(_IF_THEN_ELSE):
             for arm in call.args[1:]:
                 tvm_ffi.structural_walk(arm, (tirx.BufferLoad, lambda load: branched.add(load.buffer)))
     tvm_ffi.structural_walk(sch.get(block).body, (tvm.ir.Call, visit))
