@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 import tvm
 
-from . import pipeline, schedules
+from . import schedules, targets
 from .codegen import kernels, library, semantic
 from .codegen import values as core  # the compiler's value helpers (a tensor's description)
 from .codegen.operators import weak_dtype
@@ -516,7 +516,7 @@ def _built_kernel(kernel, name: str, sizes: dict, device: torch.device):
         if built is None:
             func = kernels.prepare(kernels.specialize(name, kernel, sizes)).with_attr("global_symbol", "main")
             if device.type == "cuda":
-                target = pipeline.resolve_target("gpu")
+                target = targets.resolve_target("gpu")
                 if not kernels.binds_threads(func):
                     from tvm.s_tir import dlight
                     mod = tvm.IRModule({"main": func})
@@ -526,6 +526,6 @@ def _built_kernel(kernel, name: str, sizes: dict, device: torch.device):
             elif kernels.binds_threads(func):
                 raise Diagnostic(f"kernel `{name}` binds GPU threads, so it runs on CUDA tensors only")
             else:
-                target = pipeline.resolve_target("cpu")
+                target = targets.resolve_target("cpu")
             built = _KERNELS[key] = tvm.compile(tvm.IRModule({"main": func}), target=target)["main"]
     return built

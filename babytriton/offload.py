@@ -17,7 +17,6 @@ import tvm_ffi
 from tvm import relax
 
 from .dlpack import vm_to_torch
-from .targets import offloads  # noqa: F401 - the pipeline asks offload.offloads
 
 TORCH_MATMUL = "babytriton.torch_matmul"
 TORCH_ATTENTION = "babytriton.torch_attention"

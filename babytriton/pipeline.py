@@ -16,8 +16,7 @@ from tvm import relax
 from tvm.s_tir import dlight as dl
 
 from . import legalize, multi_output, nvrtc, offload, online, rowwise, schedules
-from .targets import (DEFAULT_CUDA_ARCH, TARGET_ALIASES, check_target, device_kind,  # noqa: F401
-                      offloads_attention, resolve_target)
+from .targets import offloads, offloads_attention
 
 SCHEDULES = schedules.SCHEDULES
 
@@ -26,7 +25,7 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
     """The Relax passes, in order, each named as its stage."""
     sequence = [("ConvertToDataflow", relax.transform.ConvertToDataflow(min_size=1))]
     rewrites = [("AttentionToSDPA", offload.offload_attention)] if offloads_attention(target, schedule) else []
-    if offload.offloads(target, schedule):
+    if offloads(target, schedule):
         # after attention: a block's matrix products go to torch with it, whole
         rewrites.append(("MatmulToCuBLAS", offload.offload_matmul))
     sequence += [(name, tvm.transform.module_pass(lambda mod, _ctx, rewrite=rewrite: rewrite(mod), opt_level=0,
