@@ -103,6 +103,12 @@ class SourceMap:
         return CompilationError(message, self.filename, self.file_line(node.lineno), col,
                                 self._line(node.lineno - 1), end_col)
 
+    def describe(self, node: ast.AST) -> str:
+        """`file:line: source` of a node, for warnings that point at the user's code."""
+        line = self._line(node.lineno - 1) if hasattr(node, "lineno") else None
+        where = f"{self.filename}:{self.file_line(node.lineno)}" if hasattr(node, "lineno") else self.filename
+        return f"{where}: {line.strip()}" if line else where
+
     def file_line(self, lineno: int) -> int:
         """The file's line number of line `lineno` (1-based) of the parsed function."""
         return self.first_line + lineno - 1

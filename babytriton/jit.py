@@ -9,12 +9,12 @@ import numpy as np
 import torch
 import tvm
 
-from . import cache, config, devices, dump, eager, relax_backend, schedules, targets, tir_backend
+from . import autograd, cache, config, devices, dump, eager, relax_backend, schedules, targets, tir_backend
 from . import explain as explaining
 from .arguments import ArgSpec
 from .frontend import Decorated, FunctionInfo
 from .runtime import Compiled, Kernel
-from .types import Tensor
+from .types import TORCH_TO_NAME, Param, Tensor
 
 OPTIONS = {"target": "cpu", "schedule": "dlight", "unroll": 16, "verbose": False, "backend": "relax",
            "cache": True, "trials": 16}
@@ -101,6 +101,8 @@ class JITFunction(Decorated):
         self._nparams = len(self.params)
         self._constexpr = tuple(p.kind == "constexpr" for p in self.params)
         self._kernels: dict[tuple, Kernel] = {}   # (specs, globals key) -> the compiled version
+        self._backwards: dict[tuple, Kernel] = {}  # ((specs, globals key), autograd.Variant) -> its backward
+        self._fallbacks: set = set()               # backward fallbacks warned about
         self._lock = threading.RLock()
         # Short updates (counts, runner tables), never held while compiling: a call that finds its
         # version does not wait for another thread's compile. Exact without the GIL too.
@@ -165,7 +167,7 @@ class JITFunction(Decorated):
         for value, is_constexpr in zip(args, self._constexpr):
             kind = type(value)
             if kind is torch.Tensor or isinstance(value, torch.Tensor):
-                key.append((value.dtype, value.shape, value.device))
+                key.append((value.dtype, value.shape, value.device, value.requires_grad))
             elif is_constexpr:
                 key.append((kind, value))
             elif kind is np.ndarray:
@@ -190,6 +192,14 @@ class JITFunction(Decorated):
         symbolic = [i for i, s in enumerate(specs) if s.kind == "tensor" and not all(isinstance(d, int) for d in s.shape)]
         if kernel.device_kind == "cuda" and symbolic and not self.heterogeneous:
             run = _eager_when_empty(run, self, symbolic)
+        requires = autograd.requires_grad(args)
+        if any(requires):
+            if kernel.backend == "tir":
+                names = ", ".join(p.name for p, r in zip(self.params, requires) if r)
+                raise TypeError(f"{self.__name__}(): backend='tir' functions write their results into their "
+                                f"arguments and have no gradient, but {names} require grad; pass tensors that "
+                                "don't (`.detach()`), or compile with backend='relax'")
+            run = autograd.Differentiable(self, kernel, run, specs, requires)
         if key is not None and kernel.globals_key == values:  # else a global changed meanwhile
             with self._update_lock:
                 if len(runners) >= MAX_RUNNERS:
@@ -231,10 +241,53 @@ class JITFunction(Decorated):
             self.stats["hits"] += 1
         return kernel
 
-    def _obtain(self, specs: tuple[ArgSpec, ...], globals_key: tuple) -> Kernel:
-        """A version not in memory: from the disk cache when it holds one, else compiled (and stored)."""
+    def backward_kernel(self, specs: tuple[ArgSpec, ...], variant: autograd.Variant, grads) -> Kernel:
+        """The compiled backward of the version for `specs` (static sizes), differentiating `variant`:
+        its parameters are the forward's and a gradient like each tensor in `grads`."""
+        params = self.params + [Param(f"d_out{i}", "tensor") for i in range(len(grads))]
+        specs = specs + tuple(ArgSpec("tensor", tuple(g.shape), TORCH_TO_NAME[g.dtype]) for g in grads)
+        key = (self._memory_key(specs), variant)
+        kernel = self._backwards.get(key)
+        if kernel is None:
+            with self._lock:
+                kernel = self._backwards.get(key)
+                if kernel is None:
+                    kernel = self._backwards[key] = self._obtain(specs, key[0][1], variant, params)
+        return kernel
+
+    def backward(self, *args, **kwargs) -> Kernel:
+        """The compiled backward for a call with these arguments (tensors that require grad are the
+        ones differentiated; with none, every floating-point tensor): a Kernel with its own stages,
+        source and fusion map, taking the arguments then the gradient of each floating-point result."""
+        if kwargs or len(args) != self._nparams:
+            args = self.info.bind(args, kwargs)
+        requires = autograd.requires_grad(args)
+        if not any(requires):
+            requires = tuple(isinstance(a, torch.Tensor) and a.is_floating_point() for a in args)
+        with torch.no_grad():
+            results = self(*args)
+        results = results if isinstance(results, tuple) else (results,)
+        outputs = tuple(isinstance(r, torch.Tensor) and r.is_floating_point() for r in results)
+        specs = autograd.concrete(self._specs(args), args)
+        return self.backward_kernel(specs, autograd.Variant(requires, outputs),
+                                    [r for r, o in zip(results, outputs) if o])
+
+    def warn_fallback(self, what: str, node) -> None:
+        """Once per function and construct: its backward runs on torch autograd over the eager reference."""
+        where = self.parsed.source_map.describe(node) if node is not None else self.__name__
+        if (what, where) in self._fallbacks:
+            return
+        self._fallbacks.add((what, where))
+        cache.warn(f"babytriton: the backward of '{self.__name__}' is not compiled: it runs torch autograd over "
+                   f"the eager reference, because of {what} at {where}", autograd.GradientFallbackWarning)
+
+    def _obtain(self, specs: tuple[ArgSpec, ...], globals_key: tuple, variant=None, params=None) -> Kernel:
+        """A version not in memory: from the disk cache when it holds one, else compiled (and stored).
+        With a `variant`, the backward of the version (its `params` the forward's and the gradients')."""
         info, target = self.info, self.info.target
         key = cache.make_key(info, specs, target)
+        if variant is not None:
+            key = cache.CacheKey(key.parts + (variant.key_part(self.params),), key.unstable)
         others = [k.cache_key.summary() for k in self._kernels.values() if k.cache_key is not None]
         why = cache.nearest(others, key.summary())[1] if others else []
         if why and self.options["verbose"]:
@@ -252,21 +305,23 @@ class JITFunction(Decorated):
             if entry is not None:
                 compiled = Compiled(entry.backend, entry.executable, None, entry.stages, entry.fusion,
                                     entry.size_checks, entry.outputs)
-                loader = self._module_loader(path, specs)
+                loader = self._module_loader(path, specs, variant)
                 self.stats["disk_hits"] += 1
                 if self.options["verbose"] or dump.printing():
                     for stage, text in entry.stages.items():
                         dump.print_stage(self.__name__, stage, text)
         from_disk = compiled is not None
         if not from_disk:
-            compiled = self._build(specs)
+            compiled = self._build(specs, variant)
             self.stats["compilations"] += 1
             if use_disk and (replace or not (path / "meta.json").exists()):
                 self._store(path, key, compiled, replace)
         cache_path = str(path) if path is not None and (path / "meta.json").exists() else None
         # backend="tir" calls the PrimFunc by the name of its `def`
         name = self.parsed.name if compiled.backend == "tir" else self.__name__
-        kernel = Kernel(name, self.params, specs, target, compiled, source_map=self.parsed.source_map,
+        if variant is not None:
+            name = f"{self.__name__}_backward"
+        kernel = Kernel(name, params or self.params, specs, target, compiled, source_map=self.parsed.source_map,
                         module_loader=loader, cache_key=key, cache_path=cache_path, from_disk=from_disk, why=why,
                         globals_key=globals_key)
         if not from_disk and compiled.backend == "relax":
@@ -274,9 +329,9 @@ class JITFunction(Decorated):
         self._dump(kernel, key)
         return kernel
 
-    def _module_loader(self, path, specs):
+    def _module_loader(self, path, specs, variant=None):
         def load():
-            return cache.load_module_json(path) or self._build(specs).module
+            return cache.load_module_json(path) or self._build(specs, variant).module
         return load
 
     def _store(self, path, key, compiled: Compiled, replace: bool) -> None:
@@ -315,8 +370,9 @@ class JITFunction(Decorated):
     def target(self) -> tvm.target.Target:
         return self.info.target
 
-    def _build(self, specs: tuple[ArgSpec, ...]) -> Compiled:
-        """Compile one version with the function's backend; both give a `Compiled`."""
+    def _build(self, specs: tuple[ArgSpec, ...], variant=None) -> Compiled:
+        """Compile one version with the function's backend; both give a `Compiled`. With a
+        `variant` (autograd.Variant), its backward instead (backend="relax" only)."""
         stages: dict[str, str] = {}
         verbose = self.options["verbose"] or dump.printing()
 
@@ -327,6 +383,9 @@ class JITFunction(Decorated):
 
         record("python", self.parsed.source)
         record("ast", ast.dump(self.parsed.tree, indent=2))
+        if variant is not None:
+            forward = specs[:self._nparams]
+            return relax_backend.build_backward(self.info, forward, variant.requires, variant.outputs, record, stages)
         backend = tir_backend if self.options["backend"] == "tir" else relax_backend
         return backend.build(self.info, specs, record, stages)
 

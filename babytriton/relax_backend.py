@@ -2,6 +2,8 @@
 tvm.compile to a Relax VM executable. Its build is a `runtime.Compiled`, as the TIR backend's.
 
 Stages: "python", "ast" (recorded by the driver), "relax", one per pass of the pipeline, "source".
+A backward (`build_backward`) records "relax" (the forward), "backward" (its vector-Jacobian product,
+made by backward.py) and then the same pipeline's stages.
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import gc
 
 import tvm
 
-from . import cache, fusion, pipeline, schedules
+from . import backward, cache, fusion, pipeline, schedules
 from .arguments import ArgSpec
 from .codegen.relax import RelaxCodeGen, quiet_tvm
 from .errors import debug_enabled
@@ -21,13 +23,41 @@ from .runtime import Compiled
 def build(info: FunctionInfo, specs: tuple[ArgSpec, ...], record, stages: dict) -> Compiled:
     """Compile one version: code generation, the pipeline's passes and schedules, tvm.compile. A TVM
     failure is reported at the expression whose op fails alone, if one does, else at the `def`."""
-    options = info.options
-    if options["schedule"] == "meta_schedule":  # before compiling: say which extra to install
+    codegen, generated = _generate(info, specs, record)
+    return _lower_and_build(info, codegen, generated, generated, record, stages, codegen.binding_lines)
+
+
+def build_backward(info: FunctionInfo, specs: tuple[ArgSpec, ...], requires: tuple[bool, ...],
+                   outputs: tuple[bool, ...], record, stages: dict) -> Compiled:
+    """Compile the backward of one version: `<name>_backward(params..., grads of the `outputs` that
+    are differentiated)` returns the gradients of the parameters in `requires`. Raises
+    backward.NotDifferentiable (with the binding at fault) where Gradient cannot go."""
+    codegen, generated = _generate(info, specs, record)
+    try:
+        mod = backward.vjp_module(generated, info.name, requires, outputs)
+    except backward.NotDifferentiable as e:
+        e.node = codegen.binding_nodes.get(e.var)
+        raise
+    record("backward", mod.script())
+    return _lower_and_build(info, codegen, generated, mod, record, stages,
+                            backward.lines(mod, codegen.binding_lines), "the backward of ")
+
+
+def _generate(info: FunctionInfo, specs, record):
+    if info.options["schedule"] == "meta_schedule":  # before compiling: say which extra to install
         schedules.require_tuning_extras()
     named = dict(zip((p.name for p in info.params), specs))
     codegen = RelaxCodeGen(info.parsed, named, info.codegen_options)
-    generated = mod = codegen.build()
-    record("relax", mod.script())
+    generated = codegen.build()
+    record("relax", generated.script())
+    return codegen, generated
+
+
+def _lower_and_build(info: FunctionInfo, codegen, generated, mod, record, stages: dict, binding_lines: dict,
+                     what: str = "") -> Compiled:
+    """`mod` (the generated module, or a backward made from it) through the pipeline and tvm.compile."""
+    options = info.options
+    before = mod
     target = info.target
     stage = "passes"
     modules: dict[str, tvm.IRModule] = {}
@@ -41,7 +71,7 @@ def build(info: FunctionInfo, specs: tuple[ArgSpec, ...], record, stages: dict) 
             var = pipeline.failing_binding(generated, target, options["schedule"], options["trials"])
             node = codegen.binding_nodes.get(var, info.parsed.tree) if var is not None else info.parsed.tree
             during = f"during {stage} after {list(stages)[-1]}"
-            message = f"TVM failed to compile '{info.name}' ({during})" if node is info.parsed.tree else \
+            message = f"TVM failed to compile {what}'{info.name}' ({during})" if node is info.parsed.tree else \
                 f"could not compile `{ast.unparse(node)}`: the compiler failed on it ({during})"
             if debug_enabled():
                 raise info.parsed.source_map.error(node, f"{message}\n[BABYTRITON_DEBUG] {e}") from e
@@ -51,7 +81,7 @@ def build(info: FunctionInfo, specs: tuple[ArgSpec, ...], record, stages: dict) 
     if failed:
         raise info.parsed.source_map.error(*failed)
     record("source", pipeline.generated_source(executable, target, both="vdevice" in mod.global_infos))
-    return Compiled("relax", executable, mod, stages, _fusion_record(info, generated, codegen.binding_lines, modules),
+    return Compiled("relax", executable, mod, stages, _fusion_record(info, before, binding_lines, modules),
                     tuple(codegen.size_checks))
 
 

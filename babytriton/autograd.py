@@ -1,0 +1,185 @@
+"""@jit functions inside torch autograd.
+
+A call whose torch tensors require grad (with grad mode on) runs the compiled forward inside a
+`torch.autograd.Function`. Its backward is compiled too: `relax_backend.build_backward` differentiates
+the generated Relax with TVM's Gradient pass, and the result goes through the same pipeline, cache and
+stages as a forward (`f.backward(*args)` returns it as a Kernel). The backward recomputes what it
+needs of the forward from the saved inputs: nothing but the inputs is kept between the two calls.
+
+What is differentiated is what torch differentiates: floating-point tensor arguments that require
+grad, and floating-point results; run-time scalars, constexprs, integer and bool tensors never are
+(integer and bool results are marked non-differentiable). The backward is compiled for the exact
+shapes of the call (TVM's gradients of reductions need static sizes).
+
+Where Gradient cannot go (a run-time `if` or loop, an op with no registered gradient, device blocks)
+the backward is torch autograd over the eager reference, with one warning per function naming the
+construct and its line. A TensorIR kernel has no eager gradient either, unless one is given with
+`@bt.grad_for`: without it, the backward is an error naming the kernel's line. Double backward
+(`create_graph=True`) always runs torch autograd over the eager reference, so it is differentiable
+again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import warnings
+
+import torch
+
+from .arguments import ArgSpec
+from .backward import NotDifferentiable
+from .cache import KeyPart
+from .types import Param, Tensor, is_float_dtype
+
+
+class GradientFallbackWarning(UserWarning):
+    """A backward that runs on torch autograd over the eager reference instead of compiled code."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """Which backward: the parameters differentiated and the results that have a gradient."""
+    requires: tuple[bool, ...]
+    outputs: tuple[bool, ...]
+
+    def key_part(self, params: list[Param]) -> KeyPart:
+        names = ", ".join(p.name for p, r in zip(params, self.requires) if r)
+        outs = ", ".join(str(i) for i, o in enumerate(self.outputs) if o)
+        text = f"backward wrt {names}; results {outs}"
+        return KeyPart("backward", text, text)
+
+
+def requires_grad(args) -> tuple[bool, ...]:
+    """Per argument: a floating-point torch tensor that requires grad."""
+    return tuple(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+
+
+def concrete(specs: tuple[ArgSpec, ...], args) -> tuple[ArgSpec, ...]:
+    """The specs with every tensor's symbolic sizes replaced by this call's."""
+    out = []
+    for spec, value in zip(specs, args):
+        if spec.kind == "tensor" and not all(isinstance(d, int) for d in spec.shape):
+            data = value.data if isinstance(value, Tensor) else value
+            spec = dataclasses.replace(spec, shape=tuple(int(n) for n in data.shape))
+        out.append(spec)
+    return tuple(out)
+
+
+def grad_params(outputs: tuple[bool, ...]) -> list[Param]:
+    """The backward's extra parameters: one gradient per differentiated result (named as the
+    backward's Relax function names them)."""
+    many = len(outputs) > 1
+    return [Param(f"d_out{i}" if many else "d_out", "tensor") for i, o in enumerate(outputs) if o]
+
+
+class Differentiable:
+    """One forward version called with these requires_grad flags: runs it inside torch autograd."""
+
+    def __init__(self, jitfn, kernel, run, specs: tuple[ArgSpec, ...], requires: tuple[bool, ...]):
+        self.jitfn, self.kernel, self.run, self.specs, self.requires = jitfn, kernel, run, specs, requires
+        self._lock = threading.Lock()
+        self._backwards: dict = {}
+
+    def __call__(self, args):
+        if not torch.is_grad_enabled():
+            return self.run(args)
+        return _Function.apply(self, *args)
+
+    def backward_runner(self, args, outputs: tuple[bool, ...], grads: list):
+        """The compiled backward for these arguments and result gradients, as a runner; False when it
+        falls back (the reason warned once)."""
+        specs = concrete(self.specs, args)
+        key = (specs, outputs)
+        found = self._backwards.get(key)
+        if found is None:
+            with self._lock:
+                found = self._backwards.get(key)
+                if found is None:
+                    found = self._backwards[key] = self._make(specs, outputs, args, grads)
+        return found
+
+    def _make(self, specs, outputs, args, grads):
+        jitfn = self.jitfn
+        if self.kernel.vm_devices is not None or jitfn.heterogeneous:
+            jitfn.warn_fallback("device blocks (`with bt.device(...)`)", None)
+            return False
+        variant = Variant(self.requires, outputs)
+        try:
+            kernel = jitfn.backward_kernel(specs, variant, grads)
+        except NotDifferentiable as e:
+            jitfn.warn_fallback(e.what, e.node)
+            return False
+        return kernel.runner(tuple(args) + tuple(grads))
+
+
+def _as_tuple(results) -> tuple:
+    return results if isinstance(results, tuple) else (results,)
+
+
+class _Function(torch.autograd.Function):
+    """The compiled forward, and its compiled backward (or torch autograd over the eager reference)."""
+
+    @staticmethod
+    def forward(ctx, call: Differentiable, *args):
+        results = call.run(args)
+        ctx.call = call
+        positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        ctx.positions = positions
+        ctx.others = [None if isinstance(a, torch.Tensor) else a for a in args]
+        ctx.save_for_backward(*(args[i] for i in positions))
+        many = _as_tuple(results)
+        ctx.outputs = tuple(isinstance(r, torch.Tensor) and is_float_dtype(str(r.dtype).removeprefix("torch."))
+                            for r in many)
+        ctx.many = isinstance(results, tuple)
+        ctx.shapes = [(r.shape, r.dtype, r.device) if isinstance(r, torch.Tensor) else None for r in many]
+        ctx.mark_non_differentiable(*(r for r, o in zip(many, ctx.outputs) if isinstance(r, torch.Tensor) and not o))
+        return results
+
+    @staticmethod
+    def backward(ctx, *grads):
+        call: Differentiable = ctx.call
+        saved = ctx.saved_tensors
+        args = list(ctx.others)
+        for i, t in zip(ctx.positions, saved):
+            args[i] = t
+        wanted = tuple(n for n in ctx.needs_input_grad[1:])
+        if torch.is_grad_enabled():   # create_graph=True: a backward torch can differentiate again
+            got = eager_vjp(call.jitfn, args, grads, ctx.outputs, wanted, create_graph=True)
+            return (None,) + got
+        grads_in = []
+        for g, o, shape in zip(grads, ctx.outputs, ctx.shapes):
+            if not o:
+                continue
+            if g is None:
+                g = torch.zeros(shape[0], dtype=shape[1], device=shape[2])
+            grads_in.append(g)
+        run = call.backward_runner(args, ctx.outputs, grads_in)
+        if run is False:
+            return (None,) + eager_vjp(call.jitfn, args, grads, ctx.outputs, wanted, create_graph=False)
+        got = run(tuple(args) + tuple(grads_in))
+        got = list(_as_tuple(got)) if sum(call.requires) > 1 else [got]
+        out = []
+        for r, w in zip(call.requires, wanted):
+            value = got.pop(0) if r else None
+            out.append(value if w else None)
+        return (None,) + tuple(out)
+
+
+def eager_vjp(jitfn, args, grads, outputs, wanted, create_graph: bool) -> tuple:
+    """The gradients by torch autograd over the eager reference (recomputing the forward)."""
+    with torch.enable_grad():
+        inputs = []
+        for a, w in zip(args, wanted):
+            if isinstance(a, torch.Tensor) and not create_graph:
+                a = a.detach().requires_grad_(w)
+            inputs.append(a)
+        results = _as_tuple(jitfn.eager(*inputs))
+        pairs = [(r, g) for r, g, o in zip(results, grads, outputs)
+                 if o and g is not None and isinstance(r, torch.Tensor) and r.requires_grad]
+        differentiated = [a for a, w in zip(inputs, wanted) if w]
+        if not pairs or not differentiated:
+            return tuple(None for _ in args)
+        got = torch.autograd.grad([r for r, _ in pairs], differentiated, [g for _, g in pairs],
+                                  allow_unused=True, create_graph=create_graph)
+    got = list(got)
+    return tuple(got.pop(0) if w else None for w in wanted)
