@@ -21,7 +21,8 @@
 #
 # Why sum(y * dy): the walk needs a scalar L to start from (dL/dL = 1). Take
 # L = sum_i y_i * dy_i, with dy an input like the others. Then dL/dy = dy,
-# and for every input element dL/dx_j = sum_i dy_i * dy_i/dx_j = (J^T dy)_j:
+# and with the Jacobian J[i, j] = (derivative of y_i by x_j), the chain rule
+# gives dL/dx_j = sum_i dy_i * J[i, j] = (J^T dy)_j for every input element:
 # the adjoints of the parameters are exactly the VJP for dy. So one
 # ordinary function, `f_vjp(x, w, dy)`, the forward followed by that sum,
 # turns "a VJP" into "the gradient of a scalar function", which is what
@@ -64,7 +65,8 @@ Tensor = ch18.Tensor
 
 def vjp_function(mod, name):
     """`name_vjp(params..., dy)`: the forward's body, then the scalar sum(y * dy), in one dataflow
-    block (Gradient differentiates exactly one)."""
+    block (Gradient differentiates exactly one): a function that calls the forward, with the forward's
+    bindings then copied in (InlinePrivateFunctions) and made a dataflow block (ConvertToDataflow)."""
     forward = mod[name]
     params = [relax.Var(p.name, p.ty) for p in forward.params]
     dy = relax.Var("dy", forward.ret_ty)
@@ -84,7 +86,8 @@ def vjp_function(mod, name):
 # ---- the walk, by hand, for four ops ------------------------------------------------------------
 def adjoints_of(call, value, adj, bb):
     """What a binding `value = call` adds to the adjoint of each of the call's arguments, given
-    value's adjoint `adj`: one contribution per argument, emitted with `bb`."""
+    value's adjoint `adj`: one contribution per argument, in order, emitted with `bb` (of value's
+    shape: the caller sums one back to its argument's shape where that was broadcast)."""
     op = call.op.name
     if op == "relax.add":  # d(a + b) = da + db: the adjoint passes through to both
         return [adj, adj]
@@ -168,6 +171,17 @@ class JIT(ch18.JIT):
 
 
 jit = JIT.decorator
+
+
+# ---- Follow-up, beyond the lesson ------------------------------------------------------------
+# - One result, float32, straight-line code: `Gradient` differentiates one dataflow block, so a run-time
+#   `if` or loop (chapters 16, 17) cannot be differentiated this way, nor an op without a registered
+#   gradient (`relax.op.max`), nor a hand-written TIR kernel (chapter 19). The package checks for each
+#   and falls back to torch autograd over its eager reference with a warning naming the line
+#   (babytriton/backward.py `check`, babytriton/autograd.py).
+# - The package differentiates several results (one sum(y_i * dy_i) term each), only the inputs that
+#   require grad, and runs the backward inside torch autograd (a `torch.autograd.Function`), so
+#   `loss.backward()` fills `.grad`; `f.backward(*args)` shows the backward's stages and fusion map.
 
 
 if __name__ == "__main__":

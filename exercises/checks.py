@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 import torch
+import tvm
 from tvm import relax
-from tvm.relax.op import multiply, sigmoid
+from tvm.relax.op import add, multiply, sigmoid, sqrt, subtract
 from tvm.script import tirx as T
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -301,6 +302,55 @@ def check_21_tir_backend(m):
     assert [type(f).__name__ for f in matmul.codegen().functions.values()] == ["PrimFunc"]
 
 
+# ---- after the tutorial: the course's own -------------------------------------------------------
+
+def check_22_autodiff(m):
+    """Exercise 9: the VJP function, the reverse-mode walk by hand and the Gradient pass's backward, each
+    compiled and compared with torch.autograd (broadcast parameters, a value used twice, a constant)."""
+    Tensor = m.Tensor
+
+    @m.jit
+    def gate(x: Tensor((3, 5), "float32"), w: Tensor((5,), "float32"), b: Tensor((3, 1), "float32")):
+        h = add(multiply(x, w), b)
+        return multiply(sigmoid(h), add(x, 2.0))
+
+    def gate_torch(x, w, b):
+        return torch.sigmoid(x * w + b) * (x + 2.0)
+
+    x, w, b, dy = torch.randn(3, 5), torch.randn(5), torch.randn(3, 1), torch.randn(3, 5)
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    gate_torch(*leaves).backward(dy)
+    expected = [t.grad for t in leaves]
+
+    vjp = m.vjp_function(gate.codegen(), "gate")["gate_vjp"]
+    assert [p.name for p in vjp.params] == ["x", "w", "b", "dy"], "the VJP function takes the parameters, then dy"
+    assert len(vjp.body.blocks) == 1 and isinstance(vjp.body.blocks[0], relax.DataflowBlock), \
+        "one dataflow block, the forward's bindings inlined (Gradient differentiates exactly one)"
+    data = [tvm.runtime.from_dlpack(t) for t in (x, w, b, dy)]
+    scalar = relax.VirtualMachine(tvm.compile(tvm.IRModule({"gate_vjp": vjp}), "llvm"), tvm.cpu())
+    torch.testing.assert_close(torch.from_dlpack(scalar["gate_vjp"](*data)), (gate_torch(x, w, b) * dy).sum())
+
+    mod = m.vjp_function(gate.codegen(), "gate")
+    ours = relax.VirtualMachine(tvm.compile(m.reverse_mode(mod, "gate_vjp", wrt=("x", "w", "b")), "llvm"), tvm.cpu())
+    got = [torch.from_dlpack(g) for g in ours["gate_vjp_grad"](*data)]
+    for name, g, want in zip("xwb", got, expected):
+        assert g.shape == want.shape, f"the adjoint of {name} has {name}'s shape {tuple(want.shape)}, not {tuple(g.shape)}"
+        torch.testing.assert_close(g, want)
+
+    torch.testing.assert_close(gate.backward(("w", "b"), *map(Tensor.of, (x, w, b)), dy=Tensor.of(dy)), expected[1:])
+
+    @m.jit
+    def layernorm(x: Tensor((4, 16), "float32"), w: Tensor((16,), "float32")):
+        d = subtract(x, relax.op.mean(x, axis=1, keepdims=True))
+        return multiply(divide(d, sqrt(add(relax.op.mean(multiply(d, d), axis=1, keepdims=True), 1e-5))), w)  # noqa: F821
+
+    x, w, dy = torch.randn(4, 16), torch.randn(16), torch.randn(4, 16)
+    leaves = [t.clone().requires_grad_() for t in (x, w)]
+    (torch.nn.functional.layer_norm(leaves[0], (16,), eps=1e-5) * leaves[1]).backward(dy)
+    got = layernorm.backward(("x", "w"), Tensor.of(x), Tensor.of(w), dy=Tensor.of(dy))
+    torch.testing.assert_close(got, [t.grad for t in leaves])
+
+
 # exercise file stem -> its check; `pytest exercises -k <stem or part of it>` runs one
 CHECKS = {name.removeprefix("check_"): fn for name, fn in list(globals().items()) if name.startswith("check_")}
 
@@ -313,6 +363,7 @@ TASKS = {
     "17_for_loops": ("task4", "for loops"), "18_library_calls": ("task5", "calling Relax's library"),
     "19_tir_calls": ("task6", "calling your own TensorIR"), "20_devices": ("task7", "CPU and GPU in one function"),
     "21_tir_backend": ("task8", "a TensorIR code generator"),
+    "22_autodiff": ("task9", "reverse-mode differentiation"),
 }
 
 # where each exercise's reference solution is

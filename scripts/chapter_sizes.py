@@ -1,6 +1,6 @@
 """The chapter-size table of chapters/README.md: code lines per chapter, of its whole file
 (chapters/whole/, scripts/flatten_chapters.py) and the diff of the whole files against its base's, and
-for the exercise chapters (14-21) the size of the answer, the diff between the starter exercises/<name>.py and the chapter.
+for the exercise chapters (14-22) the size of the answer, the diff between the starter exercises/<name>.py and the chapter.
 
     python scripts/chapter_sizes.py           # print the table
     python scripts/chapter_sizes.py --write   # put it into chapters/README.md, between its markers
@@ -58,7 +58,8 @@ def table():
             "the answer: `diff exercises/<file> chapters/<file>` |",
             "|---|---|---:|---:|---:|---|"]
     total = 0
-    for chapter in sorted((ROOT / "chapters").glob("[0-9][0-9]_*.py")):
+    chapters = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.py"))
+    for chapter in chapters:
         lines = code_lines(chapter.read_text())
         total += lines
         base = base_of(chapter)
@@ -68,7 +69,7 @@ def table():
         whole_lines = code_lines(whole.read_text()) if whole.exists() else ""
         rows.append(f"| `{chapter.name}` | {f'`{base}`' if base else '-'} | {lines} | {whole_lines} | "
                     f"{whole_diff(chapter, base)} | {answer_text} |")
-    rows.append(f"| all 21 | | {total} | | | |")
+    rows.append(f"| all {len(chapters)} | | {total} | | | |")
     return "\n".join(rows)
 
 

@@ -1,14 +1,16 @@
-"""Write the exercise starters: chapters 14-21 with the answer taken out.
+"""Write the exercise starters: chapters 14-22 with the answer taken out.
 
-Each of chapters 14-21 solves one of the tutorial's eight exercises on chapter 13 alone. Its starter,
+Each of chapters 14-21 solves one of the tutorial's eight exercises on chapter 13 alone; chapter 22 is
+the course's own exercise 9 (reverse-mode differentiation), on chapter 18. Its starter,
 exercises/<same name>.py, is the same file with the bodies of the functions that make up the answer
 replaced by `raise NotImplementedError("exercise N (...): name")`; signatures and docstrings stay as
 hints. So `diff exercises/16_if_else.py chapters/16_if_else.py` is the answer and nothing else.
 tests/test_exercises.py checks that the starters are what this script writes.
 
-    python scripts/make_exercises.py          # rewrite exercises/1[4-9]_*.py, exercises/2[01]_*.py
+    python scripts/make_exercises.py          # rewrite exercises/1[4-9]_*.py, exercises/2[0-2]_*.py
 """
 import ast
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -34,10 +36,11 @@ EXERCISES = {
     "21_tir_backend": (8, "a TensorIR code generator", [
         "TIRCodeGenerator.visit_For", "TIRCodeGenerator.visit_Assign", "TIRCodeGenerator.visit_Name",
         "TIRCodeGenerator.visit_Subscript", "TIRCodeGenerator.visit_BinOp"]),
+    "22_autodiff": (9, "reverse-mode differentiation", ["vjp_function", "adjoints_of", "reverse_mode"]),
 }
 
-FIND_CHAPTER_13 = [
-    "import pathlib  # the starter's own lines: chapter 13 is in chapters/, beside exercises/",
+FIND_CHAPTERS = [
+    "import pathlib  # the starter's own lines: chapter {base} is in chapters/, beside exercises/",
     "import sys",
     'sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "chapters"))',
 ]
@@ -75,7 +78,9 @@ def starter(stem):
     text = "\n".join(lines)
     title, rest = text.split("\n", 1)
     head, paragraph_end = rest.split("# Exercise ", 1)[0], rest.index("#\n# What")
-    intro = (f"Exercise {number} of the tutorial ({what}), to solve on chapter 13. Fill in the functions "
+    base = re.search(r'^ch\d\d = importlib.import_module\("((\d\d)_\w+)"\)$', source, re.MULTILINE)
+    whose = "of the tutorial" if number <= 8 else "of the course, after the tutorial's eight"
+    intro = (f"Exercise {number} {whose} ({what}), to solve on chapter {base.group(2)}. Fill in the functions "
              f"that raise NotImplementedError(\"exercise {number} ...\"); the comments below say what the "
              f"finished chapter does. Check your answer with `pytest exercises -k {stem}`; the solution is "
              f"chapters/{stem}.py, and `diff exercises/{stem}.py chapters/{stem}.py` shows it.")
@@ -83,8 +88,9 @@ def starter(stem):
     text = (title.replace("# Chapter", "# Exercise starter for chapter") + "\n" + head + intro + "\n"
             + rest[paragraph_end:])
     text = text.replace(f"# Run: python chapters/{stem}.py", f"# Run: python exercises/{stem}.py")
-    anchor = 'ch13 = importlib.import_module("13_fusion")'
-    return text.replace(anchor, "\n".join(FIND_CHAPTER_13 + [anchor]), 1)
+    anchor = base.group(0)
+    find = [line.format(base=base.group(2)) for line in FIND_CHAPTERS]
+    return text.replace(anchor, "\n".join(find + [anchor]), 1)
 
 
 def main():

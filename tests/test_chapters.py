@@ -1,7 +1,7 @@
 """The tutorial chapters, run the way a reader runs them: each file on its own, in a fresh Python.
 
 A chapter passes when it exits cleanly (its closing asserts held) and its output shows the artefact
-its lesson is about. Chapters 11-13, 15 and 20 need no GPU: without one they build for CUDA and say so.
+its lesson is about. Chapters 11-13, 15, 20 and 22 need no GPU: without one they build for CUDA and say so.
 """
 import ast
 import sys
@@ -48,6 +48,10 @@ ARTEFACTS = {
     "20": ['vdevice="cuda', "x_gpu", "h_cpu", "_cuda_kernel", "add_llvm"],
     "21": ["acc: T.float32", "for k in range(3):", "T.exp(", "match torch",
            "only assigned in the body of the loop"],
+    "22": ["def swish_scale_vjp(", "R.sum(lv1, axis=None", "def swish_scale_vjp_grad(", "R.collapse_sum_to(",
+           "Our walk matches torch.autograd", 'gv_adjoint: R.Tensor((), dtype="float32") = R.ones(',
+           "w_adjoint_out", "kernels of the backward after chapter 13's fusion: ['",
+           "The compiled backward matches torch.autograd"],
 }
 
 
@@ -60,7 +64,7 @@ def run(path, cwd):
     return build_book.run_chapter(path, cwd)
 
 
-def test_the_chapters_are_numbered_01_to_21():
+def test_the_chapters_are_numbered_01_to_22():
     assert [p.name[:2] for p in CHAPTERS] == sorted(ARTEFACTS)
 
 
@@ -92,7 +96,8 @@ def imported_modules(tree):
 def test_chapter_shape(path):
     """Opens with its comment block, extends the chapter before it (and not the package), and its demo
     ends on an assert. Chapters 14-21 solve the tutorial's exercises, each on chapter 13 alone, so that
-    `diff chapters/13_fusion.py chapters/16_if_else.py` is one exercise's answer and nothing else."""
+    `diff chapters/13_fusion.py chapters/16_if_else.py` is one exercise's answer and nothing else; chapter
+    22 (differentiation, after the exercises) builds on chapter 18's library calls."""
     source = path.read_text()
     tree = ast.parse(source)
     assert source.startswith(f"# Chapter {path.name[:2]} - ")
@@ -100,7 +105,8 @@ def test_chapter_shape(path):
     assert not [name for name in imported if name.split(".")[0] == "babytriton"]
     chapters = [name for name in imported if name[:2].isdigit()]
     index = CHAPTERS.index(path)
-    base = "13_fusion" if path.name >= "14" else CHAPTERS[index - 1].stem if index else None
+    base = ("18_library_calls" if path.name >= "22" else "13_fusion" if path.name >= "14"
+            else CHAPTERS[index - 1].stem if index else None)
     assert chapters == ([base] if base else [])
     main = [node for node in tree.body
             if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
