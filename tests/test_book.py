@@ -103,6 +103,9 @@ def test_notebook_pages_show_their_outputs(site):
     pictures = svgs(page(site, "notebooks/02_fusion.html"))
     assert len(pictures) >= 3                               # k.graph() in each section
     assert all('class="node op"' in svg and 'class="node kernel"' in svg for svg in pictures)
+    autograd = page(site, "notebooks/06_autograd.html")
+    assert "def layernorm_backward(" in text_of(autograd) and "GradientFallbackWarning" in text_of(autograd)
+    assert len(svgs(autograd)) >= 1                         # the backward's graph
     schedules = page(site, "notebooks/04_gpu_schedules.html")
     if (ROOT / "benchmarks" / "RESULTS.md").exists():
         assert 'src="data:image/png;base64,' in schedules  # the benchmark plot

@@ -36,7 +36,7 @@ def text_of(nb) -> str:
 
 
 def test_there_are_notebooks():
-    assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05"]
+    assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -53,6 +53,20 @@ def test_notebook_is_committed_small_and_without_outputs(path):
     code = [cell for cell in nb["cells"] if cell["cell_type"] == "code"]
     assert code and all(not cell["outputs"] and cell["execution_count"] is None for cell in code)
     assert nb["metadata"]["kernelspec"]["name"] == "python3"
+
+
+def test_the_autograd_notebook_shows_the_backward_and_a_fallback():
+    """Notebook 6: gradients equal to torch's, the backward's stages (the Gradient output among them), its
+    fused kernels with the user's lines, its LLVM source, and the warning of a fallback."""
+    nb = execute(ROOT / "notebooks" / "06_autograd.ipynb", ROOT / "notebooks")
+    shown = text_of(nb) + "".join(out.get("data", {}).get("text/plain", "") for out in outputs(nb))
+    assert "x.grad (8, 32) matches torch" in shown and "b.grad (32,) matches torch" in shown
+    assert "'backward'," in shown and "def layernorm_backward(" in shown and "R.collapse_sum_to(" in shown
+    assert "kernel fused_rows_" in shown and "m = x.mean(axis=1, keepdims=True)" in shown
+    assert "_compute_(" in shown
+    assert any("image/svg+xml" in out.get("data", {}) for out in outputs(nb))
+    assert "GradientFallbackWarning: babytriton: the backward of 'gated' is not compiled" in shown
+    assert "a run-time `if`" in shown
 
 
 def test_every_notebook_is_listed_in_the_readme():
