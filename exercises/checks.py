@@ -334,7 +334,8 @@ def check_22_autodiff(m):
     ours = relax.VirtualMachine(tvm.compile(m.reverse_mode(mod, "gate_vjp", wrt=("x", "w", "b")), "llvm"), tvm.cpu())
     got = [torch.from_dlpack(g) for g in ours["gate_vjp_grad"](*data)]
     for name, g, want in zip("xwb", got, expected):
-        assert g.shape == want.shape, f"the adjoint of {name} has {name}'s shape {tuple(want.shape)}, not {tuple(g.shape)}"
+        assert g.shape == want.shape, \
+            f"the adjoint of {name} has {name}'s shape {tuple(want.shape)}, not {tuple(g.shape)}"
         torch.testing.assert_close(g, want)
 
     torch.testing.assert_close(gate.backward(("w", "b"), *map(Tensor.of, (x, w, b)), dy=Tensor.of(dy)), expected[1:])
@@ -342,7 +343,8 @@ def check_22_autodiff(m):
     @m.jit
     def layernorm(x: Tensor((4, 16), "float32"), w: Tensor((16,), "float32")):
         d = subtract(x, relax.op.mean(x, axis=1, keepdims=True))
-        return multiply(divide(d, sqrt(add(relax.op.mean(multiply(d, d), axis=1, keepdims=True), 1e-5))), w)  # noqa: F821
+        v = relax.op.mean(multiply(d, d), axis=1, keepdims=True)
+        return multiply(divide(d, sqrt(add(v, 1e-5))), w)  # noqa: F821 - `divide` is found in the library by name
 
     x, w, dy = torch.randn(4, 16), torch.randn(16), torch.randn(4, 16)
     leaves = [t.clone().requires_grad_() for t in (x, w)]
