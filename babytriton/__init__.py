@@ -1,5 +1,6 @@
 """babytriton: a teaching-grade JIT compiler from Python tensor functions to TVM Relax, TIR and CUDA."""
 from . import ops
+from .autograd import GradientFallbackWarning, grad_for
 from .config import __version__
 from .codegen.tir import parallel
 from .devices import device
@@ -10,4 +11,4 @@ from .types import Tensor, constexpr
 
 # The operators stay out of __all__: `from babytriton import *` must not shadow sum, max, abs, ...
 __all__ = ["jit", "JITFunction", "Kernel", "Tensor", "constexpr", "CompilationError", "device", "parallel",
-           "ops"]
+           "ops", "grad_for", "GradientFallbackWarning"]

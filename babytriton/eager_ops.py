@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import linecache
 import operator
+import os
+import sys
 import threading
 
 import torch
@@ -495,18 +498,35 @@ def run_kernel(kernel, name: str, *args, **kwargs):
     """`kernel(*inputs[, placeholders])` in eager code: the buffers checked as the compiled call
     checks them, the outputs allocated, the kernel built for the inputs' device and run."""
     try:
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            from . import autograd   # differentiable through its @bt.grad_for function, if it has one
+            run = functools.partial(_run_kernel, kernel, name, kwargs=kwargs, count=True)
+            return autograd.kernel_call(run, kernel, name, list(args), _caller())
         return _run_kernel(kernel, name, list(args), kwargs)
     except Diagnostic as e:
         raise TypeError(str(e)) from None
 
 
-def _run_kernel(kernel, name: str, args: list, kwargs: dict):
+def _caller() -> tuple:
+    """(file, line, source line) of the user's code that called into this module."""
+    frame = sys._getframe(1)
+    here = os.path.dirname(os.path.abspath(__file__))
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here):
+        frame = frame.f_back
+    if frame is None:
+        return ("<unknown>", None, None)
+    filename, lineno = frame.f_code.co_filename, frame.f_lineno
+    return (filename, lineno, linecache.getline(filename, lineno) or None)
+
+
+def _run_kernel(kernel, name: str, args: list, kwargs: dict, count: bool = False):
     buffers = kernels.check_call(BUILDER, kernel, name, args, kwargs)
     device = buffers.inputs[0].device if buffers.inputs else _DEVICE.get()
     outputs = [torch.empty(shape, dtype=DTYPES[dtype], device=device) for shape, dtype in buffers.outputs]
     built = _built_kernel(kernel, name, buffers.sizes, device)
-    built(*[torch_to_vm(t.contiguous()) for t in buffers.inputs], *[torch_to_vm(t) for t in outputs])
-    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+    built(*[torch_to_vm(t.detach().contiguous()) for t in buffers.inputs], *[torch_to_vm(t) for t in outputs])
+    result = outputs[0] if len(outputs) == 1 else tuple(outputs)
+    return (result, len(buffers.inputs)) if count else result
 
 
 def _built_kernel(kernel, name: str, sizes: dict, device: torch.device):

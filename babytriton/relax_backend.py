@@ -37,6 +37,8 @@ def build_backward(info: FunctionInfo, specs: tuple[ArgSpec, ...], requires: tup
         mod = backward.vjp_module(generated, info.name, requires, outputs)
     except backward.NotDifferentiable as e:
         e.node = codegen.binding_nodes.get(e.var)
+        if e.kernel is not None:   # the user's PrimFunc behind the module's specialised copy
+            e.kernel = next((d.kernel for d in codegen.kernels if d.gvar.same_as(e.kernel)), None)
         raise
     record("backward", mod.script())
     return _lower_and_build(info, codegen, generated, mod, record, stages,
