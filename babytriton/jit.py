@@ -73,6 +73,18 @@ def _eager_when_empty(run, jitfn, positions: list[int]):
     return call
 
 
+def _no_gradient_through(run, name: str, held: list[str]):
+    """A call with bt.Tensor arguments holding tensors that require grad: an error while grad mode is
+    on (they would silently get no gradient), the plain call otherwise."""
+    def call(args):
+        if torch.is_grad_enabled():
+            raise TypeError(f"{name}(): the bt.Tensor argument(s) {', '.join(held)} hold tensors that require "
+                            "grad, which would get no gradient: pass the torch tensor itself to differentiate "
+                            "it (or `.detach()` it)")
+        return run(args)
+    return call
+
+
 def warn_serial(kernel: Kernel) -> None:
     """A SerialKernelWarning for each kernel left with a large amount of work on one thread (one GPU
     block), naming the user's lines that it computes."""
@@ -178,7 +190,7 @@ class JITFunction(Decorated):
             elif kind is Tensor:
                 data = value.data
                 key.append((kind, type(data), getattr(data, "dtype", None), getattr(data, "shape", None),
-                            getattr(data, "device", None)))
+                            getattr(data, "device", None), getattr(data, "requires_grad", False)))
             else:
                 key.append(kind)
         return tuple(key)
@@ -197,10 +209,6 @@ class JITFunction(Decorated):
             run = _eager_when_empty(run, self, symbolic)
         held = [p.name for p, a in zip(self.params, args)
                 if isinstance(a, Tensor) and isinstance(a.data, torch.Tensor) and a.data.requires_grad]
-        if held and torch.is_grad_enabled():
-            raise TypeError(f"{self.__name__}(): the bt.Tensor argument(s) {', '.join(held)} hold tensors that "
-                            "require grad, which would get no gradient: pass the torch tensor itself to "
-                            "differentiate it (or `.detach()` it)")
         requires = autograd.requires_grad(args)
         if any(requires):
             if kernel.backend == "tir":
@@ -209,6 +217,8 @@ class JITFunction(Decorated):
                                 f"arguments and have no gradient, but {names} require grad; pass tensors that "
                                 "don't (`.detach()`), or compile with backend='relax'")
             run = autograd.Differentiable(self, kernel, run, specs, requires)
+        if held:
+            run = _no_gradient_through(run, self.__name__, held)
         if key is not None and kernel.globals_key == values:  # else a global changed meanwhile
             with self._update_lock:
                 if len(runners) >= MAX_RUNNERS:
@@ -253,7 +263,11 @@ class JITFunction(Decorated):
     def backward_kernel(self, specs: tuple[ArgSpec, ...], variant: autograd.Variant, grads) -> Kernel:
         """The compiled backward of the version for `specs` (static sizes), differentiating `variant`:
         its parameters are the forward's and a gradient like each tensor in `grads`."""
-        params = self.params + [Param(f"d_out{i}", "tensor") for i in range(len(grads))]
+        # its tensors annotated with this call's exact shapes: the Kernel can be called directly
+        params = [Param(p.name, "tensor", Tensor(s.shape, s.dtype)) if s.kind == "tensor" else p
+                  for p, s in zip(self.params, specs)]
+        params += [Param(f"d_out{i}", "tensor", Tensor(tuple(g.shape), TORCH_TO_NAME[g.dtype]))
+                   for i, g in enumerate(grads)]
         specs = specs + tuple(ArgSpec("tensor", tuple(g.shape), TORCH_TO_NAME[g.dtype]) for g in grads)
         key = (self._memory_key(specs), variant)
         kernel = self._backwards.get(key)

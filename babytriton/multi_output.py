@@ -177,8 +177,10 @@ def _group_function(mod: tvm.IRModule, bindings_of: dict, members: list, outputs
             body.append(relax.VarBinding(remap[v], new))
             names.append(call.args[0].name_hint)
             continue
-        # a FuseOps group: its bindings, its parameters bound to what the call passes
-        func = mod[call.op].bind_params({p: param(a) for p, a in zip(mod[call.op].params, call.args)})
+        # a FuseOps group: its bindings, its parameters bound to what the call passes (a fresh copy:
+        # a group called twice, as a backward's twin gradient terms are, must not bind a var twice)
+        func = relax.utils.copy_with_new_vars(mod[call.op])
+        func = func.bind_params({p: param(a) for p, a in zip(func.params, call.args)})
         for block in func.body.blocks:
             body.extend(block.bindings)
             names.extend(b.value.args[0].name_hint for b in block.bindings)
