@@ -26,10 +26,15 @@ def _tuple(x):
     return x if isinstance(x, tuple) else (x,)
 
 
-def check(f, ref, args, grad_outputs=None, close=None):
+def check(f, ref, args, grad_outputs=None, close=None, compiled=True):
     """f(*args) and ref(*args) (plain torch) on copies of the same inputs: the same results, the same
     requires_grad on each, and the same gradients (dtype, shape, values) for the same incoming
-    gradients. Returns f's gradients."""
+    gradients; with `compiled`, from the compiled backward (a fallback is an error). Returns f's
+    gradients."""
+    if compiled:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", bt.GradientFallbackWarning)
+            return check(f, ref, args, grad_outputs, close, compiled=False)
     close = close or (lambda got, want: torch.testing.assert_close(got, want, equal_nan=True))
     mine, theirs = _copy(args), _copy(args)
     got, want = _tuple(f(*mine)), _tuple(ref(*theirs))
@@ -232,7 +237,7 @@ def test_threads_calling_forward_and_backward_at_once():
             w = torch.randn(16, dtype=F64, generator=g)
             barrier.wait()
             for _ in range(3):
-                check(f, norm_ref, [x.requires_grad_(), w.requires_grad_()])
+                check(f, norm_ref, [x.requires_grad_(), w.requires_grad_()], compiled=False)  # filters: not per thread
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             errors.append(e)
     threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
@@ -429,7 +434,7 @@ def test_fallback_is_torch_autograd_over_the_eager_reference_warned_once(case):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for args in calls:
-            check(f, ref, [args[0].requires_grad_(), *args[1:]])
+            check(f, ref, [args[0].requires_grad_(), *args[1:]], compiled=False)
     fallbacks = [w for w in caught if issubclass(w.category, bt.GradientFallbackWarning)]
     assert len(fallbacks) == 1, [str(w.message) for w in fallbacks]
     text = str(fallbacks[0].message)
@@ -536,7 +541,8 @@ def test_grad_for_gives_a_kernel_its_gradient_checked_by_gradcheck():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert torch.autograd.gradcheck(kernel_layer, (x, w))
-        check(kernel_layer, lambda x, w: torch.tanh(x * w) + ((x * w).sum(1) ** 3)[:, None], [x, w])
+        check(kernel_layer, lambda x, w: torch.tanh(x * w) + ((x * w).sum(1) ** 3)[:, None], [x, w],
+              compiled=False)
     texts = {str(w.message) for w in caught if issubclass(w.category, bt.GradientFallbackWarning)}
     assert len(texts) == 1 and "@bt.grad_for function 'mul_rows_grad'" in texts.pop()
     assert torch.autograd.gradgradcheck(kernel_layer, (x, w))   # the grad functions differentiate too
