@@ -13,9 +13,11 @@ that breaks that (a run-time `if` or loop, an op without a gradient, a TensorIR 
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from . import gradients  # noqa: F401 - registers the gradients TVM lacks or computes unlike torch
@@ -85,7 +87,8 @@ def _calls_function(expr) -> bool:
     return bool(found)
 
 
-def check(fn: relax.Function, requires: tuple[bool, ...], outputs: tuple[bool, ...]) -> None:
+def check(fn: relax.Function, requires: tuple[bool, ...], outputs: tuple[bool, ...],
+          kernel_grads=None) -> None:
     """Raise NotDifferentiable for the first binding Gradient cannot take: any run-time `if` or loop
     (Gradient needs one dataflow block), else an op without a gradient or a kernel on the way from a
     differentiated parameter to a differentiated output."""
@@ -117,6 +120,8 @@ def check(fn: relax.Function, requires: tuple[bool, ...], outputs: tuple[bool, .
         if binding.var in depends and binding.var in needed and isinstance(value, relax.Call) \
                 and not _has_gradient(value):
             kernel = value.args[0] if isinstance(value.op, tvm.ir.Op) and value.op.name in _KERNEL_CALLS else None
+            if kernel is not None and kernel_grads is not None and kernel_grads(kernel, value) is not None:
+                continue   # a kernel whose @bt.grad_for gradient is spliced in
             raise NotDifferentiable(binding.var, _describe(value), kernel=kernel)
 
 
@@ -143,11 +148,76 @@ class _WidenMatmul(relax.PyExprMutator):
         return call
 
 
-def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs: tuple[bool, ...]) -> tvm.IRModule:
+_SPLICES = itertools.count()
+
+
+@relax.expr_functor.mutator
+class _KernelGradients(relax.PyExprMutator):
+    """Each `call_tir` of a kernel that has a @bt.grad_for gradient as `call_tir_with_grad`, whose
+    gradient rule writes the Relax of the @jit gradient function in place (see `_register_splice`).
+    `kernel_grads(gvar, call)` gives that function (straight-line Relax, calling no kernel), or None."""
+
+    def __init__(self, mod: tvm.IRModule, kernel_grads):
+        super().__init__(mod)
+        self.kernel_grads = kernel_grads
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir"):
+            return call
+        kernel = call.args[0]
+        grad = self.kernel_grads(kernel, call)
+        if grad is None:
+            return call
+        name = f"babytriton_{kernel.name_hint}_{next(_SPLICES)}"   # unique: threads compile at once
+        _register_splice(name, grad, call)
+        out_ty = call.ty_args[0] if len(call.ty_args) == 1 else list(call.ty_args)
+        return relax.op.call_tir_with_grad(kernel, call.args[1], out_ty, te_grad_name=name)
+
+
+@relax.expr_functor.mutator
+class _Substitute(relax.PyExprMutator):
+    """Reads of remapped vars replaced (`set_var_remap`), nothing else changed."""
+
+
+def _register_splice(name: str, grad: relax.Function, call) -> None:
+    """Gradient's rule for `call_tir_with_grad(..., te_grad_name=name)`: the bindings of `grad` (the
+    gradient function, called with the kernel's inputs and the gradient of each float output),
+    written into the backward, each named as an adjoint of the kernel's result (the fusion map gives
+    them the call's line); its result (one gradient per float input) as the tuple of every input's
+    gradient, zeros for the others."""
+    inputs = list(call.args[1].fields)
+    floats = [i for i, a in enumerate(inputs) if a.ty.dtype in ("float16", "bfloat16", "float32", "float64")]
+
+    def handler(orig_var, orig_call, output_grad, ctx):
+        sub = _Substitute()
+        outs = [output_grad]
+        if isinstance(output_grad.ty, relax.TupleType):
+            outs = [ctx.emit(relax.TupleGetItem(output_grad, i)) for i in range(len(output_grad.ty.fields))]
+        outs = [g for g in outs if g.ty.dtype in ("float16", "bfloat16", "float32", "float64")]
+        for p, a in zip(grad.params, [*orig_call.args[1].fields, *outs]):
+            sub.set_var_remap(p, a)
+        for block in grad.body.blocks:
+            for binding in block.bindings:
+                new = ctx.emit(sub.visit_expr(binding.value), name_hint=f"{orig_var.name}_adjoint")
+                sub.set_var_remap(binding.var, new)
+        got = sub.visit_expr(grad.body.body)
+        fields = list(got.fields) if isinstance(got, relax.Tuple) else \
+            [ctx.emit(relax.TupleGetItem(got, k)) for k in range(len(floats))] if len(floats) > 1 else [got]
+        grads = [fields[floats.index(i)] if i in floats else ctx.emit(relax.op.zeros(a.ty.shape, a.ty.dtype))
+                 for i, a in enumerate(orig_call.args[1].fields)]
+        return ctx.emit(relax.Tuple(grads))
+
+    tvm_ffi.register_global_func(f"tvm.relax.te_grad._register.{name}", handler, override=True)
+
+
+def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs: tuple[bool, ...],
+               kernel_grads=None) -> tvm.IRModule:
     """A module whose function `<name>_backward(params..., grad of each differentiated output)` returns
-    the gradient of each parameter in `requires` (one tensor, or a tuple of them)."""
+    the gradient of each parameter in `requires` (one tensor, or a tuple of them). `kernel_grads(gvar,
+    call)` gives the Relax module and function name of a kernel's gradient, or None."""
     forward = mod[name]
-    check(forward, requires, outputs)
+    check(forward, requires, outputs, kernel_grads)
     params = [relax.Var(p.name, p.ty) for p in forward.params]
     # Gradient differentiates float16/32/64 parameters only: a bfloat16 one enters the VJP as float32
     # and is converted back to bfloat16 before the forward reads it (exact both ways), its gradient
@@ -189,6 +259,8 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     built = relax.transform.InlinePrivateFunctions()(built)
     built = relax.transform.ConvertToDataflow()(built)
     built[vjp] = _WidenMatmul().visit_expr(built[vjp])
+    if kernel_grads is not None:
+        built[vjp] = _KernelGradients(built, kernel_grads).visit_expr(built[vjp])
     built = relax.transform.Normalize()(built)
     fn = built[vjp]
     wrt = [p for p, r in zip(fn.params, requires) if r]

@@ -11,6 +11,7 @@ import ast
 import gc
 
 import tvm
+from tvm import relax
 
 from . import backward, cache, fusion, pipeline, schedules
 from .arguments import ArgSpec
@@ -34,7 +35,7 @@ def build_backward(info: FunctionInfo, specs: tuple[ArgSpec, ...], requires: tup
     backward.NotDifferentiable (with the binding at fault) where Gradient cannot go."""
     codegen, generated = _generate(info, specs, record)
     try:
-        mod = backward.vjp_module(generated, info.name, requires, outputs)
+        mod = backward.vjp_module(generated, info.name, requires, outputs, _kernel_gradients(codegen))
     except backward.NotDifferentiable as e:
         e.node = codegen.binding_nodes.get(e.var)
         if e.kernel is not None:   # the user's PrimFunc behind the module's specialised copy
@@ -43,6 +44,43 @@ def build_backward(info: FunctionInfo, specs: tuple[ArgSpec, ...], requires: tup
     record("backward", mod.script())
     return _lower_and_build(info, codegen, generated, mod, record, stages,
                             backward.lines(mod, codegen.binding_lines), "the backward of ")
+
+
+def _kernel_gradients(codegen):
+    """For backward.vjp_module: the Relax function of the @bt.grad_for gradient of a kernel the code
+    calls, for the call's types, or None: no gradient, or one that is not straight-line code calling
+    no kernel (that one runs through the eager reference instead)."""
+    from . import autograd
+    made: dict = {}
+
+    def find(gvar, call):
+        key = gvar.name_hint
+        if key not in made:
+            made[key] = None
+            kernel = next((d.kernel for d in codegen.kernels if d.gvar.same_as(gvar)), None)
+            grad = autograd.kernel_gradient(kernel) if kernel is not None else None
+            if grad is not None:
+                made[key] = _gradient_module(grad, call)
+        return made[key]
+    return find
+
+
+def _gradient_module(grad, call):
+    inputs = [a.ty for a in call.args[1].fields]
+    outs = list(call.ty_args[0].fields) if isinstance(call.ty_args[0], relax.TupleType) else [call.ty_args[0]]
+    types = inputs + [t for t in outs if t.dtype in ("float16", "bfloat16", "float32", "float64")]
+    if len(types) != len(grad.params) or any(p.kind != "tensor" and p.kind != "auto" for p in grad.params):
+        return None   # the eager route reports the mismatch where torch calls it
+    specs = [ArgSpec("tensor", tuple(int(d) for d in t.shape), t.dtype) for t in types]
+    try:
+        generated = RelaxCodeGen(grad.info.parsed, dict(zip((p.name for p in grad.params), specs)),
+                                 grad.info.codegen_options).build()
+    except Exception:  # noqa: BLE001 - reported by the eager route, at the gradient function's line
+        return None
+    fn = generated[grad.info.name]
+    straight = len(generated.functions) == 1 and not any(isinstance(b.value, relax.If)
+                                                         for block in fn.body.blocks for b in block.bindings)
+    return fn if straight else None   # else (loops, kernels) it runs through the eager reference
 
 
 def _generate(info: FunctionInfo, specs, record):

@@ -521,7 +521,7 @@ def test_a_kernel_without_a_gradient_is_an_error_at_its_line_never_a_wrong_gradi
         torch.testing.assert_close(calls_cube(x), x ** 3 + x)
 
 
-def test_grad_for_gives_a_kernel_its_gradient_checked_by_gradcheck():
+def test_grad_for_splices_the_gradient_into_the_compiled_backward():
     @bt.jit
     def kernel_layer(x, w):
         y = mul_rows(x, w)
@@ -538,13 +538,47 @@ def test_grad_for_gives_a_kernel_its_gradient_checked_by_gradcheck():
     assert isinstance(mul_rows_grad, bt.JITFunction)
     x = torch.randn(3, 4, dtype=F64, requires_grad=True)
     w = torch.randn(4, dtype=F64, requires_grad=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bt.GradientFallbackWarning)    # compiled: no fallback
         assert torch.autograd.gradcheck(kernel_layer, (x, w))
-        check(kernel_layer, lambda x, w: torch.tanh(x * w) + ((x * w).sum(1) ** 3)[:, None], [x, w],
-              compiled=False)
-    texts = {str(w.message) for w in caught if issubclass(w.category, bt.GradientFallbackWarning)}
-    assert len(texts) == 1 and "@bt.grad_for function 'mul_rows_grad'" in texts.pop()
-    assert torch.autograd.gradgradcheck(kernel_layer, (x, w))   # the grad functions differentiate too
+    check(kernel_layer, lambda x, w: torch.tanh(x * w) + ((x * w).sum(1) ** 3)[:, None], [x, w])
+    k = kernel_layer.backward(x, w)
+    assert "call_tir_with_grad" not in k.stages["backward"]
+    assert "y_adjoint1" in k.stages["backward"]                     # mul_rows_grad's ops, written in place
+    call = _line_of(kernel_layer, "y = mul_rows(x, w)")
+    adjoint_lines = {op.line for kernel in k.fusion for op in kernel.ops if op.var.startswith("y_adjoint")}
+    assert adjoint_lines == {call}
+    assert torch.autograd.gradgradcheck(kernel_layer, (x, w))   # create_graph: the eager route, differentiable
     with pytest.raises(TypeError, match="takes a TensorIR kernel"):
         bt.grad_for(kernel_layer)
+
+
+@T.prim_func(s_tir=True)
+def scale_rows(a: T.handle, c: T.handle):
+    n = T.int64()
+    A = T.match_buffer(a, (n, T.int64(4)), "float64")
+    C = T.match_buffer(c, (n, T.int64(4)), "float64")
+    for i, j in T.grid(n, T.int64(4)):
+        with T.sblock("C"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            C[vi, vj] = A[vi, vj] * T.float64(2) * T.float64(2) * T.float64(2)
+
+
+def test_a_grad_for_function_with_a_run_time_loop_runs_through_the_eager_reference():
+    @bt.grad_for(scale_rows)
+    def scale_rows_grad(a, g):
+        if bt.sum(g) > 0.0:      # a run-time `if`: not straight-line code
+            h = g * 8.0
+        else:
+            h = 8.0 * g
+        return h
+
+    @bt.jit
+    def calls_scale(x):
+        return bt.sin(scale_rows(x))
+    x = torch.randn(2, 4, dtype=F64, requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert torch.autograd.gradcheck(calls_scale, (x,))
+    texts = {str(w.message) for w in caught if issubclass(w.category, bt.GradientFallbackWarning)}
+    assert len(texts) == 1 and "@bt.grad_for function 'scale_rows_grad'" in texts.pop()
