@@ -13,10 +13,11 @@ shapes of the call (TVM's gradients of reductions need static sizes).
 
 Where Gradient cannot go (a run-time `if` or loop, an op with no registered gradient, device blocks)
 the backward is torch autograd over the eager reference, with one warning per function naming the
-construct and its line. A TensorIR kernel has no eager gradient either, unless one is given with
-`@bt.grad_for`: without it, the backward is an error naming the kernel's line. Double backward
-(`create_graph=True`) always runs torch autograd over the eager reference, so it is differentiable
-again.
+construct and its line. A TensorIR kernel has a gradient only when one is given with `@bt.grad_for`
+(compiled into the backward when it is straight-line code, else run through the eager reference):
+without it, the backward is an error naming the kernel and its line, never a zero gradient. Double
+backward (`create_graph=True`) always runs torch autograd over the eager reference, so it is
+differentiable again.
 """
 from __future__ import annotations
 
@@ -208,12 +209,15 @@ def grad_for(kernel):
     The function is called `grad(*inputs, *grad_outputs)`: the kernel's input tensors as the call
     passed them (output placeholders left out), then the gradient of each floating-point output,
     in order. It returns the gradient of each floating-point input, in order: one tensor, or a
-    tuple of them (shapes and dtypes of the inputs). It is @jit-compiled (a @jit function is taken
-    as it is; a plain one is wrapped with `bt.jit()`), and runs wherever torch autograd asks for
-    the kernel's gradient: the backward of a function calling the kernel runs torch autograd over
-    its eager reference (a GradientFallbackWarning says so once), where the kernel's call is a
-    torch.autograd.Function whose backward calls this function; `create_graph=True` differentiates
-    this function in turn. Registering again for the same kernel replaces the gradient.
+    tuple of them (shapes and dtypes of the inputs). A @jit function is taken as it is; a plain one
+    is wrapped with `bt.jit()`. Registering again for the same kernel replaces the gradient.
+
+    Where it is straight-line code calling no kernel, it is compiled into the backward of every
+    function calling the kernel: the call becomes Relax's `call_tir_with_grad`, whose gradient rule
+    writes this function's Relax in place, fused with the rest of the backward. Otherwise that
+    backward runs torch autograd over the eager reference (a GradientFallbackWarning says so once),
+    where the kernel's call is a torch.autograd.Function whose backward calls this function; so
+    does `create_graph=True`, which differentiates this function in turn.
     """
     from .codegen import kernels
     if not kernels.is_kernel(kernel):
