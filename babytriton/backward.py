@@ -171,7 +171,8 @@ class _KernelGradients(relax.PyExprMutator):
             return call
         name = f"babytriton_{kernel.name_hint}_{next(_SPLICES)}"   # unique: threads compile at once
         _register_splice(name, grad, call)
-        out_ty = call.ty_args[0] if len(call.ty_args) == 1 else list(call.ty_args)
+        out = call.ty_args[0]
+        out_ty = list(out.fields) if isinstance(out, relax.TupleType) else out
         return relax.op.call_tir_with_grad(kernel, call.args[1], out_ty, te_grad_name=name)
 
 

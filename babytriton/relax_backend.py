@@ -16,7 +16,7 @@ from tvm import relax
 from . import backward, cache, fusion, pipeline, schedules
 from .arguments import ArgSpec
 from .codegen.relax import RelaxCodeGen, quiet_tvm
-from .errors import debug_enabled
+from .errors import CompilationError, debug_enabled
 from .frontend import FunctionInfo
 from .runtime import Compiled
 
@@ -41,6 +41,18 @@ def build_backward(info: FunctionInfo, specs: tuple[ArgSpec, ...], requires: tup
         if e.kernel is not None:   # the user's PrimFunc behind the module's specialised copy
             e.kernel = next((d.kernel for d in codegen.kernels if d.gvar.same_as(e.kernel)), None)
         raise
+    except CompilationError:   # a @bt.grad_for function's own mistake
+        raise
+    except Exception as e:  # noqa: BLE001 - TVM's Gradient failing on a construct: torch autograd instead
+        if debug_enabled():
+            raise
+        failed = backward.NotDifferentiable(None, "TVM's Gradient pass failing on it "
+                                                  "(BABYTRITON_DEBUG=1 shows why)")
+        failed.node = info.parsed.tree
+    else:
+        failed = None
+    if failed is not None:   # raised outside the `except`: TVM's error is not chained to it
+        raise failed
     record("backward", mod.script())
     return _lower_and_build(info, codegen, generated, mod, record, stages,
                             backward.lines(mod, codegen.binding_lines), "the backward of ")
@@ -78,6 +90,21 @@ def _gradient_module(grad, call):
     except Exception:  # noqa: BLE001 - reported by the eager route, at the gradient function's line
         return None
     fn = generated[grad.info.name]
+    floats = [t for t in inputs if t.dtype in ("float16", "bfloat16", "float32", "float64")]
+    ret = list(fn.ret_ty.fields) if isinstance(fn.ret_ty, relax.TupleType) else [fn.ret_ty]
+    kernel = call.args[0].name_hint
+    if len(ret) != len(floats):
+        raise grad.info.parsed.source_map.error(
+            grad.info.parsed.tree, f"the @bt.grad_for function '{grad.__name__}' of kernel `{kernel}` returns "
+                                   f"{len(ret)} gradient(s); the kernel has {len(floats)} floating-point input(s)")
+    for i, (got, want) in enumerate(zip(ret, floats)):
+        if not isinstance(got, relax.TensorType) or got.dtype != want.dtype or \
+                [int(d) for d in got.shape] != [int(d) for d in want.shape]:
+            shape = tuple(int(d) for d in want.shape)
+            raise grad.info.parsed.source_map.error(
+                grad.info.parsed.tree, f"the @bt.grad_for function '{grad.__name__}' of kernel `{kernel}` returns "
+                                       f"{got} as gradient {i + 1}, but that input is a {want.dtype} tensor of shape "
+                                       f"{shape}")
     straight = len(generated.functions) == 1 and not any(isinstance(b.value, relax.If)
                                                          for block in fn.body.blocks for b in block.bindings)
     return fn if straight else None   # else (loops, kernels) it runs through the eager reference

@@ -582,3 +582,30 @@ def test_a_grad_for_function_with_a_run_time_loop_runs_through_the_eager_referen
         assert torch.autograd.gradcheck(calls_scale, (x,))
     texts = {str(w.message) for w in caught if issubclass(w.category, bt.GradientFallbackWarning)}
     assert len(texts) == 1 and "@bt.grad_for function 'scale_rows_grad'" in texts.pop()
+
+
+@T.prim_func(s_tir=True)
+def mul_rows_too(a: T.handle, b: T.handle, c: T.handle):   # mul_rows' twin, given a wrong gradient
+    n = T.int64()
+    A = T.match_buffer(a, (n, T.int64(4)), "float64")
+    B = T.match_buffer(b, (T.int64(4),), "float64")
+    C = T.match_buffer(c, (n, T.int64(4)), "float64")
+    for i, j in T.grid(n, T.int64(4)):
+        with T.sblock("C"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            C[vi, vj] = A[vi, vj] * B[vj]
+
+
+def test_a_grad_for_function_returning_the_wrong_gradients_is_an_error_at_its_def():
+    @bt.grad_for(mul_rows_too)
+    def wrong_grad(a, b, g):
+        return g * b, g * a          # the second should be summed to b's shape (4,)
+
+    @bt.jit
+    def calls_it(x, w):
+        return mul_rows_too(x, w) * 2.0
+    x, w = torch.randn(3, 4, dtype=F64, requires_grad=True), torch.randn(4, dtype=F64, requires_grad=True)
+    with pytest.raises(bt.CompilationError, match=r"'wrong_grad' of kernel `mul_rows_too` returns .* as gradient 2, "
+                                                  r"but that input is a float64 tensor of shape \(4,\)") as caught:
+        calls_it(x, w).sum().backward()
+    assert caught.value.lineno == _line_of(wrong_grad, "def wrong_grad") and caught.value.__cause__ is None
