@@ -9,6 +9,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tvm.script import tirx as T
 
 import babytriton as bt
@@ -113,7 +115,20 @@ def affine(x, w, b):
     return x * w + b
 
 
-@pytest.mark.parametrize("shapes", [[(4, 1), (1, 8), ()], [(3, 1, 5), (4, 1), (5,)], [(2, 3), (2, 3), (1, 1, 1)]])
+@st.composite
+def broadcast_shapes(draw):
+    """Three shapes that broadcast together: suffixes of one shape, some sizes 1."""
+    full = draw(st.lists(st.integers(1, 4), min_size=0, max_size=3))
+    shapes = []
+    for _ in range(3):
+        rank = draw(st.integers(0, len(full)))
+        dims = full[len(full) - rank:]
+        shapes.append(tuple(1 if draw(st.booleans()) else d for d in dims))
+    return shapes
+
+
+@settings(max_examples=8, deadline=None)
+@given(shapes=broadcast_shapes())
 def test_broadcasting_reduces_gradients_to_each_input(shapes):
     args = [torch.randn(s, dtype=F64, requires_grad=True) for s in shapes]
     grads = check(affine, lambda x, w, b: x * w + b, args)
