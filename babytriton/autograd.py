@@ -30,6 +30,7 @@ import torch
 from .arguments import ArgSpec
 from .backward import NotDifferentiable
 from .cache import KeyPart
+from .codegen import kernels
 from .types import Param, Tensor, is_float_dtype
 
 
@@ -113,7 +114,7 @@ class Differentiable:
             return kernel.runner(tuple(args) + tuple(grads))
         what = failed.what   # raised and warned outside the `except`: no internal exception chained
         if failed.kernel is not None:
-            grad = kernel_gradient(failed.kernel)
+            grad = kernels.gradient_of(failed.kernel)
             if grad is None:
                 raise jitfn.not_differentiable(failed)
             what += f", whose gradient (the @bt.grad_for function '{grad.__name__}') runs eagerly"
@@ -193,95 +194,3 @@ def eager_vjp(jitfn, args, grads, outputs, wanted, create_graph: bool) -> tuple:
     got = list(got)
     return tuple(got.pop(0) if w else None for w in wanted)
 
-
-# --------------------------------------------------------------------------------------------------
-# @bt.grad_for: the gradient of a user's TensorIR kernel
-# --------------------------------------------------------------------------------------------------
-
-_KERNEL_GRADIENTS: list = []   # (kernel, its gradient's JITFunction), newest first
-_KERNEL_GRADIENTS_LOCK = threading.Lock()
-
-
-def grad_for(kernel):
-    """`@bt.grad_for(kernel)` above a function computing the vector-Jacobian product of a TensorIR
-    kernel (`@T.prim_func`) called from @jit code, so that functions calling it are differentiable.
-
-    The function is called `grad(*inputs, *grad_outputs)`: the kernel's input tensors as the call
-    passed them (output placeholders left out), then the gradient of each floating-point output,
-    in order. It returns the gradient of each floating-point input, in order: one tensor, or a
-    tuple of them (shapes and dtypes of the inputs). A @jit function is taken as it is; a plain one
-    is wrapped with `bt.jit()`. Registering again for the same kernel replaces the gradient.
-
-    Where it is straight-line code calling no kernel, it is compiled into the backward of every
-    function calling the kernel: the call becomes Relax's `call_tir_with_grad`, whose gradient rule
-    writes this function's Relax in place, fused with the rest of the backward. Otherwise that
-    backward runs torch autograd over the eager reference (a GradientFallbackWarning says so once),
-    where the kernel's call is a torch.autograd.Function whose backward calls this function; so
-    does `create_graph=True`, which differentiates this function in turn.
-    """
-    from .codegen import kernels
-    if not kernels.is_kernel(kernel):
-        raise TypeError(f"bt.grad_for takes a TensorIR kernel (a @T.prim_func), got {type(kernel).__name__}")
-
-    def register(fn):
-        from .frontend import Decorated
-        from .jit import jit
-        jitfn = fn if isinstance(fn, Decorated) else jit(fn)
-        with _KERNEL_GRADIENTS_LOCK:
-            _KERNEL_GRADIENTS[:] = [(k, g) for k, g in _KERNEL_GRADIENTS if not k.same_as(kernel)]
-            _KERNEL_GRADIENTS.insert(0, (kernel, jitfn))
-        return jitfn
-    return register
-
-
-def kernel_gradient(kernel):
-    """The @bt.grad_for function of a kernel, or None."""
-    with _KERNEL_GRADIENTS_LOCK:
-        return next((g for k, g in _KERNEL_GRADIENTS if k.same_as(kernel)), None)
-
-
-def no_gradient_message(name: str) -> str:
-    return (f"the TensorIR kernel `{name}` has no gradient (babytriton cannot differentiate a kernel's "
-            f"loops): give it one with @bt.grad_for({name}) on a function taking the kernel's inputs and "
-            "the gradient of each floating-point output, returning the gradient of each floating-point "
-            "input; or call it on tensors that don't require grad")
-
-
-def kernel_call(run, kernel, name: str, args: list, where: tuple):
-    """An eager call of `kernel` on tensors that require grad (grad mode on): the outputs take part
-    in torch autograd, their backward the kernel's @bt.grad_for function, else an error naming the
-    kernel and `where` (file, line) it was called."""
-    return _KernelFunction.apply(run, kernel, name, where, *args)
-
-
-class _KernelFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, run, kernel, name, where, *args):
-        outputs, n_inputs = run(list(args))
-        ctx.kernel, ctx.name, ctx.where, ctx.n_inputs, ctx.n_args = kernel, name, where, n_inputs, len(args)
-        inputs = args[:n_inputs]
-        ctx.save_for_backward(*inputs)
-        many = _as_tuple(outputs)
-        ctx.float_outputs = [isinstance(o, torch.Tensor) and o.is_floating_point() for o in many]
-        ctx.mark_non_differentiable(*(o for o, f in zip(many, ctx.float_outputs) if not f))
-        return outputs
-
-    @staticmethod
-    def backward(ctx, *grads):
-        fn = kernel_gradient(ctx.kernel)
-        if fn is None:
-            from .errors import CompilationError
-            filename, lineno, line = ctx.where
-            col = len(line) - len(line.lstrip()) if line else None
-            raise CompilationError(no_gradient_message(ctx.name), filename, lineno, col, line)
-        inputs = ctx.saved_tensors
-        got = fn(*inputs, *(g for g, f in zip(grads, ctx.float_outputs) if f))
-        got = list(_as_tuple(got))
-        floats = [i for i, t in enumerate(inputs) if t.is_floating_point()]
-        if len(got) != len(floats):
-            raise TypeError(f"the @bt.grad_for function '{fn.__name__}' of kernel `{ctx.name}` returned "
-                            f"{len(got)} gradient(s); the kernel has {len(floats)} floating-point input(s)")
-        out = [None] * ctx.n_args
-        for i, g in zip(floats, got):
-            out[i] = g if ctx.needs_input_grad[4 + i] else None
-        return (None, None, None, None) + tuple(out)

@@ -28,7 +28,7 @@ from .codegen import values as core  # the compiler's value helpers (a tensor's 
 from .codegen.operators import weak_dtype
 from .codegen.values import wrap_int
 from .dlpack import torch_to_vm
-from .errors import Diagnostic
+from .errors import CompilationError, Diagnostic
 from .types import DTYPES, TORCH_TO_NAME, format_shape
 
 # The device that values made from nothing (constants, zeros(...)) go to during an eager call.
@@ -499,12 +499,47 @@ def run_kernel(kernel, name: str, *args, **kwargs):
     checks them, the outputs allocated, the kernel built for the inputs' device and run."""
     try:
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            from . import autograd   # differentiable through its @bt.grad_for function, if it has one
+            # differentiable through its @bt.grad_for function, if it has one
             run = functools.partial(_run_kernel, kernel, name, kwargs=kwargs, count=True)
-            return autograd.kernel_call(run, kernel, name, list(args), _caller())
+            return _KernelFunction.apply(run, kernel, name, _caller(), *args)
         return _run_kernel(kernel, name, list(args), kwargs)
     except Diagnostic as e:
         raise TypeError(str(e)) from None
+
+
+class _KernelFunction(torch.autograd.Function):
+    """An eager kernel call on tensors that require grad: its backward is the kernel's @bt.grad_for
+    function, else an error naming the kernel and where (file, line) it was called."""
+
+    @staticmethod
+    def forward(ctx, run, kernel, name, where, *args):
+        outputs, n_inputs = run(list(args))
+        ctx.kernel, ctx.name, ctx.where, ctx.n_inputs, ctx.n_args = kernel, name, where, n_inputs, len(args)
+        inputs = args[:n_inputs]
+        ctx.save_for_backward(*inputs)
+        many = outputs if isinstance(outputs, tuple) else (outputs,)
+        ctx.float_outputs = [isinstance(o, torch.Tensor) and o.is_floating_point() for o in many]
+        ctx.mark_non_differentiable(*(o for o, f in zip(many, ctx.float_outputs) if not f))
+        return outputs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        fn = kernels.gradient_of(ctx.kernel)
+        if fn is None:
+            filename, lineno, line = ctx.where
+            col = len(line) - len(line.lstrip()) if line else None
+            raise CompilationError(kernels.no_gradient_message(ctx.name), filename, lineno, col, line)
+        inputs = ctx.saved_tensors
+        got = fn(*inputs, *(g for g, f in zip(grads, ctx.float_outputs) if f))
+        got = list(got) if isinstance(got, tuple) else [got]
+        floats = [i for i, t in enumerate(inputs) if t.is_floating_point()]
+        if len(got) != len(floats):
+            raise TypeError(f"the @bt.grad_for function '{fn.__name__}' of kernel `{ctx.name}` returned "
+                            f"{len(got)} gradient(s); the kernel has {len(floats)} floating-point input(s)")
+        out = [None] * ctx.n_args
+        for i, g in zip(floats, got):
+            out[i] = g if ctx.needs_input_grad[4 + i] else None
+        return (None, None, None, None) + tuple(out)
 
 
 def _caller() -> tuple:

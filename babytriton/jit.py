@@ -13,6 +13,7 @@ from . import autograd, cache, config, devices, dump, eager, relax_backend, sche
 from . import backward as backward_
 from . import explain as explaining
 from .arguments import ArgSpec
+from .codegen import kernels
 from .errors import CompilationError
 from .frontend import Decorated, FunctionInfo
 from .runtime import Compiled, Kernel
@@ -38,6 +39,33 @@ def jit(fn=None, /, **options):
     if fn is None:
         return lambda f: JITFunction(f, **options)
     return JITFunction(fn, **options)
+
+
+def grad_for(kernel):
+    """`@bt.grad_for(kernel)` above a function computing the vector-Jacobian product of a TensorIR
+    kernel (`@T.prim_func`) called from @jit code, so that functions calling it are differentiable.
+
+    The function is called `grad(*inputs, *grad_outputs)`: the kernel's input tensors as the call
+    passed them (output placeholders left out), then the gradient of each floating-point output,
+    in order. It returns the gradient of each floating-point input, in order: one tensor, or a
+    tuple of them (shapes and dtypes of the inputs). A @jit function is taken as it is; a plain one
+    is wrapped with `bt.jit()`. Registering again for the same kernel replaces the gradient.
+
+    Where it is straight-line code calling no kernel, it is compiled into the backward of every
+    function calling the kernel: the call becomes Relax's `call_tir_with_grad`, whose gradient rule
+    writes this function's Relax in place, fused with the rest of the backward. Otherwise that
+    backward runs torch autograd over the eager reference (a GradientFallbackWarning says so once),
+    where the kernel's call is a torch.autograd.Function whose backward calls this function; so
+    does `create_graph=True`, which differentiates this function in turn.
+    """
+    if not kernels.is_kernel(kernel):
+        raise TypeError(f"bt.grad_for takes a TensorIR kernel (a @T.prim_func), got {type(kernel).__name__}")
+
+    def register(fn):
+        jitfn = fn if isinstance(fn, Decorated) else jit(fn)
+        kernels.set_gradient(kernel, jitfn)
+        return jitfn
+    return register
 
 
 def check_options(options: dict) -> None:
@@ -290,7 +318,7 @@ class JITFunction(Decorated):
         except backward_.NotDifferentiable as e:
             failed = e
         # raised outside the `except`: no internal exception chained
-        if failed.kernel is not None and autograd.kernel_gradient(failed.kernel) is None:
+        if failed.kernel is not None and kernels.gradient_of(failed.kernel) is None:
             raise self.not_differentiable(failed)
         raise self.parsed.source_map.error(
             failed.node, f"the backward of '{self.__name__}' cannot be compiled because of {failed.what}; calls "
@@ -315,7 +343,7 @@ class JITFunction(Decorated):
         """The error of a backward through a TensorIR kernel that has no @bt.grad_for gradient."""
         node = e.node
         name = ast.unparse(node.func) if isinstance(node, ast.Call) else e.what.split("`")[1]
-        return self.parsed.source_map.error(node, autograd.no_gradient_message(name))
+        return self.parsed.source_map.error(node, kernels.no_gradient_message(name))
 
     def warn_fallback(self, what: str, node, version=None) -> None:
         """Once per function and construct: its backward runs on torch autograd over the eager reference."""

@@ -15,6 +15,7 @@ from tvm import relax
 
 from . import backward, cache, fusion, pipeline, schedules
 from .arguments import ArgSpec
+from .codegen import kernels
 from .codegen.relax import RelaxCodeGen, quiet_tvm
 from .errors import CompilationError, debug_enabled
 from .frontend import FunctionInfo
@@ -43,7 +44,7 @@ def build_backward(info: FunctionInfo, specs: tuple[ArgSpec, ...], requires: tup
         raise
     except CompilationError:   # a @bt.grad_for function's own mistake
         raise
-    except Exception as e:  # noqa: BLE001 - TVM's Gradient failing on a construct: torch autograd instead
+    except Exception:  # noqa: BLE001 - TVM's Gradient failing on a construct: torch autograd instead
         if debug_enabled():
             raise
         failed = backward.NotDifferentiable(None, "TVM's Gradient pass failing on it "
@@ -62,7 +63,6 @@ def _kernel_gradients(codegen):
     """For backward.vjp_module: the Relax function of the @bt.grad_for gradient of a kernel the code
     calls, for the call's types, or None: no gradient, or one that is not straight-line code calling
     no kernel (that one runs through the eager reference instead)."""
-    from . import autograd
     made: dict = {}
 
     def find(gvar, call):
@@ -70,7 +70,7 @@ def _kernel_gradients(codegen):
         if key not in made:
             made[key] = None
             kernel = next((d.kernel for d in codegen.kernels if d.gvar.same_as(gvar)), None)
-            grad = autograd.kernel_gradient(kernel) if kernel is not None else None
+            grad = kernels.gradient_of(kernel) if kernel is not None else None
             if grad is not None:
                 made[key] = _gradient_module(grad, call)
         return made[key]
