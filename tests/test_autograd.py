@@ -624,3 +624,37 @@ def test_a_grad_for_function_returning_the_wrong_gradients_is_an_error_at_its_de
                                                   r"but that input is a float64 tensor of shape \(4,\)") as caught:
         calls_it(x, w).sum().backward()
     assert caught.value.lineno == _line_of(wrong_grad, "def wrong_grad") and caught.value.__cause__ is None
+
+
+@T.prim_func(s_tir=True)
+def double_and_square(a: T.handle, c: T.handle, d: T.handle):
+    n = T.int64()
+    A = T.match_buffer(a, (n,), "float64")
+    C = T.match_buffer(c, (n,), "float64")
+    D = T.match_buffer(d, (n,), "float64")
+    for i in range(n):
+        with T.sblock("C"):
+            vi = T.axis.remap("S", [i])
+            C[vi] = A[vi] * T.float64(2)
+            D[vi] = A[vi] * A[vi]
+
+
+def test_grad_for_a_kernel_with_two_outputs_one_unused():
+    @bt.grad_for(double_and_square)
+    def double_and_square_grad(a, g_double, g_square):
+        return 2.0 * g_double + 2.0 * a * g_square
+
+    @bt.jit
+    def both(x):
+        c, d = double_and_square(x)
+        return bt.sin(c) * d
+
+    @bt.jit
+    def first_only(x):
+        c, d = double_and_square(x)
+        return bt.sin(c)
+    x = torch.randn(5, dtype=F64, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bt.GradientFallbackWarning)
+        assert torch.autograd.gradcheck(both, (x,)) and torch.autograd.gradcheck(first_only, (x,))
+    check(both, lambda x: torch.sin(2 * x) * x * x, [x])
