@@ -337,7 +337,8 @@ class JITFunction(Decorated):
         results = results if isinstance(results, tuple) else (results,)
         outputs = tuple(isinstance(r, torch.Tensor) and r.is_floating_point() for r in results)
         specs = autograd.concrete(self._specs(args), args)
-        return specs, autograd.Variant(requires, outputs), [r for r, o in zip(results, outputs) if o]
+        variant = autograd.Variant(requires, outputs, autograd.kernel_gradients(self.info))
+        return specs, variant, [r for r, o in zip(results, outputs) if o]
 
     def not_differentiable(self, e) -> CompilationError:
         """The error of a backward through a TensorIR kernel that has no @bt.grad_for gradient."""

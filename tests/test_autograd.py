@@ -658,3 +658,41 @@ def test_grad_for_a_kernel_with_two_outputs_one_unused():
         warnings.simplefilter("error", bt.GradientFallbackWarning)
         assert torch.autograd.gradcheck(both, (x,)) and torch.autograd.gradcheck(first_only, (x,))
     check(both, lambda x: torch.sin(2 * x) * x * x, [x])
+
+
+@T.prim_func(s_tir=True)
+def triple(a: T.handle, c: T.handle):
+    n = T.int64()
+    A = T.match_buffer(a, (n,), "float64")
+    C = T.match_buffer(c, (n,), "float64")
+    for i in range(n):
+        with T.sblock("C"):
+            vi = T.axis.remap("S", [i])
+            C[vi] = A[vi] * T.float64(3)
+
+
+def calls_triple(x):
+    return triple(x) * x
+
+
+def test_a_backward_is_keyed_on_the_kernel_gradients_it_compiles_in(tmp_path, monkeypatch):
+    monkeypatch.setenv("BABYTRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("BABYTRITON_CACHE", raising=False)
+    f = bt.jit(calls_triple)
+    x = torch.randn(4, dtype=F64, requires_grad=True)
+
+    def grad_of(fn):
+        return torch.autograd.grad(fn(x).sum(), x)[0]
+
+    @bt.grad_for(triple)
+    def triple_grad(a, g):
+        return 3.0 * g
+    torch.testing.assert_close(grad_of(f), 6 * x.detach())
+    assert "gradient of `triple`: triple_grad" in f.explain(x, backward=True).parts["backward"]
+
+    @bt.grad_for(triple)
+    def halved_grad(a, g):       # another gradient (deliberately not triple's): used from now on
+        return 1.5 * g
+    torch.testing.assert_close(grad_of(f), 4.5 * x.detach())
+    torch.testing.assert_close(grad_of(bt.jit(calls_triple)), 4.5 * x.detach())   # its own disk entry
+    assert f.cache_info()["disk_writes"] == 3       # the forward, and one backward per gradient

@@ -39,6 +39,7 @@ def is_kernel(value) -> bool:
 # The gradients given with @bt.grad_for (jit.grad_for): (kernel, its gradient's JITFunction), newest first.
 _GRADIENTS: list = []
 _GRADIENTS_LOCK = threading.Lock()
+_GENERATION = [0]   # registrations so far: a cached backward made before the last one is looked at anew
 
 
 def set_gradient(kernel: tirx.PrimFunc, fn) -> None:
@@ -46,6 +47,11 @@ def set_gradient(kernel: tirx.PrimFunc, fn) -> None:
     with _GRADIENTS_LOCK:
         _GRADIENTS[:] = [(k, g) for k, g in _GRADIENTS if not k.same_as(kernel)]
         _GRADIENTS.insert(0, (kernel, fn))
+        _GENERATION[0] += 1
+
+
+def generation() -> int:
+    return _GENERATION[0]
 
 
 def gradient_of(kernel):
