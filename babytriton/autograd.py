@@ -27,9 +27,9 @@ import warnings
 
 import torch
 
+from . import cache
 from .arguments import ArgSpec
 from .backward import NotDifferentiable
-from . import cache
 from .cache import KeyPart
 from .codegen import kernels
 from .frontend import Decorated
@@ -218,4 +218,3 @@ def eager_vjp(jitfn, args, grads, outputs, wanted, create_graph: bool) -> tuple:
                                   allow_unused=True, create_graph=create_graph)
     got = list(got)
     return tuple(got.pop(0) if w else None for w in wanted)
-

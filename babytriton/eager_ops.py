@@ -545,7 +545,7 @@ class _KernelFunction(torch.autograd.Function):
 def _caller() -> tuple:
     """(file, line, source line) of the user's code that called into this module."""
     frame = sys._getframe(1)
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here):
         frame = frame.f_back
     if frame is None:
