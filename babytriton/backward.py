@@ -9,7 +9,11 @@ rather than reading them saved from the forward call (see `docs`/chapter 22 for 
 
 Gradient takes one dataflow block of ops that each have a registered gradient (`FPrimalGradient`);
 `check` finds the first construct on the way from a differentiated parameter to a differentiated output
-that breaks that (a run-time `if` or loop, an op without a gradient, a TensorIR kernel).
+that breaks that (a run-time `if` or loop, an op without a gradient, a TensorIR kernel without a
+@bt.grad_for gradient). A kernel with one becomes `call_tir_with_grad`, whose gradient rule writes the
+gradient function's Relax in place. Gradient takes float16/32/64 parameters only: a bfloat16 one is
+differentiated as float32 converted to bfloat16 (exact), and a half matmul accumulating in float32 is
+written as the float32 matmul of its converted operands (the same values) for matmul's rule.
 """
 from __future__ import annotations
 
