@@ -135,6 +135,13 @@ def test_broadcasting_reduces_gradients_to_each_input(shapes):
     assert [tuple(g.shape) for g in grads] == [tuple(s) for s in shapes]
 
 
+def test_mixed_dtypes_promote_and_each_gradient_is_in_its_inputs_dtype():
+    args = [torch.randn(4, 3, requires_grad=True), torch.randn(3, dtype=torch.float16, requires_grad=True),
+            torch.randn(1, dtype=F64, requires_grad=True)]
+    grads = check(affine, lambda x, w, b: x * w + b, args)
+    assert [g.dtype for g in grads] == [torch.float32, torch.float16, F64]
+
+
 @bt.jit
 def passthrough(x, y):
     return x, y * 2.0, bt.reshape(y, (2, 6)), bt.permute_dims(y, (1, 0))
