@@ -1,13 +1,14 @@
 """babytriton: a teaching-grade JIT compiler from Python tensor functions to TVM Relax, TIR and CUDA."""
 from . import ops
+from .autograd import GradientFallbackWarning
 from .config import __version__
 from .codegen.tir import parallel
 from .devices import device
 from .errors import CompilationError
-from .jit import JITFunction, Kernel, jit
+from .jit import JITFunction, Kernel, grad_for, jit
 from .ops import *  # noqa: F401,F403 - bt.softmax, bt.sigmoid, ...: operators for @jit code
 from .types import Tensor, constexpr
 
 # The operators stay out of __all__: `from babytriton import *` must not shadow sum, max, abs, ...
 __all__ = ["jit", "JITFunction", "Kernel", "Tensor", "constexpr", "CompilationError", "device", "parallel",
-           "ops"]
+           "ops", "grad_for", "GradientFallbackWarning"]

@@ -13,10 +13,11 @@ shapes of the call (TVM's gradients of reductions need static sizes).
 
 Where Gradient cannot go (a run-time `if` or loop, an op with no registered gradient, device blocks)
 the backward is torch autograd over the eager reference, with one warning per function naming the
-construct and its line. A TensorIR kernel has no eager gradient either, unless one is given with
-`@bt.grad_for`: without it, the backward is an error naming the kernel's line. Double backward
-(`create_graph=True`) always runs torch autograd over the eager reference, so it is differentiable
-again.
+construct and its line. A TensorIR kernel has a gradient only when one is given with `@bt.grad_for`
+(compiled into the backward when it is straight-line code, else run through the eager reference):
+without it, the backward is an error naming the kernel and its line, never a zero gradient. Double
+backward (`create_graph=True`) always runs torch autograd over the eager reference, so it is
+differentiable again.
 """
 from __future__ import annotations
 
@@ -26,9 +27,12 @@ import warnings
 
 import torch
 
+from . import cache
 from .arguments import ArgSpec
 from .backward import NotDifferentiable
 from .cache import KeyPart
+from .codegen import kernels
+from .frontend import Decorated
 from .types import Param, Tensor, is_float_dtype
 
 
@@ -41,12 +45,35 @@ class Variant:
     """Which backward: the parameters differentiated and the results that have a gradient."""
     requires: tuple[bool, ...]
     outputs: tuple[bool, ...]
+    gradients: tuple = ()     # kernel_gradients(): the @bt.grad_for functions it may compile in
 
     def key_part(self, params: list[Param]) -> KeyPart:
         names = ", ".join(p.name for p, r in zip(params, self.requires) if r)
         outs = ", ".join(str(i) for i, o in enumerate(self.outputs) if o)
         text = f"backward wrt {names}; results {outs}"
+        text += "".join(f"; gradient of `{path}`: {name} ({digest[:8]})" for path, name, digest in self.gradients)
         return KeyPart("backward", text, text)
+
+
+def kernel_gradients(info) -> tuple:
+    """(kernel's path, gradient's name, its key digest) for each @bt.grad_for gradient of a kernel
+    the function reaches (its globals, and those of @jit functions it calls): a backward compiled
+    with one is keyed on it, so that an edited or re-registered gradient compiles anew."""
+    found, seen = [], set()
+
+    def walk(info):
+        if id(info) in seen:
+            return
+        seen.add(id(info))
+        for path, value in cache.global_uses(info):
+            if kernels.is_kernel(value):
+                grad = kernels.gradient_of(value)
+                if grad is not None:
+                    found.append((path, grad.__name__, cache.make_key(grad.info, (), grad.info.target).digest))
+            elif isinstance(value, Decorated):
+                walk(value.info)
+    walk(info)
+    return tuple(found)
 
 
 def requires_grad(args) -> tuple[bool, ...]:
@@ -89,7 +116,7 @@ class Differentiable:
         """The compiled backward for these arguments and result gradients, as a runner; False when it
         falls back (the reason warned once)."""
         specs = concrete(self.specs, args)
-        key = (specs, outputs)
+        key = (specs, outputs, kernels.generation())   # a gradient registered since: looked at anew
         found = self._backwards.get(key)
         if found is None:
             with self._lock:
@@ -103,13 +130,21 @@ class Differentiable:
         if self.kernel.vm_devices is not None or jitfn.heterogeneous:
             jitfn.warn_fallback("device blocks (`with bt.device(...)`)", None)
             return False
-        variant = Variant(self.requires, outputs)
+        variant = Variant(self.requires, outputs, kernel_gradients(jitfn.info))
         try:
             kernel = jitfn.backward_kernel(specs, variant, grads)
         except NotDifferentiable as e:
-            jitfn.warn_fallback(e.what, e.node)
-            return False
-        return kernel.runner(tuple(args) + tuple(grads))
+            failed = e
+        else:
+            return kernel.runner(tuple(args) + tuple(grads))
+        what = failed.what   # raised and warned outside the `except`: no internal exception chained
+        if failed.kernel is not None:
+            grad = kernels.gradient_of(failed.kernel)
+            if grad is None:
+                raise jitfn.not_differentiable(failed)
+            what += f", whose gradient (the @bt.grad_for function '{grad.__name__}') runs eagerly"
+        jitfn.warn_fallback(what, failed.node, (specs, variant))
+        return False
 
 
 def _as_tuple(results) -> tuple:

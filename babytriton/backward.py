@@ -9,13 +9,19 @@ rather than reading them saved from the forward call (see `docs`/chapter 22 for 
 
 Gradient takes one dataflow block of ops that each have a registered gradient (`FPrimalGradient`);
 `check` finds the first construct on the way from a differentiated parameter to a differentiated output
-that breaks that (a run-time `if` or loop, an op without a gradient, a TensorIR kernel).
+that breaks that (a run-time `if` or loop, an op without a gradient, a TensorIR kernel without a
+@bt.grad_for gradient). A kernel with one becomes `call_tir_with_grad`, whose gradient rule writes the
+gradient function's Relax in place. Gradient takes float16/32/64 parameters only: a bfloat16 one is
+differentiated as float32 converted to bfloat16 (exact), and a half matmul accumulating in float32 is
+written as the float32 matmul of its converted operands (the same values) for matmul's rule.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from . import gradients  # noqa: F401 - registers the gradients TVM lacks or computes unlike torch
@@ -27,6 +33,7 @@ class NotDifferentiable(Exception):
     var: relax.Var | None
     what: str
     node: object = None   # the user's expression (set by the backend, which knows the lines)
+    kernel: object = None  # a TensorIR kernel at fault: its GlobalVar here, the user's PrimFunc once the backend sets it
 
     def __str__(self):
         return self.what
@@ -58,19 +65,34 @@ def _has_gradient(call: relax.Call) -> bool:
     return isinstance(op, tvm.ir.Op) and op.get_attr("FPrimalGradient") is not None
 
 
+_KERNEL_CALLS = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_dps_packed")
+
+
 def _describe(call: relax.Call) -> str:
     op = call.op
     if isinstance(op, tvm.ir.Op):
-        if op.name in ("relax.call_tir", "relax.call_tir_inplace", "relax.call_dps_packed"):
+        if op.name in _KERNEL_CALLS:
             kernel = call.args[0]
             name = getattr(kernel, "name_hint", None) or str(kernel)
-            return f"the TensorIR kernel `{name}` (Gradient cannot see inside a kernel; give it a gradient with " \
-                   "@bt.grad_for)"
+            return f"the TensorIR kernel `{name}`"
         return f"`{op.name.removeprefix('relax.')}`, which has no registered gradient"
     return "a call of another function (a run-time loop)"
 
 
-def check(fn: relax.Function, requires: tuple[bool, ...], outputs: tuple[bool, ...]) -> None:
+def _calls_function(expr) -> bool:
+    """Whether an If's branches call a Relax function (the code generator's loops are such calls)."""
+    found = []
+
+    def visit(node):
+        if isinstance(node, relax.Call) and isinstance(node.op, relax.GlobalVar):
+            found.append(node)
+
+    relax.analysis.post_order_visit(expr, visit)
+    return bool(found)
+
+
+def check(fn: relax.Function, requires: tuple[bool, ...], outputs: tuple[bool, ...],
+          kernel_grads=None) -> None:
     """Raise NotDifferentiable for the first binding Gradient cannot take: any run-time `if` or loop
     (Gradient needs one dataflow block), else an op without a gradient or a kernel on the way from a
     differentiated parameter to a differentiated output."""
@@ -79,6 +101,8 @@ def check(fn: relax.Function, requires: tuple[bool, ...], outputs: tuple[bool, .
     for binding in order:
         value = binding.value
         if isinstance(value, relax.If):
+            if _calls_function(value):   # a run-time `for`/`while` is an If around its loop function's call
+                raise NotDifferentiable(binding.var, "a run-time loop (the backward needs straight-line code)")
             raise NotDifferentiable(binding.var, "a run-time `if` (the backward needs straight-line code)")
         if isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar):
             raise NotDifferentiable(binding.var, "a run-time loop (the backward needs straight-line code)")
@@ -99,15 +123,114 @@ def check(fn: relax.Function, requires: tuple[bool, ...], outputs: tuple[bool, .
         value = binding.value
         if binding.var in depends and binding.var in needed and isinstance(value, relax.Call) \
                 and not _has_gradient(value):
-            raise NotDifferentiable(binding.var, _describe(value))
+            kernel = value.args[0] if isinstance(value.op, tvm.ir.Op) and value.op.name in _KERNEL_CALLS else None
+            if kernel is not None and kernel_grads is not None and kernel_grads(kernel, value) is not None:
+                continue   # a kernel whose @bt.grad_for gradient is spliced in
+            raise NotDifferentiable(binding.var, _describe(value), kernel=kernel)
 
 
-def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs: tuple[bool, ...]) -> tvm.IRModule:
+# Names of the bindings vjp_module adds around the forward: never a name the code generator gives
+# (its temporaries are gv*, user variables keep their names), so `lines` cannot confuse them.
+_TERM, _TOTAL, _WIDE = "vjp_term", "vjp_total", "vjp_wide"
+
+
+@relax.expr_functor.mutator
+class _WidenMatmul(relax.PyExprMutator):
+    """`matmul(a, b, out_dtype=float32)` of half tensors (the code generator's accumulate-in-float32
+    form) as `matmul(float32(a), float32(b))`: the same values (a half converts exactly), in the
+    form matmul's registered gradient takes (it assumes one dtype throughout)."""
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.matmul":
+            out = call.attrs.out_dtype
+            out = "" if out is None else str(out)
+            a, b = call.args
+            if out not in ("", "void", "None") and (a.ty.dtype != out or b.ty.dtype != out):
+                wide = [self.builder_.emit(relax.op.astype(x, out)) if x.ty.dtype != out else x for x in (a, b)]
+                return relax.op.matmul(*wide)
+        return call
+
+
+_SPLICES = itertools.count()
+
+
+@relax.expr_functor.mutator
+class _KernelGradients(relax.PyExprMutator):
+    """Each `call_tir` of a kernel that has a @bt.grad_for gradient as `call_tir_with_grad`, whose
+    gradient rule writes the Relax of the @jit gradient function in place (see `_register_splice`).
+    `kernel_grads(gvar, call)` gives that function (straight-line Relax, calling no kernel), or None."""
+
+    def __init__(self, mod: tvm.IRModule, kernel_grads):
+        super().__init__(mod)
+        self.kernel_grads = kernel_grads
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir"):
+            return call
+        kernel = call.args[0]
+        grad = self.kernel_grads(kernel, call)
+        if grad is None:
+            return call
+        name = f"babytriton_{kernel.name_hint}_{next(_SPLICES)}"   # unique: threads compile at once
+        _register_splice(name, grad, call)
+        out = call.ty_args[0]
+        out_ty = list(out.fields) if isinstance(out, relax.TupleType) else out
+        return relax.op.call_tir_with_grad(kernel, call.args[1], out_ty, te_grad_name=name)
+
+
+@relax.expr_functor.mutator
+class _Substitute(relax.PyExprMutator):
+    """Reads of remapped vars replaced (`set_var_remap`), nothing else changed."""
+
+
+def _register_splice(name: str, grad: relax.Function, call) -> None:
+    """Gradient's rule for `call_tir_with_grad(..., te_grad_name=name)`: the bindings of `grad` (the
+    gradient function, called with the kernel's inputs and the gradient of each float output),
+    written into the backward, each named as an adjoint of the kernel's result (the fusion map gives
+    them the call's line); its result (one gradient per float input) as the tuple of every input's
+    gradient, zeros for the others."""
+    inputs = list(call.args[1].fields)
+    floats = [i for i, a in enumerate(inputs) if a.ty.dtype in ("float16", "bfloat16", "float32", "float64")]
+
+    def handler(orig_var, orig_call, output_grad, ctx):
+        sub = _Substitute()
+        outs = [output_grad]
+        if isinstance(output_grad.ty, relax.TupleType):
+            outs = [ctx.emit(relax.TupleGetItem(output_grad, i)) for i in range(len(output_grad.ty.fields))]
+        outs = [g for g in outs if g.ty.dtype in ("float16", "bfloat16", "float32", "float64")]
+        for p, a in zip(grad.params, [*orig_call.args[1].fields, *outs]):
+            sub.set_var_remap(p, a)
+        for block in grad.body.blocks:
+            for binding in block.bindings:
+                new = ctx.emit(sub.visit_expr(binding.value), name_hint=f"{orig_var.name}_adjoint")
+                sub.set_var_remap(binding.var, new)
+        got = sub.visit_expr(grad.body.body)
+        fields = list(got.fields) if isinstance(got, relax.Tuple) else \
+            [ctx.emit(relax.TupleGetItem(got, k)) for k in range(len(floats))] if len(floats) > 1 else [got]
+        grads = [fields[floats.index(i)] if i in floats else ctx.emit(relax.op.zeros(a.ty.shape, a.ty.dtype))
+                 for i, a in enumerate(orig_call.args[1].fields)]
+        return ctx.emit(relax.Tuple(grads))
+
+    tvm_ffi.register_global_func(f"tvm.relax.te_grad._register.{name}", handler, override=True)
+
+
+def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs: tuple[bool, ...],
+               kernel_grads=None) -> tvm.IRModule:
     """A module whose function `<name>_backward(params..., grad of each differentiated output)` returns
-    the gradient of each parameter in `requires` (one tensor, or a tuple of them)."""
+    the gradient of each parameter in `requires` (one tensor, or a tuple of them). `kernel_grads(gvar,
+    call)` gives the Relax module and function name of a kernel's gradient, or None."""
     forward = mod[name]
-    check(forward, requires, outputs)
+    check(forward, requires, outputs, kernel_grads)
     params = [relax.Var(p.name, p.ty) for p in forward.params]
+    # Gradient differentiates float16/32/64 parameters only: a bfloat16 one enters the VJP as float32
+    # and is converted back to bfloat16 before the forward reads it (exact both ways), its gradient
+    # converted to bfloat16 at the end: the gradient is the bfloat16 computation's.
+    widened = [r and isinstance(p.ty, relax.TensorType) and p.ty.dtype == "bfloat16"
+               for p, r in zip(params, requires)]
+    vjp_params = [relax.Var(p.name, relax.TensorType(p.ty.shape, "float32")) if w else p
+                  for p, w in zip(params, widened)]
     ret = forward.ret_ty
     many = isinstance(ret, relax.TupleType)   # NB: a one-result tuple is many too (grad_params agrees)
     types = list(ret.fields) if many else [ret]
@@ -115,20 +238,23 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     backward = f"{name}_backward"
     vjp = f"{name}_vjp"
     bb = relax.BlockBuilder(mod)
-    with bb.function(vjp, params + grads, private=False):
+    with bb.function(vjp, vjp_params + grads, private=False):
         with bb.dataflow():
-            result = bb.emit(relax.Call(bb.get().get_global_var(name), params))
+            inputs = [bb.emit(relax.op.astype(v, "bfloat16"), name_hint=_WIDE) if w else v
+                      for v, w in zip(vjp_params, widened)]
+            result = bb.emit(relax.Call(bb.get().get_global_var(name), inputs), name_hint=_TERM)
             total, k = None, 0
             for i, wanted in enumerate(outputs):
                 if not wanted:
                     continue
-                out = bb.emit(relax.TupleGetItem(result, i)) if many else result
-                term = bb.emit(relax.op.sum(relax.op.multiply(out, grads[k])))
+                out = bb.emit(relax.TupleGetItem(result, i), name_hint=_TERM) if many else result
+                term = bb.emit(relax.op.multiply(out, grads[k]), name_hint=_TERM)
+                term = bb.emit(relax.op.sum(term), name_hint=_TERM)
                 k += 1
                 if term.ty.dtype != "float32":  # the value is dead code; its dtype only has to agree
-                    term = bb.emit(relax.op.astype(term, "float32"))
-                total = term if total is None else bb.emit(relax.op.add(total, term))
-            total = bb.emit_output(total)
+                    term = bb.emit(relax.op.astype(term, "float32"), name_hint=_TERM)
+                total = term if total is None else bb.emit(relax.op.add(total, term), name_hint=_TERM)
+            total = bb.emit_output(total, name_hint=_TOTAL)
         bb.emit_func_output(total)
     built = bb.get()
     # the forward becomes private so that InlinePrivateFunctions copies its body into the VJP
@@ -137,16 +263,33 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     built = tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
     built = relax.transform.InlinePrivateFunctions()(built)
     built = relax.transform.ConvertToDataflow()(built)
+    built[vjp] = _WidenMatmul().visit_expr(built[vjp])
+    if kernel_grads is not None:
+        built[vjp] = _KernelGradients(built, kernel_grads).visit_expr(built[vjp])
+    built = relax.transform.Normalize()(built)
     fn = built[vjp]
     wrt = [p for p, r in zip(fn.params, requires) if r]
     built = relax.transform.Gradient(vjp, require_grads=wrt)(built)
     adjoint = built[f"{vjp}_adjoint"]
     body = adjoint.body
-    grads_out = body.body.fields[1]   # (value, (grads...)): the value is dropped, and its code with it
-    result = grads_out.fields[0] if len(wrt) == 1 else grads_out
+    grads_out = list(body.body.fields[1].fields)  # (value, (grads...)): the value is dropped, and its code with it
     block = body.blocks[0]
-    block = relax.DataflowBlock(block.bindings)
-    new = relax.Function(adjoint.params, relax.SeqExpr([block], result), result.ty, adjoint.is_pure)
+    bindings = list(block.bindings)
+    final_params = list(adjoint.params)
+    for i, (p, w) in enumerate(zip(params, widened)):
+        if w:   # the bfloat16 parameter, converted to the float32 one the adjoint reads
+            bindings.insert(0, relax.VarBinding(adjoint.params[i], relax.op.astype(p, "float32")))
+            final_params[i] = p
+            j = sum(requires[:i])
+            narrow = relax.Var(f"{p.name}_adjoint_out", p.ty)
+            bindings.append(relax.VarBinding(narrow, relax.op.astype(grads_out[j], "bfloat16")))
+            grads_out[j] = narrow
+    if len(wrt) == 1:
+        result, result_ty = grads_out[0], grads_out[0].ty
+    else:
+        result, result_ty = relax.Tuple(grads_out), relax.TupleType([v.ty for v in grads_out])
+    block = relax.DataflowBlock(bindings)
+    new = relax.Function(final_params, relax.SeqExpr([block], result), result_ty, adjoint.is_pure)
     new = new.with_attr("global_symbol", backward)
     out = tvm.IRModule({tvm.ir.GlobalVar(backward): new}, attrs=mod.attrs, global_infos=mod.global_infos)
     for gv, f in mod.functions.items():  # the PrimFuncs (user kernels) the forward called
@@ -156,20 +299,46 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     return relax.transform.Normalize()(out)
 
 
+def _base(name: str) -> str | None:
+    """The value an adjoint binding is the gradient of: `y_adjoint`, `y_adjoint2`, `y_adjoint_out` -> y."""
+    head, sep, tail = name.rpartition("_adjoint")
+    return head if sep and (tail in ("", "_out") or tail.isdigit()) else None
+
+
 def lines(mod: tvm.IRModule, forward_lines: dict) -> dict:
-    """The source line of each binding of a backward module, by name: the forward's values keep their
-    names when inlined, and Gradient names an adjoint `<value>_adjoint...` (a value's gradient comes
-    from the line that computed the value)."""
+    """The source line of each binding of a backward module. Gradient emits a copy of the forward's
+    bindings (which keep their names), then the adjoints, each named `<value>_adjoint...` (a value's
+    gradient comes from the line that computed the value), with temporaries (`lv`, ...) between
+    them. A binding whose line its name does not give (a temporary, the adjoint of the VJP's own sum)
+    takes the line of the first binding with a line that it feeds, else of the one it follows."""
     by_name = {var.name: line for var, line in forward_lines.items()}
     out = {}
     for fn in mod.functions.values():
         if not isinstance(fn, relax.Function):
             continue
-        for block in fn.body.blocks:
-            for binding in block.bindings:
-                name = binding.var.name
-                base = name.split("_adjoint")[0]
-                line = by_name.get(name, by_name.get(base))
-                if line is not None:
-                    out[binding.var] = line
+        order = [b for block in fn.body.blocks for b in block.bindings]
+        first = next((i for i, b in enumerate(order) if _base(b.var.name) is not None), len(order))
+        named = {}
+        for i, binding in enumerate(order):
+            name = binding.var.name
+            line = by_name.get(name) if i < first else by_name.get(_base(name) or "")
+            if line is not None:
+                named[binding.var] = line
+        readers: dict = {}      # var -> the bindings that read it
+        for binding in order:
+            for v in _calls(binding.value):
+                readers.setdefault(v, []).append(binding.var)
+        resolved = dict(named)
+        for binding in reversed(order):   # a reader comes later: its line is settled first
+            var = binding.var
+            if var in resolved:
+                continue
+            fed = [resolved[r] for r in readers.get(var, []) if r in resolved]
+            if fed:
+                resolved[var] = fed[0]
+        previous = None
+        for binding in order:
+            line = resolved.get(binding.var, previous)
+            if line is not None:
+                out[binding.var] = previous = line
     return out

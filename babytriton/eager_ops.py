@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import linecache
 import operator
+import os
+import sys
 import threading
 
 import torch
@@ -25,7 +28,7 @@ from .codegen import values as core  # the compiler's value helpers (a tensor's 
 from .codegen.operators import weak_dtype
 from .codegen.values import wrap_int
 from .dlpack import torch_to_vm
-from .errors import Diagnostic
+from .errors import CompilationError, Diagnostic
 from .types import DTYPES, TORCH_TO_NAME, format_shape
 
 # The device that values made from nothing (constants, zeros(...)) go to during an eager call.
@@ -495,18 +498,70 @@ def run_kernel(kernel, name: str, *args, **kwargs):
     """`kernel(*inputs[, placeholders])` in eager code: the buffers checked as the compiled call
     checks them, the outputs allocated, the kernel built for the inputs' device and run."""
     try:
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            # differentiable through its @bt.grad_for function, if it has one
+            run = functools.partial(_run_kernel, kernel, name, kwargs=kwargs, count=True)
+            return _KernelFunction.apply(run, kernel, name, _caller(), *args)
         return _run_kernel(kernel, name, list(args), kwargs)
     except Diagnostic as e:
         raise TypeError(str(e)) from None
 
 
-def _run_kernel(kernel, name: str, args: list, kwargs: dict):
+class _KernelFunction(torch.autograd.Function):
+    """An eager kernel call on tensors that require grad: its backward is the kernel's @bt.grad_for
+    function, else an error naming the kernel and where (file, line) it was called."""
+
+    @staticmethod
+    def forward(ctx, run, kernel, name, where, *args):
+        outputs, n_inputs = run(list(args))
+        ctx.kernel, ctx.name, ctx.where, ctx.n_inputs, ctx.n_args = kernel, name, where, n_inputs, len(args)
+        inputs = args[:n_inputs]
+        ctx.save_for_backward(*inputs)
+        many = outputs if isinstance(outputs, tuple) else (outputs,)
+        ctx.float_outputs = [isinstance(o, torch.Tensor) and o.is_floating_point() for o in many]
+        ctx.mark_non_differentiable(*(o for o, f in zip(many, ctx.float_outputs) if not f))
+        return outputs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        fn = kernels.gradient_of(ctx.kernel)
+        if fn is None:
+            filename, lineno, line = ctx.where
+            col = len(line) - len(line.lstrip()) if line else None
+            raise CompilationError(kernels.no_gradient_message(ctx.name), filename, lineno, col, line)
+        inputs = ctx.saved_tensors
+        got = fn(*inputs, *(g for g, f in zip(grads, ctx.float_outputs) if f))
+        got = list(got) if isinstance(got, tuple) else [got]
+        floats = [i for i, t in enumerate(inputs) if t.is_floating_point()]
+        if len(got) != len(floats):
+            raise TypeError(f"the @bt.grad_for function '{fn.__name__}' of kernel `{ctx.name}` returned "
+                            f"{len(got)} gradient(s); the kernel has {len(floats)} floating-point input(s)")
+        out = [None] * ctx.n_args
+        for i, g in zip(floats, got):
+            out[i] = g if ctx.needs_input_grad[4 + i] else None
+        return (None, None, None, None) + tuple(out)
+
+
+def _caller() -> tuple:
+    """(file, line, source line) of the user's code that called into this module."""
+    frame = sys._getframe(1)
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here):
+        frame = frame.f_back
+    if frame is None:
+        return ("<unknown>", None, None)
+    filename, lineno = frame.f_code.co_filename, frame.f_lineno
+    return (filename, lineno, linecache.getline(filename, lineno) or None)
+
+
+def _run_kernel(kernel, name: str, args: list, kwargs: dict, count: bool = False):
     buffers = kernels.check_call(BUILDER, kernel, name, args, kwargs)
     device = buffers.inputs[0].device if buffers.inputs else _DEVICE.get()
     outputs = [torch.empty(shape, dtype=DTYPES[dtype], device=device) for shape, dtype in buffers.outputs]
     built = _built_kernel(kernel, name, buffers.sizes, device)
-    built(*[torch_to_vm(t.contiguous()) for t in buffers.inputs], *[torch_to_vm(t) for t in outputs])
-    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+    built(*[torch_to_vm(t.detach().contiguous()) for t in buffers.inputs], *[torch_to_vm(t) for t in outputs])
+    result = outputs[0] if len(outputs) == 1 else tuple(outputs)
+    return (result, len(buffers.inputs)) if count else result
 
 
 def _built_kernel(kernel, name: str, sizes: dict, device: torch.device):

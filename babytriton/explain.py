@@ -20,6 +20,7 @@ class Explanation:
     differences: list[str] = field(default_factory=list)
     compared_with: str | None = None   # "memory" or "disk": where the nearest version lives
     compiled_because: list[str] | None = None
+    fallback: str | None = None    # a backward: why calls differentiate with torch autograd instead
 
     @property
     def parts(self) -> dict[str, str]:
@@ -50,6 +51,8 @@ class Explanation:
             lines += [f"    {d}" for d in self.differences] or ["    (nothing: same key)"]
         elif not self.in_memory:
             lines.append(f"  a call would {'load it from disk' if self.on_disk else 'compile the first version'}")
+        if self.fallback:
+            lines.append(f"  not compiled: calls run torch autograd over the eager reference, because of {self.fallback}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -69,9 +72,11 @@ def key_text(key: cache.CacheKey, why: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def explain(info, key: cache.CacheKey, kernel, versions: list) -> Explanation:
+def explain(info, key: cache.CacheKey, kernel, versions: list, function: str | None = None,
+            fallback: str | None = None) -> Explanation:
     """What `f.explain(...)` prints for the function `info` (its FunctionInfo): `kernel` is the version
-    in memory for `key` (or None), `versions` all the versions in memory."""
+    in memory for `key` (or None), `versions` all the versions in memory (of its kind: forwards, or
+    backwards named `function`; `fallback` why a backward is not compiled)."""
     disk, path = "off", None
     if cache.disk_enabled(info.options["cache"]):
         if key.unstable:
@@ -81,7 +86,8 @@ def explain(info, key: cache.CacheKey, kernel, versions: list) -> Explanation:
         else:
             entry = cache.entry_dir(info, key)
             disk, path = ("hit", str(entry)) if (entry / "meta.json").exists() else ("miss", None)
-    result = Explanation(info.name, key, kernel is not None, disk, path, len(versions))
+    result = Explanation(function or info.name, key, kernel is not None, disk, path, len(versions),
+                         fallback=fallback)
     if kernel is not None:
         result.compiled_because = kernel.why or None
         return result

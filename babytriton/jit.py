@@ -10,8 +10,11 @@ import torch
 import tvm
 
 from . import autograd, cache, config, devices, dump, eager, relax_backend, schedules, targets, tir_backend
+from . import backward as backward_
 from . import explain as explaining
 from .arguments import ArgSpec
+from .codegen import kernels
+from .errors import CompilationError
 from .frontend import Decorated, FunctionInfo
 from .runtime import Compiled, Kernel
 from .types import TORCH_TO_NAME, Param, Tensor
@@ -36,6 +39,33 @@ def jit(fn=None, /, **options):
     if fn is None:
         return lambda f: JITFunction(f, **options)
     return JITFunction(fn, **options)
+
+
+def grad_for(kernel):
+    """`@bt.grad_for(kernel)` above a function computing the vector-Jacobian product of a TensorIR
+    kernel (`@T.prim_func`) called from @jit code, so that functions calling it are differentiable.
+
+    The function is called `grad(*inputs, *grad_outputs)`: the kernel's input tensors as the call
+    passed them (output placeholders left out), then the gradient of each floating-point output,
+    in order. It returns the gradient of each floating-point input, in order: one tensor, or a
+    tuple of them (shapes and dtypes of the inputs). A @jit function is taken as it is; a plain one
+    is wrapped with `bt.jit()`. Registering again for the same kernel replaces the gradient.
+
+    Where it is straight-line code calling no kernel, it is compiled into the backward of every
+    function calling the kernel: the call becomes Relax's `call_tir_with_grad`, whose gradient rule
+    writes this function's Relax in place, fused with the rest of the backward. Otherwise that
+    backward runs torch autograd over the eager reference (a GradientFallbackWarning says so once),
+    where the kernel's call is a torch.autograd.Function whose backward calls this function; so
+    does `create_graph=True`, which differentiates this function in turn.
+    """
+    if not kernels.is_kernel(kernel):
+        raise TypeError(f"bt.grad_for takes a TensorIR kernel (a @T.prim_func), got {type(kernel).__name__}")
+
+    def register(fn):
+        jitfn = fn if isinstance(fn, Decorated) else jit(fn)
+        kernels.set_gradient(kernel, jitfn)
+        return jitfn
+    return register
 
 
 def check_options(options: dict) -> None:
@@ -67,6 +97,18 @@ def _eager_when_empty(run, jitfn, positions: list[int]):
         for i in positions:
             if 0 in getattr(args[i], "shape", (1,)):
                 return jitfn.eager(*args)
+        return run(args)
+    return call
+
+
+def _no_gradient_through(run, name: str, held: list[str]):
+    """A call with bt.Tensor arguments holding tensors that require grad: an error while grad mode is
+    on (they would silently get no gradient), the plain call otherwise."""
+    def call(args):
+        if torch.is_grad_enabled():
+            raise TypeError(f"{name}(): the bt.Tensor argument(s) {', '.join(held)} hold tensors that require "
+                            "grad, which would get no gradient: pass the torch tensor itself to differentiate "
+                            "it (or `.detach()` it)")
         return run(args)
     return call
 
@@ -103,6 +145,7 @@ class JITFunction(Decorated):
         self._kernels: dict[tuple, Kernel] = {}   # (specs, globals key) -> the compiled version
         self._backwards: dict[tuple, Kernel] = {}  # ((specs, globals key), autograd.Variant) -> its backward
         self._fallbacks: set = set()               # backward fallbacks warned about
+        self._fallback_of: dict = {}                # (specs, autograd.Variant) -> why its backward is eager
         self._lock = threading.RLock()
         # Short updates (counts, runner tables), never held while compiling: a call that finds its
         # version does not wait for another thread's compile. Exact without the GIL too.
@@ -175,7 +218,7 @@ class JITFunction(Decorated):
             elif kind is Tensor:
                 data = value.data
                 key.append((kind, type(data), getattr(data, "dtype", None), getattr(data, "shape", None),
-                            getattr(data, "device", None)))
+                            getattr(data, "device", None), getattr(data, "requires_grad", False)))
             else:
                 key.append(kind)
         return tuple(key)
@@ -192,6 +235,8 @@ class JITFunction(Decorated):
         symbolic = [i for i, s in enumerate(specs) if s.kind == "tensor" and not all(isinstance(d, int) for d in s.shape)]
         if kernel.device_kind == "cuda" and symbolic and not self.heterogeneous:
             run = _eager_when_empty(run, self, symbolic)
+        held = [p.name for p, a in zip(self.params, args)
+                if isinstance(a, Tensor) and isinstance(a.data, torch.Tensor) and a.data.requires_grad]
         requires = autograd.requires_grad(args)
         if any(requires):
             if kernel.backend == "tir":
@@ -200,6 +245,8 @@ class JITFunction(Decorated):
                                 f"arguments and have no gradient, but {names} require grad; pass tensors that "
                                 "don't (`.detach()`), or compile with backend='relax'")
             run = autograd.Differentiable(self, kernel, run, specs, requires)
+        if held:
+            run = _no_gradient_through(run, self.__name__, held)
         if key is not None and kernel.globals_key == values:  # else a global changed meanwhile
             with self._update_lock:
                 if len(runners) >= MAX_RUNNERS:
@@ -244,7 +291,11 @@ class JITFunction(Decorated):
     def backward_kernel(self, specs: tuple[ArgSpec, ...], variant: autograd.Variant, grads) -> Kernel:
         """The compiled backward of the version for `specs` (static sizes), differentiating `variant`:
         its parameters are the forward's and a gradient like each tensor in `grads`."""
-        params = self.params + [Param(f"d_out{i}", "tensor") for i in range(len(grads))]
+        # its tensors annotated with this call's exact shapes: the Kernel can be called directly
+        params = [Param(p.name, "tensor", Tensor(s.shape, s.dtype)) if s.kind == "tensor" else p
+                  for p, s in zip(self.params, specs)]
+        params += [Param(f"d_out{i}", "tensor", Tensor(tuple(g.shape), TORCH_TO_NAME[g.dtype]))
+                   for i, g in enumerate(grads)]
         specs = specs + tuple(ArgSpec("tensor", tuple(g.shape), TORCH_TO_NAME[g.dtype]) for g in grads)
         key = (self._memory_key(specs), variant)
         kernel = self._backwards.get(key)
@@ -258,7 +309,24 @@ class JITFunction(Decorated):
     def backward(self, *args, **kwargs) -> Kernel:
         """The compiled backward for a call with these arguments (tensors that require grad are the
         ones differentiated; with none, every floating-point tensor): a Kernel with its own stages,
-        source and fusion map, taking the arguments then the gradient of each floating-point result."""
+        source and fusion map, taking the arguments then the gradient of each floating-point result.
+        Where the backward cannot be compiled (calls run torch autograd over the eager reference), a
+        CompilationError at the construct says why."""
+        specs, variant, grads = self._backward_request(args, kwargs)
+        try:
+            return self.backward_kernel(specs, variant, grads)
+        except backward_.NotDifferentiable as e:
+            failed = e
+        # raised outside the `except`: no internal exception chained
+        if failed.kernel is not None and kernels.gradient_of(failed.kernel) is None:
+            raise self.not_differentiable(failed)
+        raise self.parsed.source_map.error(
+            failed.node, f"the backward of '{self.__name__}' cannot be compiled because of {failed.what}; calls "
+                         "differentiate it with torch autograd over the eager reference")
+
+    def _backward_request(self, args, kwargs) -> tuple:
+        """What the backward of a call with these arguments is compiled for: the static specs, the
+        autograd.Variant, and the results that get a gradient (run once, without a graph, to know them)."""
         if kwargs or len(args) != self._nparams:
             args = self.info.bind(args, kwargs)
         requires = autograd.requires_grad(args)
@@ -269,12 +337,20 @@ class JITFunction(Decorated):
         results = results if isinstance(results, tuple) else (results,)
         outputs = tuple(isinstance(r, torch.Tensor) and r.is_floating_point() for r in results)
         specs = autograd.concrete(self._specs(args), args)
-        return self.backward_kernel(specs, autograd.Variant(requires, outputs),
-                                    [r for r, o in zip(results, outputs) if o])
+        variant = autograd.Variant(requires, outputs, autograd.kernel_gradients(self.info))
+        return specs, variant, [r for r, o in zip(results, outputs) if o]
 
-    def warn_fallback(self, what: str, node) -> None:
+    def not_differentiable(self, e) -> CompilationError:
+        """The error of a backward through a TensorIR kernel that has no @bt.grad_for gradient."""
+        node = e.node
+        name = ast.unparse(node.func) if isinstance(node, ast.Call) else e.what.split("`")[1]
+        return self.parsed.source_map.error(node, kernels.no_gradient_message(name))
+
+    def warn_fallback(self, what: str, node, version=None) -> None:
         """Once per function and construct: its backward runs on torch autograd over the eager reference."""
         where = self.parsed.source_map.describe(node) if node is not None else self.__name__
+        if version is not None:
+            self._fallback_of[version] = f"{what} at {where}"
         if (what, where) in self._fallbacks:
             return
         self._fallbacks.add((what, where))
@@ -288,7 +364,8 @@ class JITFunction(Decorated):
         key = cache.make_key(info, specs, target)
         if variant is not None:
             key = cache.CacheKey(key.parts + (variant.key_part(self.params),), key.unstable)
-        others = [k.cache_key.summary() for k in self._kernels.values() if k.cache_key is not None]
+        versions = self._kernels if variant is None else self._backwards   # the nearest of its own kind
+        others = [k.cache_key.summary() for k in versions.values() if k.cache_key is not None]
         why = cache.nearest(others, key.summary())[1] if others else []
         if why and self.options["verbose"]:
             print(f"===== {self.__name__}: new version; differs from the nearest in: {'; '.join(why)}", flush=True)
@@ -356,10 +433,23 @@ class JITFunction(Decorated):
         except OSError as e:
             cache.warn(f"babytriton: could not write the stage dump under {root} ({e})")
 
-    def explain(self, *args, **kwargs) -> explaining.Explanation:
+    def explain(self, *args, backward: bool = False, **kwargs) -> explaining.Explanation:
         """Print and return the cache key's parts for these arguments, whether a compiled version
         exists in memory or on disk, and how it differs from the nearest existing version.
-        With no arguments, for the annotations alone (as compile())."""
+        With no arguments, for the annotations alone (as compile()). With `backward=True`, the same
+        for the backward of a call with these arguments (as `f.backward(*args)`: it runs the forward
+        once to know its results), and whether that backward falls back to torch autograd."""
+        if backward:
+            specs, variant, grads = self._backward_request(args, kwargs)
+            specs = specs + tuple(ArgSpec("tensor", tuple(g.shape), TORCH_TO_NAME[g.dtype]) for g in grads)
+            memory = self._memory_key(specs)
+            key = cache.make_key(self.info, specs, self.info.target)
+            key = cache.CacheKey(key.parts + (variant.key_part(self.params),), key.unstable)
+            result = explaining.explain(self.info, key, self._backwards.get((memory, variant)),
+                                        list(self._backwards.values()), f"{self.__name__} (backward)",
+                                        self._fallback_of.get((specs[:self._nparams], variant)))
+            print(result.text)
+            return result
         specs = self._specs_for(args, kwargs)
         kernel = self._kernels.get(self._memory_key(specs))
         result = explaining.explain(self.info, cache.make_key(self.info, specs, self.info.target), kernel,

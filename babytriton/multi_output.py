@@ -155,7 +155,7 @@ def _group_function(mod: tvm.IRModule, bindings_of: dict, members: list, outputs
     """The group as a Primitive Relax function returning `outputs`, the arguments of its call, and
     the op names its kernel is named after."""
     inside = set(members)
-    params, args, remap, body, names = [], [], {}, [], []
+    params, args, remap, body, names, inlined = [], [], {}, [], [], []
 
     def param(a):
         if a in inside:
@@ -177,8 +177,13 @@ def _group_function(mod: tvm.IRModule, bindings_of: dict, members: list, outputs
             body.append(relax.VarBinding(remap[v], new))
             names.append(call.args[0].name_hint)
             continue
-        # a FuseOps group: its bindings, its parameters bound to what the call passes
-        func = mod[call.op].bind_params({p: param(a) for p, a in zip(mod[call.op].params, call.args)})
+        # a FuseOps group: its bindings, its parameters bound to what the call passes (a group
+        # called again, as a backward's twin gradient terms are, is a fresh copy: a var is bound once)
+        func = mod[call.op]
+        if any(call.op.same_as(op) for op in inlined):
+            func = relax.utils.copy_with_new_vars(func)
+        inlined.append(call.op)
+        func = func.bind_params({p: param(a) for p, a in zip(func.params, call.args)})
         for block in func.body.blocks:
             body.extend(block.bindings)
             names.extend(b.value.args[0].name_hint for b in block.bindings)

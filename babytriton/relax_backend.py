@@ -11,11 +11,13 @@ import ast
 import gc
 
 import tvm
+from tvm import relax
 
 from . import backward, cache, fusion, pipeline, schedules
 from .arguments import ArgSpec
+from .codegen import kernels
 from .codegen.relax import RelaxCodeGen, quiet_tvm
-from .errors import debug_enabled
+from .errors import CompilationError, debug_enabled
 from .frontend import FunctionInfo
 from .runtime import Compiled
 
@@ -34,13 +36,78 @@ def build_backward(info: FunctionInfo, specs: tuple[ArgSpec, ...], requires: tup
     backward.NotDifferentiable (with the binding at fault) where Gradient cannot go."""
     codegen, generated = _generate(info, specs, record)
     try:
-        mod = backward.vjp_module(generated, info.name, requires, outputs)
+        mod = backward.vjp_module(generated, info.name, requires, outputs, _kernel_gradients(codegen))
     except backward.NotDifferentiable as e:
         e.node = codegen.binding_nodes.get(e.var)
+        if e.kernel is not None:   # the user's PrimFunc behind the module's specialised copy
+            e.kernel = next((d.kernel for d in codegen.kernels if d.gvar.same_as(e.kernel)), None)
         raise
+    except CompilationError:   # a @bt.grad_for function's own mistake
+        raise
+    except Exception:  # noqa: BLE001 - TVM's Gradient failing on a construct: torch autograd instead
+        if debug_enabled():
+            raise
+        failed = backward.NotDifferentiable(None, "TVM's Gradient pass failing on it "
+                                                  "(BABYTRITON_DEBUG=1 shows why)")
+        failed.node = info.parsed.tree
+    else:
+        failed = None
+    if failed is not None:   # raised outside the `except`: TVM's error is not chained to it
+        raise failed
     record("backward", mod.script())
     return _lower_and_build(info, codegen, generated, mod, record, stages,
                             backward.lines(mod, codegen.binding_lines), "the backward of ")
+
+
+def _kernel_gradients(codegen):
+    """For backward.vjp_module: the Relax function of the @bt.grad_for gradient of a kernel the code
+    calls, for the call's types, or None: no gradient, or one that is not straight-line code calling
+    no kernel (that one runs through the eager reference instead)."""
+    made: dict = {}
+
+    def find(gvar, call):
+        key = gvar.name_hint
+        if key not in made:
+            made[key] = None
+            kernel = next((d.kernel for d in codegen.kernels if d.gvar.same_as(gvar)), None)
+            grad = kernels.gradient_of(kernel) if kernel is not None else None
+            if grad is not None:
+                made[key] = _gradient_module(grad, call)
+        return made[key]
+    return find
+
+
+def _gradient_module(grad, call):
+    inputs = [a.ty for a in call.args[1].fields]
+    outs = list(call.ty_args[0].fields) if isinstance(call.ty_args[0], relax.TupleType) else [call.ty_args[0]]
+    types = inputs + [t for t in outs if t.dtype in ("float16", "bfloat16", "float32", "float64")]
+    if len(types) != len(grad.params) or any(p.kind != "tensor" and p.kind != "auto" for p in grad.params):
+        return None   # the eager route reports the mismatch where torch calls it
+    specs = [ArgSpec("tensor", tuple(int(d) for d in t.shape), t.dtype) for t in types]
+    try:
+        generated = RelaxCodeGen(grad.info.parsed, dict(zip((p.name for p in grad.params), specs)),
+                                 grad.info.codegen_options).build()
+    except Exception:  # noqa: BLE001 - reported by the eager route, at the gradient function's line
+        return None
+    fn = generated[grad.info.name]
+    floats = [t for t in inputs if t.dtype in ("float16", "bfloat16", "float32", "float64")]
+    ret = list(fn.ret_ty.fields) if isinstance(fn.ret_ty, relax.TupleType) else [fn.ret_ty]
+    kernel = call.args[0].name_hint
+    if len(ret) != len(floats):
+        raise grad.info.parsed.source_map.error(
+            grad.info.parsed.tree, f"the @bt.grad_for function '{grad.__name__}' of kernel `{kernel}` returns "
+                                   f"{len(ret)} gradient(s); the kernel has {len(floats)} floating-point input(s)")
+    for i, (got, want) in enumerate(zip(ret, floats)):
+        if not isinstance(got, relax.TensorType) or got.dtype != want.dtype or \
+                [int(d) for d in got.shape] != [int(d) for d in want.shape]:
+            shape = tuple(int(d) for d in want.shape)
+            raise grad.info.parsed.source_map.error(
+                grad.info.parsed.tree, f"the @bt.grad_for function '{grad.__name__}' of kernel `{kernel}` returns "
+                                       f"{got} as gradient {i + 1}, but that input is a {want.dtype} tensor of shape "
+                                       f"{shape}")
+    straight = len(generated.functions) == 1 and not any(isinstance(b.value, relax.If)
+                                                         for block in fn.body.blocks for b in block.bindings)
+    return fn if straight else None   # else (loops, kernels) it runs through the eager reference
 
 
 def _generate(info: FunctionInfo, specs, record):

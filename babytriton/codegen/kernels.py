@@ -15,6 +15,7 @@ elimination can drop it once fused.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import tvm
@@ -33,6 +34,37 @@ OPAQUE = 8  # TVM's kOpaque operator pattern: never fused
 
 def is_kernel(value) -> bool:
     return isinstance(value, tirx.PrimFunc)
+
+
+# The gradients given with @bt.grad_for (jit.grad_for): (kernel, its gradient's JITFunction), newest first.
+_GRADIENTS: list = []
+_GRADIENTS_LOCK = threading.Lock()
+_GENERATION = [0]   # registrations so far: a cached backward made before the last one is looked at anew
+
+
+def set_gradient(kernel: tirx.PrimFunc, fn) -> None:
+    """Register (or replace) the @jit function computing `kernel`'s vector-Jacobian product."""
+    with _GRADIENTS_LOCK:
+        _GRADIENTS[:] = [(k, g) for k, g in _GRADIENTS if not k.same_as(kernel)]
+        _GRADIENTS.insert(0, (kernel, fn))
+        _GENERATION[0] += 1
+
+
+def generation() -> int:
+    return _GENERATION[0]
+
+
+def gradient_of(kernel):
+    """The @bt.grad_for function of a kernel, or None."""
+    with _GRADIENTS_LOCK:
+        return next((g for k, g in _GRADIENTS if k.same_as(kernel)), None)
+
+
+def no_gradient_message(name: str) -> str:
+    return (f"the TensorIR kernel `{name}` has no gradient (babytriton cannot differentiate a kernel's "
+            f"loops): give it one with @bt.grad_for({name}) on a function taking the kernel's inputs and "
+            "the gradient of each floating-point output, returning the gradient of each floating-point "
+            "input; or call it on tensors that don't require grad")
 
 
 @dataclass
