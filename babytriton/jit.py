@@ -10,6 +10,7 @@ import torch
 import tvm
 
 from . import autograd, cache, config, devices, dump, eager, relax_backend, schedules, targets, tir_backend
+from . import torch_library
 from . import explain as explaining
 from .arguments import ArgSpec
 from .frontend import Decorated, FunctionInfo
@@ -271,6 +272,13 @@ class JITFunction(Decorated):
         specs = autograd.concrete(self._specs(args), args)
         return self.backward_kernel(specs, autograd.Variant(requires, outputs),
                                     [r for r, o in zip(results, outputs) if o])
+
+    def as_torch_op(self, name: str | None = None, *, results: int | None = None, **constexprs):
+        """This function as a torch custom operator, `torch.ops.babytriton.<name>` (default: its module
+        and name), with its compiled backward as its autograd formula: one node to torch.compile and
+        torch.export. Constexpr parameters are baked in by keyword (one op per set of values);
+        `results` overrides the result count read from the `return` statements."""
+        return torch_library.register(self, name, results, constexprs)
 
     def warn_fallback(self, what: str, node) -> None:
         """Once per function and construct: its backward runs on torch autograd over the eager reference."""
