@@ -60,8 +60,8 @@ def register(jitfn, name: str | None = None, results: int | None = None, constex
         raise TypeError(f"{info.name}(): functions with device blocks (`with bt.device(...)`) cannot be torch "
                         "ops: an op's results live on one device")
     values = _constexpr_values(info, constexprs)
-    if results is not None and (not isinstance(results, int) or isinstance(results, bool) or results < 0):
-        raise ValueError(f"results is the number of tensors {info.name}() returns (an int >= 0), got {results!r}")
+    if results is not None and (not isinstance(results, int) or isinstance(results, bool) or results < 1):
+        raise ValueError(f"results is the number of tensors {info.name}() returns (an int >= 1), got {results!r}")
     given = name is not None
     if given and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ValueError(f"torch op name {name!r} is not a valid identifier")
@@ -80,7 +80,11 @@ def register(jitfn, name: str | None = None, results: int | None = None, constex
                                  f"{found.jitfn.__name__}()); choose another name")
             n += 1
             candidate = f"{base}_{n}"
-        op = TorchOp(jitfn, candidate, values, _count_results(info) if results is None else results)
+        count = _count_results(info) if results is None else results
+        if count == 0:
+            raise TypeError(f"{info.name}() returns nothing: a torch op of it would compute nothing (its tensors "
+                            "are values, never written)")
+        op = TorchOp(jitfn, candidate, values, count)
         _ops[candidate] = op
         return op.packet
 
@@ -220,7 +224,7 @@ class TorchOp:
     def _impl(self, *args):
         full = [a.detach() if isinstance(a, torch.Tensor) else a for a in self._full(args)]
         results = self._check_results(self.jitfn(*full))
-        return _unaliased(results, [a for a in full if isinstance(a, torch.Tensor)], self.results)
+        return self._unpack(_unaliased(results, [a for a in full if isinstance(a, torch.Tensor)]))
 
     def _check_results(self, results) -> tuple:
         many = () if results is None else results if isinstance(results, tuple) else (results,)
@@ -252,9 +256,10 @@ class TorchOp:
                                  for r in self._check_results(self.jitfn.eager(*full))])
         fields = list(ret.fields) if hasattr(ret, "fields") else [ret]
         if len(fields) != self.results or any(getattr(f, "shape", None) is None for f in fields):
-            raise TypeError(f"torch op {NAMESPACE}::{self.name}: {self.jitfn.__name__}() returns {ret}, but the op was "
-                            f"made for {self.results} tensor result(s) of known rank; pass results=<count> to "
-                            "as_torch_op()")
+            got = f"{len(fields)} results" if hasattr(ret, "fields") else "one result"
+            raise TypeError(f"torch op {NAMESPACE}::{self.name}: {self.jitfn.__name__}() returns {got} here (tensors of "
+                            f"known rank?), but the op was made for {self.results} tensor result(s); pass "
+                            "results=<count> to as_torch_op()")
         out = [torch.empty([_size(e, sizes) for e in f.shape.values], dtype=DTYPES[str(f.dtype)], device=device)
                for f in fields]
         return self._unpack(out)
@@ -331,7 +336,7 @@ class TorchOp:
             got = run(tuple(full) + tuple(grads))
             got = list(got) if sum(requires) > 1 else [got]
         tensors = [a for a in full if isinstance(a, torch.Tensor)] + grads
-        return list(_unaliased(tuple(got), tensors, len(got)))
+        return _unaliased(got, tensors)
 
     def _backward_fake(self, *args):
         *args, grads, outputs, needs = args
@@ -339,7 +344,7 @@ class TorchOp:
         return [torch.empty_like(a, memory_format=torch.contiguous_format) for a, n in zip(tensors, needs) if n]
 
 
-def _unaliased(results: tuple, inputs: list, count: int):
+def _unaliased(results, inputs: list) -> list:
     """The results, each copied where it shares memory with an input or an earlier result (a custom
     op's outputs are new tensors; a compiled function may hand back its argument)."""
     seen = {t.untyped_storage().data_ptr() for t in inputs if t.numel()}
@@ -350,9 +355,7 @@ def _unaliased(results: tuple, inputs: list, count: int):
         if r.numel():
             seen.add(r.untyped_storage().data_ptr())
         out.append(r)
-    if count == 1:
-        return out[0]
-    return tuple(out)
+    return out
 
 
 def _size(expr, sizes: dict):
