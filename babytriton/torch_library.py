@@ -35,6 +35,7 @@ from .types import DTYPES, SCALAR_TYPES, TORCH_TO_NAME, is_float_dtype
 
 NAMESPACE = "babytriton"
 SCHEMA_SCALARS = {bool: "bool", int: "int", float: "float"}
+_PYTHON = {"Tensor": None, "bool": bool, "int": int, "float": float}
 
 _lock = threading.Lock()
 _ops: dict[str, "TorchOp"] = {}   # registered op name -> its TorchOp (torch.library keeps names for the process)
@@ -215,6 +216,12 @@ class TorchOp:
         it = iter(args)
         return [next(it) if v is _RUNTIME else v for v in self.values]
 
+    def _real(self, args) -> list:
+        """`_full` for running: tensors detached (the op's autograd is its own), each scalar the Python
+        type its schema says (an int passed for a float must not compile as an int)."""
+        args = [a.detach() if isinstance(a, torch.Tensor) else _PYTHON[t](a) for a, t in zip(args, self.types)]
+        return self._full(args)
+
     def _requires(self, needs) -> tuple[bool, ...]:
         """Per function parameter: differentiated (a floating-point tensor whose gradient is needed)."""
         it = iter(needs)
@@ -222,7 +229,7 @@ class TorchOp:
 
     # -- forward ----------------------------------------------------------------------------------
     def _impl(self, *args):
-        full = [a.detach() if isinstance(a, torch.Tensor) else a for a in self._full(args)]
+        full = self._real(args)
         results = self._check_results(self.jitfn(*full))
         return self._unpack(_unaliased(results, [a for a in full if isinstance(a, torch.Tensor)]))
 
@@ -318,7 +325,7 @@ class TorchOp:
 
     def _backward_impl(self, *args):
         *args, grads, outputs, needs = args
-        full = [a.detach() if isinstance(a, torch.Tensor) else a for a in self._full(args)]
+        full = self._real(args)
         requires = self._requires(needs)
         grads = [g.detach() for g in grads]
         specs = self.jitfn.info.specs(full)

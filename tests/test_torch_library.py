@@ -109,13 +109,13 @@ def test_compiled_model_matches_torch_and_the_plain_jit_calls(compiled):
 def test_compiled_graphs_hold_the_op_and_its_compiled_backward():
     """AOTAutograd's forward graph calls the op once and its backward graph the `_backward` op (the
     compiled backward), with no fallback to the eager reference."""
-    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
     graphs = []
 
     def backend(gm, inputs):
         def keep(g, _):
             graphs.append(g)
-            return g.forward
+            return make_boxed_func(g.forward)
         return aot_module_simplified(gm, inputs, fw_compiler=keep, bw_compiler=keep)
 
     fn = torch.compile(lambda x, g: RMS(x, g, 1e-5)[0].sum(), backend=backend, fullgraph=True)
@@ -267,3 +267,35 @@ def test_unsupported_parameters_and_results_are_clear_errors():
         torch.compile(lambda x: op(x), backend="eager", fullgraph=True)(torch.randn(3))
     a, b = pair.as_torch_op("pair_of_two", results=2)(torch.ones(3))
     assert torch.equal(a, torch.full((3,), 2.0)) and torch.equal(b, torch.full((3,), 2.0))
+
+
+@bt.jit
+def scaled(x, s=1.0):
+    return x * s
+
+
+def test_an_unannotated_number_default_is_a_schema_scalar_of_its_type():
+    op = scaled.as_torch_op()
+    assert str(op.default._schema).endswith("(Tensor x, float s=1.) -> Tensor")
+    x = torch.arange(3, dtype=torch.int32)
+    got = op(x, 2)   # an int for the float: promotes as a float (a float32 result), as torch's x * 2.0
+    assert got.dtype == torch.float32 and torch.equal(got, x * 2.0)
+    assert torch.equal(op(x), x * 1.0)
+    torch.library.opcheck(op, (x, 2.5))
+
+
+@pytest.mark.gpu
+def test_a_gpu_function_in_a_compiled_model():
+    gate = bt.jit(target="gpu")(rms_gate.fn).as_torch_op("rms_gate_gpu")
+    x = torch.randn(5, 8, device="cuda", requires_grad=True)
+    g = (torch.rand(8, device="cuda") + 0.5).requires_grad_()
+    torch.library.opcheck(gate, (x, g, 1e-5))
+    fn = torch.compile(lambda x, g: gate(x, g, 1e-5)[0].square().sum(), fullgraph=True)
+    loss = fn(x, g)
+    loss.backward()
+    x2, g2 = x.detach().requires_grad_(), g.detach().requires_grad_()
+    want = rms_gate_torch(x2, g2, 1e-5)[0].square().sum()
+    want.backward()
+    torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(g.grad, g2.grad, rtol=1e-4, atol=1e-5)
