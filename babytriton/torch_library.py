@@ -171,6 +171,8 @@ class TorchOp:
         self.params = [p for p, v in zip(info.params, values) if v is _RUNTIME]
         self.types = [self._schema_type(p) for p in self.params]
         self.tensors = [t == "Tensor" for t in self.types]
+        it = iter(self.types)
+        self._all_types = [next(it) if v is _RUNTIME else None for v in values]
         self._relax: dict = {}        # fake specs -> the generated function's return struct info
         self._calls: dict = {}        # (specs, requires) -> autograd.Differentiable (its compiled backwards)
         args = ", ".join(self._schema_arg(p, t) for p, t in zip(self.params, self.types))
@@ -212,15 +214,16 @@ class TorchOp:
         return f"{kind} {p.name}={p.default!r}"
 
     def _full(self, args) -> list:
-        """The op's arguments with the baked-in constexprs, in the function's parameter order."""
-        it = iter(args)
+        """The op's arguments with the baked-in constexprs, in the function's parameter order (the
+        dispatcher leaves out trailing arguments equal to their defaults: put back)."""
+        it = iter(tuple(args) + tuple(p.default for p in self.params[len(args):]))
         return [next(it) if v is _RUNTIME else v for v in self.values]
 
     def _real(self, args) -> list:
         """`_full` for running: tensors detached (the op's autograd is its own), each scalar the Python
         type its schema says (an int passed for a float must not compile as an int)."""
-        args = [a.detach() if isinstance(a, torch.Tensor) else _PYTHON[t](a) for a, t in zip(args, self.types)]
-        return self._full(args)
+        return [a.detach() if isinstance(a, torch.Tensor) else a if p.kind == "constexpr" else _PYTHON[t](a)
+                for a, p, t in zip(self._full(args), self.jitfn.info.params, self._all_types)]
 
     def _requires(self, needs) -> tuple[bool, ...]:
         """Per function parameter: differentiated (a floating-point tensor whose gradient is needed)."""
