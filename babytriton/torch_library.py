@@ -35,7 +35,7 @@ from .types import DTYPES, SCALAR_TYPES, TORCH_TO_NAME, is_float_dtype
 
 NAMESPACE = "babytriton"
 SCHEMA_SCALARS = {bool: "bool", int: "int", float: "float"}
-_PYTHON = {"Tensor": None, "bool": bool, "int": int, "float": float}
+_PYTHON = {"Tensor": None, "bool": bool, "int": int, "float": float}   # a schema scalar's Python type
 
 _lock = threading.Lock()
 _ops: dict[str, "TorchOp"] = {}   # registered op name -> its TorchOp (torch.library keeps names for the process)
@@ -136,8 +136,8 @@ def _default_name(fn, values: tuple) -> str:
 
 
 def _count_results(info) -> int:
-    """How many tensors the function returns, from its `return` statements: a tuple display gives its
-    length, anything else one (a call returns `results=` otherwise, checked when it runs)."""
+    """How many tensors the function returns, read from its `return` statements: a tuple display gives
+    its length, anything else one (`results=` says otherwise; a wrong count is an error when it runs)."""
     counts = set()
     for node in _returns(info.parsed.tree):
         if node.value is None or (isinstance(node.value, ast.Constant) and node.value.value is None):
@@ -172,8 +172,8 @@ class TorchOp:
         self.types = [self._schema_type(p) for p in self.params]
         self.tensors = [t == "Tensor" for t in self.types]
         it = iter(self.types)
-        self._all_types = [next(it) if v is _RUNTIME else None for v in values]
-        self._relax: dict = {}        # fake specs -> the generated function's return struct info
+        self._all_types = [next(it) if v is _RUNTIME else None for v in values]   # None: a constexpr
+        self._relax: dict = {}        # fake specs -> the generated Relax function's return type
         self._calls: dict = {}        # (specs, requires) -> autograd.Differentiable (its compiled backwards)
         args = ", ".join(self._schema_arg(p, t) for p, t in zip(self.params, self.types))
         rets = "Tensor" if results == 1 else "(" + ", ".join(["Tensor"] * results) + ")"
@@ -219,11 +219,11 @@ class TorchOp:
         it = iter(tuple(args) + tuple(p.default for p in self.params[len(args):]))
         return [next(it) if v is _RUNTIME else v for v in self.values]
 
-    def _real(self, args) -> list:
+    def _real(self, args, detach: bool = True) -> list:
         """`_full` for running: tensors detached (the op's autograd is its own), each scalar the Python
         type its schema says (an int passed for a float must not compile as an int)."""
-        return [a.detach() if isinstance(a, torch.Tensor) else a if p.kind == "constexpr" else _PYTHON[t](a)
-                for a, p, t in zip(self._full(args), self.jitfn.info.params, self._all_types)]
+        return [(a.detach() if detach else a) if isinstance(a, torch.Tensor) else a if t is None else _PYTHON[t](a)
+                for a, t in zip(self._full(args), self._all_types)]
 
     def _requires(self, needs) -> tuple[bool, ...]:
         """Per function parameter: differentiated (a floating-point tensor whose gradient is needed)."""
@@ -319,7 +319,7 @@ class TorchOp:
         if not any(needs):
             return tuple(None for _ in args)
         if torch.is_grad_enabled():   # create_graph=True: a backward torch can differentiate again
-            full = self._full(args)
+            full = self._real(args, detach=False)
             got = autograd.eager_vjp(self.jitfn, full, grads, tuple(ctx.outputs), self._requires(needs), True)
             return tuple(g for g, v in zip(got, self.values) if v is _RUNTIME)
         grads = [g for g, o in zip(grads, ctx.outputs) if o]
@@ -341,7 +341,10 @@ class TorchOp:
         if run is False:
             it = iter(grads)
             every = [next(it) if o else None for o in outputs]
-            got = [g for g in autograd.eager_vjp(self.jitfn, full, every, outputs, requires, False) if g is not None]
+            with _autograd_on():
+                got = autograd.eager_vjp(self.jitfn, full, every, outputs, requires, False)
+            # an input the results don't depend on: torch says None, the op's Tensor[] says zeros
+            got = [torch.zeros_like(a) if g is None else g for a, g, r in zip(full, got, requires) if r]
         else:
             got = run(tuple(full) + tuple(grads))
             got = list(got) if sum(requires) > 1 else [got]
@@ -352,6 +355,13 @@ class TorchOp:
         *args, grads, outputs, needs = args
         tensors = [a for a, t in zip(args, self.tensors) if t]
         return [torch.empty_like(a, memory_format=torch.contiguous_format) for a, n in zip(tensors, needs) if n]
+
+
+def _autograd_on():
+    """Torch autograd back inside an op's implementation, which runs below the autograd dispatch keys
+    (else the eager reference's results record no graph, and its gradients come out as None)."""
+    exclude = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.AutogradFunctionality)
+    return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude)
 
 
 def _unaliased(results, inputs: list) -> list:

@@ -299,3 +299,29 @@ def test_a_gpu_function_in_a_compiled_model():
     torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(x.grad, x2.grad, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(g.grad, g2.grad, rtol=1e-4, atol=1e-5)
+
+
+@bt.jit
+def branchy(x, w):
+    """A run-time `if`: the backward falls back to torch autograd over the eager reference; `w` is unused."""
+    if x.sum() > 0:
+        return x * 2.0
+    return x * 3.0
+
+
+def test_a_backward_that_falls_back_runs_through_the_backward_op():
+    """The fallback's torch autograd runs inside the backward op's implementation (below torch's
+    autograd keys): eagerly and in a compiled graph, with one warning naming the `if`."""
+    op = branchy.as_torch_op()
+    w = torch.randn(3, requires_grad=True)
+    fast = torch.compile(lambda x, w: op(x, w).sum(), backend="aot_eager", fullgraph=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for sign, slope in ((1.0, 2.0), (-1.0, 3.0)):
+            x = (torch.rand(4, 3) * sign).requires_grad_()
+            for run in (lambda x, w: op(x, w).sum(), fast):
+                dx, dw = torch.autograd.grad(run(x, w), [x, w])
+                assert torch.equal(dx, torch.full((4, 3), slope)) and torch.equal(dw, torch.zeros(3))
+    fallbacks = [str(c.message) for c in caught if issubclass(c.category, autograd.GradientFallbackWarning)]
+    assert len(fallbacks) == 1 and "run-time `if`" in fallbacks[0] and "if x.sum() > 0:" in fallbacks[0]
+    torch.library.opcheck(op, (torch.rand(4, 3, requires_grad=True), w))
