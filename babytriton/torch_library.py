@@ -147,8 +147,9 @@ def _count_results(info) -> int:
         else:
             counts.add(1)
     if len(counts) > 1:
-        raise info.parsed.source_map.error(info.parsed.tree, f"{info.name}() returns {' or '.join(map(str, sorted(counts)))} "
-                                           "results in different places; a torch op has one result count")
+        shown = " or ".join(map(str, sorted(counts)))
+        raise info.parsed.source_map.error(info.parsed.tree, f"{info.name}() returns {shown} results in different "
+                                           "places; a torch op has one result count: pass results=<count>")
     return counts.pop() if counts else 0
 
 

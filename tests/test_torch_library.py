@@ -265,6 +265,17 @@ def test_unsupported_parameters_and_results_are_clear_errors():
         op(torch.randn(3))
     with pytest.raises(torch._dynamo.exc.TorchRuntimeError, match=r"returns 2 results here .*results=<count>"):
         torch.compile(lambda x: op(x), backend="eager", fullgraph=True)(torch.randn(3))
+    with pytest.raises(ValueError, match="an int >= 1"):
+        pair.as_torch_op(results=0)
+
+    @bt.jit
+    def one_or_two(x, two: bt.constexpr):
+        if two:
+            return x, x
+        return x
+    with pytest.raises(bt.CompilationError, match=r"returns 1 or 2 results in different places.*results=<count>"):
+        one_or_two.as_torch_op(two=True)
+    torch.testing.assert_close(one_or_two.as_torch_op(two=False, results=1)(torch.ones(2)), torch.ones(2))
     a, b = pair.as_torch_op("pair_of_two", results=2)(torch.ones(3))
     assert torch.equal(a, torch.full((3,), 2.0)) and torch.equal(b, torch.full((3,), 2.0))
 
