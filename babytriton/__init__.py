@@ -7,8 +7,9 @@ from .devices import device
 from .errors import CompilationError
 from .jit import JITFunction, Kernel, grad_for, jit
 from .ops import *  # noqa: F401,F403 - bt.softmax, bt.sigmoid, ...: operators for @jit code
+from .torch_library import torch_op
 from .types import Tensor, constexpr
 
 # The operators stay out of __all__: `from babytriton import *` must not shadow sum, max, abs, ...
 __all__ = ["jit", "JITFunction", "Kernel", "Tensor", "constexpr", "CompilationError", "device", "parallel",
-           "ops", "grad_for", "GradientFallbackWarning"]
+           "ops", "grad_for", "GradientFallbackWarning", "torch_op"]

@@ -11,6 +11,7 @@ import tvm
 
 from . import autograd, cache, config, devices, dump, eager, relax_backend, schedules, targets, tir_backend
 from . import backward as backward_
+from . import torch_library
 from . import explain as explaining
 from .arguments import ArgSpec
 from .codegen import kernels
@@ -345,6 +346,13 @@ class JITFunction(Decorated):
         node = e.node
         name = ast.unparse(node.func) if isinstance(node, ast.Call) else e.what.split("`")[1]
         return self.parsed.source_map.error(node, kernels.no_gradient_message(name))
+
+    def as_torch_op(self, name: str | None = None, *, results: int | None = None, **constexprs):
+        """This function as a torch custom operator, `torch.ops.babytriton.<name>` (default: its module
+        and name), with its compiled backward as its autograd formula: one node to torch.compile and
+        torch.export. Constexpr parameters are baked in by keyword (one op per set of values);
+        `results` overrides the result count read from the `return` statements."""
+        return torch_library.register(self, name, results, constexprs)
 
     def warn_fallback(self, what: str, node, version=None) -> None:
         """Once per function and construct: its backward runs on torch autograd over the eager reference."""

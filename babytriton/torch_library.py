@@ -1,0 +1,397 @@
+"""@jit functions as torch custom operators (`f.as_torch_op()`, `bt.torch_op(f)`).
+
+`torch.compile` and `torch.export` cannot trace into a @jit call (it runs TVM code on real memory),
+so the function is registered with `torch.library.custom_op` as `torch.ops.babytriton.<name>`: one
+node in their graphs. Three parts make it whole:
+- the implementation: the compiled forward, on detached arguments (autograd is the op's own);
+- the fake implementation, for tracing: the result shapes and dtypes, read from the Relax that code
+  generation gives for the arguments' specs (no pipeline, no build), symbolic sizes mapped back to the
+  tracer's; where code generation needs sizes the tracer keeps symbolic, the eager reference on the
+  fake tensors gives them;
+- the autograd formula: its backward is a second op, `<name>_backward`, which runs the compiled
+  backward (autograd.py's, with its fallback to torch autograd over the eager reference), so the
+  backward is one node of a compiled backward graph too.
+Constexpr parameters are baked in: each set of values is an op of its own. Double backward
+(`create_graph=True`) runs torch autograd over the eager reference, as a direct call's does.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import re
+import threading
+
+import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from tvm import tirx as tir
+
+from . import autograd
+from .arguments import ArgSpec, arg_spec
+from .codegen.relax import RelaxCodeGen
+from .errors import CompilationError
+from .frontend import Decorated
+from .types import DTYPES, SCALAR_TYPES, TORCH_TO_NAME, is_float_dtype
+
+NAMESPACE = "babytriton"
+SCHEMA_SCALARS = {bool: "bool", int: "int", float: "float"}
+_PYTHON = {"Tensor": None, "bool": bool, "int": int, "float": float}   # a schema scalar's Python type
+
+_lock = threading.Lock()
+_ops: dict[str, "TorchOp"] = {}   # registered op name -> its TorchOp (torch.library keeps names for the process)
+
+
+def torch_op(fn, name: str | None = None, *, results: int | None = None, **constexprs):
+    """`bt.torch_op(f, ...)`, the same as `f.as_torch_op(...)`: a @jit function as the torch custom
+    operator `torch.ops.babytriton.<name>`."""
+    if not isinstance(fn, Decorated) or not hasattr(fn, "as_torch_op"):
+        raise TypeError(f"bt.torch_op() takes a @bt.jit function, got {type(fn).__name__}")
+    return register(fn, name, results, constexprs)
+
+
+def register(jitfn, name: str | None = None, results: int | None = None, constexprs: dict | None = None):
+    """The torch op of `jitfn` for these constexpr values: `torch.ops.babytriton.<name>` (registered
+    once per process; asking again with the same function and values gives the same op)."""
+    constexprs = dict(constexprs or {})
+    info = jitfn.info
+    if jitfn.options["backend"] == "tir":
+        raise TypeError(f"{info.name}(): backend='tir' functions write their results into their arguments; "
+                        "a torch op of one would mutate its inputs: compile it with backend='relax'")
+    if jitfn.heterogeneous:
+        raise TypeError(f"{info.name}(): functions with device blocks (`with bt.device(...)`) cannot be torch "
+                        "ops: an op's results live on one device")
+    values = _constexpr_values(info, constexprs)
+    if results is not None and (not isinstance(results, int) or isinstance(results, bool) or results < 1):
+        raise ValueError(f"results is the number of tensors {info.name}() returns (an int >= 1), got {results!r}")
+    given = name is not None
+    if given and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"torch op name {name!r} is not a valid identifier")
+    base = name if given else _default_name(jitfn.fn, values)
+    with _lock:
+        candidate, n = base, 1
+        while candidate in _ops:
+            found = _ops[candidate]
+            if found.jitfn is jitfn and found.values == values:
+                if results is not None and results != found.results:
+                    raise ValueError(f"torch op {NAMESPACE}::{candidate} of {info.name}() is registered with "
+                                     f"{found.results} results, not {results}")
+                return found.packet
+            if given:
+                raise ValueError(f"the torch op name {NAMESPACE}::{candidate} is taken (by "
+                                 f"{found.jitfn.__name__}()); choose another name")
+            n += 1
+            candidate = f"{base}_{n}"
+        count = _count_results(info) if results is None else results
+        if count == 0:
+            raise TypeError(f"{info.name}() returns nothing: a torch op of it would compute nothing (its tensors "
+                            "are values, never written)")
+        op = TorchOp(jitfn, candidate, values, count)
+        _ops[candidate] = op
+        return op.packet
+
+
+def _constexpr_values(info, constexprs: dict) -> tuple:
+    """Per parameter: the baked-in value of a constexpr, `_RUNTIME` for the op's own arguments."""
+    for key in constexprs:
+        param = next((p for p in info.params if p.name == key), None)
+        if param is None:
+            raise TypeError(f"{info.name}() has no parameter {key!r} (constexpr values are given by name)")
+        if param.kind != "constexpr":
+            raise TypeError(f"{info.name}(): parameter {key!r} is not bt.constexpr; only constexpr values are baked "
+                            "into a torch op (the others are its arguments)")
+    values = []
+    for p in info.params:
+        if p.kind != "constexpr":
+            values.append(_RUNTIME)
+            continue
+        if p.name in constexprs:
+            value = constexprs[p.name]
+        elif p.default is not inspect.Parameter.empty:
+            value = p.default
+        else:
+            raise TypeError(f"{info.name}(): constexpr parameter '{p.name}' needs a value to make a torch op: "
+                            f"as_torch_op({p.name}=...); each set of constexpr values is an op of its own")
+        arg_spec(p, value, info.name)   # hashable, as a call's constexpr must be
+        values.append(value)
+    return tuple(values)
+
+
+class _Runtime:
+    def __repr__(self):
+        return "<argument>"
+
+
+_RUNTIME = _Runtime()
+
+
+def _default_name(fn, values: tuple) -> str:
+    """`module_qualname`, made an identifier; with constexprs, a digest of their values appended."""
+    name = re.sub(r"[^0-9A-Za-z]+", "_", f"{fn.__module__}.{fn.__qualname__}").strip("_")
+    if not name or name[0].isdigit():
+        name = "f_" + name
+    baked = [repr(v) for v in values if v is not _RUNTIME]
+    if baked:
+        name += "_c" + hashlib.sha1(", ".join(baked).encode()).hexdigest()[:8]
+    return name
+
+
+def _count_results(info) -> int:
+    """How many tensors the function returns, read from its `return` statements: a tuple display gives
+    its length, anything else one (`results=` says otherwise; a wrong count is an error when it runs)."""
+    counts = set()
+    for node in _returns(info.parsed.tree):
+        if node.value is None or (isinstance(node.value, ast.Constant) and node.value.value is None):
+            counts.add(0)
+        elif isinstance(node.value, ast.Tuple):
+            counts.add(len(node.value.elts))
+        else:
+            counts.add(1)
+    if len(counts) > 1:
+        shown = " or ".join(map(str, sorted(counts)))
+        raise info.parsed.source_map.error(info.parsed.tree, f"{info.name}() returns {shown} results in different "
+                                           "places; a torch op has one result count: pass results=<count>")
+    return counts.pop() if counts else 0
+
+
+def _returns(tree):
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Return):
+            yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+class TorchOp:
+    """One registered op: the forward `<name>` and its backward `<name>_backward`."""
+
+    def __init__(self, jitfn, name: str, values: tuple, results: int):
+        self.jitfn, self.name, self.values, self.results = jitfn, name, values, results
+        info = jitfn.info
+        self.params = [p for p, v in zip(info.params, values) if v is _RUNTIME]
+        self.types = [self._schema_type(p) for p in self.params]
+        self.tensors = [t == "Tensor" for t in self.types]
+        it = iter(self.types)
+        self._all_types = [next(it) if v is _RUNTIME else None for v in values]   # None: a constexpr
+        self._relax: dict = {}        # fake specs -> the generated Relax function's return type
+        self._calls: dict = {}        # (specs, requires) -> autograd.Differentiable (its compiled backwards)
+        args = ", ".join(self._schema_arg(p, t) for p, t in zip(self.params, self.types))
+        rets = "Tensor" if results == 1 else "(" + ", ".join(["Tensor"] * results) + ")"
+        qualified = f"{NAMESPACE}::{name}"
+        self.forward = torch.library.custom_op(qualified, self._impl, mutates_args=(),
+                                               schema=f"({args}) -> {rets}")
+        self.forward.register_fake(self._fake)
+        plain = ", ".join(f"{t} {p.name}" for p, t in zip(self.params, self.types))
+        self.backward = torch.library.custom_op(
+            f"{qualified}_backward", self._backward_impl, mutates_args=(),
+            schema=f"({plain}{', ' if plain else ''}Tensor[] grads, bool[] outputs, bool[] requires) -> Tensor[]")
+        self.backward.register_fake(self._backward_fake)
+        self.forward.register_autograd(self._backward, setup_context=self._setup_context)
+        self.packet = getattr(getattr(torch.ops, NAMESPACE), name)
+
+    # -- schema -----------------------------------------------------------------------------------
+    def _schema_type(self, p) -> str:
+        """Tensor parameters (annotated or not) are Tensors, run-time scalars float/int/bool; an
+        unannotated parameter with a number as default is a scalar of that type."""
+        if p.kind == "scalar":
+            return SCHEMA_SCALARS[p.annotation]
+        if p.kind == "tensor":
+            if p.default is not inspect.Parameter.empty:
+                raise TypeError(f"{self.jitfn.__name__}(): parameter '{p.name}' is a tensor with a default; a torch "
+                                "op's tensor arguments have none")
+            return "Tensor"
+        if p.default is inspect.Parameter.empty:
+            return "Tensor"
+        if type(p.default) in SCHEMA_SCALARS:
+            return SCHEMA_SCALARS[type(p.default)]
+        raise TypeError(f"{self.jitfn.__name__}(): parameter '{p.name}' has the default {p.default!r}; a torch op "
+                        "takes tensors and int/float/bool scalars: annotate it, or make it bt.constexpr")
+
+    @staticmethod
+    def _schema_arg(p, kind: str) -> str:
+        if kind == "Tensor" or p.default is inspect.Parameter.empty:
+            return f"{kind} {p.name}"
+        return f"{kind} {p.name}={p.default!r}"
+
+    def _full(self, args) -> list:
+        """The op's arguments with the baked-in constexprs, in the function's parameter order (the
+        dispatcher leaves out trailing arguments equal to their defaults: put back)."""
+        it = iter(tuple(args) + tuple(p.default for p in self.params[len(args):]))
+        return [next(it) if v is _RUNTIME else v for v in self.values]
+
+    def _real(self, args, detach: bool = True) -> list:
+        """`_full` for running: tensors detached (the op's autograd is its own), each scalar the Python
+        type its schema says (an int passed for a float must not compile as an int)."""
+        return [(a.detach() if detach else a) if isinstance(a, torch.Tensor) else a if t is None else _PYTHON[t](a)
+                for a, t in zip(self._full(args), self._all_types)]
+
+    def _requires(self, needs) -> tuple[bool, ...]:
+        """Per function parameter: differentiated (a floating-point tensor whose gradient is needed)."""
+        it = iter(needs)
+        return tuple(False if v is not _RUNTIME else bool(next(it)) for v in self.values)
+
+    # -- forward ----------------------------------------------------------------------------------
+    def _impl(self, *args):
+        full = self._real(args)
+        results = self._check_results(self.jitfn(*full))
+        return self._unpack(_unaliased(results, [a for a in full if isinstance(a, torch.Tensor)]))
+
+    def _check_results(self, results) -> tuple:
+        many = () if results is None else results if isinstance(results, tuple) else (results,)
+        if len(many) != self.results or not all(isinstance(r, torch.Tensor) for r in many):
+            got = ", ".join(type(r).__name__ for r in many) or "nothing"
+            raise TypeError(f"torch op {NAMESPACE}::{self.name}: {self.jitfn.__name__}() returned {got}, but the op "
+                            f"was made for {self.results} tensor result(s); pass results=<count> to as_torch_op()")
+        return many
+
+    def _fake(self, *args):
+        """The results' shapes and dtypes, without running: from the Relax function's return type."""
+        full = self._full(args)
+        specs, sizes = self._fake_specs(full)
+        device = next((a.device for a in full if isinstance(a, torch.Tensor)), torch.device(self.jitfn.info.device_kind))
+        try:
+            ret = self._relax.get(specs)
+            if ret is None:
+                info = self.jitfn.info
+                named = dict(zip((p.name for p in info.params), specs))
+                with unset_fake_temporarily():   # code generation may make torch tensors of its own
+                    mod = RelaxCodeGen(info.parsed, named, info.codegen_options).build()
+                ret = self._relax[specs] = mod[info.name].ret_ty
+        except CompilationError:
+            if all(isinstance(n, int) for s in specs if s.kind == "tensor" for n in s.shape):
+                raise
+            # Code that needs static sizes where the tracer keeps them symbolic: the eager
+            # reference runs on the fake tensors (torch guards the sizes it reads).
+            return self._unpack([torch.empty_like(r, memory_format=torch.contiguous_format)
+                                 for r in self._check_results(self.jitfn.eager(*full))])
+        fields = list(ret.fields) if hasattr(ret, "fields") else [ret]
+        if len(fields) != self.results or any(getattr(f, "shape", None) is None for f in fields):
+            got = f"{len(fields)} results" if hasattr(ret, "fields") else "one result"
+            raise TypeError(f"torch op {NAMESPACE}::{self.name}: {self.jitfn.__name__}() returns {got} here (tensors of "
+                            f"known rank?), but the op was made for {self.results} tensor result(s); pass "
+                            "results=<count> to as_torch_op()")
+        out = [torch.empty([_size(e, sizes) for e in f.shape.values], dtype=DTYPES[str(f.dtype)], device=device)
+               for f in fields]
+        return self._unpack(out)
+
+    def _unpack(self, results: list):
+        if self.results == 1:
+            return results[0]
+        return tuple(results)
+
+    def _fake_specs(self, full) -> tuple[tuple[ArgSpec, ...], dict]:
+        """Specs of fake arguments: static sizes as ints; each symbolic size named by its symbol (the
+        tracer gives equal sizes one symbol), so that the Relax return type can be mapped back."""
+        specs, sizes = [], {}
+        for p, value in zip(self.jitfn.info.params, full):
+            if p.kind == "constexpr":
+                specs.append(ArgSpec("constexpr", value=value))
+            elif not isinstance(value, torch.Tensor):
+                specs.append(ArgSpec("scalar", dtype=SCALAR_TYPES[p.annotation if p.kind == "scalar" else type(p.default)]))
+            else:
+                shape = []
+                for d in value.shape:
+                    if isinstance(d, int):
+                        shape.append(d)
+                        continue
+                    name = "s_" + re.sub(r"\W+", "_", str(d.node.expr))
+                    sizes[name] = d
+                    shape.append(name)
+                hint = [d if isinstance(d, int) else 1 for d in shape]
+                # rank and dtype as a call checks them (symbolic sizes as 1)
+                arg_spec(p, torch.empty(hint, dtype=value.dtype, device="meta"), self.jitfn.__name__)
+                specs.append(ArgSpec("tensor", shape=tuple(shape), dtype=TORCH_TO_NAME[value.dtype]))
+        return tuple(specs), sizes
+
+    # -- backward ---------------------------------------------------------------------------------
+    def _setup_context(self, ctx, inputs, output):
+        ctx.save_for_backward(*(a for a in inputs if isinstance(a, torch.Tensor)))
+        ctx.scalars = [None if isinstance(a, torch.Tensor) else a for a in inputs]
+        results = output if isinstance(output, tuple) else (output,)
+        ctx.outputs = [is_float_dtype(str(r.dtype).removeprefix("torch.")) for r in results]
+        ctx.mark_non_differentiable(*(r for r, o in zip(results, ctx.outputs) if not o))
+
+    def _backward(self, ctx, *grads):
+        saved = iter(ctx.saved_tensors)
+        args = [next(saved) if a is None else a for a in ctx.scalars]
+        needs = [bool(n) and t and args[i].is_floating_point()
+                 for i, (n, t) in enumerate(zip(ctx.needs_input_grad, self.tensors))]
+        if not any(needs):
+            return tuple(None for _ in args)
+        if torch.is_grad_enabled():   # create_graph=True: a backward torch can differentiate again
+            full = self._real(args, detach=False)
+            got = autograd.eager_vjp(self.jitfn, full, grads, tuple(ctx.outputs), self._requires(needs), True)
+            return tuple(g for g, v in zip(got, self.values) if v is _RUNTIME)
+        grads = [g for g, o in zip(grads, ctx.outputs) if o]
+        got = iter(self.backward(*args, grads, list(ctx.outputs), needs))
+        return tuple(next(got) if n else None for n in needs)
+
+    def _backward_impl(self, *args):
+        *args, grads, outputs, needs = args
+        full = self._real(args)
+        requires = self._requires(needs)
+        grads = [g.detach() for g in grads]
+        specs = self.jitfn.info.specs(full)
+        call = self._calls.get((specs, requires))
+        if call is None:
+            call = self._calls[(specs, requires)] = autograd.Differentiable(
+                self.jitfn, self.jitfn.compile(*full), None, specs, requires)
+        outputs = tuple(outputs)
+        run = call.backward_runner(full, outputs, grads)
+        if run is False:
+            it = iter(grads)
+            every = [next(it) if o else None for o in outputs]
+            with _autograd_on():
+                got = autograd.eager_vjp(self.jitfn, full, every, outputs, requires, False)
+            # an input the results don't depend on: torch says None, the op's Tensor[] says zeros
+            got = [torch.zeros_like(a) if g is None else g for a, g, r in zip(full, got, requires) if r]
+        else:
+            got = run(tuple(full) + tuple(grads))
+            got = list(got) if sum(requires) > 1 else [got]
+        tensors = [a for a in full if isinstance(a, torch.Tensor)] + grads
+        return _unaliased(got, tensors)
+
+    def _backward_fake(self, *args):
+        *args, grads, outputs, needs = args
+        tensors = [a for a, t in zip(args, self.tensors) if t]
+        return [torch.empty_like(a, memory_format=torch.contiguous_format) for a, n in zip(tensors, needs) if n]
+
+
+def _autograd_on():
+    """Torch autograd back inside an op's implementation, which runs below the autograd dispatch keys
+    (else the eager reference's results record no graph, and its gradients come out as None)."""
+    exclude = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.AutogradFunctionality)
+    return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude)
+
+
+def _unaliased(results, inputs: list) -> list:
+    """The results, each copied where it shares memory with an input or an earlier result (a custom
+    op's outputs are new tensors; a compiled function may hand back its argument)."""
+    seen = {t.untyped_storage().data_ptr() for t in inputs if t.numel()}
+    out = []
+    for r in results:
+        if r.numel() and r.untyped_storage().data_ptr() in seen:
+            r = r.clone(memory_format=torch.contiguous_format)
+        if r.numel():
+            seen.add(r.untyped_storage().data_ptr())
+        out.append(r)
+    return out
+
+
+def _size(expr, sizes: dict):
+    """A Relax shape expression over the fake specs' size names, evaluated with the tracer's sizes."""
+    if isinstance(expr, tir.IntImm):
+        return int(expr.value)
+    if isinstance(expr, tir.Var):
+        return sizes[expr.name]
+    binary = {tir.Add: lambda a, b: a + b, tir.Sub: lambda a, b: a - b, tir.Mul: lambda a, b: a * b,
+              tir.FloorDiv: lambda a, b: a // b, tir.FloorMod: lambda a, b: a % b,
+              tir.Max: lambda a, b: torch.sym_max(a, b), tir.Min: lambda a, b: torch.sym_min(a, b)}
+    for kind, fn in binary.items():
+        if isinstance(expr, kind):
+            return fn(_size(expr.a, sizes), _size(expr.b, sizes))
+    if isinstance(expr, tir.Cast):
+        return _size(expr.value, sizes)
+    raise TypeError(f"babytriton: a result size, {expr}, has a form the torch op's fake implementation cannot "
+                    "evaluate")
