@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from . import gradients  # noqa: F401 - registers the gradients TVM lacks or computes unlike torch
@@ -145,15 +146,42 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     grads_out = body.body.fields[1]   # (value, (grads...)): the value is dropped, and its code with it
     result = grads_out.fields[0] if len(wrt) == 1 else grads_out
     block = body.blocks[0]
-    block = relax.DataflowBlock(block.bindings)
+    block = relax.DataflowBlock(_without_seed(block.bindings))
     new = relax.Function(adjoint.params, relax.SeqExpr([block], result), result.ty, adjoint.is_pure)
     new = new.with_attr("global_symbol", backward)
     out = tvm.IRModule({tvm.ir.GlobalVar(backward): new}, attrs=mod.attrs, global_infos=mod.global_infos)
     for gv, f in mod.functions.items():  # the PrimFuncs (user kernels) the forward called
         if not isinstance(f, relax.Function):
             out[gv] = f
+    out = relax.transform.CanonicalizeBindings()(out)
     out = relax.transform.DeadCodeElimination([backward])(out)
     return relax.transform.Normalize()(out)
+
+
+_ONE_PRESERVING = ("relax.broadcast_to", "relax.astype", "relax.reshape", "relax.expand_dims")
+
+
+def _without_seed(bindings) -> list:
+    """The bindings with each product by Gradient's seed made an alias of the other factor. Gradient
+    starts from `ones(())`, broadcasts it back through `sum` and multiplies it by d_out: as a kernel,
+    a full-size copy of d_out that every consumer of the output's adjoint reads instead of d_out."""
+    ones, out = set(), []
+    for binding in bindings:
+        value = binding.value
+        if isinstance(value, relax.Var) and value in ones:
+            ones.add(binding.var)
+        elif isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+            name = value.op.name
+            if name in ("relax.ones", "relax.ones_like") or (name in _ONE_PRESERVING and value.args[0] in ones):
+                ones.add(binding.var)
+            elif name == "relax.multiply":
+                for one, other in (value.args, reversed(value.args)):
+                    if one in ones and isinstance(other, relax.Var) and \
+                            tvm_ffi.structural_equal(other.ty, binding.var.ty):
+                        binding = relax.VarBinding(binding.var, other)
+                        break
+        out.append(binding)
+    return out
 
 
 def lines(mod: tvm.IRModule, forward_lines: dict) -> dict:
