@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import babytriton as bt
+from babytriton import autograd
 from babytriton.autograd import GradientFallbackWarning
 
 EPS = 1e-5
@@ -129,3 +130,27 @@ def test_backward_compiled_once_per_shape():
         f(x, w).sum().backward()
     info = f.cache_info()
     assert info["compilations"] + info["disk_hits"] == 4, info
+
+
+def bt_softmax_unshifted(x):
+    e = bt.exp(x)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _backward(fn, args, target):
+    f = bt.jit(target=target)(fn)
+    return f.backward_kernel(autograd.concrete(f.info.specs(args), args),
+                             autograd.Variant((True,) * len(args), (True,)), [torch.empty(args[0].shape)])
+
+
+@pytest.mark.parametrize("target", ["cpu", {"kind": "cuda", "arch": "sm_90"}], ids=["cpu", "cuda"])
+def test_backward_reads_d_out_itself(target):
+    """Gradient seeds the VJP with ones(()) times d_out: that product is d_out, not a kernel copying it.
+    A row softmax's backward is then one kernel per row, like its forward; no backward has a seed kernel."""
+    x = torch.empty(8, 64)
+    softmax = _backward(bt_softmax_unshifted, (x,), target)
+    assert [k.name for k in softmax.fusion][0].startswith("fused_rows_") and len(softmax.fusion) == 1
+    for fn, args in ((bt_rmsnorm, (x, torch.empty(64))), (bt_layernorm, (x, torch.empty(64), torch.empty(64))),
+                     (bt_gelu, (x,))):
+        names = [k.name for k in _backward(fn, args, target).fusion]
+        assert not any("ones" in n for n in names), names
