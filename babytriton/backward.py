@@ -146,7 +146,7 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     grads_out = body.body.fields[1]   # (value, (grads...)): the value is dropped, and its code with it
     result = grads_out.fields[0] if len(wrt) == 1 else grads_out
     block = body.blocks[0]
-    block = relax.DataflowBlock(_without_seed(block.bindings))
+    block = relax.DataflowBlock(_without_seed(block.bindings, result))
     new = relax.Function(adjoint.params, relax.SeqExpr([block], result), result.ty, adjoint.is_pure)
     new = new.with_attr("global_symbol", backward)
     out = tvm.IRModule({tvm.ir.GlobalVar(backward): new}, attrs=mod.attrs, global_infos=mod.global_infos)
@@ -161,10 +161,16 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
 _ONE_PRESERVING = ("relax.broadcast_to", "relax.astype", "relax.reshape", "relax.expand_dims")
 
 
-def _without_seed(bindings) -> list:
+def _without_seed(bindings, result) -> list:
     """The bindings with each product by Gradient's seed made an alias of the other factor. Gradient
     starts from `ones(())`, broadcasts it back through `sum` and multiplies it by d_out: as a kernel,
-    a full-size copy of d_out that every consumer of the output's adjoint reads instead of d_out."""
+    a full-size copy of d_out that every consumer of the output's adjoint reads instead of d_out.
+    A product that is itself a gradient returned (`x + y`'s) stays: a returned gradient must be a
+    tensor of its own, never the caller's d_out."""
+    returned = {v for v in (result.fields if isinstance(result, relax.Tuple) else [result]) if isinstance(v, relax.Var)}
+    for binding in reversed(bindings):  # and what they alias
+        if binding.var in returned and isinstance(binding.value, relax.Var):
+            returned.add(binding.value)
     ones, out = set(), []
     for binding in bindings:
         value = binding.value
@@ -174,7 +180,7 @@ def _without_seed(bindings) -> list:
             name = value.op.name
             if name in ("relax.ones", "relax.ones_like") or (name in _ONE_PRESERVING and value.args[0] in ones):
                 ones.add(binding.var)
-            elif name == "relax.multiply":
+            elif name == "relax.multiply" and binding.var not in returned:
                 for one, other in (value.args, reversed(value.args)):
                     if one in ones and isinstance(other, relax.Var) and \
                             tvm_ffi.structural_equal(other.ty, binding.var.ty):
