@@ -821,13 +821,32 @@ def _only_output(sch, infos):
     return infos[-1].block_rv if len(outputs) == 1 and outputs[0] is infos[-1] else None
 
 
+def _shared_calls(sch, infos) -> bool:
+    """Whether two blocks compute the same math call (tanh of the same expression of the same element):
+    computed per vector in one loop body, LLVM computes it once; in loops of their own, once per
+    block. Without such a call, separate streaming loops are as fast (a tanh chain's own values)."""
+    seen = set()
+    for info in infos:
+        value = _block_value(sch, info.block_rv)
+        if value is None:
+            continue
+        calls = []
+        tvm_ffi.structural_walk(value, (tvm.ir.expr.Call, calls.append))
+        mine = {tvm_ffi.structural_hash(c, map_free_vars=True) for c in calls if isinstance(c.op, tvm.ir.Op)
+                and c.op.name not in _LINEAR_CALLS and c.op.name != "tirx.reinterpret"}
+        if mine & seen:
+            return True
+        seen |= mine
+    return False
+
+
 def _into_one_output(sch, infos, lanes: int) -> bool:
     """A kernel of one output block and intermediates that `_inline` kept (a backward's chain of tanh
     derivatives): each intermediate computed per vector of the output, inside its parallel loop, into
     a buffer of `lanes` elements, instead of a full-size buffer written and read back by a loop of its
     own. Intermediates keep each value computed once, which inlining would repeat per use."""
     out = _only_output(sch, infos)
-    if out is None:
+    if out is None or not _shared_calls(sch, infos):
         return False
     fused = _fuse(sch, sch.get_loops(out))
     extent = get_extent(sch, fused)
