@@ -288,13 +288,14 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
         result, result_ty = grads_out[0], grads_out[0].ty
     else:
         result, result_ty = relax.Tuple(grads_out), relax.TupleType([v.ty for v in grads_out])
-    block = relax.DataflowBlock(bindings)
+    block = relax.DataflowBlock(_without_seed(bindings, result))
     new = relax.Function(final_params, relax.SeqExpr([block], result), result_ty, adjoint.is_pure)
     new = new.with_attr("global_symbol", backward)
     out = tvm.IRModule({tvm.ir.GlobalVar(backward): new}, attrs=mod.attrs, global_infos=mod.global_infos)
     for gv, f in mod.functions.items():  # the PrimFuncs (user kernels) the forward called
         if not isinstance(f, relax.Function):
             out[gv] = f
+    out = relax.transform.CanonicalizeBindings()(out)
     out = relax.transform.DeadCodeElimination([backward])(out)
     return relax.transform.Normalize()(out)
 
@@ -303,6 +304,38 @@ def _base(name: str) -> str | None:
     """The value an adjoint binding is the gradient of: `y_adjoint`, `y_adjoint2`, `y_adjoint_out` -> y."""
     head, sep, tail = name.rpartition("_adjoint")
     return head if sep and (tail in ("", "_out") or tail.isdigit()) else None
+
+
+_ONE_PRESERVING = ("relax.broadcast_to", "relax.astype", "relax.reshape", "relax.expand_dims")
+
+
+def _without_seed(bindings, result) -> list:
+    """The bindings with each product by Gradient's seed made an alias of the other factor. Gradient
+    starts from `ones(())`, broadcasts it back through `sum` and multiplies it by d_out: as a kernel,
+    a full-size copy of d_out that every consumer of the output's adjoint reads instead of d_out.
+    A product that is itself a gradient returned (`x + y`'s) stays: a returned gradient must be a
+    tensor of its own, never the caller's d_out."""
+    returned = {v for v in (result.fields if isinstance(result, relax.Tuple) else [result]) if isinstance(v, relax.Var)}
+    for binding in reversed(bindings):  # and what they alias
+        if binding.var in returned and isinstance(binding.value, relax.Var):
+            returned.add(binding.value)
+    ones, out = set(), []
+    for binding in bindings:
+        value = binding.value
+        if isinstance(value, relax.Var) and value in ones:
+            ones.add(binding.var)
+        elif isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+            name = value.op.name
+            if name in ("relax.ones", "relax.ones_like") or (name in _ONE_PRESERVING and value.args[0] in ones):
+                ones.add(binding.var)
+            elif name == "relax.multiply" and binding.var not in returned:
+                for one, other in (value.args, reversed(value.args)):
+                    if one in ones and isinstance(other, relax.Var) and \
+                            tvm_ffi.structural_equal(other.ty, binding.var.ty):
+                        binding = relax.VarBinding(binding.var, other)
+                        break
+        out.append(binding)
+    return out
 
 
 def lines(mod: tvm.IRModule, forward_lines: dict) -> dict:

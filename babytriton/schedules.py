@@ -786,6 +786,8 @@ class CPUElementwise(CPURule):
             return False
         lanes = _vector_lanes(sch, target) if _vectorizable(sch) else 1
         infos = _inline(sch, infos)
+        if _into_one_output(sch, infos, lanes):
+            return True
         # several outputs (AdamW's p, m and v): one loop nest, each element's inputs read once
         merged = _one_loop(sch, [info.block_rv for info in infos]) if len(infos) > 1 else None
         nests = [(None, [merged])] if merged is not None else [(info.block_rv, sch.get_loops(info.block_rv))
@@ -804,6 +806,60 @@ class CPUElementwise(CPURule):
             if not isinstance(extent, int) or extent >= MIN_PARALLEL:
                 sch.parallel(outer)
         return True
+
+
+def _only_output(sch, infos):
+    """The block of a kernel's one output when it is the last of `infos` and every other block is an
+    intermediate over the same static iteration space (one value per output element)."""
+    if len(infos) < 2:
+        return None
+    extents = [[get_extent(sch, loop) for loop in sch.get_loops(info.block_rv)] for info in infos]
+    if not all(isinstance(e, int) for e in extents[-1]) or any(e != extents[-1] for e in extents):
+        return None
+    params = [p for p in sch.mod["main"].params if tirx.is_buffer_var(p)]
+    outputs = [info for info in infos if any(w.source.same_as(p) for w in sch.get(info.block_rv).writes for p in params)]
+    return infos[-1].block_rv if len(outputs) == 1 and outputs[0] is infos[-1] else None
+
+
+def _shared_calls(sch, infos) -> bool:
+    """Whether two blocks compute the same math call (tanh of the same expression of the same element):
+    computed per vector in one loop body, LLVM computes it once; in loops of their own, once per
+    block. Without such a call, separate streaming loops are as fast (a tanh chain's own values)."""
+    seen = set()
+    for info in infos:
+        value = _block_value(sch, info.block_rv)
+        if value is None:
+            continue
+        calls = []
+        tvm_ffi.structural_walk(value, (tvm.ir.expr.Call, calls.append))
+        mine = {tvm_ffi.structural_hash(c, map_free_vars=True) for c in calls if isinstance(c.op, tvm.ir.Op)
+                and c.op.name not in _LINEAR_CALLS and c.op.name != "tirx.reinterpret"}
+        if mine & seen:
+            return True
+        seen |= mine
+    return False
+
+
+def _into_one_output(sch, infos, lanes: int) -> bool:
+    """A kernel of one output block and intermediates that `_inline` kept (a backward's chain of tanh
+    derivatives): each intermediate computed per vector of the output, inside its parallel loop, into
+    a buffer of `lanes` elements, instead of a full-size buffer written and read back by a loop of its
+    own. Intermediates keep each value computed once, which inlining would repeat per use."""
+    out = _only_output(sch, infos)
+    if out is None or not _shared_calls(sch, infos):
+        return False
+    fused = _fuse(sch, sch.get_loops(out))
+    extent = get_extent(sch, fused)
+    vector = _pow2_divisor(extent, lanes)
+    if vector <= 1 or extent < MIN_PARALLEL:
+        return False
+    outer, inner = sch.split(fused, [None, vector])
+    for info in reversed(infos[:-1]):  # consumers first: each producer then goes under its consumer
+        sch.compute_at(info.block_rv, outer, preserve_unit_loops=True)
+        sch.vectorize(_fuse(sch, sch.get_loops(info.block_rv)[1:]))
+    sch.vectorize(inner)
+    sch.parallel(outer)
+    return True
 
 
 def _uniform_lanes(sch, block_rv, inner_loop, lanes: int) -> int:

@@ -6,12 +6,19 @@
     python benchmarks/bench.py --only softmax,rmsnorm --sizes full
     python benchmarks/bench.py --cpu --no-compile --threads 1 --budget 0.005 --only ...  # CI (tests/test_benchmarks.py)
     python benchmarks/bench.py --markdown out.md    # also write the tables to a file (for RESULTS.md)
+    python benchmarks/bench.py --backward only      # only the forward+backward table
 
 The workloads live in corpus.py. For each one the runner compiles the babytriton function, checks its
 output against the torch function on the same inputs, counts its kernels, and times babytriton, torch
 eager, torch.compile and (on a GPU, for softmax and the element-wise chain) a Triton kernel:
 end-to-end Python calls (argument conversion and result wrapping included), median over batches, CUDA
 events on the GPU. A workload that does not compile or does not match is a row "fails: <reason>".
+
+A second table times forward+backward for the workloads of corpus.BACKWARD: `out = f(*args);
+out.backward(g)` with every floating-point tensor argument requiring grad (their .grad reset to None
+before each call, so no accumulation is timed), against the same torch code eager and torch.compile'd
+(AOTAutograd differentiates it). The gradients are checked against torch's; a backward that is not
+compiled (babytriton's GradientFallbackWarning) is a row "fails: <reason>".
 """
 from __future__ import annotations
 
@@ -20,13 +27,15 @@ import os
 import statistics
 import sys
 import time
+import warnings
 
 import torch
 
 import babytriton as bt
+from babytriton.autograd import GradientFallbackWarning
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from corpus import WORKLOADS, Workload  # noqa: E402
+from corpus import BACKWARD, WORKLOADS, Workload, nbytes  # noqa: E402
 
 COLUMNS = ["case", "kernels", "babytriton", "eager", "torch.compile", "triton",
            "GB/s", "of copy", "TFLOP/s", "eager/bt", "compile/bt"]
@@ -150,6 +159,9 @@ def reason(error: Exception) -> str:
     if isinstance(error, AssertionError):
         lines = [line for line in text.splitlines() if line.startswith("Greatest")]
         return "wrong result: " + ("; ".join(lines) if lines else text.splitlines()[0] if text else "mismatch")
+    if isinstance(error, GradientFallbackWarning):  # "... because of <construct> at <file>:<line>: <source>"
+        what, _, where = text.partition("because of ")[2].rpartition(" at ")
+        return f"backward not compiled: {what} at {os.path.basename(where)}"[:300]
     lines = text.splitlines() or [type(error).__name__]
     first = lines[0]
     if isinstance(error, bt.CompilationError) and ": error: " in first:
@@ -208,6 +220,81 @@ def bench_workload(w: Workload, size: str, gpu: bool, use_compile: bool, budget:
         row["of copy"] = copy_time(moved, device, gpu, budget) / row["babytriton"]
         if w.flops:
             row["TFLOP/s"] = w.flops(args) / row["babytriton"] / 1e12
+    return row
+
+
+# --------------------------------------------------------------------------------------------------
+# forward+backward
+# --------------------------------------------------------------------------------------------------
+
+def with_grad(args: tuple) -> tuple:
+    """The arguments with every floating-point tensor a leaf that requires grad."""
+    return tuple(a.detach().requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                 for a in args)
+
+
+def grad_of_output(w: Workload, args: tuple) -> torch.Tensor:
+    """The incoming gradient `g` of `out.backward(g)`: random like the output (seeded), 1 for a loss."""
+    with torch.no_grad():
+        out = w.torch_fn(*args)
+    torch.manual_seed(1)
+    return torch.randn(out.shape, dtype=torch.float32).to(out.device, out.dtype)
+
+
+def fwd_bwd(fn, args: tuple, g: torch.Tensor):
+    """A call of `out = fn(*args); out.backward(g)` (no arguments), and the leaves it fills."""
+    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+
+    def step():
+        for a in leaves:
+            a.grad = None
+        fn(*args).backward(g)
+    return step, leaves
+
+
+def compile_and_check_backward(w: Workload, args: tuple, g: torch.Tensor, target: str):
+    """The babytriton fwd+bwd step after a checked call (gradients against torch's; a backward that
+    falls back to torch autograd is an error), its kernel count as "forward+backward"."""
+    f = bt.jit(target=target, cache=False)(w.bt_fn)
+    step, leaves = fwd_bwd(f, args, g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GradientFallbackWarning)
+        step()
+    got = [a.grad for a in leaves]
+    expected_step, _ = fwd_bwd(w.torch_fn, args, g)
+    expected_step()
+    check_close(tuple(got), tuple(a.grad for a in leaves), w.tolerance())
+    forward = count_kernels(f.compile(*args))
+    return step, f"{forward}+{count_kernels(f.backward(*args))}"
+
+
+def bench_backward(w: Workload, size: str, gpu: bool, use_compile: bool, budget: float) -> dict:
+    device = "cuda" if gpu else "cpu"
+    args = with_grad(w.make(size, device))
+    g = grad_of_output(w, args)
+    row = {"workload": w.name}
+    try:
+        step, row["kernels"] = compile_and_check_backward(w, args, g, "gpu" if gpu else "cpu")
+        row["babytriton"] = time_call(step, (), gpu, budget)
+    except Exception as e:  # reported in the table
+        row["fails"] = reason(e)
+    row["eager"] = time_call(fwd_bwd(w.torch_fn, args, g)[0], (), gpu, budget)
+    if use_compile:
+        torch._dynamo.reset()
+        try:
+            compiled = fwd_bwd(torch.compile(w.torch_fn), args, g)[0]
+            compiled()
+            row["torch.compile"] = time_call(compiled, (), gpu, budget)
+        except Exception as e:
+            row["compile fails"] = reason(e)
+    if "babytriton" in row:
+        with torch.no_grad():
+            out = w.torch_fn(*args)
+        grads = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+        # forward: the inputs and the output; backward: the inputs, g, and one gradient per input
+        moved = 2 * nbytes(args) + nbytes(out) + nbytes(g) + nbytes(grads)
+        row["GB/s"] = moved / row["babytriton"] / 1e9
+        row["of copy"] = copy_time(moved, device, gpu, budget) / row["babytriton"]
     return row
 
 
@@ -304,6 +391,8 @@ def main(argv=None) -> str:
                         help="input sizes (default: full on GPU, small on CPU; medium: 2^22-element chains, "
                         "1024x4096 rows, for CPU measurements)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--backward", choices=("also", "no", "only"), default="also",
+                        help="the forward+backward table of corpus.BACKWARD's workloads: also (default), no, only")
     parser.add_argument("--skip-extra", action="store_true", help="skip call overhead and cold compile rows")
     parser.add_argument("--budget", type=float, default=0.3, help="seconds of timing per measurement")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (CPU); 1 gives steadier numbers "
@@ -317,16 +406,25 @@ def main(argv=None) -> str:
     workloads = select(opts.only)
     triton = triton_kernels() if gpu else {}
     rows = []
-    for w in workloads:
+    for w in workloads if opts.backward != "only" else []:
         rows.append(bench_workload(w, size, gpu, not opts.no_compile, opts.budget, triton))
         print(render(rows[-1:]).splitlines()[-1], flush=True)
+    backward_rows = []
+    for w in [w for w in workloads if w.name in BACKWARD] if opts.backward != "no" else []:
+        backward_rows.append(bench_backward(w, size, gpu, not opts.no_compile, opts.budget))
+        print(render(backward_rows[-1:]).splitlines()[-1], flush=True)
     device = torch.cuda.get_device_name() if gpu else "CPU"
-    failing = [r["workload"] for r in rows if "fails" in r]
     text = (f"device: {device}; sizes: {size}; torch {torch.__version__} ({torch.get_num_threads()} CPU threads); "
             "times per call; "
-            f"x/bt = x's time / babytriton's (> 1: babytriton is faster)\n\n{render(rows)}\n\n"
-            f"{len(rows) - len(failing)} of {len(rows)} workloads ran"
-            + (f"; failing: {', '.join(failing)}" if failing else ""))
+            "x/bt = x's time / babytriton's (> 1: babytriton is faster)")
+    for title, table in (("", rows), ("forward+backward (`out = f(*args); out.backward(g)`; kernels: forward+backward)",
+                                      backward_rows)):
+        if not table:
+            continue
+        failing = [r["workload"] for r in table if "fails" in r]
+        text += (f"\n\n{title + chr(10) + chr(10) if title else ''}{render(table)}\n\n"
+                 f"{len(table) - len(failing)} of {len(table)} workloads ran"
+                 + (f"; failing: {', '.join(failing)}" if failing else ""))
     if not opts.skip_extra:
         extra = [bench_overhead(False)] + ([bench_overhead(True)] if gpu else []) + bench_cold_compile()
         text += "\n\n" + render_extra(extra)

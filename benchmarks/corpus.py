@@ -505,6 +505,12 @@ WORKLOADS: list[Workload] = [
 ]
 
 
+# Forward+backward: these workloads are also timed as `out = f(*args); out.backward(g)` (a loss's
+# `loss.backward()`) with every floating-point tensor argument requiring grad; bench.py's second table.
+BACKWARD: tuple[str, ...] = ("gelu_tanh", "gelu_erf", "softmax", "log_softmax", "cross_entropy", "layernorm",
+                             "rmsnorm")
+
+
 def by_name(name: str) -> Workload:
     for w in WORKLOADS:
         if w.name == name:

@@ -18,13 +18,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import bench  # noqa: E402
-from corpus import WORKLOADS, Workload  # noqa: E402
+from corpus import BACKWARD, WORKLOADS, Workload, by_name  # noqa: E402
+from babytriton import autograd  # noqa: E402
 
 # Workloads that do not compile or do not match torch on the CPU today: the explicit list of known
 # failures. strict=True: a fix makes its test fail until the entry is removed here.
 KNOWN_FAILURES: dict[str, str] = {}
 # The same on a GPU (sm_90, small sizes).
 KNOWN_GPU_FAILURES = {**KNOWN_FAILURES}
+# Forward+backward workloads whose backward is not compiled today (it falls back to torch autograd over
+# the eager reference): TVM 0.27 registers no gradient for these ops (babytriton/gradients.py adds them).
+KNOWN_BACKWARD_FAILURES = {"gelu_erf": "no gradient of erf", "softmax": "no gradient of max",
+                           "log_softmax": "no gradient of max", "cross_entropy": "no gradient of max",
+                           "layernorm": "no gradient of rsqrt", "rmsnorm": "no gradient of rsqrt"}
 
 
 def _params(known=KNOWN_FAILURES, *extra_marks):
@@ -46,6 +52,57 @@ def test_corpus_names_are_unique_and_known_failures_exist():
     names = [w.name for w in WORKLOADS]
     assert len(names) == len(set(names)) and len(names) >= 20
     assert set(KNOWN_GPU_FAILURES) <= set(names)
+    assert set(KNOWN_BACKWARD_FAILURES) <= set(BACKWARD) <= set(names)
+
+
+def _backward_params(*extra_marks):
+    return [pytest.param(by_name(n), id=n, marks=[*([pytest.mark.xfail(strict=True, reason=KNOWN_BACKWARD_FAILURES[n])]
+                                                    if n in KNOWN_BACKWARD_FAILURES else []), *extra_marks])
+            for n in BACKWARD]
+
+
+def _check_backward(workload, device, target):
+    args = bench.with_grad(tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in workload.make("small")))
+    g = bench.grad_of_output(workload, args)
+    step, kernels = bench.compile_and_check_backward(workload, args, g, target)
+    forward, backward = map(int, kernels.split("+"))
+    assert forward >= 1 and backward >= 1
+    step()   # the timed call runs again, and gives the same gradients
+    got = [a.grad for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    bench.fwd_bwd(workload.torch_fn, args, g)[0]()
+    bench.check_close(tuple(got), tuple(a.grad for a in args if isinstance(a, torch.Tensor) and a.requires_grad),
+                      workload.tolerance())
+
+
+@pytest.mark.parametrize("workload", _backward_params())
+def test_backward_workload_matches_torch(workload):
+    """Forward+backward of each BACKWARD workload: compiled (no fallback), the gradients torch's."""
+    _check_backward(workload, "cpu", "cpu")
+
+
+@pytest.mark.parametrize("workload", _backward_params(pytest.mark.gpu))
+def test_backward_workload_matches_torch_on_the_gpu(workload):
+    _check_backward(workload, "cuda", "gpu")
+
+
+def backward_kernel(workload, target, size="full"):
+    """The compiled backward of a workload at `size` (meta tensors: shapes only), every floating-point
+    tensor differentiated."""
+    args = workload.make(size, "meta")
+    f = bt.jit(target=target)(workload.bt_fn)
+    requires = tuple(isinstance(a, torch.Tensor) and a.is_floating_point() for a in args)
+    out = workload.torch_fn(*args)
+    specs = autograd.concrete(f.info.specs(args), args)
+    return f.backward_kernel(specs, autograd.Variant(requires, (True,)), [out])
+
+
+@pytest.mark.parametrize("target", ["cpu", {"kind": "cuda", "arch": "sm_90"}], ids=["cpu", "cuda"])
+@pytest.mark.parametrize("workload", [by_name(n) for n in BACKWARD if n not in KNOWN_BACKWARD_FAILURES],
+                         ids=lambda w: w.name)
+def test_no_backward_kernel_runs_serially_at_full_size(workload, target):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SerialKernelWarning)
+        assert len(backward_kernel(workload, target).fusion) >= 1
 
 
 @pytest.mark.parametrize("workload", _params())
@@ -134,3 +191,20 @@ def test_cpu_benchmark_runs(tmp_path):
     assert "6 of 6 workloads ran" in text
     for case in ("call overhead (cpu, 2x3)", "cold compile (cpu)", "cold compile (cuda codegen)"):
         assert f"| {case} |" in text, text
+    assert "forward+backward" not in text   # none of these is in corpus.BACKWARD
+
+
+def test_cpu_backward_rows():
+    """A forward+backward row times babytriton, eager and torch.compile; a fallback is a failing row."""
+    row = bench.bench_backward(by_name("gelu_tanh"), "small", False, True, 0.002)
+    assert "fails" not in row and row["kernels"] == "1+1", row
+    assert row["babytriton"] > 0 and row["eager"] > 0 and row["torch.compile"] > 0
+    text = bench.render([row])
+    assert "| gelu_tanh | 1+1 | " in text
+
+    def uses_floor(x):
+        return bt.floor(x) * x   # floor has no registered gradient: the backward falls back
+    w = Workload("floor", uses_floor, lambda x: torch.floor(x) * x, {"small": [(8,)]}, inputs=lambda s, d, dev: (
+        torch.randn(s[0], dtype=d, device=dev),))
+    row = bench.bench_backward(w, "small", False, False, 0.002)
+    assert row["fails"].startswith("backward not compiled: `floor`") and "test_benchmarks.py:" in row["fails"], row

@@ -950,3 +950,22 @@ def test_cpu_ragged_products_keep_whole_vector_tiles(shape):
     assert "_pad" in kernel.stages["schedule"] and not _lane_predicates(kernel.stages["schedule"])
     torch.testing.assert_close(f(a, b), a @ b * 2.0, rtol=1e-4, atol=1e-3)
 
+
+
+def tanh_chain(x):
+    a = bt.tanh(bt.tanh(x))
+    b = bt.tanh(a) * a
+    return bt.tanh(b) + a * b  # too many nested tanh to inline: `a` and `b` stay blocks of their own
+
+
+@pytest.mark.parametrize("shape", [(256, 256), (3, 40000)])
+def test_cpu_kept_intermediates_are_computed_per_vector_in_one_loop(shape):
+    """Intermediates the inliner keeps (a backward's tanh derivatives) are computed inside the output's
+    parallel loop, a vector at a time: one loop nest, no full-size workspace written and read back."""
+    x = torch.randn(*shape)
+    k = bt.jit(target="cpu")(tanh_chain).compile(x)
+    assert k.stages["schedule"].count("T.parallel") == 1 and "T.vectorized" in k.stages["schedule"]
+    assert "TVMBackendAllocWorkspace" not in k.source
+    a = torch.tanh(torch.tanh(x))
+    b = torch.tanh(a) * a
+    torch.testing.assert_close(k(x), torch.tanh(b) + a * b)
