@@ -197,7 +197,22 @@ class _Function(torch.autograd.Function):
         for r, w in zip(call.requires, wanted):
             value = got.pop(0) if r else None
             out.append(value if w else None)
-        return (None,) + tuple(out)
+        return (None,) + _distinct(out, grads_in)
+
+
+def _distinct(grads: list, incoming: list) -> tuple:
+    """Each gradient a tensor of its own: the VM returns one buffer for two results that are one value
+    (`x + y`'s two gradients), and torch accumulates into `.grad` in place, so a shared one would change
+    the other input's gradient (or the caller's d_out)."""
+    seen = {t.data_ptr() for t in incoming if t.numel()}
+    out = []
+    for g in grads:
+        if g is not None and g.numel():
+            if g.data_ptr() in seen:
+                g = g.clone()
+            seen.add(g.data_ptr())
+        out.append(g)
+    return tuple(out)
 
 
 def eager_vjp(jitfn, args, grads, outputs, wanted, create_graph: bool) -> tuple:

@@ -195,8 +195,6 @@ def test_a_gradient_returned_as_is_is_not_the_callers_d_out():
         assert torch.equal(g, kept)
 
 
-@pytest.mark.xfail(strict=True, reason="the compiled backward returns one tensor for both gradients of x + y, "
-                                       "and autograd.py hands it to both inputs")
 def test_two_gradients_that_are_one_value_are_two_tensors():
     x, y = torch.randn(4, 5, requires_grad=True), torch.randn(4, 5, requires_grad=True)
     bt.jit(target="cpu")(add)(x, y).backward(torch.ones(4, 5))
