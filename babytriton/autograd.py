@@ -26,6 +26,7 @@ import threading
 import warnings
 
 import torch
+from tvm import relax
 
 from . import cache
 from .arguments import ArgSpec
@@ -33,7 +34,7 @@ from .backward import NotDifferentiable
 from .cache import KeyPart
 from .codegen import kernels
 from .frontend import Decorated
-from .types import Param, Tensor, is_float_dtype
+from .types import DTYPES, Param, Tensor, is_float_dtype
 
 
 class GradientFallbackWarning(UserWarning):
@@ -97,6 +98,19 @@ def grad_params(outputs: tuple[bool, ...]) -> list[Param]:
     backward's Relax function names them)."""
     many = len(outputs) > 1
     return [Param(f"d_out{i}" if many else "d_out", "tensor") for i, o in enumerate(outputs) if o]
+
+
+def result_types(kernel, name: str) -> list:
+    """A meta tensor like each result of a compiled (static-shape) version, None for a non-tensor one."""
+    ret = kernel.module[name].ret_ty
+    out = []
+    for t in (ret.fields if isinstance(ret, relax.TupleType) else [ret]):
+        dtype = str(getattr(t, "dtype", ""))
+        if isinstance(t, relax.TensorType) and dtype in DTYPES and t.shape is not None:
+            out.append(torch.empty([int(d) for d in t.shape.values], dtype=DTYPES[dtype], device="meta"))
+        else:
+            out.append(None)
+    return out
 
 
 class Differentiable:

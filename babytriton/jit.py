@@ -327,17 +327,16 @@ class JITFunction(Decorated):
 
     def _backward_request(self, args, kwargs) -> tuple:
         """What the backward of a call with these arguments is compiled for: the static specs, the
-        autograd.Variant, and the results that get a gradient (run once, without a graph, to know them)."""
+        autograd.Variant, and a (meta) tensor like each result that gets a gradient, read from the
+        forward's return type (so that nothing runs: a GPU version needs no GPU)."""
         if kwargs or len(args) != self._nparams:
             args = self.info.bind(args, kwargs)
         requires = autograd.requires_grad(args)
         if not any(requires):
             requires = tuple(isinstance(a, torch.Tensor) and a.is_floating_point() for a in args)
-        with torch.no_grad():
-            results = self(*args)
-        results = results if isinstance(results, tuple) else (results,)
-        outputs = tuple(isinstance(r, torch.Tensor) and r.is_floating_point() for r in results)
         specs = autograd.concrete(self._specs(args), args)
+        results = autograd.result_types(self._kernel(specs), self.__name__)
+        outputs = tuple(r is not None and r.is_floating_point() for r in results)
         variant = autograd.Variant(requires, outputs, autograd.kernel_gradients(self.info))
         return specs, variant, [r for r, o in zip(results, outputs) if o]
 
