@@ -18,6 +18,7 @@ import heapq
 import tvm
 import tvm_ffi
 from tvm import relax, s_tir, tirx
+from tvm.relax.utils import copy_with_new_vars
 
 from .blocks import BlockRewriter
 from .rowwise import PREFIX as ROWS_PREFIX
@@ -177,8 +178,10 @@ def _group_function(mod: tvm.IRModule, bindings_of: dict, members: list, outputs
             body.append(relax.VarBinding(remap[v], new))
             names.append(call.args[0].name_hint)
             continue
-        # a FuseOps group: its bindings, its parameters bound to what the call passes
-        func = mod[call.op].bind_params({p: param(a) for p, a in zip(mod[call.op].params, call.args)})
+        # a FuseOps group: its bindings (fresh vars: two calls of one deduplicated function would
+        # bind the same vars twice), its parameters bound to what the call passes
+        group = copy_with_new_vars(mod[call.op])
+        func = group.bind_params({p: param(a) for p, a in zip(group.params, call.args)})
         for block in func.body.blocks:
             body.extend(block.bindings)
             names.extend(b.value.args[0].name_hint for b in block.bindings)
