@@ -157,6 +157,7 @@ def _group_function(mod: tvm.IRModule, bindings_of: dict, members: list, outputs
     the op names its kernel is named after."""
     inside = set(members)
     params, args, remap, body, names = [], [], {}, [], []
+    inlined = set()
 
     def param(a):
         if a in inside:
@@ -178,9 +179,11 @@ def _group_function(mod: tvm.IRModule, bindings_of: dict, members: list, outputs
             body.append(relax.VarBinding(remap[v], new))
             names.append(call.args[0].name_hint)
             continue
-        # a FuseOps group: its bindings (fresh vars: two calls of one deduplicated function would
-        # bind the same vars twice), its parameters bound to what the call passes
-        group = copy_with_new_vars(mod[call.op])
+        # a FuseOps group: its bindings, its parameters bound to what the call passes (a function
+        # called twice in the group, as FuseOps shares equal ones, is copied with fresh vars: a var
+        # is bound once)
+        group = copy_with_new_vars(mod[call.op]) if call.op in inlined else mod[call.op]
+        inlined.add(call.op)
         func = group.bind_params({p: param(a) for p, a in zip(group.params, call.args)})
         for block in func.body.blocks:
             body.extend(block.bindings)
