@@ -19,6 +19,7 @@ import tvm
 from tvm import relax
 
 from . import gradients  # noqa: F401 - registers the gradients TVM lacks or computes unlike torch
+from .types import is_float_dtype
 
 
 @dataclass
@@ -56,6 +57,15 @@ def _calls_leaf(expr):
 def _has_gradient(call: relax.Call) -> bool:
     op = call.op
     return isinstance(op, tvm.ir.Op) and op.get_attr("FPrimalGradient") is not None
+
+
+def _carries_gradient(ty) -> bool:
+    """Whether a value of this type can have a gradient: a float tensor, or a tuple holding one. An
+    integer or bool value has none (every rule gives its integer and bool operands no_grad), so an op
+    making one needs no gradient of its own (an integer sort, a cumprod of ints)."""
+    if isinstance(ty, relax.TupleType):
+        return any(_carries_gradient(f) for f in ty.fields)
+    return not isinstance(ty, relax.TensorType) or str(ty.dtype) in ("", "void") or is_float_dtype(str(ty.dtype))
 
 
 def _describe(call: relax.Call) -> str:
@@ -98,7 +108,7 @@ def check(fn: relax.Function, requires: tuple[bool, ...], outputs: tuple[bool, .
     for binding in order:
         value = binding.value
         if binding.var in depends and binding.var in needed and isinstance(value, relax.Call) \
-                and not _has_gradient(value):
+                and _carries_gradient(binding.var.ty) and not _has_gradient(value):
             raise NotDifferentiable(binding.var, _describe(value))
 
 

@@ -632,3 +632,15 @@ def test_gpu_gradcheck_layer_norm_and_softmax():
 def test_gpu_kinks_ties_and_nan_match_torch():
     gpu = bt.jit(target="gpu")(kinks.fn)
     same_grads(gpu, torch_kinks, EDGES.cuda(), OTHER.cuda())
+
+
+def test_an_integer_op_without_gradient_on_the_way_needs_none():
+    """An integer sort or cumprod makes no gradient to miss: the backward is still compiled."""
+    @bt.jit
+    def f(x):
+        ranks = R.sort(x.astype("int64"), 1)
+        return R.cumprod(ranks, 1).astype("float64") + x * ranks.astype("float64")
+
+    x = t([[3.5, 1.25, 2.0], [-1.5, 4.0, 0.5]])
+    same_grads(f, lambda x: torch.cumprod(torch.sort(x.to(torch.int64), 1).values, 1).to(f64)
+               + x * torch.sort(x.to(torch.int64), 1).values.to(f64), x)
