@@ -117,7 +117,12 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     the gradient of each parameter in `requires` (one tensor, or a tuple of them)."""
     forward = mod[name]
     check(forward, requires, outputs)
-    params = [relax.Var(p.name, p.ty) for p in forward.params]
+    # Gradient differentiates only dtypes TVM calls floating point, which bfloat16 is not: such a
+    # parameter enters the VJP as float32, converted to bfloat16 (exactly) before the forward
+    widened = [r and isinstance(p.ty, relax.TensorType) and str(p.ty.dtype) == "bfloat16"
+               for p, r in zip(forward.params, requires)]
+    params = [relax.Var(p.name, relax.TensorType(p.ty.shape, "float32", p.ty.vdevice) if w else p.ty)
+              for p, w in zip(forward.params, widened)]
     ret = forward.ret_ty
     many = isinstance(ret, relax.TupleType)   # NB: a one-result tuple is many too (grad_params agrees)
     types = list(ret.fields) if many else [ret]
@@ -127,7 +132,8 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     bb = relax.BlockBuilder(mod)
     with bb.function(vjp, params + grads, private=False):
         with bb.dataflow():
-            result = bb.emit(relax.Call(bb.get().get_global_var(name), params))
+            args = [bb.emit(relax.op.astype(p, "bfloat16")) if w else p for p, w in zip(params, widened)]
+            result = bb.emit(relax.Call(bb.get().get_global_var(name), args))
             total, k = None, 0
             for i, wanted in enumerate(outputs):
                 if not wanted:
@@ -153,10 +159,20 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     adjoint = built[f"{vjp}_adjoint"]
     body = adjoint.body
     grads_out = body.body.fields[1]   # (value, (grads...)): the value is dropped, and its code with it
-    result = grads_out.fields[0] if len(wrt) == 1 else grads_out
-    block = body.blocks[0]
-    block = relax.DataflowBlock(block.bindings)
-    new = relax.Function(adjoint.params, relax.SeqExpr([block], result), result.ty, adjoint.is_pure)
+    bindings, fields, new_params = list(body.blocks[0].bindings), list(grads_out.fields), list(adjoint.params)
+    if any(widened):  # the widened parameters come in as bfloat16 and their gradients leave as it
+        for i, (p, w) in enumerate(zip(adjoint.params, widened + [False] * len(grads))):
+            if w:
+                new_params[i] = relax.Var(p.name, forward.params[i].ty)
+                bindings.insert(0, relax.VarBinding(p, relax.op.astype(new_params[i], "float32")))
+        for j, (field, w) in enumerate(zip(fields, [w for w, r in zip(widened, requires) if r])):
+            if w:
+                fields[j] = relax.Var(f"{field.name}_bf16", relax.TensorType(field.ty.shape, "bfloat16"))
+                bindings.append(relax.VarBinding(fields[j], relax.op.astype(field, "bfloat16")))
+    result = fields[0] if len(wrt) == 1 else relax.Tuple(fields)
+    block = relax.DataflowBlock(bindings)
+    ty = fields[0].ty if len(wrt) == 1 else relax.TupleType([f.ty for f in fields])
+    new = relax.Function(new_params, relax.SeqExpr([block], result), ty, adjoint.is_pure)
     new = new.with_attr("global_symbol", backward)
     out = tvm.IRModule({tvm.ir.GlobalVar(backward): new}, attrs=mod.attrs, global_infos=mod.global_infos)
     for gv, f in mod.functions.items():  # the PrimFuncs (user kernels) the forward called
