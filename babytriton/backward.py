@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax
 
-from . import gradients  # noqa: F401 - registers the gradients TVM lacks or computes unlike torch
+from . import gradients  # registers the gradients TVM lacks or computes unlike torch
+from .errors import quiet_tvm
 from .types import is_float_dtype
 
 
@@ -155,7 +156,17 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     built = relax.transform.ConvertToDataflow()(built)
     fn = built[vjp]
     wrt = [p for p, r in zip(fn.params, requires) if r]
-    built = relax.transform.Gradient(vjp, require_grads=wrt)(built)
+    try:
+        with quiet_tvm():  # a declined rule leaves Gradient's builder unfinished, which TVM logs
+            built = relax.transform.Gradient(vjp, require_grads=wrt)(built)
+    except Exception:  # noqa: BLE001 - a rule that declined (gradients.decline) raises through TVM
+        declined = gradients.take_declined()
+        if declined is None:
+            raise
+        name, op_name, what = declined
+        var = next((b.var for block in forward.body.blocks for b in block.bindings if b.var.name == name
+                    and isinstance(b.value, relax.Call) and getattr(b.value.op, "name", None) == op_name), None)
+        raise NotDifferentiable(var, what) from None
     adjoint = built[f"{vjp}_adjoint"]
     body = adjoint.body
     grads_out = body.body.fields[1]   # (value, (grads...)): the value is dropped, and its code with it

@@ -14,6 +14,7 @@ reference (autograd.py), as backward.check finds it.
 from __future__ import annotations
 
 import math
+import threading
 
 from tvm import relax
 from tvm.relax.op import _op_gradient as tvm_rules
@@ -67,6 +68,27 @@ def _kept(value, call, ndim: int):
 
 def _no_grads(call) -> list:
     return [no_grad(a) for a in call.args]
+
+
+_declined = threading.local()
+
+
+class Declined(Exception):
+    """A rule met a case it does not cover (see `decline`)."""
+
+
+def decline(y, call, what: str):
+    """Give up on the gradient of the binding `y = call` (a form of the op the rule does not cover):
+    Gradient fails, and backward.vjp_module turns that into NotDifferentiable naming `what` at y's line."""
+    _declined.last = (y.name, call.op.name, what)
+    raise Declined(what)
+
+
+def take_declined() -> tuple[str, str, str] | None:
+    """The (binding name, op name, reason) of the last `decline` in this thread, once."""
+    last = getattr(_declined, "last", None)
+    _declined.last = None
+    return last
 
 
 # --------------------------------------------------------------------------------------------------
@@ -541,3 +563,90 @@ def _rms_norm(y, call, g, ctx):
     dxhat = g * op.reshape(weight, wshape)
     dx = rstd * (dxhat - xhat * op.mean(dxhat * xhat, axes, keepdims=True))
     return [dx, _weight_grad(ctx, g * xhat, weight, axes, x.ty.ndim)]
+
+
+# --------------------------------------------------------------------------------------------------
+# rules that cover some forms of their op and decline the others (the backward then falls back)
+# --------------------------------------------------------------------------------------------------
+@_rule("relax.einsum")
+def _einsum(y, call, g, ctx):
+    """Operand k's gradient is the einsum of g with the other operands into k's indices; an index
+    only k has (summed inside it) is broadcast back."""
+    operands = list(call.args[0].fields) if isinstance(call.args[0], relax.Tuple) else None
+    text = str(call.attrs.subscripts).replace(" ", "")
+    inputs, _, out = text.partition("->")
+    subs = inputs.split(",")
+    if not _:  # implicit output: the indices seen once, in alphabetical order
+        out = "".join(sorted(c for c in set(inputs) - {","} if inputs.count(c) == 1))
+    if operands is None or "." in text or any(len(set(s)) != len(s) for s in subs + [out]):
+        decline(y, call, "`einsum` with an ellipsis, a repeated index or operands not written as a tuple "
+                   "(its gradient is not compiled)")
+    partials = []
+    for k, (x, sub) in enumerate(zip(operands, subs)):
+        others = [(o, s) for i, (o, s) in enumerate(zip(operands, subs)) if i != k]
+        seen = set(out).union(*(set(s) for _, s in others))
+        kept = "".join(c for c in sub if c in seen)
+        if others:
+            grad = op.einsum([g] + [o for o, _ in others], f"{','.join([out] + [s for _, s in others])}->{kept}")
+        else:
+            grad = op.permute_dims(g, [out.index(c) for c in kept]) if out != kept else g
+        missing = [i for i, c in enumerate(sub) if c not in seen]
+        if missing:
+            grad = op.broadcast_to(op.expand_dims(grad, missing), x.ty.shape)
+        partials.append(grad)
+    return [relax.Tuple(partials)]
+
+
+@_rule("relax.nn.pad")
+def _pad(y, call, g, ctx):
+    """A constant pad's gradient is the middle of g."""
+    x = call.args[0]
+    width = [int(w) for w in call.attrs.pad_width]
+    if str(call.attrs.pad_mode) != "constant" or any(w < 0 for w in width):
+        decline(y, call, f"`pad` in mode '{call.attrs.pad_mode}' (only the constant mode's gradient is compiled)")
+    shape = _shape(x)
+    begin = width[0::2][:len(shape)]
+    return [op.strided_slice(g, list(range(len(shape))), begin, [b + n for b, n in zip(begin, shape)])]
+
+
+@_rule("relax.scatter_elements")
+def _scatter_elements(y, call, g, ctx):
+    """torch's scatter / scatter_add: the data's gradient is g (less the places written over), the
+    updates' is g gathered at the indices."""
+    data, indices, updates = call.args
+    axis, reduction = int(call.attrs.axis), str(call.attrs.reduction)
+    if reduction not in ("update", "add"):
+        decline(y, call, f"`scatter_elements` with reduction '{reduction}' (its gradient is not compiled)")
+    kept = g if reduction == "add" else op.scatter_elements(g, indices, op.zeros_like(updates), axis)
+    return [kept, no_grad(indices), op.gather_elements(g, indices, axis)]
+
+
+@_rule("relax.slice_scatter")
+def _slice_scatter(y, call, g, ctx):
+    x, src, start, end, step = call.args
+    axis = int(call.attrs.axis)
+    kept = op.slice_scatter(g, op.zeros_like(src), start, end, step, axis)
+    return [kept, op.strided_slice(g, [axis], [start], [end], [step]), no_grad(start), no_grad(end), no_grad(step)]
+
+
+@_rule("relax.nn.prelu")
+def _prelu(y, call, g, ctx):
+    # torch: x > 0 ? g : alpha * g; alpha's gradient sums x * g where x <= 0 over the other axes
+    x, alpha = call.args
+    ndim, axis = x.ty.ndim, int(call.attrs.axis) % x.ty.ndim
+    channels = math.prod(_shape(alpha))
+    shape = [_shape(x)[a] if a == axis and channels > 1 else 1 for a in range(ndim)]
+    positive = op.greater(x, _c(0, x))
+    dx = op.where(positive, g, g * op.reshape(alpha, shape))
+    summed = op.sum(op.where(positive, _c(0, g), x * g), [a for a in range(ndim) if a != axis or channels == 1])
+    return [dx, op.reshape(summed, alpha.ty.shape)]
+
+
+@_rule("relax.nn.batch_flatten")
+def _batch_flatten(y, call, g, ctx):
+    return [op.reshape(g, call.args[0].ty.shape)]
+
+
+@_rule("relax.collapse_sum_to", "relax.collapse_sum_like")
+def _collapse_sum(y, call, g, ctx):
+    return [op.broadcast_to(g, call.args[0].ty.shape), no_grad(call.args[1])]
