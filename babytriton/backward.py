@@ -19,7 +19,7 @@ import tvm
 from tvm import relax
 
 from . import gradients  # registers the gradients TVM lacks or computes unlike torch
-from .errors import quiet_tvm
+from .errors import debug_enabled, quiet_tvm
 from .types import is_float_dtype
 
 
@@ -159,10 +159,13 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     try:
         with quiet_tvm():  # a declined rule leaves Gradient's builder unfinished, which TVM logs
             built = relax.transform.Gradient(vjp, require_grads=wrt)(built)
-    except Exception:  # noqa: BLE001 - a rule that declined (gradients.decline) raises through TVM
+    except Exception as e:  # noqa: BLE001 - a rule that declined (gradients.decline) raises through TVM
         declined = gradients.take_declined()
-        if declined is None:
-            raise
+        if declined is None:  # a rule that failed: never a wrong gradient, the fallback's
+            if debug_enabled():
+                raise
+            raise NotDifferentiable(None, f"a failure of TVM's Gradient pass ({type(e).__name__}; set "
+                                          "BABYTRITON_DEBUG=1 to see it)") from None
         name, op_name, what = declined
         var = next((b.var for block in forward.body.blocks for b in block.bindings if b.var.name == name
                     and isinstance(b.value, relax.Call) and getattr(b.value.op, "name", None) == op_name), None)

@@ -334,6 +334,20 @@ def _ewise_fma(y, call, g, ctx):
     return [_fit(ctx, g * b, a), _fit(ctx, g * a, b), _fit(ctx, g, c)]
 
 
+@_rule("relax.matmul")
+def _matmul(y, call, g, ctx):
+    # a half product computed in float32 (`out_dtype`, the codegen's CPU form) has a float32 gradient,
+    # which TVM's rule multiplies with the half operands (refused): the products are taken in float32
+    # too, then rounded once to the operands' dtype, as torch accumulates half products
+    a, b = call.args
+    wide = _dtype(g)
+    if _dtype(a) == _dtype(b) == wide:
+        return tvm_rules.matmul_grad(y, call, g, ctx)
+    wide_call = ctx.normalize(op.matmul(ctx.emit(op.astype(a, wide)), ctx.emit(op.astype(b, wide))))
+    da, db = tvm_rules.matmul_grad(y, wide_call, g, ctx)
+    return [op.astype(da, _dtype(a)), op.astype(db, _dtype(b))]
+
+
 @_rule("relax.outer")
 def _outer(y, call, g, ctx):
     a, b = call.args

@@ -689,3 +689,11 @@ def test_half_backwards_are_as_close_to_exact_as_torchs(dtype):
         assert g.dtype == dtype
         scale = e.abs().max()
         assert (g.double() - e).abs().max() / scale <= 2 * (r.double() - e).abs().max() / scale + 1e-3
+    # a half product is computed in float32 on the CPU: so are the products of its gradient
+    a, b = torch.randn(2, 3, 64), torch.randn(64, 5)
+    exact = grads(torch.matmul, a.double(), b.double())
+    got = grads(product, a.to(dtype), b.to(dtype))
+    want = grads(torch.matmul, a.to(dtype), b.to(dtype))
+    for g, r, e in zip(got, want, exact):
+        assert g.dtype == dtype
+        assert (g.double() - e).abs().max() <= 2 * (r.double() - e).abs().max() + 1e-3 * e.abs().max()
