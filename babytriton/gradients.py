@@ -568,6 +568,43 @@ def _layer_norm(y, call, g, ctx):
     return [dx, dgamma, dbeta]
 
 
+def _grouped_norm(x, gamma, beta, g, groups: int, channel_axis: int, axes, epsilon: float, center, scale):
+    """group_norm / instance_norm: the channel axis split into (groups, channels per group), then
+    layer_norm's gradient over the group's channels and `axes`; gamma and beta are per channel."""
+    ndim, shape = x.ty.ndim, _shape(x)
+    c = channel_axis % ndim
+    split = shape[:c] + [groups, shape[c] // groups] + shape[c + 1:]
+    normalised = sorted({c + 1} | {a % ndim + (a % ndim > c) for a in axes})
+    xs, gs = op.reshape(x, split), op.reshape(g, split)
+    n = _c(math.prod(split[a] for a in normalised), x)
+    centred = xs - op.mean(xs, normalised, keepdims=True)
+    rstd = op.rsqrt(op.mean(centred * centred, normalised, keepdims=True) + _c(epsilon, x))
+    xhat = centred * rstd
+    dxhat = gs * op.reshape(gamma, [1] * c + split[c:c + 2] + [1] * (ndim - c - 1)) if scale else gs
+    dx = rstd / n * (n * dxhat - op.sum(dxhat, normalised, keepdims=True)
+                     - xhat * op.sum(dxhat * xhat, normalised, keepdims=True))
+    rest = [a for a in range(ndim) if a != c]
+    dgamma = op.reshape(op.sum(g * op.reshape(xhat, shape), rest), gamma.ty.shape) if scale else no_grad(gamma)
+    dbeta = op.reshape(op.sum(g, rest), beta.ty.shape) if center else no_grad(beta)
+    return [op.reshape(dx, shape), dgamma, dbeta]
+
+
+@_rule("relax.nn.group_norm")
+def _group_norm(y, call, g, ctx):
+    a = call.attrs
+    return _grouped_norm(*call.args, g, int(a.num_groups), int(a.channel_axis), [int(v) for v in a.axes],
+                         float(a.epsilon), a.center, a.scale)
+
+
+@_rule("relax.nn.instance_norm")
+def _instance_norm(y, call, g, ctx):
+    a = call.attrs
+    x = call.args[0]
+    channels = _shape(x)[int(a.channel_axis) % x.ty.ndim]
+    return _grouped_norm(*call.args, g, channels, int(a.channel_axis), [int(v) for v in a.axes],
+                         float(a.epsilon), a.center, a.scale)
+
+
 @_rule("relax.nn.rms_norm")
 def _rms_norm(y, call, g, ctx):
     x, weight = call.args

@@ -327,6 +327,23 @@ def test_layer_norm_and_rms_norm_ops_match_torch_in_float32():
         torch.testing.assert_close(g.float(), r.grad, rtol=1e-4, atol=1e-5)
 
 
+@bt.jit
+def grouped_norms(x, w, b, y):
+    return R.nn.group_norm(x, w, b, 3, 1, [2]) + R.nn.instance_norm(x, w, b, 1, [2]) * 2.0, \
+        R.nn.group_norm(y, w, b, 2, -1, [1, 2])
+
+
+def test_group_norm_and_instance_norm_match_torch_in_float32():
+    x, w, b, y = torch.randn(2, 6, 5), torch.randn(6), torch.randn(6), torch.randn(2, 5, 4, 6)
+
+    def reference(x, w, b, y):
+        return F.group_norm(x, 3, w, b) + F.instance_norm(x, weight=w, bias=b) * 2, \
+            F.group_norm(y.permute(0, 3, 1, 2), 2, w, b).permute(0, 2, 3, 1)
+
+    for g, r in zip(grads(grouped_norms, x, w, b, y), grads(reference, x, w, b, y)):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+
+
 # --------------------------------------------------------------------------------------------------
 # shapes and data movement
 # --------------------------------------------------------------------------------------------------
@@ -606,7 +623,7 @@ WITHOUT_GRADIENT = {
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "attention", "attention_bias",
     "attention_var_len", "avg_pool1d", "avg_pool3d", "batch_norm", "conv1d", "conv1d_transpose", "conv2d_transpose",
     "conv3d", "conv3d_transpose", "cumprod", "dequantize", "dropout", "dynamic_strided_slice", "floor_divide",
-    "gather_nd", "group_norm", "index_put", "index_tensor", "instance_norm", "layout_transform", "max_pool1d",
+    "gather_nd", "index_put", "index_tensor", "layout_transform", "max_pool1d",
     "max_pool3d", "median", "meshgrid", "multinomial_from_uniform", "nonzero", "pixel_shuffle", "quantize",
     "reverse_sequence", "scatter_nd", "sort", "topk", "unique",
 }
