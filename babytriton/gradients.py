@@ -7,9 +7,10 @@ Relax ops, like TVM's relax/op/_op_gradient.py) or `no_grad(arg)`. The formulas 
 (tools/autograd/derivatives.yaml), including its choices where the derivative is undefined: ties
 share a max's gradient, abs'(0) = relu'(0) = 0, clamp passes the gradient at its bounds, pow's
 exponent has none where the base is 0. Ops whose torch counterparts have no gradient (comparisons,
-argmax, bool and integer results, rounding) give `no_grad`. An op left out here (an einsum, a
-convolution other than conv2d, ...) makes the backward fall back to torch autograd over the eager
-reference (autograd.py), as backward.check finds it.
+argmax, bool and integer results, rounding) give `no_grad`. An op left out here (a convolution other
+than conv2d, cumprod, ...) makes the backward fall back to torch autograd over the eager reference
+(autograd.py), as backward.check finds it; a rule that covers only some forms of its op (einsum
+without ellipses, constant pads) `decline`s the others, with the same fallback.
 """
 from __future__ import annotations
 
