@@ -369,17 +369,6 @@ def _extreme(y, call, g, ctx):
     return [_kept(g, call, ndim) / count * mask]
 
 
-@_rule("relax.variance")
-def _variance(y, call, g, ctx):
-    # torch's var_backward: 2 / N * g * (x - mean(x)) (TVM's 2/N x - 2/N^2 sum(x) loses digits)
-    x = call.args[0]
-    ndim = x.ty.ndim
-    axes = _axes(call, ndim)
-    n = math.prod(_shape(x)[a] for a in axes)
-    centred = x - op.mean(x, axes, keepdims=True)
-    return [_c(2 / n if n else math.nan, x) * _kept(g, call, ndim) * centred]
-
-
 @_rule("relax.std")
 def _std(y, call, g, ctx):
     # torch's std_backward: var_backward of g / (2 std), which is 0 where std is 0

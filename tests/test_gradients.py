@@ -190,7 +190,8 @@ def test_gradcheck_sum_and_mean_over_axes(axis, keepdims):
 
 @bt.jit
 def extremes(x):
-    return bt.max(x, axis=1) * 2.0 + bt.min(x, axis=(0, 2)).sum() + x.max() + bt.max(x, axis=-1, keepdims=True).sum(axis=1)
+    return bt.max(x, axis=1) * 2.0 + bt.min(x, axis=(0, 2)).sum() + x.max() \
+        + bt.max(x, axis=-1, keepdims=True).sum(axis=1)
 
 
 def test_gradcheck_max_min_reductions():
@@ -364,7 +365,8 @@ def moved(x, index, gather):
     sliced = R.strided_slice(x, axes=[1], begin=[1], end=[6], strides=[2]) * 3.0
     backwards = R.strided_slice(x, axes=[0, 1], begin=[2, 5], end=[0, 0], strides=[-1, -2])
     picked = R.take(x, index, 1) + R.gather_elements(x, gather, 1)
-    return tiled.sum() + sliced.sum(axis=1, keepdims=True) + backwards.sum() + picked, bt.tril(x, -1) + bt.triu(x, 1) * 2.0
+    first = tiled.sum() + sliced.sum(axis=1, keepdims=True) + backwards.sum() + picked
+    return first, bt.tril(x, -1) + bt.triu(x, 1) * 2.0
 
 
 def test_gradcheck_data_movement():
@@ -566,14 +568,16 @@ def test_where_over_a_nan_branch_matches_torch():
                t([-1.0, 0.0, 4.0]))
 
 
-def test_cumsum_exclusive_and_variance_of_large_values_match_torch():
+def test_exclusive_cumsum_matches_torch():
+    """TVM's cumsum rule ignores `exclusive` (and computes sum - cumsum + g, which cancels digits)."""
     @bt.jit
     def f(x):
-        return bt.cumsum(x, axis=1, exclusive=True) + R.variance(x, 1, keepdims=True)
+        return bt.cumsum(x, axis=1, exclusive=True) + bt.cumsum(x, axis=0) * 2.0
 
-    x = rand(3, 5) + 1e8  # TVM's variance rule (2/N x - 2/N^2 sum x) cancels every digit here
-    ref = lambda x: torch.cat([torch.zeros(3, 1, dtype=f64), x.cumsum(1)[:, :-1]], 1) + x.var(1, correction=0, keepdim=True)
-    same_grads(f, ref, x, exact=False)
+    def reference(x):
+        return torch.cat([torch.zeros(3, 1, dtype=f64), x.cumsum(1)[:, :-1]], 1) + x.cumsum(0) * 2
+
+    same_grads(f, reference, rand(3, 5) * 1e8, exact=False)
 
 
 def test_triu_with_an_offset():
