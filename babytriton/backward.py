@@ -181,7 +181,8 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
                 bindings.insert(0, relax.VarBinding(p, relax.op.astype(new_params[i], "float32")))
         for j, (field, w) in enumerate(zip(fields, [w for w, r in zip(widened, requires) if r])):
             if w:
-                fields[j] = relax.Var(f"{field.name}_bf16", relax.TensorType(field.ty.shape, "bfloat16"))
+                narrow = relax.TensorType(field.ty.shape, "bfloat16", field.ty.vdevice)
+                fields[j] = relax.Var(f"{field.name}_bf16", narrow)
                 bindings.append(relax.VarBinding(fields[j], relax.op.astype(field, "bfloat16")))
     result = fields[0] if len(wrt) == 1 else relax.Tuple(fields)
     block = relax.DataflowBlock(bindings)
