@@ -252,6 +252,22 @@ def test_gradcheck_mlp():
 
 
 @bt.jit
+def attention(q, k, v):
+    scores = q @ bt.permute_dims(k, (0, 2, 1)) * 0.5
+    return bt.softmax(scores, axis=-1) @ v
+
+
+@bt.jit
+def swiglu(x, w1, w2, w3):
+    return (bt.silu(x @ w1) * (x @ w2)) @ w3
+
+
+def test_gradcheck_attention_and_swiglu():
+    gradcheck(attention, rand(2, 4, 3), rand(2, 5, 3), rand(2, 5, 2))
+    gradcheck(swiglu, rand(3, 4), rand(4, 6), rand(4, 6), rand(6, 2))
+
+
+@bt.jit
 def softmax_by_hand(x):
     e = bt.exp(x - bt.max(x, axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
