@@ -692,6 +692,7 @@ def test_gpu_gradcheck_layer_norm_and_softmax():
     sm = bt.jit(target="gpu")(softmax_by_hand.fn)
     gradcheck(ln, rand(4, 8).cuda(), rand(8).cuda(), rand(8).cuda())
     gradcheck(sm, rand(3, 5).cuda())
+    gradcheck(bt.jit(target="gpu")(attention.fn), rand(2, 4, 3).cuda(), rand(2, 5, 3).cuda(), rand(2, 5, 2).cuda())
 
 
 @pytest.mark.gpu
