@@ -430,6 +430,22 @@ def _triangle(y, call, g, ctx):
     return [fn(g, k), no_grad(k)]
 
 
+@_rule("relax.concat")
+def _concat(y, call, g, ctx):
+    # each operand's part of g, sliced; an empty operand's is empty (TVM's rule splits g at the
+    # operands' offsets, which fails to build where an operand is empty, as the scans' padding is)
+    axis = int(call.attrs.axis) % y.ty.ndim
+    parts, start = [], 0
+    for field in call.args[0].ty.fields:
+        shape = [int(s) for s in field.shape]
+        if not math.prod(shape):
+            parts.append(op.zeros(shape, field.dtype))
+        else:
+            parts.append(op.strided_slice(g, [axis], [start], [start + shape[axis]]))
+        start += shape[axis]
+    return [relax.Tuple(parts)]
+
+
 @_rule("relax.squeeze", "relax.flatten")
 def _squeeze(y, call, g, ctx):
     return [op.reshape(g, call.args[0].ty.shape)]

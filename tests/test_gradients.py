@@ -625,6 +625,22 @@ def test_prod_with_zeros_matches_torch():
     same_grads(f, lambda x: (x.prod(1), x.prod()), x[2:])
 
 
+@bt.jit
+def over_empty(x, y, w):
+    rows = x.sum(axis=0) + bt.prod(x, 0) + bt.cumsum(x, axis=0).sum(axis=0) + bt.softmax(x, axis=1).sum(axis=0)
+    columns = bt.cumsum(y, axis=1).sum(axis=1) + bt.prod(y, 1) + bt.max(x, axis=1).sum()
+    return rows + (x @ w).sum(axis=1).sum(), columns
+
+
+def test_empty_tensors_have_empty_gradients():
+    """Size-0 axes: the scans' padding (concat with zeros, then a slice) differentiates too."""
+    def reference(x, y, w):
+        rows = x.sum(0) + x.prod(0) + x.cumsum(0).sum(0) + torch.softmax(x, 1).sum(0)
+        return rows + (x @ w).sum(1).sum(), y.cumsum(1).sum(1) + y.prod(1) + x.amax(1).sum()
+
+    same_grads(over_empty, reference, rand(0, 4), rand(3, 0), rand(4, 2))
+
+
 def test_a_shared_upstream_gradient_feeding_two_fused_partials():
     """log_add_exp's partials g/(1+exp(b-a)) and g/(1+exp(a-b)) are two calls of one FuseOps function,
     merged into one kernel by FuseMultiOutput (which bound that function's vars twice)."""
