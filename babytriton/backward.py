@@ -24,7 +24,9 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from . import gradients  # noqa: F401 - registers the gradients TVM lacks or computes unlike torch
+from . import gradients  # registers the gradients TVM lacks or computes unlike torch
+from .errors import debug_enabled, quiet_tvm
+from .types import is_float_dtype
 
 
 @dataclass
@@ -66,6 +68,15 @@ def _has_gradient(call: relax.Call) -> bool:
 
 
 _KERNEL_CALLS = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_dps_packed")
+
+
+def _carries_gradient(ty) -> bool:
+    """Whether a value of this type can have a gradient: a float tensor, or a tuple holding one. An
+    integer or bool value has none (every rule gives its integer and bool operands no_grad), so an op
+    making one needs no gradient of its own (an integer sort, a cumprod of ints)."""
+    if isinstance(ty, relax.TupleType):
+        return any(_carries_gradient(f) for f in ty.fields)
+    return not isinstance(ty, relax.TensorType) or str(ty.dtype) in ("", "void") or is_float_dtype(str(ty.dtype))
 
 
 def _describe(call: relax.Call) -> str:
@@ -122,7 +133,7 @@ def check(fn: relax.Function, requires: tuple[bool, ...], outputs: tuple[bool, .
     for binding in order:
         value = binding.value
         if binding.var in depends and binding.var in needed and isinstance(value, relax.Call) \
-                and not _has_gradient(value):
+                and _carries_gradient(binding.var.ty) and not _has_gradient(value):
             kernel = value.args[0] if isinstance(value.op, tvm.ir.Op) and value.op.name in _KERNEL_CALLS else None
             if kernel is not None and kernel_grads is not None and kernel_grads(kernel, value) is not None:
                 continue   # a kernel whose @bt.grad_for gradient is spliced in
@@ -269,7 +280,20 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     built = relax.transform.Normalize()(built)
     fn = built[vjp]
     wrt = [p for p, r in zip(fn.params, requires) if r]
-    built = relax.transform.Gradient(vjp, require_grads=wrt)(built)
+    try:
+        with quiet_tvm():  # a declined rule leaves Gradient's builder unfinished, which TVM logs
+            built = relax.transform.Gradient(vjp, require_grads=wrt)(built)
+    except Exception as e:  # noqa: BLE001 - a rule that declined (gradients.decline) raises through TVM
+        declined = gradients.take_declined()
+        if declined is None:  # a rule that failed: never a wrong gradient, the fallback's
+            if debug_enabled():
+                raise
+            raise NotDifferentiable(None, f"a failure of TVM's Gradient pass ({type(e).__name__}; set "
+                                          "BABYTRITON_DEBUG=1 to see it)") from None
+        name, op_name, what = declined
+        var = next((b.var for block in forward.body.blocks for b in block.bindings if b.var.name == name
+                    and isinstance(b.value, relax.Call) and getattr(b.value.op, "name", None) == op_name), None)
+        raise NotDifferentiable(var, what) from None
     adjoint = built[f"{vjp}_adjoint"]
     body = adjoint.body
     grads_out = list(body.body.fields[1].fields)  # (value, (grads...)): the value is dropped, and its code with it

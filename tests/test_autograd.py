@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm.script import tirx as T
 
+from tvm.script import relax as R
+
 import babytriton as bt
 from babytriton import backward
 from babytriton.codegen.relax import RelaxCodeGen
@@ -403,6 +405,11 @@ def run_time_loop(x, n: int):
 # Ops whose Relax op may lack a registered gradient (babytriton/gradients.py adds rules): the test
 # takes the first that has none when it runs.
 @bt.jit
+def uses_cumprod(x):
+    return R.cumprod(x, 0) + x
+
+
+@bt.jit
 def uses_prod(x):
     return bt.prod(x, axis=0) + x
 
@@ -419,10 +426,11 @@ def uses_max(x):
 
 def _without_gradient():
     import tvm
-    for fn, op, ref in [(uses_prod, "prod", lambda x: x.prod(0) + x), (uses_erf, "erf", lambda x: torch.erf(x) * x),
+    for fn, op, ref in [(uses_cumprod, "cumprod", lambda x: torch.cumprod(x, 0) + x),
+                        (uses_prod, "prod", lambda x: x.prod(0) + x), (uses_erf, "erf", lambda x: torch.erf(x) * x),
                         (uses_max, "max", lambda x: x.max(0).values * x)]:
         if tvm.ir.Op.get(f"relax.{op}").get_attr("FPrimalGradient") is None:
-            return fn, op, ref
+            return fn, op, ref, ("R." if op == "cumprod" else "bt.") + op + "("
     pytest.skip("every candidate op has a registered gradient now")
 
 
@@ -450,9 +458,9 @@ def test_fallback_is_torch_autograd_over_the_eager_reference_warned_once(case):
         calls = [(torch.randn(5, dtype=F64), 3), (torch.randn(5, dtype=F64), 1), (torch.randn(4, 2, dtype=F64), 2)]
         construct, where = "a run-time loop", "for i in range(n):"
     else:
-        f, op, ref = _without_gradient()
+        f, op, ref, where = _without_gradient()
         calls = [(torch.randn(4, 3, dtype=F64),), (torch.randn(2, 3, dtype=F64),)]
-        construct, where = f"`{op}`, which has no registered gradient", f"bt.{op}("
+        construct = f"`{op}`, which has no registered gradient"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for args in calls:

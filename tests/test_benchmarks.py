@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+from tvm.script import relax as R
 import tvm
 
 import babytriton as bt
@@ -27,10 +28,8 @@ KNOWN_FAILURES: dict[str, str] = {}
 # The same on a GPU (sm_90, small sizes).
 KNOWN_GPU_FAILURES = {**KNOWN_FAILURES}
 # Forward+backward workloads whose backward is not compiled today (it falls back to torch autograd over
-# the eager reference): TVM 0.27 registers no gradient for these ops (babytriton/gradients.py adds them).
-KNOWN_BACKWARD_FAILURES = {"gelu_erf": "no gradient of erf", "softmax": "no gradient of max",
-                           "log_softmax": "no gradient of max", "cross_entropy": "no gradient of max",
-                           "layernorm": "no gradient of rsqrt", "rmsnorm": "no gradient of rsqrt"}
+# the eager reference); strict, as above.
+KNOWN_BACKWARD_FAILURES: dict[str, str] = {}
 
 
 def _params(known=KNOWN_FAILURES, *extra_marks):
@@ -202,9 +201,9 @@ def test_cpu_backward_rows():
     text = bench.render([row])
     assert "| gelu_tanh | 1+1 | " in text
 
-    def uses_floor(x):
-        return bt.floor(x) * x   # floor has no registered gradient: the backward falls back
-    w = Workload("floor", uses_floor, lambda x: torch.floor(x) * x, {"small": [(8,)]}, inputs=lambda s, d, dev: (
-        torch.randn(s[0], dtype=d, device=dev),))
+    def uses_cumprod(x):
+        return R.cumprod(x, 0) * x   # cumprod has no registered gradient: the backward falls back
+    w = Workload("cumprod", uses_cumprod, lambda x: torch.cumprod(x, 0) * x, {"small": [(8,)]},
+                 inputs=lambda s, d, dev: (torch.randn(s[0], dtype=d, device=dev),))
     row = bench.bench_backward(w, "small", False, False, 0.002)
-    assert row["fails"].startswith("backward not compiled: `floor`") and "test_benchmarks.py:" in row["fails"], row
+    assert row["fails"].startswith("backward not compiled: `cumprod`") and "test_benchmarks.py:" in row["fails"], row

@@ -265,3 +265,18 @@ def test_the_stage_is_visible_and_names_its_kernel():
     assert stages.index("FuseOps") < stages.index("FuseMultiOutput") < stages.index("FuseTIR")
     assert "fused_multiply_add(" in k.stages["FuseMultiOutput"]
     assert "R.Tuple(" in k.stages["FuseMultiOutput"].split("def fused_multiply_add")[1].split("\n")[0]
+
+
+def shared_then_divided(a, b, g):
+    g = g * 2.0
+    return g / (1.0 + b), g / (1.0 + a)
+
+
+def test_one_fuseops_function_merged_twice_is_copied():
+    """FuseOps gives equal groups one function; merged twice into one kernel, its vars are copied,
+    not bound twice (found by a backward: an upstream gradient feeding two equal partials)."""
+    a, b, g = torch.randn(16), torch.randn(16), torch.randn(16)
+    k = bt.jit(target="cpu")(shared_then_divided).compile(a, b, g)
+    assert len(k.fusion) == 1
+    for out, ref in zip(k(a, b, g), (g * 2 / (1 + b), g * 2 / (1 + a))):
+        torch.testing.assert_close(out, ref)
