@@ -495,6 +495,15 @@ def _repeat(y, call, g, ctx):
 def _gather_elements(y, call, g, ctx):
     # torch's gather backward: zeros scatter-added at the indices
     x, indices = call.args
+    axis = int(call.attrs.axis) % x.ty.ndim
+    shape = _shape(x)
+    if _shape(indices)[axis] == 1 and all(isinstance(n, int) for n in shape):
+        # one pick per row (a cross-entropy's target): the gradient where the index is, else 0; element-wise,
+        # so it fuses into the row's kernel (a scatter is a kernel of its own, serial on a GPU)
+        n = shape[axis]
+        places = op.reshape(op.arange(0, n, 1, str(indices.ty.dtype)), [n if a == axis else 1 for a in range(len(shape))])
+        wrapped = op.where(op.less(indices, _c(0, indices)), indices + _c(n, indices), indices)
+        return [op.where(op.equal(places, wrapped), g, _c(0, g)), no_grad(indices)]
     zeros = op.zeros(x.ty.shape, _dtype(g))
     return [op.scatter_elements(zeros, indices, g, int(call.attrs.axis), reduction="add"), no_grad(indices)]
 

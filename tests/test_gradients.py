@@ -714,7 +714,9 @@ def test_gpu_gradcheck_layer_norm_and_softmax():
 @pytest.mark.gpu
 def test_gpu_kinks_ties_and_nan_match_torch():
     gpu = bt.jit(target="gpu")(kinks.fn)
-    same_grads(gpu, torch_kinks, EDGES.cuda(), OTHER.cuda())
+    # not bit-exact: CUDA contracts a * b + c into one rounding (an ulp off torch's); a tie's 0.5 against 1,
+    # or a kink's 0 against 1, is still far outside float64's default tolerance
+    same_grads(gpu, torch_kinks, EDGES.cuda(), OTHER.cuda(), exact=False)
 
 
 def test_an_integer_op_without_gradient_on_the_way_needs_none():
