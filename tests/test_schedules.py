@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 import tvm
-from tvm.relax.op import split
+from tvm.relax.op import scatter_elements, split
 
 import babytriton as bt
 from babytriton import schedules
@@ -969,3 +969,33 @@ def test_cpu_kept_intermediates_are_computed_per_vector_in_one_loop(shape):
     a = torch.tanh(torch.tanh(x))
     b = torch.tanh(a) * a
     torch.testing.assert_close(k(x), torch.tanh(b) + a * b)
+
+
+def scatter_add_rows(x, index, src):
+    return scatter_elements(x, index, src, axis=1, reduction="add")
+
+
+def _scatter_inputs(device):
+    torch.manual_seed(0)
+    x, src = torch.randn(8, 40, device=device), torch.randn(8, 3, device=device)
+    index = torch.randint(0, 40, (8, 3), device=device)
+    return x, index, src
+
+
+def test_a_kernel_no_gpu_rule_schedules_runs_on_gpu_threads_not_the_host():
+    """TVM's generic scatter is an opaque block of `parallel` loops that no GPU rule takes: left so, it
+    was compiled as host code reading GPU memory (a segfault). Its loops become GPU kernels instead."""
+    k = bt.jit(target="gpu")(scatter_add_rows).compile(*(t.to("meta") for t in _scatter_inputs("cpu")))
+    assert "loops_to_kernels" in str(k.fusion) and "scatter_elements_kernel" in k.source
+    for func in k.module.functions.values():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            assert "blockIdx.x" in func.script(), func.script()[:400]
+    if shutil.which("nvcc"):
+        assert b".entry" in nvcc_ptx(k.source)
+
+
+@pytest.mark.gpu
+def test_a_kernel_no_gpu_rule_schedules_matches_torch_on_gpu():
+    x, index, src = _scatter_inputs("cuda")
+    got = bt.jit(target="gpu")(scatter_add_rows)(x, index, src)
+    torch.testing.assert_close(got, x.scatter_add(1, index, src))
