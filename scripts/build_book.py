@@ -9,6 +9,8 @@ executed notebooks into build/book/docs/ beside book/docs/, and builds them with
 mkdocs-jupyter (config: book/mkdocs.yml). `--store` executes everything here and keeps the executed
 notebooks and the chapters' output in book/executed/, to be committed: run it on a GPU machine and the
 book shows the GPU cells' real output; a stored copy is used only while its source is unchanged.
+`--store-only` stores them without building the book and without Jupyter where it is missing (the GPU
+machine has none): scripts/store_executions.py.
 
 tests/test_chapters.py and tests/test_notebooks.py run the chapters and notebooks through
 `run_chapter` and `execute_notebook` below, which remember their results for the process, so a test
@@ -251,8 +253,10 @@ def chapter_digest(path: Path) -> str:
 
 
 def notebook_digest(nb) -> str:
-    """A notebook's cells (kind and source), without outputs: what an executed copy must match."""
-    cells = [(cell.cell_type, cell.source) for cell in nb.cells]
+    """A notebook's cells (kind and source), without outputs: what an executed copy must match. `nb` as
+    nbformat reads it or as plain JSON (sources as lists of lines), so it needs no nbformat."""
+    cells = [(cell["cell_type"], "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"])
+             for cell in nb["cells"]]
     return hashlib.sha256(json.dumps(cells).encode()).hexdigest()
 
 
@@ -320,7 +324,7 @@ def write_pages(docs: Path, stored: Path | None, fresh: bool, store: bool) -> tu
     for path in chapter_files():
         result = chapter_result(path, stored, fresh)
         if store:
-            record = STORED / "chapters" / f"{path.stem}.json"
+            record = stored / "chapters" / f"{path.stem}.json"
             record.parent.mkdir(parents=True, exist_ok=True)
             record.write_text(json.dumps({k: v for k, v in result.items() if k != "stored"}, indent=1) + "\n")
         (docs / "chapters" / f"{path.stem}.md").write_text(chapter_page(path, result))
@@ -333,10 +337,10 @@ def write_pages(docs: Path, stored: Path | None, fresh: bool, store: bool) -> tu
     for path in sorted(NOTEBOOKS.glob("*.ipynb")):
         nb = notebook_result(path, stored, fresh)
         if store:
-            STORED.mkdir(parents=True, exist_ok=True)
+            stored.mkdir(parents=True, exist_ok=True)
             kept = copy.deepcopy(nb)
             kept.metadata["babytriton_book"].pop("stored")
-            nbformat.write(kept, STORED / path.name)
+            nbformat.write(kept, stored / path.name)
         title = notebook_title(nb, path)
         page = copy.deepcopy(nb)
         page.cells.insert(1, nbformat.v4.new_markdown_cell(banner(nb)))
@@ -353,7 +357,8 @@ def write_pages(docs: Path, stored: Path | None, fresh: bool, store: bool) -> tu
 
 
 def build(out: Path = OUT, stored: Path | None = STORED, fresh: bool = False, store: bool = False) -> Path:
-    """Build the book into out/site (its pages' sources in out/docs); returns the site folder."""
+    """Build the book into out/site (its pages' sources in out/docs), using the results stored in `stored`
+    (or writing them there, `store`); returns the site folder."""
     from mkdocs.commands.build import build as mkdocs_build
     from mkdocs.config import load_config
     out = Path(out).resolve()
@@ -378,9 +383,21 @@ def main(argv=None) -> int:
     parser.add_argument("--store", action="store_true",
                         help="run everything here and keep the results in book/executed/ (to commit: do it on a "
                              "GPU machine to show the GPU cells' real output)")
+    parser.add_argument("--store-only", action="store_true",
+                        help="only run everything here and keep the results (no book: no MkDocs, and no Jupyter "
+                             "needed, see scripts/store_executions.py): what the GPU machine runs")
+    parser.add_argument("--stored-dir", type=Path, default=STORED,
+                        help="the stored results to use, or to write with --store/--store-only (default book/executed)")
+    parser.add_argument("--plain", action="store_true",
+                        help="with --store-only: execute the notebooks without Jupyter even where it is installed")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    site = build(args.out, fresh=args.fresh or args.store, store=args.store)
+    if args.store_only:
+        import store_executions
+        folder = store_executions.store(args.stored_dir, plain=args.plain)
+        print(f"stored in {folder} in {time.perf_counter() - start:.0f} s")
+        return 0
+    site = build(args.out, stored=args.stored_dir, fresh=args.fresh or args.store, store=args.store)
     print(f"built {site / 'index.html'} in {time.perf_counter() - start:.0f} s")
     return 0
 

@@ -26,6 +26,7 @@ nbformat = pytest.importorskip("nbformat")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import build_book  # noqa: E402
+import store_executions  # noqa: E402
 
 CHAPTERS = build_book.chapter_files()
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -155,6 +156,86 @@ def test_a_stored_chapter_run_is_used_until_a_chapter_under_it_changes(tmp_path,
     base.write_text(base.read_text() + "\n# changed\n")         # the chapter under it
     rerun = build_book.chapter_result(second, stored, fresh=False)
     assert not rerun["stored"] and rerun["returncode"] == 0 and "printed on the GPU machine" not in rerun["stdout"]
+
+
+# --------------------------------------------------------------------------------------------------
+# stored without Jupyter (the GPU machine: scripts/store_executions.py, `build_book.py --store-only`)
+# --------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def plain_store(tmp_path_factory):
+    """What the GPU machine's `--store-only` writes, here with Jupyter hidden: the chapters (this session's
+    runs) and the notebooks executed by the plain executor, each in a fresh Python."""
+    return store_executions.store(tmp_path_factory.mktemp("executed"), plain=True)
+
+
+def kinds(cell) -> list:
+    """What a code cell shows, by kind: its streams' names and its displays' MIME types."""
+    return sorted({f"stream:{out['name']}" if out["output_type"] == "stream" else out["output_type"]
+                   if out["output_type"] == "error" else mime
+                   for out in cell["outputs"] for mime in out.get("data", {None: None})})
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_plain_executor_shows_what_jupyter_shows(plain_store, path):
+    """Cell by cell, the same kinds of output as nbclient's run (text, SVG graphs, HTML, PNG plots),
+    written as valid nbformat v4 with execution counts and the book's metadata."""
+    plain = json.loads((plain_store / path.name).read_text())
+    nbformat.validate(nbformat.from_dict(plain))
+    jupyter = build_book.execute_notebook(path)
+    assert [c["cell_type"] for c in plain["cells"]] == [c.cell_type for c in jupyter.cells]
+    code = [(ours, theirs) for ours, theirs in zip(plain["cells"], jupyter.cells) if theirs.cell_type == "code"]
+    assert [ours["execution_count"] for ours, _ in code] == list(range(1, len(code) + 1))
+    for n, (ours, theirs) in enumerate(code, 1):
+        assert kinds(ours) == kinds(theirs), f"cell {n}"
+        assert all(out.get("text", "x") and out.get("data", "x") for out in ours["outputs"]), f"cell {n}"
+    info = plain["metadata"]["babytriton_book"]
+    assert info["digest"] == build_book.notebook_digest(nbformat.read(path, as_version=4))
+    assert info["machine"] == build_book.machine() and info["seconds"] > 0
+
+
+def test_a_book_built_from_the_plain_store_uses_it(plain_store, tmp_path):
+    """The book built from the stored folder (as from book/executed/ after the GPU machine's run) shows
+    those outputs, says where they came from, and runs nothing again."""
+    site = build_book.build(tmp_path / "book", stored=plain_store)
+    index = text_of(page(site, "index.html"))
+    date = json.loads((plain_store / NOTEBOOKS[0].name).read_text())["metadata"]["babytriton_book"]["date"]
+    assert index.count(f"stored, {date}") == len(NOTEBOOKS)
+    for path in NOTEBOOKS:
+        assert "stored in book/executed/ from a run of" in text_of(page(site, f"notebooks/{path.stem}.html"))
+    assert len(svgs(page(site, "notebooks/02_fusion.html"))) >= 3
+    if (ROOT / "benchmarks" / "RESULTS.md").exists():
+        assert 'src="data:image/png;base64,' in page(site, "notebooks/04_gpu_schedules.html")
+    for path in CHAPTERS:
+        assert build_book.chapter_result(path, plain_store, fresh=False)["stored"]
+
+
+def test_the_plain_executor_records_as_jupyter_does(tmp_path):
+    """Streams (Python's and a C library's), the last expression's reprs (none after `;`), display(),
+    figures left open and `plt.show()`, execution counts; a cell's error stops the notebook."""
+    cells = ["import os\nprint('out')\nos.write(2, b'from C\\n')\n1 + 1",
+             "from IPython.display import HTML, display\ndisplay(HTML('<b>bold</b>'))\n{'quiet': 1};",
+             "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\nprint('after')\nplt.figure()\n"
+             "plt.plot([2, 1]);",
+             "raise ValueError('stop here')", "print('never')"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "tiny.ipynb"
+    nbformat.write(nb, path)
+    with pytest.raises(store_executions.CellError, match="cell 4 raised(.|\n)*ValueError: stop here"):
+        store_executions.execute_in_child(path, plain=True)
+    del cells[3:]
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
+    first, second, third = store_executions.execute_in_child(path, plain=True)["cells"]
+    assert first["outputs"] == [{"output_type": "stream", "name": "stdout", "text": "out\n"},
+                                {"output_type": "execute_result", "execution_count": 1, "metadata": {},
+                                 "data": {"text/plain": "2"}},
+                                {"output_type": "stream", "name": "stderr", "text": "from C\n"}]
+    assert [out["data"]["text/html"] for out in second["outputs"]] == ["<b>bold</b>"]
+    assert [out.get("name") or sorted(out["data"]) for out in third["outputs"]] == [
+        ["image/png", "text/plain"], "stdout", ["image/png", "text/plain"]]
+    assert base64.b64decode(third["outputs"][0]["data"]["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert third["execution_count"] == 3
 
 
 # --------------------------------------------------------------------------------------------------
