@@ -390,11 +390,14 @@ def main(argv=None) -> int:
                         help="the stored results to use, or to write with --store/--store-only (default book/executed)")
     parser.add_argument("--plain", action="store_true",
                         help="with --store-only: execute the notebooks without Jupyter even where it is installed")
+    parser.add_argument("--only", choices=("chapters", "notebooks"),
+                        help="with --store-only: store only these (to split the work over two runs)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     if args.store_only:
         import store_executions
-        folder = store_executions.store(args.stored_dir, plain=args.plain)
+        folder = store_executions.store(args.stored_dir, plain=args.plain, chapters=args.only != "notebooks",
+                                        notebooks=args.only != "chapters")
         print(f"stored in {folder} in {time.perf_counter() - start:.0f} s")
         return 0
     site = build(args.out, stored=args.stored_dir, fresh=args.fresh or args.store, store=args.store)

@@ -52,7 +52,10 @@ def jupyter_missing() -> bool:
     if os.environ.get(PLAIN_ENV) == "1":
         return True
     import importlib.util
-    return any(importlib.util.find_spec(name) is None for name in ("nbclient", "ipykernel", "nbformat"))
+    try:
+        return any(importlib.util.find_spec(name) is None for name in ("nbclient", "ipykernel", "nbformat"))
+    except (ImportError, ValueError):
+        return True
 
 
 # --------------------------------------------------------------------------------------------------
@@ -373,8 +376,9 @@ def write_notebook(nb: dict, path: Path):
     path.write_text(json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n")
 
 
-def store(folder: Path, plain: bool = False, chapters: bool = True) -> Path:
-    """Run every chapter and notebook here and keep the results in `folder` (book/executed/'s layout)."""
+def store(folder: Path, plain: bool = False, chapters: bool = True, notebooks: bool = True) -> Path:
+    """Run every chapter and notebook here (or only those of one kind) and keep the results in `folder`
+    (book/executed/'s layout)."""
     folder = Path(folder)
     (folder / "chapters").mkdir(parents=True, exist_ok=True)
     today = datetime.date.today().isoformat()
@@ -383,7 +387,7 @@ def store(folder: Path, plain: bool = False, chapters: bool = True) -> Path:
         result.pop("stored")
         (folder / "chapters" / f"{path.stem}.json").write_text(json.dumps(result, indent=1) + "\n")
         print(f"{path.name}: status {result['returncode']}, {result['seconds']:.1f} s", flush=True)
-    for path in sorted(build_book.NOTEBOOKS.glob("*.ipynb")):
+    for path in sorted(build_book.NOTEBOOKS.glob("*.ipynb")) if notebooks else []:
         nb = executed(path, plain)
         nb["metadata"]["babytriton_book"] = {**nb["metadata"].get("babytriton_book", {}),
                                              "digest": build_book.notebook_digest(json.loads(path.read_text())),
@@ -400,6 +404,7 @@ def main(argv=None) -> int:
                         help="where to write the records (default book/executed)")
     parser.add_argument("--plain", action="store_true", help="execute the notebooks without Jupyter even "
                         "where it is installed (as on the GPU machine)")
+    parser.add_argument("--only", choices=("chapters", "notebooks"), help="store only these (in two runs)")
     parser.add_argument("--execute", type=Path, help=argparse.SUPPRESS)   # the child of execute_in_child
     parser.add_argument("--cwd", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--to", type=Path, help=argparse.SUPPRESS)
@@ -413,7 +418,7 @@ def main(argv=None) -> int:
         write_notebook(nb, args.to)
         return 0
     start = time.perf_counter()
-    store(args.stored_dir, plain=args.plain)
+    store(args.stored_dir, plain=args.plain, chapters=args.only != "notebooks", notebooks=args.only != "chapters")
     print(f"stored in {args.stored_dir} in {time.perf_counter() - start:.0f} s")
     return 0
 

@@ -238,6 +238,21 @@ def test_the_plain_executor_records_as_jupyter_does(tmp_path):
     assert third["execution_count"] == 3
 
 
+def test_storing_needs_no_jupyter(monkeypatch):
+    """The GPU machine has no IPython, nbformat, nbclient or MkDocs: the store's modules import none of
+    them, and the store finds Jupyter missing there (its plain executor then runs the notebooks)."""
+    code = ("import sys; sys.path.insert(0, 'scripts'); import store_executions; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'IPython', 'nbformat', 'nbclient', 'mkdocs'}))")
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip() == "[]"
+    monkeypatch.delenv(store_executions.PLAIN_ENV, raising=False)
+    assert not store_executions.jupyter_missing()
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nbclient" else real(name, *a))
+    assert store_executions.jupyter_missing()
+
+
 # --------------------------------------------------------------------------------------------------
 # in a browser
 # --------------------------------------------------------------------------------------------------
