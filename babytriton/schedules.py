@@ -103,7 +103,7 @@ def _single_block(rule: GPUScheduleRule, func, target):
     sch, infos = _normalized(rule, func, target)
     if sch is None:
         return None, None
-    infos = _inline(sch, infos)
+    infos = _inline(sch, infos, GPU_CALL_DEPTH)
     return (sch, infos[0]) if len(infos) == 1 else (None, None)
 
 
@@ -121,7 +121,7 @@ class Elementwise(GPUScheduleRule):
         sch, infos = _normalized(self, func, target)
         if sch is None:
             return None
-        infos = _inline(sch, infos)
+        infos = _inline(sch, infos, GPU_CALL_DEPTH)
         if not all(info.is_injective() for info in infos):
             return None
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p) and len(p.ty.shape)),
@@ -476,7 +476,7 @@ class SplitReduction(GPUScheduleRule):
         sch, infos = _normalized(self, func, target)
         if sch is None:
             return None
-        blocks = [b.block_rv for b in _inline(sch, infos[:-1])] + [infos[-1].block_rv]
+        blocks = [b.block_rv for b in _inline(sch, infos[:-1], GPU_CALL_DEPTH)] + [infos[-1].block_rv]
         red, epilogues = blocks[0], blocks[1:]
         if not _reduce_count(sch, red) or any(_reduce_count(sch, b) for b in epilogues):
             return None
@@ -691,6 +691,12 @@ def _block_depth(sch, block) -> int:
     return _call_depth(value) if value is not None else 0
 
 
+# On a GPU no call depth limits inlining: CUDA calls tanhf (erff, expf) on its argument written once,
+# and nvcc computes a call repeated on the same value once (a GELU-tanh backward's nine tanh: one
+# ex2 in the PTX). Kept buffers cost more there: the kernel leaves Elementwise for Fallback's scalar
+# loads. The tree size still bounds what TVM's simplifier walks.
+GPU_CALL_DEPTH = None
+
 MAX_TREE_SIZE = 4000  # nodes of one inlined expression, counted as a tree (as the simplifier walks it)
 
 
@@ -717,15 +723,16 @@ def _block_size(sch, block, leaf=None) -> int:
     return _tree_size(value, {}, leaf) if value is not None else 0
 
 
-def _inline(sch, infos):
+def _inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH):
     """Dlight's `try_inline` with limits: a producer goes into its consumers only while the math calls
-    nested in one expression stay within MAX_CALL_DEPTH. LLVM's lowering of tanh (or erf) names its
+    nested in one expression stay within `max_depth`. LLVM's lowering of tanh (or erf) names its
     argument several times, so forty inlined tanh would be a 5**40-node expression; the chain keeps a
-    buffer every few calls instead."""
+    buffer every few calls instead. GPU rules pass None (GPU_CALL_DEPTH): see there."""
     blocks = list(infos)
 
     def fits(block, others) -> bool:
-        if _block_depth(sch, block) + max((_block_depth(sch, o) for o in others), default=0) > MAX_CALL_DEPTH:
+        if max_depth is not None and _block_depth(sch, block) + max(
+                (_block_depth(sch, o) for o in others), default=0) > max_depth:
             return False
         # and the expression stays small: NaN-aware max/min and floor `//` name each operand several
         # times, so a chain of them inlined grows exponentially (5 unrolled `maximum`s kept TVM's
