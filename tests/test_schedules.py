@@ -971,6 +971,35 @@ def test_cpu_kept_intermediates_are_computed_per_vector_in_one_loop(shape):
     torch.testing.assert_close(k(x), torch.tanh(b) + a * b)
 
 
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + bt.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+
+def test_gpu_gelu_tanh_backward_is_one_vectorised_elementwise_kernel():
+    """The backward of a tanh GELU repeats tanh (and `1 - tanh**2` behind subtract's guard) deeper than
+    the CPU inliner's call-depth limit: kept buffers sent it to Fallback's scalar loads. On the GPU it
+    inlines whole (nvcc computes the repeated tanhf once) and Elementwise moves float4s."""
+    x = torch.empty(1 << 20, device="meta")
+    k = bt.jit(target="gpu")(gelu_tanh).backward(x)
+    (kernel,) = k.fusion
+    assert kernel.rule == "Elementwise" and "T.vectorized(T.int64(4))" in k.stages["schedule"]
+    assert "float4" in k.source and "sblock_alloc_buffer" not in k.stages["schedule"]
+    if shutil.which("nvcc"):
+        ptx = nvcc_ptx(k.source).decode()
+        assert ptx.count("ld.global.nc.v4.f32") == 2 and ptx.count("st.global.v4.f32") == 1  # x, d_out; dx
+        assert ptx.count("ex2.") <= 4  # tanhf's one exp per element of the float4, not nine
+
+
+@pytest.mark.gpu
+def test_gpu_gelu_tanh_backward_matches_torch():
+    x = torch.cat([torch.randn(4092, device="cuda") * 4, torch.tensor([0.0, -0.0, 30.0, float("nan")], device="cuda")])
+    upstream = torch.randn_like(x)
+    got, want = x.clone().requires_grad_(), x.clone().requires_grad_()
+    bt.jit(target="gpu")(gelu_tanh)(got).backward(upstream)
+    (0.5 * want * (1.0 + torch.tanh(0.7978845608028654 * (want + 0.044715 * want * want * want)))).backward(upstream)
+    torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
 def scatter_add_rows(x, index, src):
     return scatter_elements(x, index, src, axis=1, reduction="add")
 
