@@ -127,6 +127,8 @@ class Elementwise(GPUScheduleRule):
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p) and len(p.ty.shape)),
                      default=4)  # a 0-d buffer (a run-time scalar) is read once, not in vectors
         if len(infos) > 1:
+            if _only_output(sch, infos) is not None:
+                return self._per_thread(sch, infos, func, widest)
             return self._several_outputs(sch, infos, func, widest)
         info = infos[0]
         loops = sch.get_loops(info.block_rv)
@@ -163,6 +165,39 @@ class Elementwise(GPUScheduleRule):
             _through_registers(sch, info.block_rv, threads, lanes)
         else:
             sch.vectorize(lanes)
+        return sch
+
+    def _per_thread(self, sch, infos, func, widest):
+        """One output and intermediates the inliner kept (an expression past MAX_TREE_SIZE): each
+        thread computes its vector of every intermediate into registers, then its vector of the
+        output, as CPUElementwise does per vector (Fallback inlined them whole, a tree that grows
+        exponentially). Only whole, contiguous, branch-free vectors; anything else stays Fallback's."""
+        vector = max(self.vector_bytes // widest, 1)
+        if _computes_bools(func):  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
+            vector = min(vector, 4)
+        blocks = [info.block_rv for info in infos]
+        for block in blocks:
+            loops = sch.get_loops(block)
+            var = _innermost_var(sch, loops[-1]) if loops else None
+            if var is None or _branch_multiples(sch.get(block), var) != [] or _contiguous_lanes(
+                    sch, loops[-1], vector) != vector or _too_wide(sch.get(block), vector) or _scalar_calls(
+                    sch.get(block)) or _has_bool_buffers(func):
+                return None
+        loops = sch.get_loops(blocks[-1])
+        extent = _static_product(sch, loops)
+        if vector == 1 or extent is None or extent % vector or extent < vector * self.threads:
+            return None
+        grid, threads, lanes = sch.split(_fuse(sch, loops), [None, self.threads, vector])
+        sch.bind(grid, "blockIdx.x")
+        sch.bind(threads, "threadIdx.x")
+        for block in reversed(blocks[:-1]):  # consumers first: each producer then goes under its consumer
+            sch.compute_at(block, threads, preserve_unit_loops=True)
+            sch.set_scope(block, 0, "local")
+            inner = _fuse(sch, sch.get_loops(block)[2:])
+            if get_extent(sch, inner) != vector:
+                return None  # a region TVM could not narrow to the thread's vector
+            sch.vectorize(inner)
+        sch.vectorize(lanes)
         return sch
 
     def _several_outputs(self, sch, infos, func, widest):

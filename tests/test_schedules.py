@@ -1000,6 +1000,37 @@ def test_gpu_gelu_tanh_backward_matches_torch():
     torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
+def self_gated(x):
+    a = x
+    for _ in range(8):  # `a` read three times a step: inlined whole, a tree of 3**8 copies
+        a = bt.tanh(a) * a + a
+    return a
+
+
+def test_gpu_intermediates_past_the_inlining_limit_stay_in_registers():
+    """Intermediates the inliner keeps (the tree grew past MAX_TREE_SIZE) are computed per thread, a
+    float4 in registers, before the output's float4: one tanh per step and element, where Fallback
+    inlined the 3**8-copy tree (a 425 KB CUDA source)."""
+    k = bt.jit(target="gpu")(self_gated).compile(torch.empty(1 << 20, device="meta"))
+    (kernel,) = k.fusion
+    assert kernel.rule == "Elementwise" and 'scope="local"' in k.stages["schedule"]
+    assert k.stages["schedule"].count("T.vectorized(T.int64(4))") >= 2
+    if shutil.which("nvcc"):
+        ptx = nvcc_ptx(k.source).decode()
+        assert ptx.count("ld.global.nc.v4.f32") == 1 and ptx.count("st.global.v4.f32") == 1
+        assert ptx.count("ex2.") <= 8 * 4 and "ld.local" not in ptx
+
+
+@pytest.mark.gpu
+def test_gpu_intermediates_in_registers_match_torch():
+    x = torch.cat([torch.randn(4093, device="cuda"), torch.tensor([float("inf"), -float("inf"), float("nan")],
+                                                                   device="cuda")])
+    want = x
+    for _ in range(8):
+        want = torch.tanh(want) * want + want
+    torch.testing.assert_close(bt.jit(target="gpu")(self_gated)(x), want, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
 def scatter_add_rows(x, index, src):
     return scatter_elements(x, index, src, axis=1, reduction="add")
 
