@@ -176,18 +176,23 @@ class Elementwise(GPUScheduleRule):
         if _computes_bools(func):  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
             vector = min(vector, 4)
         blocks = [info.block_rv for info in infos]
+        if any(_too_wide(sch.get(block), vector) for block in blocks):
+            vector = 4  # half math in float32: 4 lanes, CUDA's widest float vector (see `_too_wide`)
         for block in blocks:
             loops = sch.get_loops(block)
             var = _innermost_var(sch, loops[-1]) if loops else None
             if var is None or _branch_multiples(sch.get(block), var) != [] or _contiguous_lanes(
-                    sch, loops[-1], vector) != vector or _too_wide(sch.get(block), vector) or _scalar_calls(
-                    sch.get(block)) or _has_bool_buffers(func):
+                    sch, loops[-1], vector) != vector or _scalar_calls(sch.get(block)) or _has_bool_buffers(func):
                 return None
         loops = sch.get_loops(blocks[-1])
         extent = _static_product(sch, loops)
         if vector == 1 or extent is None or extent % vector or extent < vector * self.threads:
             return None
-        grid, threads, lanes = sch.split(_fuse(sch, loops), [None, self.threads, vector])
+        # the lanes split off the row first (as `apply` stages them): each intermediate's region under
+        # the thread is then one row's `vector` elements, not a cover of two rows
+        *outer, inner = loops
+        inner, lanes = sch.split(inner, [None, vector])
+        grid, threads = sch.split(sch.fuse(*outer, inner), [None, self.threads])
         sch.bind(grid, "blockIdx.x")
         sch.bind(threads, "threadIdx.x")
         for block in reversed(blocks[:-1]):  # consumers first: each producer then goes under its consumer
