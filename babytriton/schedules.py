@@ -103,7 +103,7 @@ def _single_block(rule: GPUScheduleRule, func, target):
     sch, infos = _normalized(rule, func, target)
     if sch is None:
         return None, None
-    infos = _inline(sch, infos)
+    infos = _inline(sch, infos, GPU_CALL_DEPTH)
     return (sch, infos[0]) if len(infos) == 1 else (None, None)
 
 
@@ -121,12 +121,14 @@ class Elementwise(GPUScheduleRule):
         sch, infos = _normalized(self, func, target)
         if sch is None:
             return None
-        infos = _inline(sch, infos)
+        infos = _inline(sch, infos, GPU_CALL_DEPTH)
         if not all(info.is_injective() for info in infos):
             return None
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if _is_buffer(p) and len(p.ty.shape)),
                      default=4)  # a 0-d buffer (a run-time scalar) is read once, not in vectors
         if len(infos) > 1:
+            if _only_output(sch, infos) is not None:
+                return self._per_thread(sch, infos, func, widest)
             return self._several_outputs(sch, infos, func, widest)
         info = infos[0]
         loops = sch.get_loops(info.block_rv)
@@ -163,6 +165,44 @@ class Elementwise(GPUScheduleRule):
             _through_registers(sch, info.block_rv, threads, lanes)
         else:
             sch.vectorize(lanes)
+        return sch
+
+    def _per_thread(self, sch, infos, func, widest):
+        """One output and intermediates the inliner kept (an expression past MAX_TREE_SIZE): each
+        thread computes its vector of every intermediate into registers, then its vector of the
+        output, as CPUElementwise does per vector (Fallback inlined them whole, a tree that grows
+        exponentially). Only whole, contiguous, branch-free vectors; anything else stays Fallback's."""
+        vector = max(self.vector_bytes // widest, 1)
+        if _computes_bools(func):  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
+            vector = min(vector, 4)
+        blocks = [info.block_rv for info in infos]
+        if any(_too_wide(sch.get(block), vector) for block in blocks):
+            vector = 4  # half math in float32: 4 lanes, CUDA's widest float vector (see `_too_wide`)
+        for block in blocks:
+            loops = sch.get_loops(block)
+            var = _innermost_var(sch, loops[-1]) if loops else None
+            if var is None or _branch_multiples(sch.get(block), var) != [] or _contiguous_lanes(
+                    sch, loops[-1], vector) != vector or _scalar_calls(sch.get(block)) or _has_bool_buffers(func):
+                return None
+        loops = sch.get_loops(blocks[-1])
+        extent = _static_product(sch, loops)
+        if vector == 1 or extent is None or extent % vector or extent < vector * self.threads:
+            return None
+        # the lanes split off the row first (as `apply` stages them): each intermediate's region under
+        # the thread is then one row's `vector` elements, not a cover of two rows
+        *outer, inner = loops
+        inner, lanes = sch.split(inner, [None, vector])
+        grid, threads = sch.split(sch.fuse(*outer, inner), [None, self.threads])
+        sch.bind(grid, "blockIdx.x")
+        sch.bind(threads, "threadIdx.x")
+        for block in reversed(blocks[:-1]):  # consumers first: each producer then goes under its consumer
+            sch.compute_at(block, threads, preserve_unit_loops=True)
+            sch.set_scope(block, 0, "local")
+            inner = _fuse(sch, sch.get_loops(block)[2:])
+            if get_extent(sch, inner) != vector:
+                return None  # a region TVM could not narrow to the thread's vector
+            sch.vectorize(inner)
+        sch.vectorize(lanes)
         return sch
 
     def _several_outputs(self, sch, infos, func, widest):
@@ -476,7 +516,7 @@ class SplitReduction(GPUScheduleRule):
         sch, infos = _normalized(self, func, target)
         if sch is None:
             return None
-        blocks = [b.block_rv for b in _inline(sch, infos[:-1])] + [infos[-1].block_rv]
+        blocks = [b.block_rv for b in _inline(sch, infos[:-1], GPU_CALL_DEPTH)] + [infos[-1].block_rv]
         red, epilogues = blocks[0], blocks[1:]
         if not _reduce_count(sch, red) or any(_reduce_count(sch, b) for b in epilogues):
             return None
@@ -691,6 +731,12 @@ def _block_depth(sch, block) -> int:
     return _call_depth(value) if value is not None else 0
 
 
+# On a GPU no call depth limits inlining: CUDA calls tanhf (erff, expf) on its argument written once,
+# and nvcc computes a call repeated on the same value once (a GELU-tanh backward's nine tanh: one
+# ex2 in the PTX). Kept buffers cost more there: the kernel leaves Elementwise for Fallback's scalar
+# loads. The tree size still bounds what TVM's simplifier walks.
+GPU_CALL_DEPTH = None
+
 MAX_TREE_SIZE = 4000  # nodes of one inlined expression, counted as a tree (as the simplifier walks it)
 
 
@@ -717,15 +763,16 @@ def _block_size(sch, block, leaf=None) -> int:
     return _tree_size(value, {}, leaf) if value is not None else 0
 
 
-def _inline(sch, infos):
+def _inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH):
     """Dlight's `try_inline` with limits: a producer goes into its consumers only while the math calls
-    nested in one expression stay within MAX_CALL_DEPTH. LLVM's lowering of tanh (or erf) names its
+    nested in one expression stay within `max_depth`. LLVM's lowering of tanh (or erf) names its
     argument several times, so forty inlined tanh would be a 5**40-node expression; the chain keeps a
-    buffer every few calls instead."""
+    buffer every few calls instead. GPU rules pass None (GPU_CALL_DEPTH): see there."""
     blocks = list(infos)
 
     def fits(block, others) -> bool:
-        if _block_depth(sch, block) + max((_block_depth(sch, o) for o in others), default=0) > MAX_CALL_DEPTH:
+        if max_depth is not None and _block_depth(sch, block) + max(
+                (_block_depth(sch, o) for o in others), default=0) > max_depth:
             return False
         # and the expression stays small: NaN-aware max/min and floor `//` name each operand several
         # times, so a chain of them inlined grows exponentially (5 unrolled `maximum`s kept TVM's

@@ -971,6 +971,72 @@ def test_cpu_kept_intermediates_are_computed_per_vector_in_one_loop(shape):
     torch.testing.assert_close(k(x), torch.tanh(b) + a * b)
 
 
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + bt.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+
+def test_gpu_gelu_tanh_backward_is_one_vectorised_elementwise_kernel():
+    """The backward of a tanh GELU repeats tanh (and `1 - tanh**2` behind subtract's guard) deeper than
+    the CPU inliner's call-depth limit: kept buffers sent it to Fallback's scalar loads. On the GPU it
+    inlines whole (nvcc computes the repeated tanhf once) and Elementwise moves float4s."""
+    x = torch.empty(1 << 20, device="meta")
+    k = bt.jit(target="gpu")(gelu_tanh).backward(x)
+    (kernel,) = k.fusion
+    assert kernel.rule == "Elementwise" and "T.vectorized(T.int64(4))" in k.stages["schedule"]
+    assert "float4" in k.source and "sblock_alloc_buffer" not in k.stages["schedule"]
+    if shutil.which("nvcc"):
+        ptx = nvcc_ptx(k.source).decode()
+        assert ptx.count("ld.global.nc.v4.f32") == 2 and ptx.count("st.global.v4.f32") == 1  # x, d_out; dx
+        assert ptx.count("ex2.") <= 4  # tanhf's one exp per element of the float4, not nine
+
+
+@pytest.mark.gpu
+def test_gpu_gelu_tanh_backward_matches_torch():
+    x = torch.cat([torch.randn(4092, device="cuda") * 4, torch.tensor([0.0, -0.0, 30.0, float("nan")], device="cuda")])
+    upstream = torch.randn_like(x)
+    got, want = x.clone().requires_grad_(), x.clone().requires_grad_()
+    bt.jit(target="gpu")(gelu_tanh)(got).backward(upstream)
+    (0.5 * want * (1.0 + torch.tanh(0.7978845608028654 * (want + 0.044715 * want * want * want)))).backward(upstream)
+    torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def self_gated(x):
+    a = x
+    for _ in range(8):  # `a` read three times a step: inlined whole, a tree of 3**8 copies
+        a = bt.tanh(a) * a + a
+    return a
+
+
+def test_gpu_intermediates_past_the_inlining_limit_stay_in_registers():
+    """Intermediates the inliner keeps (the tree grew past MAX_TREE_SIZE) are computed per thread, a
+    float4 in registers, before the output's float4: one tanh per step and element, where Fallback
+    inlined the 3**8-copy tree (a 425 KB CUDA source)."""
+    for shape, dtype in [((64, 1000), torch.float32), ((1 << 20,), torch.float16)]:  # rows; half math in float32
+        assert bt.jit(target="gpu")(self_gated).compile(torch.empty(shape, dtype=dtype, device="meta")).fusion[0].rule \
+            == "Elementwise"
+    k = bt.jit(target="gpu")(self_gated).compile(torch.empty(1 << 20, device="meta"))
+    (kernel,) = k.fusion
+    assert kernel.rule == "Elementwise" and 'scope="local"' in k.stages["schedule"]
+    assert k.stages["schedule"].count("T.vectorized(T.int64(4))") >= 2
+    if shutil.which("nvcc"):
+        ptx = nvcc_ptx(k.source).decode()
+        assert ptx.count("ld.global.nc.v4.f32") == 1 and ptx.count("st.global.v4.f32") == 1
+        assert ptx.count("ex2.") <= 8 * 4 and "ld.local" not in ptx
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,shape", [(torch.float32, (4096,)), (torch.float16, (4096,)),
+                                         (torch.float32, (64, 1000))], ids=str)
+def test_gpu_intermediates_in_registers_match_torch(dtype, shape):
+    x = torch.randn(*shape, device="cuda").to(dtype)
+    x.view(-1)[:3] = torch.tensor([float("inf"), -float("inf"), float("nan")])
+    want = x
+    for _ in range(8):
+        want = torch.tanh(want) * want + want
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(bt.jit(target="gpu")(self_gated)(x), want, rtol=tol, atol=tol, equal_nan=True)
+
+
 def scatter_add_rows(x, index, src):
     return scatter_elements(x, index, src, axis=1, reduction="add")
 
