@@ -27,3 +27,14 @@ def interpret_requested() -> bool:
     """`BABYTRITON_INTERPRET=1`: every call of a @jit function decorated from now on runs eagerly.
     Read once at decoration, so that the compiled call path never looks at the environment."""
     return os.environ.get("BABYTRITON_INTERPRET", "").strip().lower() not in ("", *OFF_VALUES)
+
+
+def save_for_backward(device_kind: str) -> bool:
+    """Whether the backward takes the small forward values (row statistics) saved by a training
+    forward instead of recomputing them: `BABYTRITON_SAVE_FOR_BACKWARD=1`/`0` forces it; by default
+    on CPU targets only (a GPU row kernel writes one output: Dlight's row rules schedule no per-row
+    side output yet, so a training forward's row kernel would be split)."""
+    value = os.environ.get("BABYTRITON_SAVE_FOR_BACKWARD", "").strip().lower()
+    if value:
+        return value not in OFF_VALUES
+    return device_kind == "cpu"

@@ -39,7 +39,8 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
         ("LegalizeOps", relax.transform.LegalizeOps(legalize.legalize_map())),
         ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),
         # one kernel per row-wise computation: FuseOps never puts two reductions in one kernel
-        ("FuseRowwise", rowwise.FuseRowwise),
+        ("FuseRowwise", rowwise.FuseRowwise if target is not None and target.kind.name == "cuda"
+         else rowwise.FuseRowwiseSideOutputs),
         # unused bindings first (e.g. what zeros_like(x) no longer reads once legalized): FuseOps
         # warns about them, and fails on them inside the branches of an If
         ("FuseOps", tvm.transform.Sequential([relax.transform.DeadCodeElimination(), _own_items_for_match_casts(),
