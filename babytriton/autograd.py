@@ -55,8 +55,10 @@ class Variant:
         names = ", ".join(p.name for p, r in zip(params, self.requires) if r)
         outs = ", ".join(str(i) for i, o in enumerate(self.outputs) if o)
         text = f"backward wrt {names}; results {outs}"
-        if self.part is not None:
-            text = ("training forward saving for the " if self.part == "forward" else "taking saved values: ") + text
+        if self.part == "backward":
+            text += "; takes saved forward values"
+        elif self.part == "forward":
+            text = f"training forward (saving values) for the {text}"
         text += "".join(f"; gradient of `{path}`: {name} ({digest[:8]})" for path, name, digest in self.gradients)
         return KeyPart("backward", text, text)
 

@@ -498,8 +498,9 @@ class JITFunction(Decorated):
             memory = self._memory_key(specs)
             key = cache.make_key(self.info, specs, self.info.target)
             key = cache.CacheKey(key.parts + (variant.key_part(self.params),), key.unstable)
+            backwards = [k for (_, v), k in self._backwards.items() if v.part != "forward"]
             result = explaining.explain(self.info, key, self._backwards.get((memory, variant)),
-                                        list(self._backwards.values()), f"{self.__name__} (backward)",
+                                        backwards, f"{self.__name__} (backward)",
                                         self._fallback_of.get((specs[:self._nparams], variant)))
             print(result.text)
             return result

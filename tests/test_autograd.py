@@ -270,7 +270,8 @@ def test_threads_calling_forward_and_backward_at_once():
     for t in threads:
         t.join()
     assert not errors, errors
-    assert f.cache_info()["compilations"] == 2      # one forward, one backward, for all threads
+    # one forward, one training forward (it saves the row statistic), one backward, for all threads
+    assert f.cache_info()["compilations"] == 3
 
 
 @bt.jit
@@ -312,7 +313,13 @@ def test_the_backward_kernel_has_stages_source_and_a_fusion_map_of_the_users_lin
     lines = {first + i for i in range(1, 5)}          # the four lines of the body
     ops = [op for kernel in k.fusion for op in kernel.ops]
     assert ops and all(op.line in lines for op in ops), [(op.op, op.line) for op in ops]
-    gx, gw = k(x, w, torch.ones(4, 8))
+    assert [p.name for p in k.params] == ["x", "w", "saved0", "d_out0"]   # the row mean, saved
+    training = f.training_forward(x, w)          # what a call under grad runs: (result, (saved...))
+    assert training.name == "layer_norm_like_forward_saving"
+    y0, saved = training(x, w)
+    torch.testing.assert_close(y0, f(x, w))
+    torch.testing.assert_close(saved[0], x.mean(-1, keepdim=True))
+    gx, gw = k(x, w, *saved, torch.ones(4, 8))
     x2, w2 = x.clone().requires_grad_(), w.clone().requires_grad_()
     m = x2.mean(-1, keepdim=True)
     y = (x2 - m) * w2
@@ -352,19 +359,20 @@ def test_a_backward_is_stored_on_disk_and_loaded_by_a_fresh_function(tmp_path, m
     x, w = torch.randn(4, 8, requires_grad=True), torch.randn(8, requires_grad=True)
     first = bt.jit(layer_norm_like)
     first(x, w).sum().backward()
-    assert first.cache_info()["disk_writes"] == 2     # the forward and its backward
+    assert first.cache_info()["disk_writes"] == 3     # the forward, its training forward and its backward
     grads = (x.grad.clone(), w.grad.clone())
     x.grad = w.grad = None
     second = bt.jit(layer_norm_like)                   # empty memory, warm disk
     second(x, w).sum().backward()
     info = second.cache_info()
-    assert info["disk_hits"] == 2 and info["compilations"] == 0
+    assert info["disk_hits"] == 3 and info["compilations"] == 0
     torch.testing.assert_close((x.grad, w.grad), grads)
     k = second.backward(x, w)
     assert k.from_disk and "backward" in k.stages and k.fusion is not None
     assert [kk.name for kk in k.fusion] == [kk.name for kk in first.backward(x, w).fusion]
     explained = second.explain(x, w, backward=True)
-    assert explained.in_memory and explained.on_disk and explained.parts["backward"] == "backward wrt x, w; results 0"
+    assert explained.in_memory and explained.on_disk and explained.parts["backward"] == \
+        "backward wrt x, w; results 0; takes saved forward values"
 
 
 def test_explain_covers_the_backward(capsys):
@@ -372,7 +380,8 @@ def test_explain_covers_the_backward(capsys):
     x, w = torch.randn(4, 8, requires_grad=True), torch.randn(8)
     before = f.explain(x, w, backward=True)
     assert not before.in_memory and before.function == "layer_norm_like (backward)"
-    assert before.parts["backward"] == "backward wrt x; results 0" and "compile the first version" in before.text
+    assert before.parts["backward"] == "backward wrt x; results 0; takes saved forward values"
+    assert "compile the first version" in before.text
     f(x, w).sum().backward()
     after = f.explain(x, w, backward=True)
     assert after.in_memory and after.key.digest == before.key.digest
