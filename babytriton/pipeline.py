@@ -39,8 +39,10 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
         ("LegalizeOps", relax.transform.LegalizeOps(legalize.legalize_map())),
         ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),
         # one kernel per row-wise computation: FuseOps never puts two reductions in one kernel
-        ("FuseRowwise", rowwise.FuseRowwise if target is not None and target.kind.name == "cuda"
-         else rowwise.FuseRowwiseSideOutputs),
+        # (on a CPU, a row kernel also writes the per-row values read outside it: a training
+        # forward's saved row statistics; Dlight's GPU row rules take one output)
+        ("FuseRowwise", rowwise.FuseRowwiseSideOutputs if target is not None and target.kind.name == "llvm"
+         else rowwise.FuseRowwise),
         # unused bindings first (e.g. what zeros_like(x) no longer reads once legalized): FuseOps
         # warns about them, and fails on them inside the branches of an If
         ("FuseOps", tvm.transform.Sequential([relax.transform.DeadCodeElimination(), _own_items_for_match_casts(),

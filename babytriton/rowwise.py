@@ -356,5 +356,5 @@ def fuse_rowwise(mod: tvm.IRModule, side_outputs: bool = False) -> tvm.IRModule:
 
 
 FuseRowwise = tvm.transform.module_pass(lambda mod, _ctx: fuse_rowwise(mod), opt_level=0, name="FuseRowwise")
-FuseRowwiseSideOutputs = tvm.transform.module_pass(lambda mod, _ctx: fuse_rowwise(mod, True), opt_level=0,
+FuseRowwiseSideOutputs = tvm.transform.module_pass(lambda mod, _ctx: fuse_rowwise(mod, side_outputs=True), opt_level=0,
                                                    name="FuseRowwise")
