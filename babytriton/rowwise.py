@@ -251,7 +251,11 @@ def partition(mod: tvm.IRModule, bindings: list, side_outputs: bool = False) -> 
             continue
         # only what the output needs (a dead member would be a second output of the kernel)
         needed = graph.reach(outs, graph.producers) | set(outs)
-        members = [v for v in members if v in needed]
+        trimmed = [v for v in members if v in needed]
+        if len(trimmed) < len(members) and len(_outputs(trimmed, graph)) > 1:
+            todo.append(trimmed)   # a value the dropped members read is now read outside: look again
+            continue
+        members = trimmed
         if len(members) > 1 and any(ops[v].kind == "reduce" for v in members) and not _fuse_ops_does_it(
                 members, ops):
             result.append(members)
