@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm.script import tirx as T
 
+from tvm.relax.op import gather_elements
 from tvm.script import relax as R
 
 import babytriton as bt
@@ -720,3 +721,127 @@ def test_a_backward_is_keyed_on_the_kernel_gradients_it_compiles_in(tmp_path, mo
     torch.testing.assert_close(grad_of(f), 4.5 * x.detach())
     torch.testing.assert_close(grad_of(bt.jit(calls_triple)), 4.5 * x.detach())   # its own disk entry
     assert f.cache_info()["disk_writes"] == 3       # the forward, and one backward per gradient
+
+
+# --------------------------------------------------------------------------------------------------
+# issue 16 item 2: the backward takes the forward's small values (row statistics) instead of
+# recomputing them (CPU targets; BABYTRITON_SAVE_FOR_BACKWARD switches it)
+# --------------------------------------------------------------------------------------------------
+
+def ln(x, w, b):
+    mu = x.mean(axis=-1, keepdims=True)
+    xc = x - mu
+    var = (xc * xc).mean(axis=-1, keepdims=True)
+    return xc * bt.rsqrt(var + 1e-5) * w + b
+
+
+def ln_ref(x, w, b):
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return (x - mu) * torch.rsqrt(var + 1e-5) * w + b
+
+
+def softmax_rows(x):
+    m = x.max(axis=-1, keepdims=True)
+    e = bt.exp(x - m)
+    s = e.sum(axis=-1, keepdims=True)
+    return e / s
+
+
+def cross_entropy_rows(logits, target):
+    m = logits.max(axis=-1, keepdims=True)
+    s = bt.exp(logits - m).sum(axis=-1, keepdims=True)
+    lse = m + bt.log(s)
+    picked = gather_elements(logits, bt.expand_dims(target, 1), axis=1)
+    return (lse - picked).mean()
+
+
+def cross_entropy_ref(logits, target):
+    return torch.nn.functional.cross_entropy(logits, target)
+
+
+ROWS = 16
+SAVES = [  # function, its torch reference, inputs, the row statistics' names (none recomputed)
+    (ln, ln_ref, lambda: [torch.randn(ROWS, 64), torch.randn(64), torch.randn(64)], {"mu", "var"}),
+    (softmax_rows, lambda x: torch.softmax(x, -1), lambda: [torch.randn(ROWS, 64) * 4], {"m", "s"}),
+    (cross_entropy_rows, cross_entropy_ref,
+     lambda: [torch.randn(ROWS, 100), torch.randint(0, 100, (ROWS,))], {"m", "s"}),
+]
+REDUCTIONS = ("max", "sum", "mean", "min", "prod")
+
+
+def saved_by_autograd(f, args):
+    """The tensors torch autograd keeps for the backward of one call."""
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        out = f(*args)
+    return out, kept
+
+
+@pytest.mark.parametrize("fn, ref, make, stats", SAVES, ids=[s[0].__name__ for s in SAVES])
+def test_the_backward_takes_the_saved_row_statistics_instead_of_recomputing_them(fn, ref, make, stats):
+    f = bt.jit(fn, cache=False)
+    args = make()
+    k = f.backward(*args)
+    saved = [p for p in k.params if p.name.startswith("saved")]
+    assert saved and all(p.annotation.shape[0] == ROWS and all(d == 1 for d in p.annotation.shape[1:])
+                         for p in saved), [(p.name, p.annotation) for p in k.params]
+    # the forward's row reductions are not in the backward's kernels (its own reductions are adjoints)
+    recomputed = [(op.op, op.var) for kernel in k.fusion for op in kernel.ops
+                  if op.op in REDUCTIONS and op.var in stats]
+    assert not recomputed
+    forward = [op for kernel in f.training_forward(*args).fusion for op in kernel.ops if op.var in stats]
+    assert {op.var for op in forward} == stats          # the training forward computes them
+    # the same gradients as torch, through the saving path
+    x = [a.clone().requires_grad_(a.is_floating_point()) for a in args]
+    x2 = [a.clone().requires_grad_(a.is_floating_point()) for a in args]
+    out, kept = saved_by_autograd(f, x)
+    g = torch.randn_like(out)
+    (out * g).sum().backward()
+    (ref(*x2) * g).sum().backward()
+    for a, b in zip(x, x2):
+        if a.is_floating_point():
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+    # what is kept: the inputs, and one small tensor per saved value
+    inputs = {a.data_ptr() for a in x}
+    small = [t for t in kept if t.data_ptr() not in inputs]
+    assert len(kept) == len(x) + len(saved) and len(small) == len(saved)
+    assert bt.autograd.saved_bytes(small) == sum(ROWS * 4 for _ in saved)
+    assert bt.autograd.saved_bytes(kept) == sum(a.numel() * a.element_size() for a in x) + ROWS * 4 * len(saved)
+
+
+def test_with_saving_off_the_backward_recomputes_from_the_inputs(monkeypatch):
+    monkeypatch.setenv("BABYTRITON_SAVE_FOR_BACKWARD", "0")
+    f = bt.jit(ln, cache=False)
+    args = [torch.randn(ROWS, 64), torch.randn(64), torch.randn(64)]
+    k = f.backward(*args)
+    assert not [p for p in k.params if p.name.startswith("saved")]
+    assert any(op.var == "mu" and op.op == "mean" for kernel in k.fusion for op in kernel.ops)   # recomputed
+    x = [a.clone().requires_grad_() for a in args]
+    out, kept = saved_by_autograd(f, x)
+    assert len(kept) == 3 and f.training_forward(*args) is f.compile(*args)
+    check(f, ln_ref, [a.clone().requires_grad_() for a in args])
+    assert f.cache_info()["compilations"] == 2        # the forward and the recomputing backward
+
+
+def silu(x):
+    return x * bt.sigmoid(x)
+
+
+def test_nothing_small_nothing_saved_and_no_training_forward():
+    f = bt.jit(silu, cache=False)
+    x = torch.randn(8, 32, requires_grad=True)
+    out, kept = saved_by_autograd(f, [x])
+    assert len(kept) == 1 and kept[0].data_ptr() == x.data_ptr()
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, (torch.sigmoid(x) * (1 + x * (1 - torch.sigmoid(x)))).detach())
+    assert f.cache_info()["compilations"] == 2
+    assert not [p for p in f.backward(x).params if p.name.startswith("saved")]
+
+
+def test_a_gpu_backward_recomputes_by_default():
+    """Dlight's GPU row rules write one output per kernel: a training forward's row kernel would be
+    split, so GPU targets recompute unless BABYTRITON_SAVE_FOR_BACKWARD=1."""
+    f = bt.jit(ln, target={"kind": "cuda", "arch": "sm_90"}, cache=False)
+    args = [torch.empty(ROWS, 64, device="meta"), torch.empty(64, device="meta"), torch.empty(64, device="meta")]
+    assert not [p for p in f.backward(*args).params if p.name.startswith("saved")]
