@@ -3,8 +3,13 @@
 A call whose torch tensors require grad (with grad mode on) runs the compiled forward inside a
 `torch.autograd.Function`. Its backward is compiled too: `relax_backend.build_backward` differentiates
 the generated Relax with TVM's Gradient pass, and the result goes through the same pipeline, cache and
-stages as a forward (`f.backward(*args)` returns it as a Kernel). The backward recomputes what it
-needs of the forward from the saved inputs: nothing but the inputs is kept between the two calls.
+stages as a forward (`f.backward(*args)` returns it as a Kernel). What the backward reads of the
+forward is recomputed from the saved inputs, except small values (`backward.SMALL`: row statistics
+such as a max, sum, mean, rstd or logsumexp of shape (rows, 1)), which a *training forward*
+(`<name>_forward_saving`, `f.training_forward(*args)`) returns besides the results and the call keeps
+with the inputs (`ctx.save_for_backward`); the backward then takes (params..., saved..., grads...).
+Without such values, calls run the plain forward and keep only the inputs. CPU targets save by
+default, GPU targets recompute (BABYTRITON_SAVE_FOR_BACKWARD=1/0 forces either: see config).
 
 What is differentiated is what torch differentiates: floating-point tensor arguments that require
 grad, and floating-point results; run-time scalars, constexprs, integer and bool tensors never are

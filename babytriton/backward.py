@@ -4,8 +4,9 @@ The vector-Jacobian product of `outs = f(params)` for incoming gradients `dys` i
 scalar `sum_i sum(outs[i] * dys[i])` with respect to the parameters that need one: `vjp_module` writes
 that scalar after f's body, lets Gradient differentiate it, and keeps only the gradients. The result is
 an ordinary Relax function `<name>_backward(params..., dys...)`: the pipeline legalizes, fuses,
-schedules and builds it like a forward. It recomputes the forward's values inside the same kernels
-rather than reading them saved from the forward call (see `docs`/chapter 22 for the measured trade).
+schedules and builds it like a forward. It recomputes the forward's values inside the same kernels,
+except, with `save`, the small ones (`saved_values`: row statistics), which it takes from the
+forward call, whose training forward `<name>_forward_saving` returns them.
 
 Gradient takes one dataflow block of ops that each have a registered gradient (`FPrimalGradient`);
 `check` finds the first construct on the way from a differentiated parameter to a differentiated output

@@ -30,11 +30,10 @@ def interpret_requested() -> bool:
 
 
 def save_for_backward(device_kind: str) -> bool:
-    """Whether the backward takes the small forward values (row statistics) saved by a training
-    forward instead of recomputing them: `BABYTRITON_SAVE_FOR_BACKWARD=1`/`0` forces it; by default
-    on CPU targets only (a GPU row kernel writes one output: Dlight's row rules schedule no per-row
-    side output yet, so a training forward's row kernel would be split)."""
+    """`BABYTRITON_SAVE_FOR_BACKWARD=1`: the backward takes the small forward values (row statistics)
+    that a training forward saved, instead of recomputing them. Off by default: the training
+    forward's row kernel also writes those per-row values, and no schedule rule yet takes a row
+    kernel with such side outputs (CPU: CPUSpatial instead of CPUReduction, 3-6x slower; GPU: Dlight's
+    Fallback), which costs more than the backward saves (benchmarks/RESULTS.md)."""
     value = os.environ.get("BABYTRITON_SAVE_FOR_BACKWARD", "").strip().lower()
-    if value:
-        return value not in OFF_VALUES
-    return device_kind == "cpu"
+    return bool(value) and value not in OFF_VALUES

@@ -72,7 +72,7 @@ def build_backward(info: FunctionInfo, specs: tuple[ArgSpec, ...], requires: tup
                          attrs=mod.attrs, global_infos=mod.global_infos))
     record("training forward" if part == "forward" else "backward", mod.script())
     return _lower_and_build(info, codegen, generated, mod, record, stages,
-                            backward.lines(mod, codegen.binding_lines), "the backward of ")
+                            backward.lines(mod, codegen.binding_lines), "the backward of ", part == "forward")
 
 
 def _kernel_gradients(codegen):
@@ -137,7 +137,7 @@ def _generate(info: FunctionInfo, specs, record):
 
 
 def _lower_and_build(info: FunctionInfo, codegen, generated, mod, record, stages: dict, binding_lines: dict,
-                     what: str = "") -> Compiled:
+                     what: str = "", side_outputs: bool = False) -> Compiled:
     """`mod` (the generated module, or a backward made from it) through the pipeline and tvm.compile."""
     options = info.options
     before = mod
@@ -147,7 +147,7 @@ def _lower_and_build(info: FunctionInfo, codegen, generated, mod, record, stages
     failed = None
     with quiet_tvm():
         try:
-            mod = pipeline.lower(mod, target, options["schedule"], record, options["trials"], modules)
+            mod = pipeline.lower(mod, target, options["schedule"], record, options["trials"], modules, side_outputs)
             stage = "build"
             executable = pipeline.build(mod, target)
         except Exception as e:  # noqa: BLE001 - TVM's failures past code generation

@@ -32,7 +32,7 @@ def saved_bytes(fn, args) -> int:
     return total
 
 
-def step_time(fn, args, repeat=5) -> float:
+def step_time(fn, args, repeat=10) -> float:
     def step():
         for a in args:
             a.grad = None
@@ -48,6 +48,7 @@ def step_time(fn, args, repeat=5) -> float:
 
 
 def main(size="medium"):
+    torch.set_num_threads(1)   # steadier on a shared machine; babytriton's pool follows torch's
     torch.manual_seed(0)
     for name in corpus.BACKWARD:
         w = corpus.by_name(name)

@@ -120,10 +120,8 @@ def check(target, device, activation):
     for f in fns:
         info = f.cache_info()
         # one forward version (called with grad) and one backward, for all 50 steps (the GELU is
-        # called on two activations of the same shape: one version serves both); the norms have a
-        # training forward too, which saves their row statistics for the backward
-        saves = f.__name__ in ("bt_layernorm", "bt_rmsnorm") and target == "cpu"
-        assert info["compilations"] + info["disk_hits"] == 2 + saves, (f.__name__, info)
+        # called on two activations of the same shape: one version serves both)
+        assert info["compilations"] + info["disk_hits"] == 2, (f.__name__, info)
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
@@ -141,15 +139,14 @@ def test_mlp_follows_torch_loss_curve_on_gpu(activation):
 
 
 def test_backward_compiled_once_per_shape():
-    """A second batch size is a second forward, training forward and backward; a repeat of the first
-    is none."""
+    """A second batch size is a second forward and backward; a repeat of the first is neither."""
     f = bt.jit(target="cpu")(bt_rmsnorm)
     w = torch.ones(8, requires_grad=True)
     for rows in (4, 6, 4):
         x = torch.randn(rows, 8, requires_grad=True)
         f(x, w).sum().backward()
     info = f.cache_info()
-    assert info["compilations"] + info["disk_hits"] == 6, info
+    assert info["compilations"] + info["disk_hits"] == 4, info
 
 
 def bt_softmax_unshifted(x):
