@@ -8,8 +8,8 @@ forward is recomputed from the saved inputs, except small values (`backward.SMAL
 such as a max, sum, mean, rstd or logsumexp of shape (rows, 1)), which a *training forward*
 (`<name>_forward_saving`, `f.training_forward(*args)`) returns besides the results and the call keeps
 with the inputs (`ctx.save_for_backward`); the backward then takes (params..., saved..., grads...).
-Without such values, calls run the plain forward and keep only the inputs. CPU targets save by
-default, GPU targets recompute (BABYTRITON_SAVE_FOR_BACKWARD=1/0 forces either: see config).
+Without such values, calls run the plain forward and keep only the inputs. Saving is switched on by
+BABYTRITON_SAVE_FOR_BACKWARD=1 (off by default: see config.save_for_backward).
 
 What is differentiated is what torch differentiates: floating-point tensor arguments that require
 grad, and floating-point results; run-time scalars, constexprs, integer and bool tensors never are

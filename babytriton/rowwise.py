@@ -199,9 +199,10 @@ def _joinable(a: _Group, b: _Group) -> Rows | None | bool:
 
 def partition(mod: tvm.IRModule, bindings: list, side_outputs: bool = False) -> list[list]:
     """The row groups of a block's bindings, each a list of vars in binding order whose last one is
-    the group's only output; with `side_outputs`, also per-row values (row statistics) read outside
-    the group, the kernel's other outputs (CPU schedules run any row kernel; Dlight's row rules
-    take one output)."""
+    the group's only output; with `side_outputs` (a training forward), a group may also output
+    per-row values read outside it (the row statistics it saves for the backward), returned first.
+    Off elsewhere: the row schedule rules take one output (a kernel with side outputs falls to
+    CPUSpatial or Dlight's Fallback)."""
     graph = _Graph(bindings)
     ops = {b.var: _classify(mod, b) for b in bindings}
     for b in bindings:  # only the results of a row reduction are per-row values
@@ -228,16 +229,14 @@ def partition(mod: tvm.IRModule, bindings: list, side_outputs: bool = False) -> 
             mine = g
 
     result = []
-    rows_of = {id(g.members[0]): g.rows for g in _unique(group_of.values())}
+    rows_of = {v: g.rows for g in _unique(group_of.values()) for v in g.members}
     todo = [g.members for g in _unique(group_of.values())]
     while todo:
         members = todo.pop(0)
         outs = _outputs(members, graph)
-        rows = rows_of.get(id(members[0])) if members else None
-        if side_outputs and len(outs) > 1 and outs[-1] is members[-1] and rows is not None and _same(_shape(outs[-1]), rows.shape) \
-                and all(rows.per_row(_shape(v)) and all(graph.order[c] > graph.order[members[-1]]
-                                                        for c in graph.consumers[v] if c not in members)
-                        for v in outs[:-1]):
+        rows = rows_of.get(members[-1]) if members else None
+        if side_outputs and len(outs) > 1 and outs[-1] is members[-1] and rows is not None \
+                and _same(_shape(outs[-1]), rows.shape) and all(_side_output(v, rows, members, graph) for v in outs[:-1]):
             # per-row results (a training forward's saved row statistics) written by the row kernel too
             result.append(members)
             continue
@@ -260,6 +259,14 @@ def partition(mod: tvm.IRModule, bindings: list, side_outputs: bool = False) -> 
                 members, ops):
             result.append(members)
     return result
+
+
+def _side_output(v, rows: Rows, members: list, graph: _Graph) -> bool:
+    """A per-row value the group may output besides its last member: its readers outside the group
+    come after that member (where the group's call is placed)."""
+    last = graph.order[members[-1]]
+    inside = set(members)
+    return rows.per_row(_shape(v)) and all(graph.order[c] > last for c in graph.consumers[v] if c not in inside)
 
 
 def _fuse_ops_does_it(members: list, ops: dict) -> bool:
