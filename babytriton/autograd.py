@@ -3,8 +3,13 @@
 A call whose torch tensors require grad (with grad mode on) runs the compiled forward inside a
 `torch.autograd.Function`. Its backward is compiled too: `relax_backend.build_backward` differentiates
 the generated Relax with TVM's Gradient pass, and the result goes through the same pipeline, cache and
-stages as a forward (`f.backward(*args)` returns it as a Kernel). The backward recomputes what it
-needs of the forward from the saved inputs: nothing but the inputs is kept between the two calls.
+stages as a forward (`f.backward(*args)` returns it as a Kernel). What the backward reads of the
+forward is recomputed from the saved inputs, except small values (`backward.SMALL`: row statistics
+such as a max, sum, mean, rstd or logsumexp of shape (rows, 1)), which a *training forward*
+(`<name>_forward_saving`, `f.training_forward(*args)`) returns besides the results and the call keeps
+with the inputs (`ctx.save_for_backward`); the backward then takes (params..., saved..., grads...).
+Without such values, calls run the plain forward and keep only the inputs. Saving is switched on by
+BABYTRITON_SAVE_FOR_BACKWARD=1 (off by default: see config.save_for_backward).
 
 What is differentiated is what torch differentiates: floating-point tensor arguments that require
 grad, and floating-point results; run-time scalars, constexprs, integer and bool tensors never are
@@ -28,7 +33,7 @@ import warnings
 import torch
 from tvm import relax
 
-from . import cache
+from . import cache, config, relax_backend
 from .arguments import ArgSpec
 from .backward import NotDifferentiable
 from .cache import KeyPart
@@ -47,11 +52,18 @@ class Variant:
     requires: tuple[bool, ...]
     outputs: tuple[bool, ...]
     gradients: tuple = ()     # kernel_gradients(): the @bt.grad_for functions it may compile in
+    # None: the backward recomputing the forward from the inputs; "backward": the one taking the
+    # saved small forward values; "forward": the training forward that returns them
+    part: str | None = None
 
     def key_part(self, params: list[Param]) -> KeyPart:
         names = ", ".join(p.name for p, r in zip(params, self.requires) if r)
         outs = ", ".join(str(i) for i, o in enumerate(self.outputs) if o)
         text = f"backward wrt {names}; results {outs}"
+        if self.part == "backward":
+            text += "; takes saved forward values"
+        elif self.part == "forward":
+            text = f"training forward (saving values) for the {text}"
         text += "".join(f"; gradient of `{path}`: {name} ({digest[:8]})" for path, name, digest in self.gradients)
         return KeyPart("backward", text, text)
 
@@ -113,6 +125,25 @@ def result_types(kernel, name: str) -> list:
     return out
 
 
+def saved_types(kernel) -> list:
+    """A meta tensor like each value a training forward (`<name>_forward_saving`) saves."""
+    ret = kernel.module[kernel.name].ret_ty.fields[1]
+    return [torch.empty([int(d) for d in t.shape.values], dtype=DTYPES[str(t.dtype)], device="meta")
+            for t in ret.fields]
+
+
+def float_results(kernel, name: str) -> tuple[bool, ...]:
+    """Per result of a compiled version: a floating-point tensor (the results that get a gradient)."""
+    ret = kernel.module[name].ret_ty
+    return tuple(isinstance(t, relax.TensorType) and is_float_dtype(str(t.dtype))
+                 for t in (ret.fields if isinstance(ret, relax.TupleType) else [ret]))
+
+
+def saved_bytes(saved) -> int:
+    """The bytes of the tensors kept for the backward of one call."""
+    return sum(t.numel() * t.element_size() for t in saved if isinstance(t, torch.Tensor))
+
+
 class Differentiable:
     """One forward version called with these requires_grad flags: runs it inside torch autograd."""
 
@@ -120,37 +151,68 @@ class Differentiable:
         self.jitfn, self.kernel, self.run, self.specs, self.requires = jitfn, kernel, run, specs, requires
         self._lock = threading.Lock()
         self._backwards: dict = {}
+        self._trainings: dict = {}
 
     def __call__(self, args):
         if not torch.is_grad_enabled():
             return self.run(args)
         return _Function.apply(self, *args)
 
-    def backward_runner(self, args, outputs: tuple[bool, ...], grads: list):
-        """The compiled backward for these arguments and result gradients, as a runner; False when it
-        falls back (the reason warned once)."""
+    def training_runner(self, args):
+        """The training forward for these arguments, as a runner returning (result, (saved...)); None
+        when calls run the plain forward (nothing small is saved, or the backward is not compiled)."""
         specs = concrete(self.specs, args)
-        key = (specs, outputs, kernels.generation())   # a gradient registered since: looked at anew
+        key = (specs, kernels.generation())
+        try:
+            return self._trainings[key]
+        except KeyError:
+            pass
+        with self._lock:
+            found = self._trainings.get(key, False)
+            if found is False:
+                found = self._trainings[key] = self._make_training(specs, args)
+        return found
+
+    def _make_training(self, specs, args):
+        jitfn = self.jitfn
+        if self.kernel.vm_devices is not None or jitfn.heterogeneous or self.kernel.backend != "relax" \
+                or not config.save_for_backward(self.kernel.device_kind):
+            return None
+        outputs = float_results(self.kernel, jitfn.__name__)
+        variant = Variant(self.requires, outputs, kernel_gradients(jitfn.info))
+        try:
+            kernel = jitfn.training_kernel(specs, variant)
+        except (NotDifferentiable, relax_backend.NothingSaved):
+            return None   # the backward (compiled or not) says why, when it runs
+        return kernel.runner(tuple(args))
+
+    def backward_runner(self, args, outputs: tuple[bool, ...], grads: list, saved=()):
+        """The compiled backward for these arguments and result gradients (taking the training
+        forward's `saved` values, when given), as a runner; False when it falls back (the reason
+        warned once)."""
+        specs = concrete(self.specs, args)
+        saved_specs = tuple((tuple(t.shape), t.dtype) for t in saved)
+        key = (specs, outputs, saved_specs, kernels.generation())   # a gradient registered since: looked at anew
         found = self._backwards.get(key)
         if found is None:
             with self._lock:
                 found = self._backwards.get(key)
                 if found is None:
-                    found = self._backwards[key] = self._make(specs, outputs, args, grads)
+                    found = self._backwards[key] = self._make(specs, outputs, args, grads, saved)
         return found
 
-    def _make(self, specs, outputs, args, grads):
+    def _make(self, specs, outputs, args, grads, saved=()):
         jitfn = self.jitfn
         if self.kernel.vm_devices is not None or jitfn.heterogeneous:
             jitfn.warn_fallback("device blocks (`with bt.device(...)`)", None)
             return False
-        variant = Variant(self.requires, outputs, kernel_gradients(jitfn.info))
+        variant = Variant(self.requires, outputs, kernel_gradients(jitfn.info), "backward" if saved else None)
         try:
-            kernel = jitfn.backward_kernel(specs, variant, grads)
+            kernel = jitfn.backward_kernel(specs, variant, grads, saved)
         except NotDifferentiable as e:
             failed = e
         else:
-            return kernel.runner(tuple(args) + tuple(grads))
+            return kernel.runner(tuple(args) + tuple(saved) + tuple(grads))
         what = failed.what   # raised and warned outside the `except`: no internal exception chained
         if failed.kernel is not None:
             grad = kernels.gradient_of(failed.kernel)
@@ -170,12 +232,18 @@ class _Function(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, call: Differentiable, *args):
-        results = call.run(args)
+        training = call.training_runner(args)
+        if training is None:   # the backward recomputes the forward from the inputs
+            results, saved = call.run(args), ()
+        else:                  # the backward takes the small values the forward computed (row statistics)
+            results, saved = training(args)
+            saved = saved or ()
         ctx.call = call
         positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         ctx.positions = positions
         ctx.others = [None if isinstance(a, torch.Tensor) else a for a in args]
-        ctx.save_for_backward(*(args[i] for i in positions))
+        ctx.nsaved = len(saved)
+        ctx.save_for_backward(*(args[i] for i in positions), *saved)
         many = _as_tuple(results)
         ctx.outputs = tuple(isinstance(r, torch.Tensor) and is_float_dtype(str(r.dtype).removeprefix("torch."))
                             for r in many)
@@ -191,6 +259,7 @@ class _Function(torch.autograd.Function):
         args = list(ctx.others)
         for i, t in zip(ctx.positions, saved):
             args[i] = t
+        values = saved[len(ctx.positions):]
         wanted = tuple(n for n in ctx.needs_input_grad[1:])
         if torch.is_grad_enabled():   # create_graph=True: a backward torch can differentiate again
             got = eager_vjp(call.jitfn, args, grads, ctx.outputs, wanted, create_graph=True)
@@ -202,10 +271,10 @@ class _Function(torch.autograd.Function):
             if g is None:
                 g = torch.zeros(shape[0], dtype=shape[1], device=shape[2])
             grads_in.append(g)
-        run = call.backward_runner(args, ctx.outputs, grads_in)
+        run = call.backward_runner(args, ctx.outputs, grads_in, values)
         if run is False:
             return (None,) + eager_vjp(call.jitfn, args, grads, ctx.outputs, wanted, create_graph=False)
-        got = run(tuple(args) + tuple(grads_in))
+        got = run(tuple(args) + tuple(values) + tuple(grads_in))
         got = list(_as_tuple(got)) if sum(call.requires) > 1 else [got]
         out = []
         for r, w in zip(call.requires, wanted):

@@ -4,8 +4,9 @@ The vector-Jacobian product of `outs = f(params)` for incoming gradients `dys` i
 scalar `sum_i sum(outs[i] * dys[i])` with respect to the parameters that need one: `vjp_module` writes
 that scalar after f's body, lets Gradient differentiate it, and keeps only the gradients. The result is
 an ordinary Relax function `<name>_backward(params..., dys...)`: the pipeline legalizes, fuses,
-schedules and builds it like a forward. It recomputes the forward's values inside the same kernels
-rather than reading them saved from the forward call (see `docs`/chapter 22 for the measured trade).
+schedules and builds it like a forward. It recomputes the forward's values inside the same kernels,
+except, with `save`, the small ones (`saved_values`: row statistics), which it takes from the
+forward call, whose training forward `<name>_forward_saving` returns them.
 
 Gradient takes one dataflow block of ops that each have a registered gradient (`FPrimalGradient`);
 `check` finds the first construct on the way from a differentiated parameter to a differentiated output
@@ -228,10 +229,15 @@ def _register_splice(name: str, grad: relax.Function, call) -> None:
 
 
 def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs: tuple[bool, ...],
-               kernel_grads=None) -> tvm.IRModule:
+               kernel_grads=None, save: bool = False) -> tvm.IRModule:
     """A module whose function `<name>_backward(params..., grad of each differentiated output)` returns
     the gradient of each parameter in `requires` (one tensor, or a tuple of them). `kernel_grads(gvar,
-    call)` gives the Relax module and function name of a kernel's gradient, or None."""
+    call)` gives the Relax module and function name of a kernel's gradient, or None.
+
+    With `save`, the small forward values the backward reads (`saved_values`) are taken from the
+    forward call instead of recomputed: the module also holds `<name>_forward_saving(params...)`
+    returning (the forward's result, (saved...)), and the backward takes (params..., saved..., grads...).
+    When no value qualifies, the module is the one without `save`."""
     forward = mod[name]
     check(forward, requires, outputs, kernel_grads)
     params = [relax.Var(p.name, p.ty) for p in forward.params]
@@ -266,7 +272,11 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
                     term = bb.emit(relax.op.astype(term, "float32"), name_hint=_TERM)
                 total = term if total is None else bb.emit(relax.op.add(total, term), name_hint=_TERM)
             total = bb.emit_output(total, name_hint=_TOTAL)
-        bb.emit_func_output(total)
+        # the forward's results returned after the total (Gradient differentiates the first field):
+        # the training forward reads them from the adjoint
+        results = [bb.emit(relax.TupleGetItem(result, i), name_hint=_TERM) for i in range(len(types))] \
+            if many else [result]
+        bb.emit_func_output(relax.Tuple([total, *results]))
     built = bb.get()
     # the forward becomes private so that InlinePrivateFunctions copies its body into the VJP
     functions = {gv: (fn.without_attr("global_symbol") if gv.name_hint == name else fn)
@@ -299,6 +309,8 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     grads_out = list(body.body.fields[1].fields)  # (value, (grads...)): the value is dropped, and its code with it
     block = body.blocks[0]
     bindings = list(block.bindings)
+    forward_count = sum(len(b.bindings) for b in built[vjp].body.blocks)   # Gradient copies them first
+    forward_result = _forward_result(bindings, body.body.fields[0], many)
     final_params = list(adjoint.params)
     for i, (p, w) in enumerate(zip(params, widened)):
         if w:   # the bfloat16 parameter, converted to the float32 one the adjoint reads
@@ -308,6 +320,28 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
             narrow = relax.Var(f"{p.name}_adjoint_out", p.ty)
             bindings.append(relax.VarBinding(narrow, relax.op.astype(grads_out[j], "bfloat16")))
             grads_out[j] = narrow
+    forward_count += len(bindings) - len(block.bindings)   # the bfloat16 conversions are forward code
+    saved, training = [], None
+    if save:   # the forward's own bindings: not the VJP's products with the incoming gradients
+        seeded = set(final_params[len(params):])
+        forward_part = []
+        for b in bindings[:forward_count]:
+            if any(v in seeded for v in _calls(b.value)):
+                seeded.add(b.var)
+            else:
+                forward_part.append(b)
+        saved = saved_values(forward_part, bindings[forward_count:], grads_out, final_params[:len(params)])
+    if saved:
+        training = _training_forward(final_params[:len(params)], forward_part, forward_result, saved, name)
+        sub = _Substitute()
+        inputs = [relax.Var(f"saved_{v.name}", v.ty) for v in saved]
+        for v, p in zip(saved, inputs):
+            sub.set_var_remap(v, p)
+        kept = set(saved)
+        bindings = [relax.VarBinding(b.var, sub.visit_expr(b.value)) for b in bindings if b.var not in kept]
+        grads_out = [sub.visit_expr(g) for g in grads_out]
+        n = len(params)
+        final_params = final_params[:n] + inputs + final_params[n:]
     if len(wrt) == 1:
         result, result_ty = grads_out[0], grads_out[0].ty
     else:
@@ -319,9 +353,91 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     for gv, f in mod.functions.items():  # the PrimFuncs (user kernels) the forward called
         if not isinstance(f, relax.Function):
             out[gv] = f
+    entries = [backward]
+    if training is not None:
+        out[tvm.ir.GlobalVar(f"{name}_forward_saving")] = training
+        entries.append(f"{name}_forward_saving")
     out = relax.transform.CanonicalizeBindings()(out)
-    out = relax.transform.DeadCodeElimination([backward])(out)
+    out = relax.transform.DeadCodeElimination(entries)(out)
     return relax.transform.Normalize()(out)
+
+
+# A forward value is saved for the backward when it is at most 1/SMALL of the largest input (a row
+# statistic: max, sum, mean, rstd, logsumexp of shape (rows, 1)); bigger ones are recomputed.
+SMALL = 8
+
+
+def _numel(ty) -> int | None:
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or not isinstance(ty.shape, relax.ShapeExpr):
+        return None
+    n = 1
+    for d in ty.shape.values:
+        if not isinstance(getattr(d, "value", None), int):
+            return None
+        n *= int(d)
+    return n
+
+
+def saved_values(forward: list, adjoint: list, grads_out: list, params: list) -> list:
+    """The forward values the backward takes from the forward call: walking back from what the
+    adjoint bindings read, the first *small* value (`SMALL`) on each path whose computation reads a
+    big tensor; the big values on the way are recomputed from the inputs and the saved ones."""
+    sizes = [n for n in (_numel(p.ty) for p in params) if n]
+    if not sizes:
+        return []
+    largest = max(sizes)
+    defs = {b.var: b.value for b in forward}
+
+    def small(v) -> bool:
+        n = _numel(v.ty)
+        return n is not None and n * SMALL <= largest and is_float_dtype(str(v.ty.dtype))
+
+    heavy: dict = {}   # forward var -> its computation reads a tensor that is not small
+    big_params = {p for p in params if (_numel(p.ty) or 0) * SMALL > largest}
+    for b in forward:
+        heavy[b.var] = any(a in big_params or (a in defs and (heavy[a] or _numel(a.ty) is None
+                                                            or _numel(a.ty) * SMALL > largest))
+                           for a in _calls(b.value))
+    wanted = [v for b in adjoint for v in _calls(b.value) if v in defs]
+    wanted += [v for g in grads_out for v in _calls_leaf(g) if v in defs]
+    saved, seen = [], set()
+    while wanted:
+        v = wanted.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if small(v) and heavy[v]:
+            saved.append(v)
+        else:
+            wanted.extend(a for a in _calls(defs[v]) if a in defs)
+    order = {b.var: i for i, b in enumerate(forward)}
+    return sorted(saved, key=order.__getitem__)
+
+
+def _forward_result(bindings: list, value, many: bool):
+    """The forward's result in the adjoint (a var, or a tuple of them): the fields after the total of
+    the VJP's returned tuple (`value`, or the tuple a var of it is bound to)."""
+    if isinstance(value, relax.Var):
+        value = next((b.value for b in bindings if b.var.same_as(value)), value)
+    fields = list(value.fields[1:])
+    return relax.Tuple(fields) if many else fields[0]
+
+
+def _training_forward(params: list, forward: list, result, saved: list, name: str) -> relax.Function:
+    """`<name>_forward_saving(params...)`: the forward's bindings (as Gradient copied them into the
+    adjoint) returning (the forward's result, (saved values...))."""
+    sub = _Substitute()
+    bb = relax.BlockBuilder()
+    new_params = [relax.Var(p.name, p.ty) for p in params]
+    for p, q in zip(params, new_params):
+        sub.set_var_remap(p, q)
+    with bb.function(f"{name}_forward_saving", new_params, private=False):
+        with bb.dataflow():
+            for b in forward:
+                sub.set_var_remap(b.var, bb.emit(sub.visit_expr(b.value), name_hint=b.var.name))
+            out = bb.emit_output(relax.Tuple([sub.visit_expr(result), relax.Tuple([sub.visit_expr(v) for v in saved])]))
+        bb.emit_func_output(out)
+    return bb.get()[f"{name}_forward_saving"]
 
 
 def _base(name: str) -> str | None:

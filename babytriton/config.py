@@ -27,3 +27,13 @@ def interpret_requested() -> bool:
     """`BABYTRITON_INTERPRET=1`: every call of a @jit function decorated from now on runs eagerly.
     Read once at decoration, so that the compiled call path never looks at the environment."""
     return os.environ.get("BABYTRITON_INTERPRET", "").strip().lower() not in ("", *OFF_VALUES)
+
+
+def save_for_backward(device_kind: str) -> bool:
+    """`BABYTRITON_SAVE_FOR_BACKWARD=1`: the backward takes the small forward values (row statistics)
+    that a training forward saved, instead of recomputing them. Off by default: the training
+    forward's row kernel also writes those per-row values, and no schedule rule yet takes a row
+    kernel with such side outputs (CPU: CPUSpatial instead of CPUReduction, 3-6x slower; GPU: Dlight's
+    Fallback), which costs more than the backward saves (benchmarks/RESULTS.md)."""
+    value = os.environ.get("BABYTRITON_SAVE_FOR_BACKWARD", "").strip().lower()
+    return bool(value) and value not in OFF_VALUES

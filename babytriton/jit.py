@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import threading
 
@@ -146,6 +147,7 @@ class JITFunction(Decorated):
         self._kernels: dict[tuple, Kernel] = {}   # (specs, globals key) -> the compiled version
         self._backwards: dict[tuple, Kernel] = {}  # ((specs, globals key), autograd.Variant) -> its backward
         self._fallbacks: set = set()               # backward fallbacks warned about
+        self._nothing_saved: set = set()            # training forwards asked for that save nothing
         self._fallback_of: dict = {}                # (specs, autograd.Variant) -> why its backward is eager
         self._lock = threading.RLock()
         # Short updates (counts, runner tables), never held while compiling: a call that finds its
@@ -289,15 +291,18 @@ class JITFunction(Decorated):
             self.stats["hits"] += 1
         return kernel
 
-    def backward_kernel(self, specs: tuple[ArgSpec, ...], variant: autograd.Variant, grads) -> Kernel:
+    def backward_kernel(self, specs: tuple[ArgSpec, ...], variant: autograd.Variant, grads, saved=()) -> Kernel:
         """The compiled backward of the version for `specs` (static sizes), differentiating `variant`:
-        its parameters are the forward's and a gradient like each tensor in `grads`."""
+        its parameters are the forward's, a tensor like each of `saved` (the training forward's saved
+        values, when `variant.part` is "backward") and a gradient like each tensor in `grads`."""
         # its tensors annotated with this call's exact shapes: the Kernel can be called directly
         params = [Param(p.name, "tensor", Tensor(s.shape, s.dtype)) if s.kind == "tensor" else p
                   for p, s in zip(self.params, specs)]
+        params += [Param(f"saved{i}", "tensor", Tensor(tuple(t.shape), TORCH_TO_NAME[t.dtype]))
+                   for i, t in enumerate(saved)]
         params += [Param(f"d_out{i}", "tensor", Tensor(tuple(g.shape), TORCH_TO_NAME[g.dtype]))
                    for i, g in enumerate(grads)]
-        specs = specs + tuple(ArgSpec("tensor", tuple(g.shape), TORCH_TO_NAME[g.dtype]) for g in grads)
+        specs = specs + tuple(ArgSpec("tensor", tuple(t.shape), TORCH_TO_NAME[t.dtype]) for t in [*saved, *grads])
         key = (self._memory_key(specs), variant)
         kernel = self._backwards.get(key)
         if kernel is None:
@@ -307,15 +312,46 @@ class JITFunction(Decorated):
                     kernel = self._backwards[key] = self._obtain(specs, key[0][1], variant, params)
         return kernel
 
+    def training_kernel(self, specs: tuple[ArgSpec, ...], variant: autograd.Variant) -> Kernel:
+        """The training forward of the version for `specs` (static sizes): `<name>_forward_saving`
+        returning (the result, (the small values its backward reads...)). Raises
+        relax_backend.NothingSaved when the backward reads none (calls run the plain forward)."""
+        variant = dataclasses.replace(variant, part="forward")
+        params = [Param(p.name, "tensor", Tensor(s.shape, s.dtype)) if s.kind == "tensor" else p
+                  for p, s in zip(self.params, specs)]
+        key = (self._memory_key(specs), variant)
+        kernel = self._backwards.get(key)
+        if kernel is None:
+            with self._lock:
+                kernel = self._backwards.get(key)
+                if kernel is None:
+                    if key in self._nothing_saved:
+                        raise relax_backend.NothingSaved(self.__name__)
+                    try:
+                        kernel = self._backwards[key] = self._obtain(specs, key[0][1], variant, params)
+                    except relax_backend.NothingSaved:
+                        self._nothing_saved.add(key)
+                        raise
+        return kernel
+
+    def training_forward(self, *args, **kwargs) -> Kernel:
+        """The forward that calls with tensors requiring grad run for these arguments: the training
+        forward returning (result, (saved values...)) when the backward reads small forward values
+        (row statistics), else the plain forward (its backward recomputes everything)."""
+        specs, variant, _, saved = self._backward_request(args, kwargs)
+        if not saved:
+            return self._kernel(specs)
+        return self.training_kernel(specs, variant)
+
     def backward(self, *args, **kwargs) -> Kernel:
         """The compiled backward for a call with these arguments (tensors that require grad are the
         ones differentiated; with none, every floating-point tensor): a Kernel with its own stages,
         source and fusion map, taking the arguments then the gradient of each floating-point result.
         Where the backward cannot be compiled (calls run torch autograd over the eager reference), a
         CompilationError at the construct says why."""
-        specs, variant, grads = self._backward_request(args, kwargs)
+        specs, variant, grads, saved = self._backward_request(args, kwargs)
         try:
-            return self.backward_kernel(specs, variant, grads)
+            return self.backward_kernel(specs, variant, grads, saved)
         except backward_.NotDifferentiable as e:
             failed = e
         # raised outside the `except`: no internal exception chained
@@ -327,8 +363,9 @@ class JITFunction(Decorated):
 
     def _backward_request(self, args, kwargs) -> tuple:
         """What the backward of a call with these arguments is compiled for: the static specs, the
-        autograd.Variant, and a (meta) tensor like each result that gets a gradient, read from the
-        forward's return type (so that nothing runs: a GPU version needs no GPU)."""
+        autograd.Variant, a (meta) tensor like each result that gets a gradient, read from the
+        forward's return type (so that nothing runs: a GPU version needs no GPU), and one like each
+        value the training forward saves for it (none: the backward recomputes the forward)."""
         if kwargs or len(args) != self._nparams:
             args = self.info.bind(args, kwargs)
         requires = autograd.requires_grad(args)
@@ -338,7 +375,16 @@ class JITFunction(Decorated):
         results = autograd.result_types(self._kernel(specs), self.__name__)
         outputs = tuple(r is not None and r.is_floating_point() for r in results)
         variant = autograd.Variant(requires, outputs, autograd.kernel_gradients(self.info))
-        return specs, variant, [r for r, o in zip(results, outputs) if o]
+        grads = [r for r, o in zip(results, outputs) if o]
+        kernel = self._kernel(specs)
+        if kernel.vm_devices is not None or self.heterogeneous or not config.save_for_backward(kernel.device_kind):
+            return specs, variant, grads, []
+        try:
+            training = self.training_kernel(specs, variant)
+        except (relax_backend.NothingSaved, backward_.NotDifferentiable):
+            return specs, variant, grads, []
+        saved = autograd.saved_types(training)
+        return specs, dataclasses.replace(variant, part="backward"), grads, saved
 
     def not_differentiable(self, e) -> CompilationError:
         """The error of a backward through a TensorIR kernel that has no @bt.grad_for gradient."""
@@ -404,7 +450,7 @@ class JITFunction(Decorated):
         # backend="tir" calls the PrimFunc by the name of its `def`
         name = self.parsed.name if compiled.backend == "tir" else self.__name__
         if variant is not None:
-            name = f"{self.__name__}_backward"
+            name = f"{self.__name__}_forward_saving" if variant.part == "forward" else f"{self.__name__}_backward"
         kernel = Kernel(name, params or self.params, specs, target, compiled, source_map=self.parsed.source_map,
                         module_loader=loader, cache_key=key, cache_path=cache_path, from_disk=from_disk, why=why,
                         globals_key=globals_key)
@@ -447,13 +493,14 @@ class JITFunction(Decorated):
         for the backward of a call with these arguments (as `f.backward(*args)`: it runs the forward
         once to know its results), and whether that backward falls back to torch autograd."""
         if backward:
-            specs, variant, grads = self._backward_request(args, kwargs)
-            specs = specs + tuple(ArgSpec("tensor", tuple(g.shape), TORCH_TO_NAME[g.dtype]) for g in grads)
+            specs, variant, grads, saved = self._backward_request(args, kwargs)
+            specs = specs + tuple(ArgSpec("tensor", tuple(g.shape), TORCH_TO_NAME[g.dtype]) for g in [*saved, *grads])
             memory = self._memory_key(specs)
             key = cache.make_key(self.info, specs, self.info.target)
             key = cache.CacheKey(key.parts + (variant.key_part(self.params),), key.unstable)
+            backwards = [k for (_, v), k in self._backwards.items() if v.part != "forward"]
             result = explaining.explain(self.info, key, self._backwards.get((memory, variant)),
-                                        list(self._backwards.values()), f"{self.__name__} (backward)",
+                                        backwards, f"{self.__name__} (backward)",
                                         self._fallback_of.get((specs[:self._nparams], variant)))
             print(result.text)
             return result
@@ -482,7 +529,8 @@ class JITFunction(Decorated):
         record("ast", ast.dump(self.parsed.tree, indent=2))
         if variant is not None:
             forward = specs[:self._nparams]
-            return relax_backend.build_backward(self.info, forward, variant.requires, variant.outputs, record, stages)
+            return relax_backend.build_backward(self.info, forward, variant.requires, variant.outputs, record, stages,
+                                                variant.part)
         backend = tir_backend if self.options["backend"] == "tir" else relax_backend
         return backend.build(self.info, specs, record, stages)
 

@@ -21,7 +21,8 @@ from .targets import offloads, offloads_attention
 SCHEDULES = schedules.SCHEDULES
 
 
-def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") -> list[tuple[str, tvm.transform.Pass]]:
+def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
+           side_outputs: bool = False) -> list[tuple[str, tvm.transform.Pass]]:
     """The Relax passes, in order, each named as its stage."""
     sequence = [("ConvertToDataflow", relax.transform.ConvertToDataflow(min_size=1))]
     rewrites = [("AttentionToSDPA", offload.offload_attention)] if offloads_attention(target, schedule) else []
@@ -39,7 +40,8 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
         ("LegalizeOps", relax.transform.LegalizeOps(legalize.legalize_map())),
         ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),
         # one kernel per row-wise computation: FuseOps never puts two reductions in one kernel
-        ("FuseRowwise", rowwise.FuseRowwise),
+        # (in a training forward, a row kernel also writes the per-row values it saves for the backward)
+        ("FuseRowwise", rowwise.FuseRowwiseSideOutputs if side_outputs else rowwise.FuseRowwise),
         # unused bindings first (e.g. what zeros_like(x) no longer reads once legalized): FuseOps
         # warns about them, and fails on them inside the branches of an If
         ("FuseOps", tvm.transform.Sequential([relax.transform.DeadCodeElimination(), _own_items_for_match_casts(),
@@ -52,14 +54,14 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight") ->
 
 
 def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: Callable[[str, str], None],
-          trials: int = 16, modules: dict | None = None) -> tvm.IRModule:
+          trials: int = 16, modules: dict | None = None, side_outputs: bool = False) -> tvm.IRModule:
     """Run the Relax passes and the schedule, recording the IR after each (and, into `modules`,
     the module itself: the fusion map reads them)."""
     heterogeneous = "vdevice" in mod.global_infos
     if heterogeneous:
         mod = relax.transform.RealizeVDevice()(mod)
         record("RealizeVDevice", mod.script())
-    for name, pass_ in passes(None if heterogeneous else target, schedule):
+    for name, pass_ in passes(None if heterogeneous else target, schedule, side_outputs):
         mod = pass_(mod)
         record(name, mod.script())
         if modules is not None:

@@ -29,14 +29,22 @@ def build(info: FunctionInfo, specs: tuple[ArgSpec, ...], record, stages: dict) 
     return _lower_and_build(info, codegen, generated, generated, record, stages, codegen.binding_lines)
 
 
+class NothingSaved(Exception):
+    """A saving backward (or training forward) was asked for, but no forward value is small enough."""
+
+
 def build_backward(info: FunctionInfo, specs: tuple[ArgSpec, ...], requires: tuple[bool, ...],
-                   outputs: tuple[bool, ...], record, stages: dict) -> Compiled:
+                   outputs: tuple[bool, ...], record, stages: dict, part: str | None = None) -> Compiled:
     """Compile the backward of one version: `<name>_backward(params..., grads of the `outputs` that
     are differentiated)` returns the gradients of the parameters in `requires`. Raises
-    backward.NotDifferentiable (with the binding at fault) where Gradient cannot go."""
+    backward.NotDifferentiable (with the binding at fault) where Gradient cannot go. With `part`
+    "backward", the backward taking the saved small forward values (params..., saved..., grads...);
+    with "forward", the training forward `<name>_forward_saving` returning (result, (saved...));
+    NothingSaved when no value is saved (calls use the forward and the recomputing backward)."""
     codegen, generated = _generate(info, specs, record)
     try:
-        mod = backward.vjp_module(generated, info.name, requires, outputs, _kernel_gradients(codegen))
+        mod = backward.vjp_module(generated, info.name, requires, outputs, _kernel_gradients(codegen),
+                                  save=part is not None)
     except backward.NotDifferentiable as e:
         e.node = codegen.binding_nodes.get(e.var)
         if e.kernel is not None:   # the user's PrimFunc behind the module's specialised copy
@@ -54,9 +62,17 @@ def build_backward(info: FunctionInfo, specs: tuple[ArgSpec, ...], requires: tup
         failed = None
     if failed is not None:   # raised outside the `except`: TVM's error is not chained to it
         raise failed
-    record("backward", mod.script())
+    if part is not None:
+        training = f"{info.name}_forward_saving"
+        if training not in [gv.name_hint for gv in mod.functions]:
+            raise NothingSaved(info.name)
+        drop = f"{info.name}_backward" if part == "forward" else training
+        mod = relax.transform.DeadCodeElimination([training if part == "forward" else f"{info.name}_backward"])(
+            tvm.IRModule({gv: f for gv, f in mod.functions.items() if gv.name_hint != drop},
+                         attrs=mod.attrs, global_infos=mod.global_infos))
+    record("training forward" if part == "forward" else "backward", mod.script())
     return _lower_and_build(info, codegen, generated, mod, record, stages,
-                            backward.lines(mod, codegen.binding_lines), "the backward of ")
+                            backward.lines(mod, codegen.binding_lines), "the backward of ", part == "forward")
 
 
 def _kernel_gradients(codegen):
@@ -121,7 +137,7 @@ def _generate(info: FunctionInfo, specs, record):
 
 
 def _lower_and_build(info: FunctionInfo, codegen, generated, mod, record, stages: dict, binding_lines: dict,
-                     what: str = "") -> Compiled:
+                     what: str = "", side_outputs: bool = False) -> Compiled:
     """`mod` (the generated module, or a backward made from it) through the pipeline and tvm.compile."""
     options = info.options
     before = mod
@@ -131,7 +147,7 @@ def _lower_and_build(info: FunctionInfo, codegen, generated, mod, record, stages
     failed = None
     with quiet_tvm():
         try:
-            mod = pipeline.lower(mod, target, options["schedule"], record, options["trials"], modules)
+            mod = pipeline.lower(mod, target, options["schedule"], record, options["trials"], modules, side_outputs)
             stage = "build"
             executable = pipeline.build(mod, target)
         except Exception as e:  # noqa: BLE001 - TVM's failures past code generation

@@ -197,9 +197,12 @@ def _joinable(a: _Group, b: _Group) -> Rows | None | bool:
     return False
 
 
-def partition(mod: tvm.IRModule, bindings: list) -> list[list]:
+def partition(mod: tvm.IRModule, bindings: list, side_outputs: bool = False) -> list[list]:
     """The row groups of a block's bindings, each a list of vars in binding order whose last one is
-    the group's only output."""
+    the group's only output; with `side_outputs` (a training forward), a group may also output
+    per-row values read outside it (the row statistics it saves for the backward), returned first.
+    Off elsewhere: the row schedule rules take one output (a kernel with side outputs falls to
+    CPUSpatial or Dlight's Fallback)."""
     graph = _Graph(bindings)
     ops = {b.var: _classify(mod, b) for b in bindings}
     for b in bindings:  # only the results of a row reduction are per-row values
@@ -226,10 +229,17 @@ def partition(mod: tvm.IRModule, bindings: list) -> list[list]:
             mine = g
 
     result = []
+    rows_of = {v: g.rows for g in _unique(group_of.values()) for v in g.members}
     todo = [g.members for g in _unique(group_of.values())]
     while todo:
         members = todo.pop(0)
         outs = _outputs(members, graph)
+        rows = rows_of.get(members[-1]) if members else None
+        if side_outputs and len(outs) > 1 and outs[-1] is members[-1] and rows is not None \
+                and _same(_shape(outs[-1]), rows.shape) and all(_side_output(v, rows, members, graph) for v in outs[:-1]):
+            # per-row results (a training forward's saved row statistics) written by the row kernel too
+            result.append(members)
+            continue
         if len(outs) > 1:
             # Dlight's row rules take one output: split off the first one and what it needs (both
             # parts stay convex: the first is closed under producers), and try each part on its own
@@ -240,11 +250,23 @@ def partition(mod: tvm.IRModule, bindings: list) -> list[list]:
             continue
         # only what the output needs (a dead member would be a second output of the kernel)
         needed = graph.reach(outs, graph.producers) | set(outs)
-        members = [v for v in members if v in needed]
+        trimmed = [v for v in members if v in needed]
+        if len(trimmed) < len(members) and len(_outputs(trimmed, graph)) > 1:
+            todo.append(trimmed)   # a value the dropped members read is now read outside: look again
+            continue
+        members = trimmed
         if len(members) > 1 and any(ops[v].kind == "reduce" for v in members) and not _fuse_ops_does_it(
                 members, ops):
             result.append(members)
     return result
+
+
+def _side_output(v, rows: Rows, members: list, graph: _Graph) -> bool:
+    """A per-row value the group may output besides its last member: its readers outside the group
+    come after that member (where the group's call is placed)."""
+    last = graph.order[members[-1]]
+    inside = set(members)
+    return rows.per_row(_shape(v)) and all(graph.order[c] > last for c in graph.consumers[v] if c not in inside)
 
 
 def _fuse_ops_does_it(members: list, ops: dict) -> bool:
@@ -269,8 +291,9 @@ def _outputs(members: list, graph: _Graph) -> list:
 # rewriting: one Primitive function per group
 # --------------------------------------------------------------------------------------------------
 
-def _group_function(bindings_of: dict, members: list):
-    """The group as a Relax function and the arguments its call takes."""
+def _group_function(bindings_of: dict, members: list, outs: list):
+    """The group as a Relax function and the arguments its call takes (a tuple of `outs` when it has
+    several: per-row values, then the last member)."""
     inside = set(members)
     params, args, remap, body = [], [], {}, []
     for v in members:
@@ -281,7 +304,7 @@ def _group_function(bindings_of: dict, members: list):
                 args.append(whole)
                 remap[whole] = relax.Var(whole.name, whole.ty)
                 params.append(remap[whole])
-            remap[v] = (relax.Var if v is members[-1] else relax.DataflowVar)(v.name, v.ty)
+            remap[v] = (relax.Var if v in outs else relax.DataflowVar)(v.name, v.ty)
             body.append(relax.VarBinding(remap[v], relax.TupleGetItem(remap[call.tuple_value], call.index)))
             continue
         for a in call.args[1].fields:
@@ -292,37 +315,49 @@ def _group_function(bindings_of: dict, members: list):
             params.append(remap[a])
         operands = relax.Tuple([remap[a] for a in call.args[1].fields])
         new = relax.Call(call.op, [call.args[0], operands, *call.args[2:]], call.attrs, call.ty_args, call.span)
-        remap[v] = (relax.Var if v is members[-1] else relax.DataflowVar)(v.name, v.ty)
+        remap[v] = (relax.Var if v in outs else relax.DataflowVar)(v.name, v.ty)
         body.append(relax.VarBinding(remap[v], new))
-    out = remap[members[-1]]
-    func = relax.Function(params, relax.SeqExpr([relax.DataflowBlock(body)], out), out.ty, True)
+    out = remap[members[-1]] if len(outs) == 1 else relax.Tuple([remap[v] for v in outs])
+    ty = out.ty if len(outs) == 1 else relax.TupleType([remap[v].ty for v in outs])
+    func = relax.Function(params, relax.SeqExpr([relax.DataflowBlock(body)], out), ty, True)
     return func.with_attr("Primitive", 1), args
 
 
 class _Rewriter(BlockRewriter):
+    side_outputs = False
+
     def block(self, block):
         bindings = [self.branches(b) for b in block.bindings]
-        groups = partition(self.mod, bindings) if isinstance(block, relax.DataflowBlock) else []
+        groups = partition(self.mod, bindings, self.side_outputs) if isinstance(block, relax.DataflowBlock) else []
         if not groups and all(new.same_as(old) for new, old in zip(bindings, block.bindings)):
             return block
         bindings_of = {b.var: b for b in bindings}
         replaced, grouped = {}, set()
+        graph = _Graph(bindings) if groups else None
         for members in groups:
-            func, args = _group_function(bindings_of, members)
+            outs = _outputs(members, graph)
+            func, args = _group_function(bindings_of, members, outs)
             names = [bindings_of[v].value.args[0].name_hint for v in members
                      if isinstance(bindings_of[v].value, relax.Call)]
             gvar = self.builder.add_func(func, PREFIX + "_".join(names))
             call = relax.Call(gvar, args)
             out = members[-1]  # every member precedes it, so its place has all the arguments
-            replaced[out] = relax.VarBinding(out, call)
+            if len(outs) == 1:
+                replaced[out] = [relax.VarBinding(out, call)]
+            else:   # its per-row results too: read after it (partition checked their readers come later)
+                whole = relax.DataflowVar(f"{out.name}_rows", func.ret_ty)
+                replaced[out] = [relax.VarBinding(whole, call)] + [
+                    relax.VarBinding(v, relax.TupleGetItem(whole, i)) for i, v in enumerate(outs)]
             grouped.update(members)
-        new = [replaced.get(b.var, b) for b in bindings if b.var in replaced or b.var not in grouped]
+        new = [n for b in bindings if b.var in replaced or b.var not in grouped
+               for n in replaced.get(b.var, [b])]
         return type(block)(new, block.span)
 
 
-def fuse_rowwise(mod: tvm.IRModule) -> tvm.IRModule:
+def fuse_rowwise(mod: tvm.IRModule, side_outputs: bool = False) -> tvm.IRModule:
     """Group each row-wise computation into one Primitive function (see the module docstring)."""
     rewriter = _Rewriter(mod)
+    rewriter.side_outputs = side_outputs
     for gvar, func in list(mod.functions_items()):
         if isinstance(func, relax.Function) and not (func.attrs is not None and "Primitive" in func.attrs):
             new = rewriter.function(func)
@@ -332,3 +367,5 @@ def fuse_rowwise(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 FuseRowwise = tvm.transform.module_pass(lambda mod, _ctx: fuse_rowwise(mod), opt_level=0, name="FuseRowwise")
+FuseRowwiseSideOutputs = tvm.transform.module_pass(lambda mod, _ctx: fuse_rowwise(mod, side_outputs=True), opt_level=0,
+                                                   name="FuseRowwise")

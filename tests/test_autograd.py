@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm.script import tirx as T
 
+from tvm.relax.op import gather_elements
 from tvm.script import relax as R
 
 import babytriton as bt
@@ -711,3 +712,172 @@ def test_a_backward_is_keyed_on_the_kernel_gradients_it_compiles_in(tmp_path, mo
     torch.testing.assert_close(grad_of(f), 4.5 * x.detach())
     torch.testing.assert_close(grad_of(bt.jit(calls_triple)), 4.5 * x.detach())   # its own disk entry
     assert f.cache_info()["disk_writes"] == 3       # the forward, and one backward per gradient
+
+
+# --------------------------------------------------------------------------------------------------
+# issue 16 item 2: with BABYTRITON_SAVE_FOR_BACKWARD=1 the backward takes the forward's small values
+# (row statistics) instead of recomputing them; off by default (no schedule rule yet takes a row
+# kernel that writes per-row side outputs)
+# --------------------------------------------------------------------------------------------------
+
+def ln(x, w, b):
+    mu = x.mean(axis=-1, keepdims=True)
+    xc = x - mu
+    var = (xc * xc).mean(axis=-1, keepdims=True)
+    return xc * bt.rsqrt(var + 1e-5) * w + b
+
+
+def ln_ref(x, w, b):
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return (x - mu) * torch.rsqrt(var + 1e-5) * w + b
+
+
+def softmax_rows(x):
+    m = x.max(axis=-1, keepdims=True)
+    e = bt.exp(x - m)
+    s = e.sum(axis=-1, keepdims=True)
+    return e / s
+
+
+def cross_entropy_rows(logits, target):
+    m = logits.max(axis=-1, keepdims=True)
+    s = bt.exp(logits - m).sum(axis=-1, keepdims=True)
+    lse = m + bt.log(s)
+    picked = gather_elements(logits, bt.expand_dims(target, 1), axis=1)
+    return (lse - picked).mean()
+
+
+def cross_entropy_ref(logits, target):
+    return torch.nn.functional.cross_entropy(logits, target)
+
+
+ROWS = 16
+SAVES = [  # function, its torch reference, inputs, the row statistics' names (none recomputed)
+    (ln, ln_ref, lambda: [torch.randn(ROWS, 64), torch.randn(64), torch.randn(64)], {"mu", "var"}),
+    (softmax_rows, lambda x: torch.softmax(x, -1), lambda: [torch.randn(ROWS, 64) * 4], {"m", "s"}),
+    (cross_entropy_rows, cross_entropy_ref,
+     lambda: [torch.randn(ROWS, 100), torch.randint(0, 100, (ROWS,))], {"m", "s"}),
+]
+REDUCTIONS = ("max", "sum", "mean", "min", "prod")
+
+
+def saved_by_autograd(f, args):
+    """The tensors torch autograd keeps for the backward of one call."""
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        out = f(*args)
+    return out, kept
+
+
+@pytest.mark.parametrize("fn, ref, make, stats", SAVES, ids=[s[0].__name__ for s in SAVES])
+def test_the_backward_takes_the_saved_row_statistics_instead_of_recomputing_them(fn, ref, make, stats, monkeypatch):
+    monkeypatch.setenv("BABYTRITON_SAVE_FOR_BACKWARD", "1")
+    f = bt.jit(fn, cache=False)
+    args = make()
+    k = f.backward(*args)
+    saved = [p for p in k.params if p.name.startswith("saved")]
+    assert saved and all(p.annotation.shape[0] == ROWS and all(d == 1 for d in p.annotation.shape[1:])
+                         for p in saved), [(p.name, p.annotation) for p in k.params]
+    # the forward's row reductions are not in the backward's kernels (its own reductions are adjoints)
+    recomputed = [(op.op, op.var) for kernel in k.fusion for op in kernel.ops
+                  if op.op in REDUCTIONS and op.var in stats]
+    assert not recomputed
+    forward = [op for kernel in f.training_forward(*args).fusion for op in kernel.ops if op.var in stats]
+    assert {op.var for op in forward} == stats          # the training forward computes them
+    # the same gradients as torch, through the saving path
+    x = [a.clone().requires_grad_(a.is_floating_point()) for a in args]
+    x2 = [a.clone().requires_grad_(a.is_floating_point()) for a in args]
+    out, kept = saved_by_autograd(f, x)
+    g = torch.randn_like(out)
+    (out * g).sum().backward()
+    (ref(*x2) * g).sum().backward()
+    for a, b in zip(x, x2):
+        if a.is_floating_point():
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+    # what is kept: the inputs, and one small tensor per saved value
+    inputs = {a.data_ptr() for a in x}
+    small = [t for t in kept if t.data_ptr() not in inputs]
+    assert len(kept) == len(x) + len(saved) and len(small) == len(saved)
+    assert bt.autograd.saved_bytes(small) == sum(ROWS * 4 for _ in saved)
+    assert bt.autograd.saved_bytes(kept) == sum(a.numel() * a.element_size() for a in x) + ROWS * 4 * len(saved)
+
+
+@pytest.mark.parametrize("switch", [None, "0"])
+def test_with_saving_off_the_backward_recomputes_from_the_inputs(switch, monkeypatch):
+    if switch is None:
+        monkeypatch.delenv("BABYTRITON_SAVE_FOR_BACKWARD", raising=False)   # the default
+    else:
+        monkeypatch.setenv("BABYTRITON_SAVE_FOR_BACKWARD", switch)
+    f = bt.jit(ln, cache=False)
+    args = [torch.randn(ROWS, 64), torch.randn(64), torch.randn(64)]
+    k = f.backward(*args)
+    assert not [p for p in k.params if p.name.startswith("saved")]
+    assert any(op.var == "mu" and op.op == "mean" for kernel in k.fusion for op in kernel.ops)   # recomputed
+    x = [a.clone().requires_grad_() for a in args]
+    out, kept = saved_by_autograd(f, x)
+    assert len(kept) == 3 and f.training_forward(*args) is f.compile(*args)
+    check(f, ln_ref, [a.clone().requires_grad_() for a in args])
+    assert f.cache_info()["compilations"] == 2        # the forward and the recomputing backward
+
+
+def silu(x):
+    return x * bt.sigmoid(x)
+
+
+def test_nothing_small_nothing_saved_and_no_training_forward(monkeypatch):
+    monkeypatch.setenv("BABYTRITON_SAVE_FOR_BACKWARD", "1")
+    f = bt.jit(silu, cache=False)
+    x = torch.randn(8, 32, requires_grad=True)
+    out, kept = saved_by_autograd(f, [x])
+    assert len(kept) == 1 and kept[0].data_ptr() == x.data_ptr()
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, (torch.sigmoid(x) * (1 + x * (1 - torch.sigmoid(x)))).detach())
+    assert f.cache_info()["compilations"] == 2
+    assert not [p for p in f.backward(x).params if p.name.startswith("saved")]
+
+
+# the training forward's row kernel writes per-row side outputs, which no GPU row rule schedules yet
+@pytest.mark.filterwarnings("ignore::babytriton.schedules.SerialKernelWarning")
+def test_a_saving_gpu_backward_compiles_to_cuda(monkeypatch):
+    """The training forward and its backward for sm_90 (compiled here, without a GPU)."""
+    monkeypatch.setenv("BABYTRITON_SAVE_FOR_BACKWARD", "1")
+    f = bt.jit(ln, target={"kind": "cuda", "arch": "sm_90"}, cache=False)
+    args = [torch.empty(ROWS, 64, device="meta"), torch.empty(64, device="meta"), torch.empty(64, device="meta")]
+    k = f.backward(*args)
+    assert [p.name for p in k.params] == ["x", "w", "b", "saved0", "saved1", "d_out0"] and "__global__" in k.source
+    assert "__global__" in f.training_forward(*args).source
+
+
+def test_saving_versions_are_stored_on_disk_threads_and_explain(tmp_path, monkeypatch):
+    monkeypatch.setenv("BABYTRITON_SAVE_FOR_BACKWARD", "1")
+    monkeypatch.setenv("BABYTRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("BABYTRITON_CACHE", raising=False)
+    x, w, b = torch.randn(ROWS, 64, requires_grad=True), torch.randn(64, requires_grad=True), torch.randn(64)
+    first = bt.jit(ln)
+    errors = []
+
+    def work():
+        try:
+            first(x, w, b).sum().backward()
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert first.cache_info()["disk_writes"] == 3     # the forward, its training forward, its backward
+    grads = (x.grad.clone() / 3, w.grad.clone() / 3)
+    x.grad = w.grad = None
+    second = bt.jit(ln)                               # empty memory, warm disk
+    second(x, w, b).sum().backward()
+    info = second.cache_info()
+    assert info["disk_hits"] == 3 and info["compilations"] == 0
+    torch.testing.assert_close((x.grad, w.grad), grads)
+    k = second.backward(x, w, b)
+    assert k.from_disk and [p.name for p in k.params] == ["x", "w", "b", "saved0", "saved1", "d_out0"]
+    explained = second.explain(x, w, b, backward=True)
+    assert explained.in_memory and explained.parts["backward"] == \
+        "backward wrt x, w; results 0; takes saved forward values"
