@@ -997,7 +997,8 @@ def test_gpu_gelu_tanh_backward_matches_torch():
     got, want = x.clone().requires_grad_(), x.clone().requires_grad_()
     bt.jit(target="gpu")(gelu_tanh)(got).backward(upstream)
     (0.5 * want * (1.0 + torch.tanh(0.7978845608028654 * (want + 0.044715 * want * want * want)))).backward(upstream)
-    torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-5, equal_nan=True)
+    # CUDA kernels are built with --use_fast_math: tanh is tanh.approx.f32 (relative error up to 2^-11)
+    torch.testing.assert_close(got.grad, want.grad, rtol=2e-3, atol=1e-4, equal_nan=True)
 
 
 def self_gated(x):
@@ -1033,7 +1034,7 @@ def test_gpu_intermediates_in_registers_match_torch(dtype, shape):
     want = x
     for _ in range(8):
         want = torch.tanh(want) * want + want
-    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    tol = 2e-3 if dtype == torch.float32 else 3e-2   # tanh.approx.f32 under --use_fast_math: 2^-11 relative
     torch.testing.assert_close(bt.jit(target="gpu")(self_gated)(x), want, rtol=tol, atol=tol, equal_nan=True)
 
 
