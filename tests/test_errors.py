@@ -257,8 +257,8 @@ def test_a_pipeline_failure_points_at_the_expression_whose_op_fails(monkeypatch)
             raise tvm.error.InternalError("Check failed: a simulated failure")
         return mod
 
-    monkeypatch.setattr(pipeline, "passes", lambda target=None, schedule="dlight": [
-        ("Refuse", tvm.transform.module_pass(refuse_exp, opt_level=0, name="Refuse"))] + real(target, schedule))
+    monkeypatch.setattr(pipeline, "passes", lambda target=None, schedule="dlight", *rest: [
+        ("Refuse", tvm.transform.module_pass(refuse_exp, opt_level=0, name="Refuse"))] + real(target, schedule, *rest))
     err = compile_error(lowers_badly, torch.ones(3))
     assert (err.lineno, err.col) == (line_of(lowers_badly, "# error"), 25)
     assert err.source_line[err.col:err.end_col] == "exp(y)"
