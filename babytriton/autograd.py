@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import warnings
 
 import torch
 from tvm import relax

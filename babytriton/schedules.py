@@ -18,7 +18,6 @@ import os
 import re
 import sys
 import threading
-import warnings
 from pathlib import Path
 
 import torch
