@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import tvm
 import tvm_ffi
 from tvm import relax
+from tvm.relax.analysis import free_vars
 
 from . import gradients  # registers the gradients TVM lacks or computes unlike torch
 from .errors import debug_enabled, quiet_tvm
@@ -40,27 +41,6 @@ class NotDifferentiable(Exception):
 
     def __str__(self):
         return self.what
-
-
-def _calls(expr):
-    """The Relax expressions `expr` reads (its arguments, through tuples)."""
-    if isinstance(expr, relax.Call):
-        return [a for arg in expr.args for a in _calls_leaf(arg)]
-    if isinstance(expr, relax.Tuple):
-        return [a for f in expr.fields for a in _calls_leaf(f)]
-    if isinstance(expr, relax.TupleGetItem):
-        return _calls_leaf(expr.tuple_value)
-    if isinstance(expr, relax.If):
-        return _calls_leaf(expr.cond)
-    return _calls_leaf(expr)
-
-
-def _calls_leaf(expr):
-    if isinstance(expr, relax.Var):
-        return [expr]
-    if isinstance(expr, (relax.Tuple, relax.TupleGetItem, relax.Call)):
-        return _calls(expr)
-    return []
 
 
 def _has_gradient(call: relax.Call) -> bool:
@@ -121,7 +101,7 @@ def check(fn: relax.Function, requires: tuple[bool, ...], outputs: tuple[bool, .
     live = {p for p, r in zip(fn.params, requires) if r}
     depends: dict = {}
     for binding in order:
-        if any(v in live for v in _calls(binding.value)):
+        if any(v in live for v in free_vars(binding.value)):
             live.add(binding.var)
             depends[binding.var] = binding
     body = fn.body.body
@@ -130,7 +110,7 @@ def check(fn: relax.Function, requires: tuple[bool, ...], outputs: tuple[bool, .
     needed = set(wanted)
     for binding in reversed(order):
         if binding.var in needed:
-            needed.update(_calls(binding.value))
+            needed.update(free_vars(binding.value))
     for binding in order:
         value = binding.value
         if binding.var in depends and binding.var in needed and isinstance(value, relax.Call) \
@@ -326,7 +306,7 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
         seeded = set(final_params[len(params):])
         forward_part = []
         for b in bindings[:forward_count]:
-            if any(v in seeded for v in _calls(b.value)):
+            if any(v in seeded for v in free_vars(b.value)):
                 seeded.add(b.var)
             else:
                 forward_part.append(b)
@@ -397,9 +377,9 @@ def saved_values(forward: list, adjoint: list, grads_out: list, params: list) ->
     for b in forward:
         heavy[b.var] = any(a in big_params or (a in defs and (heavy[a] or _numel(a.ty) is None
                                                             or _numel(a.ty) * SMALL > largest))
-                           for a in _calls(b.value))
-    wanted = [v for b in adjoint for v in _calls(b.value) if v in defs]
-    wanted += [v for g in grads_out for v in _calls_leaf(g) if v in defs]
+                           for a in free_vars(b.value))
+    wanted = [v for b in adjoint for v in free_vars(b.value) if v in defs]
+    wanted += [v for g in grads_out for v in free_vars(g) if v in defs]
     saved, seen = [], set()
     while wanted:
         v = wanted.pop()
@@ -409,7 +389,7 @@ def saved_values(forward: list, adjoint: list, grads_out: list, params: list) ->
         if small(v) and heavy[v]:
             saved.append(v)
         else:
-            wanted.extend(a for a in _calls(defs[v]) if a in defs)
+            wanted.extend(a for a in free_vars(defs[v]) if a in defs)
     order = {b.var: i for i, b in enumerate(forward)}
     return sorted(saved, key=order.__getitem__)
 
@@ -499,7 +479,7 @@ def lines(mod: tvm.IRModule, forward_lines: dict) -> dict:
                 named[binding.var] = line
         readers: dict = {}      # var -> the bindings that read it
         for binding in order:
-            for v in _calls(binding.value):
+            for v in free_vars(binding.value):
                 readers.setdefault(v, []).append(binding.var)
         resolved = dict(named)
         for binding in reversed(order):   # a reader comes later: its line is settled first
