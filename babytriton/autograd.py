@@ -279,22 +279,23 @@ class _Function(torch.autograd.Function):
         for r, w in zip(call.requires, wanted):
             value = got.pop(0) if r else None
             out.append(value if w else None)
-        return (None,) + _distinct(out, grads_in)
+        return (None,) + tuple(unaliased(out, grads_in))
 
 
-def _distinct(grads: list, incoming: list) -> tuple:
-    """Each gradient a tensor of its own: the VM returns one buffer for two results that are one value
-    (`x + y`'s two gradients), and torch accumulates into `.grad` in place, so a shared one would change
-    the other input's gradient (or the caller's d_out)."""
-    seen = {t.data_ptr() for t in incoming if t.numel()}
+def unaliased(results, others: list) -> list:
+    """The results, each copied where it shares memory with one of `others` or an earlier result
+    (None passes). The VM returns one buffer for two results that are one value (`x + y`'s two
+    gradients) and may hand back an argument, while torch accumulates into `.grad` in place and a
+    custom op's outputs must be new tensors."""
+    seen = {t.untyped_storage().data_ptr() for t in others if t.numel()}
     out = []
-    for g in grads:
-        if g is not None and g.numel():
-            if g.data_ptr() in seen:
-                g = g.clone()
-            seen.add(g.data_ptr())
-        out.append(g)
-    return tuple(out)
+    for r in results:
+        if r is not None and r.numel():
+            if r.untyped_storage().data_ptr() in seen:
+                r = r.clone(memory_format=torch.contiguous_format)
+            seen.add(r.untyped_storage().data_ptr())
+        out.append(r)
+    return out
 
 
 def eager_vjp(jitfn, args, grads, outputs, wanted, create_graph: bool) -> tuple:

@@ -235,7 +235,7 @@ class TorchOp:
     def _impl(self, *args):
         full = self._real(args)
         results = self._check_results(self.jitfn(*full))
-        return self._unpack(_unaliased(results, [a for a in full if isinstance(a, torch.Tensor)]))
+        return self._unpack(autograd.unaliased(results, [a for a in full if isinstance(a, torch.Tensor)]))
 
     def _check_results(self, results) -> tuple:
         many = () if results is None else results if isinstance(results, tuple) else (results,)
@@ -350,7 +350,7 @@ class TorchOp:
             got = run(tuple(full) + tuple(grads))
             got = list(got) if sum(requires) > 1 else [got]
         tensors = [a for a in full if isinstance(a, torch.Tensor)] + grads
-        return _unaliased(got, tensors)
+        return autograd.unaliased(got, tensors)
 
     def _backward_fake(self, *args):
         *args, grads, outputs, needs = args
@@ -363,20 +363,6 @@ def _autograd_on():
     (else the eager reference's results record no graph, and its gradients come out as None)."""
     exclude = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.AutogradFunctionality)
     return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude)
-
-
-def _unaliased(results, inputs: list) -> list:
-    """The results, each copied where it shares memory with an input or an earlier result (a custom
-    op's outputs are new tensors; a compiled function may hand back its argument)."""
-    seen = {t.untyped_storage().data_ptr() for t in inputs if t.numel()}
-    out = []
-    for r in results:
-        if r.numel() and r.untyped_storage().data_ptr() in seen:
-            r = r.clone(memory_format=torch.contiguous_format)
-        if r.numel():
-            seen.add(r.untyped_storage().data_ptr())
-        out.append(r)
-    return out
 
 
 def _size(expr, sizes: dict):
