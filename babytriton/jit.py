@@ -295,30 +295,30 @@ class JITFunction(Decorated):
         """The compiled backward of the version for `specs` (static sizes), differentiating `variant`:
         its parameters are the forward's, a tensor like each of `saved` (the training forward's saved
         values, when `variant.part` is "backward") and a gradient like each tensor in `grads`."""
-        # its tensors annotated with this call's exact shapes: the Kernel can be called directly
-        params = [Param(p.name, "tensor", Tensor(s.shape, s.dtype)) if s.kind == "tensor" else p
-                  for p, s in zip(self.params, specs)]
+        params = self._exact_params(specs)
         params += [Param(f"saved{i}", "tensor", Tensor(tuple(t.shape), TORCH_TO_NAME[t.dtype]))
                    for i, t in enumerate(saved)]
         params += [Param(f"d_out{i}", "tensor", Tensor(tuple(g.shape), TORCH_TO_NAME[g.dtype]))
                    for i, g in enumerate(grads)]
         specs = specs + tuple(ArgSpec("tensor", tuple(t.shape), TORCH_TO_NAME[t.dtype]) for t in [*saved, *grads])
-        key = (self._memory_key(specs), variant)
-        kernel = self._backwards.get(key)
-        if kernel is None:
-            with self._lock:
-                kernel = self._backwards.get(key)
-                if kernel is None:
-                    kernel = self._backwards[key] = self._obtain(specs, key[0][1], variant, params)
-        return kernel
+        return self._derived_kernel(specs, variant, params)
 
     def training_kernel(self, specs: tuple[ArgSpec, ...], variant: autograd.Variant) -> Kernel:
         """The training forward of the version for `specs` (static sizes): `<name>_forward_saving`
         returning (the result, (the small values its backward reads...)). Raises
         relax_backend.NothingSaved when the backward reads none (calls run the plain forward)."""
-        variant = dataclasses.replace(variant, part="forward")
-        params = [Param(p.name, "tensor", Tensor(s.shape, s.dtype)) if s.kind == "tensor" else p
-                  for p, s in zip(self.params, specs)]
+        return self._derived_kernel(specs, dataclasses.replace(variant, part="forward"), self._exact_params(specs))
+
+    def _exact_params(self, specs: tuple[ArgSpec, ...]) -> list[Param]:
+        """The parameters, each tensor annotated with this call's exact shape: a backward or training
+        forward Kernel (compiled for static sizes) can be called directly."""
+        return [Param(p.name, "tensor", Tensor(s.shape, s.dtype)) if s.kind == "tensor" else p
+                for p, s in zip(self.params, specs)]
+
+    def _derived_kernel(self, specs: tuple[ArgSpec, ...], variant: autograd.Variant, params) -> Kernel:
+        """A backward or training forward (`variant.part`) of the version for `specs`, compiled once
+        (threads asking for the same one wait for it); a training forward found to save nothing is
+        remembered as such (relax_backend.NothingSaved, raised again without compiling)."""
         key = (self._memory_key(specs), variant)
         kernel = self._backwards.get(key)
         if kernel is None:
