@@ -27,6 +27,7 @@ from tvm import relax
 from tvm.relax.analysis import free_vars
 
 from . import gradients  # registers the gradients TVM lacks or computes unlike torch
+from . import shifts
 from .errors import debug_enabled, quiet_tvm
 from .types import is_float_dtype
 
@@ -218,6 +219,7 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     forward call instead of recomputed: the module also holds `<name>_forward_saving(params...)`
     returning (the forward's result, (saved...)), and the backward takes (params..., saved..., grads...).
     When no value qualifies, the module is the one without `save`."""
+    mod = shifts.detach(mod, name)   # a max that only shifts a softmax has a zero gradient
     forward = mod[name]
     check(forward, requires, outputs, kernel_grads)
     params = [relax.Var(p.name, p.ty) for p in forward.params]
@@ -337,6 +339,8 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     if training is not None:
         out[tvm.ir.GlobalVar(f"{name}_forward_saving")] = training
         entries.append(f"{name}_forward_saving")
+    for entry in entries:
+        out[entry] = shifts.attach(out[entry])
     out = relax.transform.CanonicalizeBindings()(out)
     out = relax.transform.DeadCodeElimination(entries)(out)
     return relax.transform.Normalize()(out)

@@ -110,6 +110,11 @@ def _not_differentiable(y, call, g, ctx):
     return _no_grads(call)
 
 
+@_rule("relax.grad.no_grad")   # the input of a max that only shifts a softmax (shifts.detach)
+def _stopped(y, call, g, ctx):
+    return _no_grads(call)
+
+
 @_rule("relax.astype")
 def _astype(y, call, g, ctx):
     # torch: a conversion to or from an integer or bool dtype carries no gradient (TVM casts it back)
