@@ -608,6 +608,33 @@ class Guarded(dl.ScheduleRule):
         return f"Guarded({rule_name(self.rule)})"
 
 
+class LongRows(dl.ScheduleRule):
+    """Dlight's GeneralReduction (one block per row) with its row loops unrolled only when they are
+    short. GeneralReduction unrolls every loop of up to 256 steps into straight code: a 32,000-wide
+    row (125 steps of 256 threads) became thousands of lines per pass, and a backward with two such
+    passes ran 8x slower than one pass took. A longer loop stays a loop, which nvcc unrolls a few
+    steps at a time."""
+
+    def __init__(self, rule, max_unrolled: int = 32):
+        self.rule, self.max_unrolled = rule, max_unrolled
+
+    def apply(self, func, target, tunable):
+        sch = self.rule.apply(func, target, tunable)
+        if not isinstance(sch, s_tir.Schedule):
+            return sch
+        done = set()
+        for realize in _all(sch.mod["main"].body, s_tir.SBlockRealize):
+            for loop in sch.get_loops(sch.get_sblock(realize.block.name_hint)):
+                node = sch.get(loop)
+                if node.loop_var in done or "pragma_auto_unroll_max_step" not in node.annotations:
+                    continue
+                done.add(node.loop_var)
+                if not isinstance(node.extent, tirx.IntImm) or int(node.extent) > self.max_unrolled:
+                    sch.unannotate(loop, "pragma_auto_unroll_max_step")
+                    sch.unannotate(loop, "pragma_unroll_explicit")
+        return sch
+
+
 def rule_name(rule) -> str:
     """babytriton's rules by class name, Dlight's as dlight.gpu.Matmul, through wrappers."""
     while hasattr(rule, "rule"):
@@ -1555,7 +1582,7 @@ def gpu_rules(schedule: str) -> list:
     if schedule == "fallback":  # the 2024 tutorial: one thread per element, nothing else
         return [Guarded(dl.gpu.Fallback(), guard=False)]
     return [Guarded(r) for r in (dl.gpu.Matmul(), dl.gpu.GEMV(), SplitReduction(), RowReduction(), dl.gpu.Reduction(),
-                                 dl.gpu.GeneralReduction(), Elementwise())] + [Guarded(dl.gpu.Fallback(), guard=False)]
+                                 LongRows(dl.gpu.GeneralReduction()), Elementwise())] + [Guarded(dl.gpu.Fallback(), guard=False)]
 
 
 def cpu_rules(schedule: str = "dlight") -> list:

@@ -1066,3 +1066,32 @@ def test_a_kernel_no_gpu_rule_schedules_matches_torch_on_gpu():
     x, index, src = _scatter_inputs("cuda")
     got = bt.jit(target="gpu")(scatter_add_rows)(x, index, src)
     torch.testing.assert_close(got, x.scatter_add(1, index, src))
+
+
+# --------------------------------------------------------------------------------------------------
+# LongRows: GeneralReduction's row loops stay loops past 32 steps
+# --------------------------------------------------------------------------------------------------
+
+def _logsumexp_rows(x):
+    m = x.max(axis=-1, keepdims=True)
+    e = bt.exp(x - m)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _kernel_source(source: str, name: str) -> str:
+    start = source.index(f"void __launch_bounds__(256) {name}(")
+    start = source.index("{", start)
+    end = source.find("extern \"C\"", start)
+    return source[start:end if end > 0 else len(source)]
+
+
+@pytest.mark.parametrize("width, looped", [(4096, False), (32768, True)])
+def test_long_rows_keep_their_loops_short_rows_unroll(width, looped):
+    """A 4096-wide row (16 steps of 256 threads) unrolls as Dlight does; a 32768-wide one (128 steps)
+    is a loop in the CUDA, not thousands of lines (which ran 8x slower on an H100)."""
+    k = bt.jit(target="gpu")(_logsumexp_rows).compile(torch.empty(64, width, device="meta"))
+    [kernel] = k.fusion
+    assert kernel.rule == "dlight.gpu.GeneralReduction"
+    body = _kernel_source(k.source, kernel.cuda_kernels[0])
+    assert ("for (" in body) == looped
+    assert body.count("\n") < (200 if looped else 2000)
