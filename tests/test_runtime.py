@@ -62,3 +62,30 @@ def test_both_backends_give_the_same_runtime_object(fn, backend):
     else:
         a = torch.randn(4)
         torch.testing.assert_close(kernel(a, a), a * 3.0)
+
+
+def adam_like(p: V, g: V, lr: float, step: int):
+    return p - lr * g / (1.0 - 0.9 ** step)
+
+
+def test_scalar_arguments_are_zero_d_tensors_of_their_own():
+    f = bt.jit(adam_like)
+    p, g = torch.rand(16), torch.rand(16)
+    torch.testing.assert_close(f(p, g, 1e-3, 3), p - 1e-3 * g / (1.0 - 0.9 ** 3))
+    torch.testing.assert_close(f(p, g, -0.0, 1), p - (-0.0) * g / (1.0 - 0.9))
+
+
+@pytest.mark.gpu
+def test_a_call_with_scalar_arguments_never_waits_for_the_gpu():
+    """Scalars reach the GPU by a fill kernel, not a copy from pageable memory that waits for the
+    stream (which left the GPU idle between calls)."""
+    f = bt.jit(target="gpu")(adam_like)
+    p, g = torch.rand(1 << 20, device="cuda"), torch.rand(1 << 20, device="cuda")
+    f(p, g, 1e-3, 3)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = f(p, g, 1e-3, 4)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(out, p - 1e-3 * g / (1.0 - 0.9 ** 4))
