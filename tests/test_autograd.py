@@ -882,3 +882,30 @@ def test_saving_versions_are_stored_on_disk_threads_and_explain(tmp_path, monkey
     explained = second.explain(x, w, b, backward=True)
     assert explained.in_memory and explained.parts["backward"] == \
         "backward wrt x, w; results 0; takes saved forward values"
+
+
+def _rows_for_gpu(x, w):
+    mu = x.mean(axis=-1, keepdims=True)
+    d = x - mu
+    return d * bt.rsqrt((d * d).mean(axis=-1, keepdims=True) + 1e-5) * w
+
+
+@pytest.mark.gpu
+def test_forward_and_backward_on_the_gpu_never_wait_for_it():
+    """Neither the compiled forward nor the backward synchronises with the GPU (a copy from pageable
+    memory, an .item()): a training step then queues its kernels back to back."""
+    f = bt.jit(target="gpu")(_rows_for_gpu)
+    x = torch.randn(64, 256, device="cuda", requires_grad=True)
+    w = torch.rand(256, device="cuda", requires_grad=True)
+    g = torch.randn(64, 256, device="cuda")
+    f(x, w).backward(g)   # compiled both ways
+    x.grad = w.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        f(x, w).backward(g)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    xr, wr = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    torch.nn.functional.layer_norm(xr, (256,), eps=1e-5).mul(wr).backward(g)
+    torch.testing.assert_close((x.grad, w.grad), (xr.grad, wr.grad), atol=1e-4, rtol=1e-4)
