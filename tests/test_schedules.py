@@ -1148,6 +1148,11 @@ def kernel_body(source: str, name: str) -> str:
     return source[start:source.index("\n}\n", start)]
 
 
+def param_id(value) -> str:
+    """A test id that is the same in every process (a function's str holds its address)."""
+    return getattr(value, "__name__", str(value))
+
+
 HALF_ROWS = [(fn, dtype) for fn in (row_softmax, row_rmsnorm) for dtype in (torch.float16, torch.bfloat16)]
 
 
@@ -1158,7 +1163,7 @@ HALF_ROWS = [(fn, dtype) for fn in (row_softmax, row_rmsnorm) for dtype in (torc
     (row_layernorm, torch.float16, 4096, "grid 64 x block 256"),
     (row_rmsnorm, torch.float16, 512, "grid 64 x block 64"),      # 64 threads of 8 halves tile the row
     (row_cross_entropy, torch.float32, 32000, "grid 64 x block 64"),  # the online (max, sum) pair
-], ids=str)
+], ids=param_id)
 def test_row_kernel_rule_loads_and_stores_whole_vectors(fn, dtype, cols, launch):
     """One block per row; each thread moves 16 bytes per step: the row is read with vector loads into
     registers (uint4: 8 halves, float4: 4 floats) in every reduction and in the element-wise block, and
@@ -1190,7 +1195,7 @@ def row_softmax_any(x: bt.Tensor(("n", "m"), "float16")):
     (row_rmsnorm, torch.bfloat16, 1028),  # 4 halves would, but 8-byte loads; 1028 / 8 is not whole
     (row_softmax, torch.float32, 1000),   # 250 float4 per row: no power-of-two block of >= 32 tiles it
     (row_layernorm, torch.float32, 48),   # 12 vectors: fewer than a warp
-], ids=str)
+], ids=param_id)
 def test_row_kernel_rule_leaves_rows_it_cannot_tile_to_dlight(fn, dtype, cols):
     k = bt.jit(target=SM90)(fn).compile(*(a.to("meta") for a in row_inputs(fn, 64, cols, dtype)))
     assert row_kernel(k).rule.startswith("dlight.gpu."), str(k.fusion)
@@ -1227,9 +1232,9 @@ ROW_TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 3e-2}  # as
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("cols", [4096, 1024, 512, 1025], ids=str)
-@pytest.mark.parametrize("fn", [row_softmax, row_log_softmax, row_rmsnorm, row_layernorm], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=param_id)
+@pytest.mark.parametrize("cols", [4096, 1024, 512, 1025], ids=param_id)
+@pytest.mark.parametrize("fn", [row_softmax, row_log_softmax, row_rmsnorm, row_layernorm], ids=param_id)
 def test_gpu_row_kernels_agree_with_torch(fn, cols, dtype):
     x, *params = row_inputs(fn, 64, cols, dtype, "cuda")
     x = special_rows(64, cols, dtype, "cuda")
@@ -1240,8 +1245,8 @@ def test_gpu_row_kernels_agree_with_torch(fn, cols, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("cols", [32000, 4096, 1000], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=param_id)
+@pytest.mark.parametrize("cols", [32000, 4096, 1000], ids=param_id)
 def test_gpu_row_cross_entropy_agrees_with_torch(cols, dtype):
     logits, target = row_inputs(row_cross_entropy, 256, cols, dtype, "cuda")
     logits[3] = logits[3] * 30.0
