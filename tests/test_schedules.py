@@ -1216,6 +1216,30 @@ def test_row_kernel_rule_takes_a_symbolic_row_count():
     assert row_kernel(k).rule == "RowKernel" and row_kernel(k).launch == "grid n x block 256", str(k.fusion)
 
 
+WIDTHS = st.one_of(st.integers(1, 64).map(lambda i: 64 * i), st.integers(2, 5000))  # 1: no reduction left
+
+
+@settings(max_examples=10, deadline=None)
+@given(cols=WIDTHS, dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]))
+def test_row_kernel_rule_takes_every_row_that_a_warp_of_vectors_tiles(cols, dtype):
+    """RowKernel takes a softmax exactly when warps of 8-byte vectors tile its rows (16 bytes where
+    that still leaves 64 threads), and every thread count it picks tiles the row with its vectors."""
+    k = bt.jit(target=SM90)(row_softmax).compile(torch.empty(8, cols, dtype=dtype, device="meta"))
+    kernel = row_kernel(k)
+    tiles = cols % (32 * 8 // dtype.itemsize) == 0
+    assert (kernel.rule == "RowKernel") == tiles, (cols, str(k.fusion))
+    if tiles:
+        threads = int(re.fullmatch(r"grid 8 x block (\d+)", kernel.launch).group(1))
+        vector = re.search(r"= \*\((\w+)\*\)\(x_ptr \+", k.source).group(1)
+        lanes = VECTOR_BYTES[vector] // dtype.itemsize
+        assert cols % (threads * lanes) == 0 and 32 <= threads <= 256, (cols, vector, kernel.launch)
+        if shutil.which("nvcc"):
+            assert b".entry" in nvcc_ptx(k.source)
+
+
+VECTOR_BYTES = {"float4": 16, "uint4": 16, "float2": 8, "uint2": 8, "half4": 8, "nv_bfloat164": 8}
+
+
 def special_rows(rows: int, cols: int, dtype, device) -> torch.Tensor:
     """Random rows, then a row holding a NaN, one holding +inf, one holding -inf, an all -inf row and a
     row of large values (exp overflows without the max shift, squares stay finite in float16)."""
