@@ -406,13 +406,16 @@ class RowKernel(GPUScheduleRule):
         if whole_row and _contiguous_lanes(sch, last_loops[-1], vector) != vector:
             return None
         column = _innermost_var(sch, last_loops[-1]) if whole_row else None
+        rest = last_loops[n_rows:]
+        if not rest:  # a unit loop for the thread index, of the rows' index type (add_unit_loop's is int32)
+            *last_loops, unit = sch.split(last_loops[n_rows - 1], [None, 1])
+            rest = [unit]
         # the element-wise block first: its row loop is where the reductions then go
         row = _fuse(sch, last_loops[:n_rows])
         if whole_row:
-            step, lane, lanes = sch.split(last_loops[-1], [None, threads, vector])
+            step, lane, lanes = sch.split(rest[0], [None, threads, vector])
             sch.reorder(lane, step, lanes)
         else:
-            rest = last_loops[n_rows:] or [sch.add_unit_loop(last)]
             _, lane = sch.split(_fuse(sch, rest), [None, threads])  # thread 0 writes the row's value
         sch.bind(row, "blockIdx.x")
         sch.bind(lane, "threadIdx.x")
