@@ -406,10 +406,9 @@ class RowKernel(GPUScheduleRule):
         if whole_row and _contiguous_lanes(sch, last_loops[-1], vector) != vector:
             return None
         column = _innermost_var(sch, last_loops[-1]) if whole_row else None
-        rest = last_loops[n_rows:]
-        if not rest:  # a unit loop for the thread index, of the rows' index type (add_unit_loop's is int32)
-            *last_loops, unit = sch.split(last_loops[n_rows - 1], [None, 1])
-            rest = [unit]
+        # a unit loop for the thread index apart from the rows' (a split of the row loop would put the
+        # thread index into the row's, and the reductions' regions would then span a row per thread)
+        rest = last_loops[n_rows:] or [sch.add_unit_loop(last)]
         # the element-wise block first: its row loop is where the reductions then go
         row = _fuse(sch, last_loops[:n_rows])
         if whole_row:
