@@ -280,13 +280,7 @@ def _through_registers(sch, block, threads, lanes) -> None:
     buffers and 0-d ones (run-time scalars) are read and written in place, one element at a time."""
     # a buffer read in a branch (concat's pieces) is read at other offsets per branch: its registers
     # would have to hold the whole row, so it is read in place
-    branched = set()
-
-    def visit(call):
-        if call.op.same_as(_IF_THEN_ELSE):
-            for arm in call.args[1:]:
-                tvm_ffi.structural_walk(arm, (tirx.BufferLoad, lambda load: branched.add(load.buffer)))
-    tvm_ffi.structural_walk(sch.get(block).body, (tvm.ir.Call, visit))
+    branched = _branched_buffers(sch.get(block))
 
     def vectors(region) -> bool:
         return bool(region.region) and str(region.source.dtype) != "bool" and not any(
@@ -302,6 +296,18 @@ def _through_registers(sch, block, threads, lanes) -> None:
             sch.reverse_compute_at(cache, threads)
             sch.vectorize(sch.get_loops(cache)[-1])
     sch.unroll(lanes)
+
+
+def _branched_buffers(block) -> set:
+    """The buffers a block reads inside an arm of an `if_then_else` (a concat's pieces)."""
+    branched = set()
+
+    def visit(call):
+        if call.op.same_as(_IF_THEN_ELSE):
+            for arm in call.args[1:]:
+                tvm_ffi.structural_walk(arm, (tirx.BufferLoad, lambda load: branched.add(load.buffer)))
+    tvm_ffi.structural_walk(block.body, (tvm.ir.Call, visit))
+    return branched
 
 
 class RowReduction(GPUScheduleRule):
@@ -346,6 +352,153 @@ class RowReduction(GPUScheduleRule):
             sch.reorder(*rest, lane)
         sch.bind(lane, "threadIdx.x")
         return sch
+
+
+class RowKernel(GPUScheduleRule):
+    """A fused row kernel (softmax, a norm, cross-entropy): reductions over the innermost, contiguous
+    axis of static width, then an element-wise block over the same rows (or one value per row). One
+    block of up to `threads` per row; each thread reads `vector_bytes` per step with one vector load
+    into registers, accumulates in registers and the block reduces across threads (warp shuffles);
+    the per-row results live in shared memory, and the last block stores whole vectors too. Dlight's
+    GeneralReduction does the same with one scalar (2 bytes for halves) per load. Anything else
+    (a symbolic width, one that no whole vectors tile, a strided row, a branch on the column) is
+    left to Dlight's Reduction and GeneralReduction."""
+
+    def __init__(self, threads: int = 256, min_threads: int = 32, vector_bytes: int = 16, unroll: int = 64):
+        self.threads, self.min_threads, self.vector_bytes, self.unroll = threads, min_threads, vector_bytes, unroll
+
+    def apply(self, func, target, _tunable):
+        sch, infos = _normalized(self, func, target)
+        if sch is None:
+            return None
+        infos = _inline(sch, infos, GPU_CALL_DEPTH)
+        if len(infos) < 2 or not infos[-1].is_injective():
+            return None
+        *reductions, last = [info.block_rv for info in infos]
+        dom = infos[0].dom_kind()
+        if len(dom) < 2 or dom[:-1] != "S" * (len(dom) - 1) or dom[-1] != "R" or any(
+                info.dom_kind() != dom for info in infos[:-1]):
+            return None  # one reduced axis, innermost, in every reduction
+        n_rows = len(dom) - 1
+        rows = [sch.get(loop).extent for loop in sch.get_loops(reductions[0])[:n_rows]]
+        width = get_extent(sch, sch.get_loops(reductions[0])[-1])
+        if not isinstance(width, int):
+            return None
+        for block in reductions:
+            extents = [sch.get(loop).extent for loop in sch.get_loops(block)]
+            if not _same_extents(extents[:-1], rows) or get_extent(sch, sch.get_loops(block)[-1]) != width:
+                return None
+        last_loops = sch.get_loops(last)
+        extents = [sch.get(loop).extent for loop in last_loops]
+        if not _same_extents(extents[:n_rows], rows):
+            return None
+        tail = [get_extent(sch, loop) for loop in last_loops[n_rows:]]
+        whole_row = tail == [width]  # else one value per row (cross-entropy's loss), or nothing fits
+        if not whole_row and any(t != 1 for t in tail):
+            return None
+        params = [p for p in func.params if _is_buffer(p)]
+        if any(region.source.same_as(p) for block in reductions for region in sch.get(block).writes for p in params):
+            return None  # a row statistic is a result too (a training forward): it can't live in shared memory
+        shape = self._shape(func, width)
+        if shape is None:
+            return None
+        vector, threads = shape
+        if whole_row and _contiguous_lanes(sch, last_loops[-1], vector) != vector:
+            return None
+        column = _innermost_var(sch, last_loops[-1]) if whole_row else None
+        # a unit loop for the thread index apart from the rows' (a split of the row loop would put the
+        # thread index into the row's, and the reductions' regions would then span a row per thread)
+        rest = last_loops[n_rows:] or [sch.add_unit_loop(last)]
+        # the element-wise block first: its row loop is where the reductions then go
+        row = _fuse(sch, last_loops[:n_rows])
+        if whole_row:
+            step, lane, lanes = sch.split(rest[0], [None, threads, vector])
+            sch.reorder(lane, step, lanes)
+        else:
+            _, lane = sch.split(_fuse(sch, rest), [None, threads])  # thread 0 writes the row's value
+        sch.bind(row, "blockIdx.x")
+        sch.bind(lane, "threadIdx.x")
+        if whole_row:
+            _row_vectors(sch, last, [column], step)
+            sch.unroll(lanes)
+            self._annotate_unroll(sch, step)
+        for block in reversed(reductions):
+            for index in range(len(sch.get(block).writes)):
+                sch.set_scope(block, index, "shared")  # every thread of the row reads the result
+            sch.compute_at(block, row, preserve_unit_loops=True)
+            loops = sch.get_loops(block)[1:]
+            if any(get_extent(sch, loop) != 1 for loop in loops[:-1]) or get_extent(sch, loops[-1]) != width:
+                return None  # the reduction's rows are not the element-wise block's rows
+            reduced = loops[-1]
+            if _contiguous_lanes(sch, reduced, vector) != vector:
+                return None
+            step, lane, lanes = sch.split(reduced, [None, threads, vector])
+            sch.reorder(lane, step, lanes)
+            sch.bind(lane, "threadIdx.x")
+            _row_vectors(sch, block, [iv.var for iv in sch.get(block).iter_vars
+                                      if iv.iter_type == tirx.IterVar.CommReduce], step)
+            sch.unroll(lanes)
+            self._annotate_unroll(sch, step)
+        return sch
+
+    def _shape(self, func, width: int):
+        """(lanes, threads): lanes of `vector_bytes` of the widest buffer that holds rows of this width,
+        and the most threads (a power of two, `min_threads` to `threads`) whose vectors tile a row
+        exactly. Fewer lanes where that gives 64 threads or more: a block of 32 threads leaves half of
+        an SM idle (32 blocks at most per SM). None when no shape tiles the row."""
+        widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params
+                      if _is_buffer(p) and len(p.ty.shape) and _is_int(p.ty.shape[-1], width)), default=4)
+        lanes = max(self.vector_bytes // max(widest, 1), 1)
+        shapes = [(v, self._threads(width, v)) for v in (lanes, lanes // 2) if v >= 1 and v * widest >= 4]
+        shapes = [(v, t) for v, t in shapes if t is not None]
+        return next((shape for shape in shapes if shape[1] >= 64), shapes[0] if shapes else None)
+
+    def _threads(self, width: int, vector: int) -> int | None:
+        """The most threads (a power of two, `min_threads` to `threads`) whose vectors tile a row."""
+        threads = self.threads
+        while threads >= self.min_threads:
+            if width % (threads * vector) == 0:
+                return threads
+            threads //= 2
+        return None
+
+    def _annotate_unroll(self, sch, step) -> None:
+        sch.annotate(step, ann_key="pragma_auto_unroll_max_step", ann_val=self.unroll)
+        sch.annotate(step, ann_key="pragma_unroll_explicit", ann_val=1)
+
+
+def _row_vectors(sch, block, along, step) -> None:
+    """Each buffer the block reads or writes along its row (the last index uses a var of `along`)
+    moves through registers one vector per `step` iteration: one vector load or store, the block
+    itself computing lane by lane from the registers. Bool buffers, buffers read in a branch (see
+    `_through_registers`), per-row values (the row's max) and the block's accumulators stay in place."""
+    branched = _branched_buffers(sch.get(block))
+    depth = 1 + [sch.get(loop).same_as(sch.get(step)) for loop in sch.get_loops(block)].index(True)
+
+    def row_vector(region, skip) -> bool:
+        return bool(region.region) and str(region.source.dtype) != "bool" and not any(
+            region.source.same_as(b) for b in skip) and any(_uses(region.region[-1].min, v) for v in along)
+    written = [region.source for region in sch.get(block).writes]
+    for index in reversed(range(len(sch.get(block).reads))):
+        if row_vector(sch.get(block).reads[index], list(branched) + written):
+            cache = sch.cache_read(block, index, "local", consumer_blocks=[block])  # the others read x
+            sch.compute_at(cache, step)
+            loops = sch.get_loops(cache)
+            if len(loops) > depth:  # the region is a vector, not one element
+                sch.vectorize(loops[-1])
+    if sch.get(block).init is not None:
+        return  # a reduction's result is written once per row, by the cross-thread reduction
+    for index in reversed(range(len(sch.get(block).writes))):
+        if row_vector(sch.get(block).writes[index], []):
+            cache = sch.cache_write(block, index, "local")
+            sch.reverse_compute_at(cache, step)
+            loops = sch.get_loops(cache)
+            if len(loops) > depth:
+                sch.vectorize(loops[-1])
+
+
+def _same_extents(a, b) -> bool:
+    return len(a) == len(b) and all(tvm_ffi.structural_equal(x, y) for x, y in zip(a, b))
 
 
 def _contiguous_lanes(sch, inner_loop, lanes: int) -> int:
@@ -1581,8 +1734,9 @@ def serial_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> list[tuple[s
 def gpu_rules(schedule: str) -> list:
     if schedule == "fallback":  # the 2024 tutorial: one thread per element, nothing else
         return [Guarded(dl.gpu.Fallback(), guard=False)]
-    return [Guarded(r) for r in (dl.gpu.Matmul(), dl.gpu.GEMV(), SplitReduction(), RowReduction(), dl.gpu.Reduction(),
-                                 LongRows(dl.gpu.GeneralReduction()), Elementwise())] + [Guarded(dl.gpu.Fallback(), guard=False)]
+    return [Guarded(r) for r in (dl.gpu.Matmul(), dl.gpu.GEMV(), SplitReduction(), RowReduction(), RowKernel(),
+                                 dl.gpu.Reduction(), LongRows(dl.gpu.GeneralReduction()), Elementwise())] + \
+        [Guarded(dl.gpu.Fallback(), guard=False)]
 
 
 def cpu_rules(schedule: str = "dlight") -> list:

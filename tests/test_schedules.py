@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 import tvm
-from tvm.relax.op import scatter_elements, split
+from tvm.relax.op import gather_elements, scatter_elements, split
 
 import babytriton as bt
 from babytriton import schedules
@@ -1085,13 +1085,226 @@ def _kernel_source(source: str, name: str) -> str:
     return source[start:end if end > 0 else len(source)]
 
 
-@pytest.mark.parametrize("width, looped", [(4096, False), (32768, True)])
+@pytest.mark.parametrize("width, looped", [(4097, False), (32001, True)])
 def test_long_rows_keep_their_loops_short_rows_unroll(width, looped):
-    """A 4096-wide row (16 steps of 256 threads) unrolls as Dlight does; a 32768-wide one (128 steps)
-    is a loop in the CUDA, not thousands of lines (which ran 8x slower on an H100)."""
+    """Rows no vectors tile (RowKernel declines them): a 4097-wide row (17 steps of 256 threads)
+    unrolls as Dlight does; a 32001-wide one (126 steps) is a loop in the CUDA, not thousands of lines
+    (which ran 8x slower on an H100)."""
     k = bt.jit(target="gpu")(_logsumexp_rows).compile(torch.empty(64, width, device="meta"))
     [kernel] = k.fusion
     assert kernel.rule == "dlight.gpu.GeneralReduction"
     body = _kernel_source(k.source, kernel.cuda_kernels[0])
     assert ("for (" in body) == looped
     assert body.count("\n") < (200 if looped else 2000)
+
+# -- fused row kernels (softmax, norms, cross-entropy): RowKernel's vector loads -------------------
+
+def row_softmax(x):
+    e = bt.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def row_log_softmax(x):
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - bt.log(bt.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def row_rmsnorm(x, w):
+    return x * bt.rsqrt((x * x).mean(-1, keepdims=True) + 1e-5) * w
+
+
+def row_layernorm(x, w, b):
+    mu = x.mean(axis=-1, keepdims=True)
+    xc = x - mu
+    var = (xc * xc).mean(axis=-1, keepdims=True)
+    return xc * bt.rsqrt(var + 1e-5) * w + b
+
+
+def row_cross_entropy(logits, target):
+    m = logits.max(axis=-1, keepdims=True)
+    lse = m + bt.log(bt.exp(logits - m).sum(axis=-1, keepdims=True))
+    picked = gather_elements(logits, bt.expand_dims(target, 1), axis=1)
+    return (lse - picked).mean()
+
+
+def torch_row_softmax(x):
+    e = torch.exp(x - x.amax(dim=-1, keepdim=True))
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def torch_row_log_softmax(x):
+    shifted = x - x.amax(dim=-1, keepdim=True)
+    return shifted - torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))
+
+
+def torch_row_rmsnorm(x, w):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-5) * w
+
+
+def torch_row_layernorm(x, w, b):
+    mu = x.mean(dim=-1, keepdim=True)
+    xc = x - mu
+    var = (xc * xc).mean(dim=-1, keepdim=True)
+    return xc * torch.rsqrt(var + 1e-5) * w + b
+
+
+def torch_row_cross_entropy(logits, target):
+    m = logits.amax(dim=-1, keepdim=True)
+    lse = m + torch.log(torch.exp(logits - m).sum(dim=-1, keepdim=True))
+    return (lse - torch.take_along_dim(logits, target[:, None], dim=1)).mean()
+
+
+ROW_FNS = {row_softmax: torch_row_softmax, row_log_softmax: torch_row_log_softmax, row_rmsnorm: torch_row_rmsnorm,
+           row_layernorm: torch_row_layernorm, row_cross_entropy: torch_row_cross_entropy}
+
+
+def row_inputs(fn, rows, cols, dtype, device="cpu"):
+    x = torch.randn(rows, cols).to(device=device, dtype=dtype)
+    if fn is row_cross_entropy:
+        return x, torch.randint(0, cols, (rows,), device=device)
+    extra = {row_rmsnorm: 1, row_layernorm: 2}.get(fn, 0)
+    return (x,) + tuple(torch.randn(cols).to(device=device, dtype=dtype) for _ in range(extra))
+
+
+def row_kernel(k):
+    """The one fused row kernel of a compiled function (its fusion entry)."""
+    (kernel,) = [kernel for kernel in k.fusion if kernel.name.startswith("fused_rows") or kernel.name == "softmax"]
+    return kernel
+
+
+def kernel_body(source: str, name: str) -> str:
+    start = source.index(" {\n", source.rindex(f" {name}("))
+    return source[start:source.index("\n}\n", start)]
+
+
+def param_id(value) -> str:
+    """A test id that is the same in every process (a function's str holds its address)."""
+    return getattr(value, "__name__", str(value))
+
+
+HALF_ROWS = [(fn, dtype) for fn in (row_softmax, row_rmsnorm) for dtype in (torch.float16, torch.bfloat16)]
+
+
+@pytest.mark.parametrize("fn, dtype, cols, launch", [
+    *[(fn, dtype, 4096, "grid 64 x block 256") for fn, dtype in HALF_ROWS],
+    (row_softmax, torch.float32, 4096, "grid 64 x block 256"),
+    (row_log_softmax, torch.float32, 1024, "grid 64 x block 256"),
+    (row_layernorm, torch.float16, 4096, "grid 64 x block 256"),
+    (row_rmsnorm, torch.float16, 512, "grid 64 x block 64"),      # 64 threads of 8 halves tile the row
+    (row_cross_entropy, torch.float32, 32000, "grid 64 x block 64"),  # the online (max, sum) pair
+], ids=param_id)
+def test_row_kernel_rule_loads_and_stores_whole_vectors(fn, dtype, cols, launch):
+    """One block per row; each thread moves 16 bytes per step: the row is read with vector loads into
+    registers (uint4: 8 halves, float4: 4 floats) in every reduction and in the element-wise block, and
+    the results stored as vectors, never one scalar element of the row at a time."""
+    k = bt.jit(target=SM90)(fn).compile(*(a.to("meta") for a in row_inputs(fn, 64, cols, dtype)))
+    kernel = row_kernel(k)
+    assert kernel.rule == "RowKernel" and kernel.launch == launch, str(k.fusion)
+    (name,) = kernel.cuda_kernels
+    body = kernel_body(k.source, name)
+    vector = "float4" if dtype == torch.float32 else "uint4"
+    row = "logits_ptr" if fn is row_cross_entropy else "x_ptr"
+    assert re.search(rf"= \*\({vector}\*\)\({row} \+", body), body
+    # no scalar read of the row (cross-entropy's gather reads the target's logit: one per row)
+    assert body.count(f"{row}[") == (1 if fn is row_cross_entropy else 0), body
+    if fn is not row_cross_entropy:  # the element-wise block stores whole vectors of the result
+        assert re.search(rf"\*\({vector}\*\)\(T_\w+_ptr \+ [^;]*\) = \*\({vector}\*\)\(\w+_local_ptr", body), body
+    assert "__shfl_down_sync" in body  # the cross-thread reduction
+    if shutil.which("nvcc"):
+        assert b".entry" in nvcc_ptx(k.source)
+
+
+def row_softmax_any(x: bt.Tensor(("n", "m"), "float16")):
+    e = bt.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("fn, dtype, cols", [
+    (row_softmax, torch.float16, 1025),   # odd: no whole vectors tile the row
+    (row_rmsnorm, torch.bfloat16, 1028),  # 4 halves would, but 8-byte loads; 1028 / 8 is not whole
+    (row_softmax, torch.float32, 1000),   # 250 float4 per row: no power-of-two block of >= 32 tiles it
+    (row_layernorm, torch.float32, 48),   # 12 vectors: fewer than a warp
+], ids=param_id)
+def test_row_kernel_rule_leaves_rows_it_cannot_tile_to_dlight(fn, dtype, cols):
+    k = bt.jit(target=SM90)(fn).compile(*(a.to("meta") for a in row_inputs(fn, 64, cols, dtype)))
+    assert row_kernel(k).rule.startswith("dlight.gpu."), str(k.fusion)
+    if shutil.which("nvcc"):
+        assert b".entry" in nvcc_ptx(k.source)
+
+
+def test_row_kernel_rule_leaves_a_symbolic_width_to_dlight():
+    k = bt.jit(target=SM90)(row_softmax_any).compile(torch.empty(64, 4096, dtype=torch.float16, device="meta"))
+    assert row_kernel(k).rule.startswith("dlight.gpu."), str(k.fusion)
+
+
+def test_row_kernel_rule_takes_a_symbolic_row_count():
+    def rows_any(x: bt.Tensor(("n", 2048), "float16")):
+        e = bt.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+    k = bt.jit(target=SM90)(rows_any).compile(torch.empty(64, 2048, dtype=torch.float16, device="meta"))
+    assert row_kernel(k).rule == "RowKernel" and row_kernel(k).launch == "grid n x block 256", str(k.fusion)
+
+
+WIDTHS = st.one_of(st.integers(1, 64).map(lambda i: 64 * i), st.integers(2, 5000))  # 1: no reduction left
+
+
+@settings(max_examples=10, deadline=None)
+@given(cols=WIDTHS, dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]))
+def test_row_kernel_rule_takes_every_row_that_a_warp_of_vectors_tiles(cols, dtype):
+    """RowKernel takes a softmax exactly when warps of 8-byte vectors tile its rows (16 bytes where
+    that still leaves 64 threads), and every thread count it picks tiles the row with its vectors."""
+    k = bt.jit(target=SM90)(row_softmax).compile(torch.empty(8, cols, dtype=dtype, device="meta"))
+    kernel = row_kernel(k)
+    tiles = cols % (32 * 8 // dtype.itemsize) == 0
+    assert (kernel.rule == "RowKernel") == tiles, (cols, str(k.fusion))
+    if tiles:
+        threads = int(re.fullmatch(r"grid 8 x block (\d+)", kernel.launch).group(1))
+        vector = re.search(r"= \*\((\w+)\*\)\(x_ptr \+", k.source).group(1)
+        lanes = VECTOR_BYTES[vector] // dtype.itemsize
+        assert cols % (threads * lanes) == 0 and 32 <= threads <= 256, (cols, vector, kernel.launch)
+        if shutil.which("nvcc"):
+            assert b".entry" in nvcc_ptx(k.source)
+
+
+VECTOR_BYTES = {"float4": 16, "uint4": 16, "float2": 8, "uint2": 8, "half4": 8, "nv_bfloat164": 8}
+
+
+def special_rows(rows: int, cols: int, dtype, device) -> torch.Tensor:
+    """Random rows, then a row holding a NaN, one holding +inf, one holding -inf, an all -inf row and a
+    row of large values (exp overflows without the max shift, squares stay finite in float16)."""
+    x = torch.randn(rows, cols, device=device)
+    x[0, cols // 3] = float("nan")
+    x[1, cols - 1] = float("inf")
+    x[2, 0] = -float("inf")
+    x[3] = -float("inf")
+    x[4] = x[4] * 30.0
+    return x.to(dtype)
+
+
+ROW_TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 3e-2}  # as corpus.Workload.tolerance
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=param_id)
+@pytest.mark.parametrize("cols", [4096, 1024, 512, 1025], ids=param_id)
+@pytest.mark.parametrize("fn", [row_softmax, row_log_softmax, row_rmsnorm, row_layernorm], ids=param_id)
+def test_gpu_row_kernels_agree_with_torch(fn, cols, dtype):
+    x, *params = row_inputs(fn, 64, cols, dtype, "cuda")
+    x = special_rows(64, cols, dtype, "cuda")
+    got = bt.jit(target="gpu")(fn)(x, *params)
+    want = ROW_FNS[fn](x, *params)
+    tol = ROW_TOL[dtype]
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol, equal_nan=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=param_id)
+@pytest.mark.parametrize("cols", [32000, 4096, 1000], ids=param_id)
+def test_gpu_row_cross_entropy_agrees_with_torch(cols, dtype):
+    logits, target = row_inputs(row_cross_entropy, 256, cols, dtype, "cuda")
+    logits[3] = logits[3] * 30.0
+    got = bt.jit(target="gpu")(row_cross_entropy)(logits, target)
+    tol = ROW_TOL[dtype]
+    torch.testing.assert_close(got, torch_row_cross_entropy(logits, target), rtol=tol, atol=tol)
+    logits[5, 7] = float("nan")  # one NaN logit: the mean is NaN, as torch's
+    assert torch.isnan(bt.jit(target="gpu")(row_cross_entropy)(logits, target))
