@@ -121,11 +121,17 @@ class Kernel:
             return relax.VirtualMachine(self.executable, vm_devices or device)[self.name]
 
     def runner(self, args: tuple):
-        """A fast call for arguments of exactly these types: convert, run, wrap."""
+        """A fast call for arguments of exactly these types and shapes: convert, run, wrap.
+
+        A torch tensor that TVM can take as it is (compact, 64-byte aligned, no negative bit: three
+        flag reads per call) is handed to the VM function itself: tvm_ffi reads it through torch's
+        DLPack exchange API, and hands results back as torch tensors the same way, each without a
+        Python-level conversion. Any other goes through `torch_to_vm` (a compact copy where needed)."""
         if self.backend == "tir":
             return self._tir_runner()
         device_index = 0
-        converters = []
+        direct = []      # positions of torch tensors passed as they are when TVM can take them
+        converters = []  # (position, conversion) of every other argument passed
         all_numpy = True
         for position, (spec, value) in enumerate(zip(self.specs, args)):
             if spec.kind == "constexpr":
@@ -141,19 +147,33 @@ class Kernel:
                 convert = torch_to_vm
                 if data.is_cuda:
                     device_index = data.device.index or 0
+                if not isinstance(value, Tensor) and data.numel():  # an empty one is given compact strides
+                    direct.append(position)
+                    continue
             converters.append((position, convert if not isinstance(value, Tensor) else _via_data(convert)))
         has_tensor = any(s.kind == "tensor" for s in self.specs)
         wrap = _to_numpy if all_numpy and has_tensor else _to_torch
         self.vm_function(device_index)   # this thread's VM now: a device that can't run it fails here
         local = self._thread_local(device_index)
         new_vm = functools.partial(self._new_vm_function, device_index)
-        converters = tuple(converters)
-        cpu_kernels = self.device_kind == "cpu" or self.vm_devices is not None
+        # The positions the VM function takes, in order; each call fills a copy of this list.
+        passed = [i for i, s in enumerate(self.specs) if s.kind != "constexpr"]
+        slots = [(passed.index(i), i) for i in direct]
+        converters = tuple((passed.index(i), i, convert) for i, convert in converters)
+        template = [None] * len(passed)
+        sync = self.uses_thread_pool
+        sync_threads = schedules.sync_threads
 
         def run(args):
-            if cpu_kernels:
-                schedules.sync_threads()
-            values = [convert(args[i]) for i, convert in converters]
+            if sync:
+                sync_threads()
+            values = template.copy()
+            for slot, i in slots:
+                t = args[i]
+                values[slot] = t if t.is_contiguous() and not t.data_ptr() & 63 and not t.is_neg() \
+                    else torch_to_vm(t)
+            for slot, i, convert in converters:
+                values[slot] = convert(args[i])
             try:
                 fn = local.fn
             except AttributeError:  # the runner was made by another thread: this one's first call
@@ -162,8 +182,17 @@ class Kernel:
                 out = fn(*values)
             except Exception as e:  # noqa: BLE001 - TVM's run-time checks raise several types
                 raise _run_error(self.name, e) from (e if debug_enabled() else None)
-            return wrap(out)
+            return out if type(out) is torch.Tensor else wrap(out)
         return run
+
+    @functools.cached_property
+    def uses_thread_pool(self) -> bool:
+        """Whether a call may run TVM's CPU thread pool (a parallel loop in CPU code), so must size
+        the calling thread's pool first (schedules.sync_threads); CUDA-only code never does."""
+        if self.device_kind == "cuda" and self.vm_devices is None:
+            return False
+        source = self.stages.get("source")
+        return source is None or self.device_kind != "cpu" or "TVMBackendParallelLaunch" in source
 
     def check_sizes(self, args) -> None:
         """Each symbolic size that the code combines element-wise with another size must equal it
@@ -271,6 +300,8 @@ def _scalar_converter(dtype: str, device_kind: str):
 
 
 def _to_torch(out):
+    if isinstance(out, torch.Tensor):   # converted by tvm_ffi (the call took a torch tensor)
+        return out
     if isinstance(out, tvm.runtime.Tensor):
         return vm_to_torch(out)
     if len(out) == 0:
