@@ -130,7 +130,7 @@ class Kernel:
         if self.backend == "tir":
             return self._tir_runner()
         device_index = 0
-        direct = []      # positions of torch tensors passed as they are when TVM can take them
+        direct = []      # (position, ".data" for a bt.Tensor): torch tensors passed as they are if TVM can
         converters = []  # (position, conversion) of every other argument passed
         all_numpy = True
         for position, (spec, value) in enumerate(zip(self.specs, args)):
@@ -147,8 +147,8 @@ class Kernel:
                 convert = torch_to_vm
                 if data.is_cuda:
                     device_index = data.device.index or 0
-                if not isinstance(value, Tensor) and data.numel():  # an empty one is given compact strides
-                    direct.append(position)
+                if data.numel():  # an empty one goes through torch_to_vm, which gives it compact strides
+                    direct.append((position, ".data" if isinstance(value, Tensor) else ""))
                     continue
             converters.append((position, convert if not isinstance(value, Tensor) else _via_data(convert)))
         has_tensor = any(s.kind == "tensor" for s in self.specs)
@@ -167,8 +167,8 @@ class Kernel:
         lines = ["def run(args):"]
         if self.uses_thread_pool:
             lines.append("    sync_threads()")
-        for i in direct:
-            lines += [f"    a{i} = args[{i}]",
+        for i, unwrap_ in direct:
+            lines += [f"    a{i} = args[{i}]{unwrap_}",
                       f"    if not (a{i}.is_contiguous() and not a{i}.data_ptr() & 63 and not a{i}.is_neg()):",
                       f"        a{i} = torch_to_vm(a{i})"]
         for i, convert in converters:
@@ -183,7 +183,7 @@ class Kernel:
                   f"        out = fn({passed})",
                   "    except Exception as e:  # TVM's run-time checks raise several types",
                   "        raise failed(e) from (e if debug_enabled() else None)",
-                  "    return out if type(out) is T else wrap(out)"]
+                  "    return out if type(out) is T else wrap(out)" if wrap is _to_torch else "    return wrap(out)"]
         exec("\n".join(lines) + "\n", env)  # noqa: S102 - made above from argument positions only
         return env["run"]
 
@@ -297,8 +297,10 @@ def _via_data(convert):
 
 
 def _scalar_converter(dtype: str, device_kind: str):
+    """A number as the 0-d tensor the VM takes: a fresh torch tensor, compact and aligned, so handed
+    over as it is (torch.scalar_tensor is half the cost of torch.tensor)."""
     torch_dtype, device = DTYPES[dtype], torch.device(device_kind)
-    return lambda value: torch_to_vm(torch.tensor(value, dtype=torch_dtype, device=device))
+    return lambda value: torch.scalar_tensor(value, dtype=torch_dtype, device=device)
 
 
 def _to_torch(out):
@@ -312,6 +314,8 @@ def _to_torch(out):
 
 
 def _to_numpy(out):
+    if isinstance(out, torch.Tensor):   # converted by tvm_ffi (the call took a number, as a torch tensor)
+        return out.numpy(force=True)    # no copy on the CPU
     if isinstance(out, tvm.runtime.Tensor):
         return out.numpy()
     if len(out) == 0:
