@@ -184,7 +184,7 @@ class Kernel:
                   "    except Exception as e:  # TVM's run-time checks raise several types",
                   "        raise failed(e) from (e if debug_enabled() else None)",
                   "    return out if type(out) is T else wrap(out)" if wrap is _to_torch else "    return wrap(out)"]
-        exec("\n".join(lines) + "\n", env)  # noqa: S102 - made above from argument positions only
+        exec(_compiled("\n".join(lines) + "\n"), env)  # noqa: S102 - made above from argument positions only
         return env["run"]
 
     @functools.cached_property
@@ -275,6 +275,12 @@ class Kernel:
             results = tuple(args[i] for i in outputs)
             return results[0] if len(results) == 1 else results
         return run
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(source: str):
+    """A runner's generated text, compiled once: a direct Kernel call makes a runner per call."""
+    return compile(source, "<babytriton runner>", "exec")
 
 
 def _run_error(name: str, error: Exception) -> RuntimeError:
