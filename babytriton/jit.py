@@ -14,7 +14,7 @@ from . import autograd, cache, config, devices, dump, eager, relax_backend, sche
 from . import backward as backward_
 from . import torch_library
 from . import explain as explaining
-from .arguments import ArgSpec
+from .arguments import ArgSpec, unwrap
 from .codegen import kernels
 from .errors import CompilationError
 from .frontend import Decorated, FunctionInfo
@@ -91,16 +91,14 @@ def check_options(options: dict) -> None:
             raise TypeError(f"{flag} is True or False, got {merged[flag]!r}")
 
 
-def _eager_when_empty(run, jitfn, positions: list[int]):
+def _eager_when_empty(run, jitfn, args, positions: list[int]):
     """A GPU call whose symbolic-size tensors hold no element runs eagerly (torch's answer): TVM's
     CUDA launch of a grid of 0 blocks fails, and a kernel can't guard itself around its thread syncs.
-    Static sizes of 0 are handled when compiling (the kernel has no body)."""
-    def call(args):
-        for i in positions:
-            if 0 in getattr(args[i], "shape", (1,)):
-                return jitfn.eager(*args)
-        return run(args)
-    return call
+    Static sizes of 0 are handled when compiling (the kernel has no body). Decided once per runner:
+    the call key holds each tensor's exact shape."""
+    if any(0 in unwrap(args[i]).shape for i in positions):
+        return lambda args: jitfn.eager(*args)
+    return run
 
 
 def _no_gradient_through(run, name: str, held: list[str]):
@@ -250,7 +248,7 @@ class JITFunction(Decorated):
         run = kernel.runner(args)
         symbolic = [i for i, s in enumerate(specs) if s.kind == "tensor" and not all(isinstance(d, int) for d in s.shape)]
         if kernel.device_kind == "cuda" and symbolic and not self.heterogeneous:
-            run = _eager_when_empty(run, self, symbolic)
+            run = _eager_when_empty(run, self, args, symbolic)
         held = [p.name for p, a in zip(self.params, args)
                 if isinstance(a, Tensor) and isinstance(a.data, torch.Tensor) and a.data.requires_grad]
         requires = autograd.requires_grad(args)

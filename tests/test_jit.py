@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import babytriton as bt
-from babytriton.jit import _key_function, _value_key
+from babytriton.jit import _eager_when_empty, _key_function, _value_key
 
 T23 = bt.Tensor((2, 3), "float32")
 
@@ -345,3 +345,20 @@ def test_a_primed_annotated_function_still_rejects_wrong_arguments():
         h(a, torch.ones(2, 3, device="meta"))
     torch.testing.assert_close(h(a, a), (a + a) * a - 1.5)
     assert h.cache_info()["versions"] == 1
+
+
+def test_an_empty_symbolic_size_picks_the_eager_runner_once():
+    """GPU runners: a symbolic-size tensor holding no element (a bt.Tensor's data too) runs eagerly;
+    decided when the runner is made, as the call key holds exact shapes."""
+    class Function:
+        def eager(self, *args):
+            return "eager"
+
+    def run(args):
+        return "compiled"
+
+    empty = bt.Tensor(("n",), "float32")
+    empty.data = torch.ones(0)
+    for args in [(torch.ones(0, 3), torch.ones(2)), (empty, torch.ones(2))]:
+        assert _eager_when_empty(run, Function(), args, [0])(args) == "eager"
+    assert _eager_when_empty(run, Function(), (torch.ones(2, 3), torch.ones(0)), [0]) is run
