@@ -18,7 +18,7 @@ from . import devices, schedules, targets
 from . import fusion as fusion_
 from .arguments import ArgSpec, arg_spec, check_symbolic_sizes, unwrap
 from .codegen import library
-from .dlpack import numpy_to_vm, torch_to_vm, vm_to_torch
+from .dlpack import numpy_to_torch, numpy_to_vm, torch_to_vm, vm_to_torch
 from .errors import debug_enabled
 from .types import DTYPES, TORCH_TO_NAME, Param, Tensor
 
@@ -130,7 +130,7 @@ class Kernel:
         if self.backend == "tir":
             return self._tir_runner()
         device_index = 0
-        direct = []      # (position, ".data" for a bt.Tensor): torch tensors passed as they are if TVM can
+        direct = []      # (position, how to read it as torch): tensors passed as they are where TVM can
         converters = []  # (position, conversion) of every other argument passed
         all_numpy = True
         for position, (spec, value) in enumerate(zip(self.specs, args)):
@@ -142,14 +142,16 @@ class Kernel:
             data = value.data if isinstance(value, Tensor) else value
             if isinstance(data, np.ndarray):
                 convert = numpy_to_vm
+                read = f"numpy_to_torch(args[{position}])"
             else:
                 all_numpy = False
                 convert = torch_to_vm
+                read = f"args[{position}].data" if isinstance(value, Tensor) else f"args[{position}]"
                 if data.is_cuda:
                     device_index = data.device.index or 0
-                if data.numel():  # an empty one goes through torch_to_vm, which gives it compact strides
-                    direct.append((position, ".data" if isinstance(value, Tensor) else ""))
-                    continue
+            if data.size if isinstance(data, np.ndarray) else data.numel():
+                direct.append((position, read))
+                continue   # an empty one goes through torch_to_vm, which gives it compact strides
             converters.append((position, convert if not isinstance(value, Tensor) else _via_data(convert)))
         has_tensor = any(s.kind == "tensor" for s in self.specs)
         wrap = _to_numpy if all_numpy and has_tensor else _to_torch
@@ -162,13 +164,14 @@ class Kernel:
             return _run_error(name, error)
         # Generated: one statement per argument, so that a call costs no loop, list or Python call
         # per argument (a loop over the arguments took 0.15 us of a 2 us call).
-        env = {"sync_threads": schedules.sync_threads, "torch_to_vm": torch_to_vm, "local": local,
-               "new_vm": new_vm, "failed": failed, "debug_enabled": debug_enabled, "T": torch.Tensor, "wrap": wrap}
+        env = {"sync_threads": schedules.sync_threads, "torch_to_vm": torch_to_vm, "numpy_to_torch": numpy_to_torch,
+               "local": local, "new_vm": new_vm, "failed": failed, "debug_enabled": debug_enabled,
+               "T": torch.Tensor, "wrap": wrap}
         lines = ["def run(args):"]
         if self.uses_thread_pool:
             lines.append("    sync_threads()")
-        for i, unwrap_ in direct:
-            lines += [f"    a{i} = args[{i}]{unwrap_}",
+        for i, read in direct:   # dlpack.as_is, inlined (a call would cost a third of the test)
+            lines += [f"    a{i} = {read}",
                       f"    if not (a{i}.is_contiguous() and not a{i}.data_ptr() & 63 and not a{i}.is_neg()):",
                       f"        a{i} = torch_to_vm(a{i})"]
         for i, convert in converters:
@@ -320,8 +323,8 @@ def _to_torch(out):
 
 
 def _to_numpy(out):
-    if isinstance(out, torch.Tensor):   # converted by tvm_ffi (the call took a number, as a torch tensor)
-        return out.numpy(force=True)    # no copy on the CPU
+    if isinstance(out, torch.Tensor):   # converted by tvm_ffi (the call took a torch tensor)
+        return out.numpy(force=True).copy()   # a fresh array, never an argument's memory
     if isinstance(out, tvm.runtime.Tensor):
         return out.numpy()
     if len(out) == 0:

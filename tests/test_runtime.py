@@ -104,8 +104,10 @@ def test_results_come_back_as_torch_tensors_without_a_copy():
     assert type(same) is torch.Tensor and type(total) is torch.Tensor
     assert same.data_ptr() == x.data_ptr()
     torch.testing.assert_close(total, x + y)
-    same, total = pair(x.numpy(), y.numpy())     # numpy in: numpy out
+    xn = x.numpy()
+    same, total = pair(xn, y.numpy())           # numpy in: numpy out, fresh arrays
     assert isinstance(total, np.ndarray) and np.allclose(total, (x + y).numpy())
+    assert np.array_equal(same, xn) and not np.shares_memory(same, xn)
 
 
 def test_only_code_with_parallel_loops_sizes_the_thread_pool():
@@ -118,3 +120,19 @@ def test_only_code_with_parallel_loops_sizes_the_thread_pool():
 
 def doubled_row_sum(x):
     return (x * 2.0 + 1.0).sum(axis=-1)
+
+
+def test_numpy_arrays_in_every_layout_through_one_runner():
+    """numpy arrays go to the VM as torch tensors sharing their memory where TVM can take it (else a
+    copy: read-only, reversed, strided, unaligned); results are fresh arrays."""
+    f = bt.jit(axpy48, cache=False)
+    base = np.arange(80, dtype=np.float32)
+    frozen = base[:32].reshape(4, 8).copy()
+    frozen.flags.writeable = False
+    b = np.ones((4, 8), np.float32)
+    arrays = [base[:32].reshape(4, 8), base[1:33].reshape(4, 8), base[:32].reshape(8, 4).T,
+              base[::-1][:32].reshape(4, 8), base[::2][:32].reshape(4, 8), frozen]
+    for a in arrays:
+        out = f(a, b)
+        assert isinstance(out, np.ndarray) and np.array_equal(out, a * 2.0 + b)
+    assert f.stats["hits"] + f.stats["misses"] == 1
