@@ -4,6 +4,12 @@ import torch
 import tvm
 
 
+def as_is(t: torch.Tensor) -> bool:
+    """Whether TVM takes this torch tensor's memory as it is: compact, 64-byte aligned (what
+    `tvm.runtime.from_dlpack` requires, and the generated code assumes) and not lazily negated."""
+    return t.is_contiguous() and not t.data_ptr() & 63 and not t.is_neg()
+
+
 def torch_to_vm(t: torch.Tensor):
     if t.is_neg():  # a lazily negated view (`x._neg_view()`): its memory holds -x, so negate for real
         t = t.resolve_neg()
@@ -13,6 +19,8 @@ def torch_to_vm(t: torch.Tensor):
             compact[i] = compact[i + 1] * t.shape[i + 1]
         if list(t.stride()) != compact:
             t = torch.empty_strided(t.shape, compact, dtype=t.dtype, device=t.device)
+    elif not as_is(t):  # tested first: TVM's refusal is an exception, which costs 30 µs
+        t = t.contiguous() if not t.is_contiguous() else t.clone()
     try:
         return tvm.runtime.from_dlpack(t)
     except Exception:
@@ -27,5 +35,10 @@ def vm_to_torch(t) -> torch.Tensor:
     return torch.from_dlpack(t.__dlpack__())
 
 
+def numpy_to_torch(a: np.ndarray) -> torch.Tensor:
+    """A numpy array as a torch tensor: its memory where torch can share it, else a copy."""
+    return torch.from_numpy(np.ascontiguousarray(a)) if a.flags.writeable else torch.tensor(a)
+
+
 def numpy_to_vm(a: np.ndarray):
-    return torch_to_vm(torch.from_numpy(np.ascontiguousarray(a)) if a.flags.writeable else torch.tensor(a))
+    return torch_to_vm(numpy_to_torch(a))

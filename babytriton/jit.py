@@ -14,7 +14,7 @@ from . import autograd, cache, config, devices, dump, eager, relax_backend, sche
 from . import backward as backward_
 from . import torch_library
 from . import explain as explaining
-from .arguments import ArgSpec
+from .arguments import ArgSpec, unwrap
 from .codegen import kernels
 from .errors import CompilationError
 from .frontend import Decorated, FunctionInfo
@@ -91,16 +91,14 @@ def check_options(options: dict) -> None:
             raise TypeError(f"{flag} is True or False, got {merged[flag]!r}")
 
 
-def _eager_when_empty(run, jitfn, positions: list[int]):
+def _eager_when_empty(run, jitfn, args, positions: list[int]):
     """A GPU call whose symbolic-size tensors hold no element runs eagerly (torch's answer): TVM's
     CUDA launch of a grid of 0 blocks fails, and a kernel can't guard itself around its thread syncs.
-    Static sizes of 0 are handled when compiling (the kernel has no body)."""
-    def call(args):
-        for i in positions:
-            if 0 in getattr(args[i], "shape", (1,)):
-                return jitfn.eager(*args)
-        return run(args)
-    return call
+    Static sizes of 0 are handled when compiling (the kernel has no body). Decided once per runner:
+    the call key holds each tensor's exact shape."""
+    if any(0 in unwrap(args[i]).shape for i in positions):
+        return lambda args: jitfn.eager(*args)
+    return run
 
 
 def _no_gradient_through(run, name: str, held: list[str]):
@@ -130,6 +128,37 @@ def warn_serial(kernel: Kernel) -> None:
                    f"(no schedule rule spread it over more): {where}", schedules.SerialKernelWarning)
 
 
+def _value_key(value, is_constexpr: bool):
+    """One argument's part of the call key: what picks its runner (a tensor's dtype, exact shape,
+    device and requires_grad; a constexpr's value; another value's type)."""
+    kind = type(value)
+    if kind is torch.Tensor or isinstance(value, torch.Tensor):
+        return value.dtype, value.shape, value.device, value.requires_grad
+    if is_constexpr:
+        return kind, value
+    if kind is np.ndarray:
+        return value.dtype, value.shape
+    if kind is Tensor:
+        data = value.data
+        return (kind, type(data), getattr(data, "dtype", None), getattr(data, "shape", None),
+                getattr(data, "device", None), getattr(data, "requires_grad", False))
+    return kind
+
+
+def _key_function(constexpr: tuple[bool, ...]):
+    """The call key (one `_value_key` per argument) as one generated function for this parameter
+    list: a torch tensor's part is read inline, so that the cached call path costs no Python call
+    or loop per argument. Called with exactly one argument per parameter."""
+    names = [f"a{i}" for i in range(len(constexpr))]
+    parts = [f"(({n}.dtype, {n}.shape, {n}.device, {n}.requires_grad) if type({n}) is T else part({n}, {c}))"
+             for n, c in zip(names, constexpr)]
+    code = (f"def call_key(args):\n    ({''.join(n + ', ' for n in names)}) = args\n"
+            f"    return ({''.join(p + ', ' for p in parts)})\n")
+    env = {"T": torch.Tensor, "part": _value_key}
+    exec(code, env)  # noqa: S102 - the text is made above from parameter positions only
+    return env["call_key"]
+
+
 class JITFunction(Decorated):
     """A Python function taken over by the compiler; calling it compiles (once per key) and runs."""
 
@@ -143,7 +172,7 @@ class JITFunction(Decorated):
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
         self._nparams = len(self.params)
-        self._constexpr = tuple(p.kind == "constexpr" for p in self.params)
+        self._call_key = _key_function(tuple(p.kind == "constexpr" for p in self.params))
         self._kernels: dict[tuple, Kernel] = {}   # (specs, globals key) -> the compiled version
         self._backwards: dict[tuple, Kernel] = {}  # ((specs, globals key), autograd.Variant) -> its backward
         self._fallbacks: set = set()               # backward fallbacks warned about
@@ -208,24 +237,6 @@ class JITFunction(Decorated):
         `breakpoint()` work. Arguments are checked, and results returned, as a compiled call's."""
         return eager.run(self.info, args, kwargs)
 
-    def _call_key(self, args) -> tuple:
-        key = []
-        for value, is_constexpr in zip(args, self._constexpr):
-            kind = type(value)
-            if kind is torch.Tensor or isinstance(value, torch.Tensor):
-                key.append((value.dtype, value.shape, value.device, value.requires_grad))
-            elif is_constexpr:
-                key.append((kind, value))
-            elif kind is np.ndarray:
-                key.append((value.dtype, value.shape))
-            elif kind is Tensor:
-                data = value.data
-                key.append((kind, type(data), getattr(data, "dtype", None), getattr(data, "shape", None),
-                            getattr(data, "device", None), getattr(data, "requires_grad", False)))
-            else:
-                key.append(kind)
-        return tuple(key)
-
     def _prepare(self, args, key, values: tuple, runners: dict):
         """First call with these exact argument types: check them, find or compile, make a runner
         (remembered in `runners`, the table for the global `values`, if it was compiled with them)."""
@@ -237,7 +248,7 @@ class JITFunction(Decorated):
         run = kernel.runner(args)
         symbolic = [i for i, s in enumerate(specs) if s.kind == "tensor" and not all(isinstance(d, int) for d in s.shape)]
         if kernel.device_kind == "cuda" and symbolic and not self.heterogeneous:
-            run = _eager_when_empty(run, self, symbolic)
+            run = _eager_when_empty(run, self, args, symbolic)
         held = [p.name for p, a in zip(self.params, args)
                 if isinstance(a, Tensor) and isinstance(a.data, torch.Tensor) and a.data.requires_grad]
         requires = autograd.requires_grad(args)

@@ -18,7 +18,7 @@ from . import devices, schedules, targets
 from . import fusion as fusion_
 from .arguments import ArgSpec, arg_spec, check_symbolic_sizes, unwrap
 from .codegen import library
-from .dlpack import numpy_to_vm, torch_to_vm, vm_to_torch
+from .dlpack import numpy_to_torch, numpy_to_vm, torch_to_vm, vm_to_torch
 from .errors import debug_enabled
 from .types import DTYPES, TORCH_TO_NAME, Param, Tensor
 
@@ -121,11 +121,17 @@ class Kernel:
             return relax.VirtualMachine(self.executable, vm_devices or device)[self.name]
 
     def runner(self, args: tuple):
-        """A fast call for arguments of exactly these types: convert, run, wrap."""
+        """A fast call for arguments of exactly these types and shapes: convert, run, wrap.
+
+        A torch tensor that TVM can take as it is (compact, 64-byte aligned, no negative bit: three
+        flag reads per call) is handed to the VM function itself: tvm_ffi reads it through torch's
+        DLPack exchange API, and hands results back as torch tensors the same way, each without a
+        Python-level conversion. Any other goes through `torch_to_vm` (a compact copy where needed)."""
         if self.backend == "tir":
             return self._tir_runner()
         device_index = 0
-        converters = []
+        direct = []      # (position, how to read it as torch): tensors passed as they are where TVM can
+        converters = []  # (position, conversion) of every other argument passed
         all_numpy = True
         for position, (spec, value) in enumerate(zip(self.specs, args)):
             if spec.kind == "constexpr":
@@ -136,34 +142,62 @@ class Kernel:
             data = value.data if isinstance(value, Tensor) else value
             if isinstance(data, np.ndarray):
                 convert = numpy_to_vm
+                read = f"numpy_to_torch(args[{position}])"
             else:
                 all_numpy = False
                 convert = torch_to_vm
+                read = f"args[{position}].data" if isinstance(value, Tensor) else f"args[{position}]"
                 if data.is_cuda:
                     device_index = data.device.index or 0
+            if data.size if isinstance(data, np.ndarray) else data.numel():
+                direct.append((position, read))
+                continue   # an empty one goes through torch_to_vm, which gives it compact strides
             converters.append((position, convert if not isinstance(value, Tensor) else _via_data(convert)))
         has_tensor = any(s.kind == "tensor" for s in self.specs)
         wrap = _to_numpy if all_numpy and has_tensor else _to_torch
         self.vm_function(device_index)   # this thread's VM now: a device that can't run it fails here
         local = self._thread_local(device_index)
         new_vm = functools.partial(self._new_vm_function, device_index)
-        converters = tuple(converters)
-        cpu_kernels = self.device_kind == "cpu" or self.vm_devices is not None
+        name = self.name
 
-        def run(args):
-            if cpu_kernels:
-                schedules.sync_threads()
-            values = [convert(args[i]) for i, convert in converters]
-            try:
-                fn = local.fn
-            except AttributeError:  # the runner was made by another thread: this one's first call
-                fn = local.fn = new_vm()
-            try:
-                out = fn(*values)
-            except Exception as e:  # noqa: BLE001 - TVM's run-time checks raise several types
-                raise _run_error(self.name, e) from (e if debug_enabled() else None)
-            return wrap(out)
-        return run
+        def failed(error: Exception) -> RuntimeError:
+            return _run_error(name, error)
+        # Generated: one statement per argument, so that a call costs no loop, list or Python call
+        # per argument (a loop over the arguments took 0.15 us of a 2 us call).
+        env = {"sync_threads": schedules.sync_threads, "torch_to_vm": torch_to_vm, "numpy_to_torch": numpy_to_torch,
+               "local": local, "new_vm": new_vm, "failed": failed, "debug_enabled": debug_enabled,
+               "T": torch.Tensor, "wrap": wrap}
+        lines = ["def run(args):"]
+        if self.uses_thread_pool:
+            lines.append("    sync_threads()")
+        for i, read in direct:   # dlpack.as_is, inlined (a call would cost a third of the test)
+            lines += [f"    a{i} = {read}",
+                      f"    if not (a{i}.is_contiguous() and not a{i}.data_ptr() & 63 and not a{i}.is_neg()):",
+                      f"        a{i} = torch_to_vm(a{i})"]
+        for i, convert in converters:
+            env[f"convert{i}"] = convert
+            lines.append(f"    a{i} = convert{i}(args[{i}])")
+        passed = "".join(f"a{i}, " for i, s in enumerate(self.specs) if s.kind != "constexpr")
+        lines += ["    try:",
+                  "        fn = local.fn",
+                  "    except AttributeError:  # the runner was made by another thread: this one's first call",
+                  "        fn = local.fn = new_vm()",
+                  "    try:",
+                  f"        out = fn({passed})",
+                  "    except Exception as e:  # TVM's run-time checks raise several types",
+                  "        raise failed(e) from (e if debug_enabled() else None)",
+                  "    return out if type(out) is T else wrap(out)" if wrap is _to_torch else "    return wrap(out)"]
+        exec(_compiled("\n".join(lines) + "\n"), env)  # noqa: S102 - made above from argument positions only
+        return env["run"]
+
+    @functools.cached_property
+    def uses_thread_pool(self) -> bool:
+        """Whether a call may run TVM's CPU thread pool (a parallel loop in CPU code), so must size
+        the calling thread's pool first (schedules.sync_threads); CUDA-only code never does."""
+        if self.device_kind == "cuda" and self.vm_devices is None:
+            return False
+        source = self.stages.get("source")
+        return source is None or self.device_kind != "cpu" or "TVMBackendParallelLaunch" in source
 
     def check_sizes(self, args) -> None:
         """Each symbolic size that the code combines element-wise with another size must equal it
@@ -246,6 +280,12 @@ class Kernel:
         return run
 
 
+@functools.lru_cache(maxsize=256)
+def _compiled(source: str):
+    """A runner's generated text, compiled once: a direct Kernel call makes a runner per call."""
+    return compile(source, "<babytriton runner>", "exec")
+
+
 def _run_error(name: str, error: Exception) -> RuntimeError:
     """A failure inside the compiled code (TVM's run-time checks), without TVM's internals."""
     text = str(error)
@@ -266,16 +306,19 @@ def _via_data(convert):
 
 
 def _scalar_converter(dtype: str, device_kind: str):
-    """A run-time scalar as the 0-d tensor the compiled function reads. `torch.full` on a GPU is a fill
-    kernel taking the value as its argument, queued like the call's kernels: `torch.tensor(value,
-    device=...)` copied from pageable memory and waited for the stream, so the GPU idled between calls
-    (AdamW's lr and step on the H100: 200 us a call for a 160 us kernel). A fresh tensor each call: a
-    function may return the scalar itself, so the tensor must be the caller's alone."""
+    """A number as the 0-d tensor the VM takes: a fresh torch tensor (a function may return the scalar
+    itself, so it must be the caller's alone), compact and aligned, so handed over as it is.
+    `torch.scalar_tensor` on a GPU is a fill kernel taking the value as its argument, queued like the
+    call's kernels: `torch.tensor(value, device=...)` copied from pageable memory and waited for the
+    stream, so the GPU idled between calls (AdamW's lr and step on the H100: 200 us a call for a
+    160 us kernel)."""
     torch_dtype, device = DTYPES[dtype], torch.device(device_kind)
-    return lambda value: torch_to_vm(torch.full((), value, dtype=torch_dtype, device=device))
+    return lambda value: torch.scalar_tensor(value, dtype=torch_dtype, device=device)
 
 
 def _to_torch(out):
+    if isinstance(out, torch.Tensor):   # converted by tvm_ffi (the call took a torch tensor)
+        return out
     if isinstance(out, tvm.runtime.Tensor):
         return vm_to_torch(out)
     if len(out) == 0:
@@ -284,6 +327,8 @@ def _to_torch(out):
 
 
 def _to_numpy(out):
+    if isinstance(out, torch.Tensor):   # converted by tvm_ffi (the call took a torch tensor)
+        return out.numpy(force=True).copy()   # a fresh array, never an argument's memory
     if isinstance(out, tvm.runtime.Tensor):
         return out.numpy()
     if len(out) == 0:

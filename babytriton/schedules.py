@@ -1453,16 +1453,27 @@ def _rfactor_loops(sch, rf):
 # Unpinned workers: torch doesn't pin its threads, and pinned TVM workers fought them for a core.
 os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
 os.environ.setdefault("TVM_BIND_THREADS", "0")
-_pool = threading.local()  # the pool is per OS thread, so is what it was last set to
+
+
+class _Pool(threading.local):
+    """The pool is per OS thread, so is what it was last set to (None: not yet)."""
+    threads = None
+
+    def __init__(self):
+        self.main = threading.current_thread() is threading.main_thread()
+
+
+_pool = _Pool()
 _pool_made = threading.Lock()  # TVM reads TVM_NUM_THREADS when it makes a pool: one thread at a time
 
 
 def sync_threads() -> None:
     """Size the calling thread's TVM pool: like torch's (`torch.set_num_threads`) on the main thread,
     so that one setting holds for both, one thread anywhere else (see above)."""
-    main = threading.current_thread() is threading.main_thread()
+    pool = _pool
+    main = pool.main
     wanted = torch.get_num_threads() if main else 1
-    if getattr(_pool, "threads", None) == wanted:
+    if pool.threads == wanted:
         return
     with _pool_made:
         cap = os.environ["TVM_NUM_THREADS"]
@@ -1472,7 +1483,7 @@ def sync_threads() -> None:
             tvm.get_global_func("runtime.config_threadpool")(0, wanted)
         finally:
             os.environ["TVM_NUM_THREADS"] = cap
-    _pool.threads = wanted
+    pool.threads = wanted
 
 
 # --------------------------------------------------------------------------------------------------

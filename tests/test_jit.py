@@ -6,8 +6,11 @@ import types
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import babytriton as bt
+from babytriton.jit import _eager_when_empty, _key_function, _value_key
 
 T23 = bt.Tensor((2, 3), "float32")
 
@@ -266,3 +269,96 @@ def test_threads_see_a_changed_global_consistently(monkeypatch):
             t.join()
         assert errors == []
     assert f.cache_info()["compilations"] == 2 * len(shapes)
+
+
+# --------------------------------------------------------------------------------------------------
+# the cached call path: the call key and the runner it finds
+# --------------------------------------------------------------------------------------------------
+
+_KEY_VALUES = [
+    lambda: torch.ones(2, 3), lambda: torch.ones(3, 2, dtype=torch.float64), lambda: torch.ones(2, 3).t(),
+    lambda: torch.ones(2, 3, requires_grad=True), lambda: torch.nn.Parameter(torch.ones(2)),
+    lambda: torch.ones(2, device="meta"), lambda: torch.tensor(1.5), lambda: np.ones((2, 3), np.float32),
+    lambda: bt.Tensor((2, 3), "float32"), lambda: 3, lambda: 3.0, lambda: True, lambda: "s",
+    lambda: (1, 2), lambda: None, lambda: [1],
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_KEY_VALUES), st.booleans()), max_size=4))
+def test_the_generated_call_key_is_each_arguments_key(arguments):
+    """The generated call key (torch tensors read inline) is, argument by argument, what
+    `_value_key` gives: the key that picks a runner is the same for every kind of value."""
+    values = tuple(make() for make, _ in arguments)
+    constexpr = tuple(c for _, c in arguments)
+    want = tuple(_value_key(v, c) for v, c in zip(values, constexpr))
+    assert _key_function(constexpr)(values) == want
+
+
+def test_a_primed_call_path_still_finds_checks_and_compiles_by_argument():
+    """After the first call made a runner, calls with another shape, dtype, array type or
+    requires_grad take their own runner (compiling where the version differs), and the versions
+    already made are found again without a new check."""
+    @bt.jit(cache=False)
+    def g(x, y):
+        return x * y + 1.0
+
+    def prepared():   # runners made: each one looks its version up once (a hit or a miss)
+        return g.stats["hits"] + g.stats["misses"]
+
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    torch.testing.assert_close(g(x, y), x * y + 1.0)
+    assert prepared() == 1
+    for _ in range(3):   # the cached runner: no new check, no new lookup
+        x1 = torch.randn(2, 3)
+        torch.testing.assert_close(g(x1, y), x1 * y + 1.0)
+    assert prepared() == 1
+    x3 = torch.randn(3, 3)
+    torch.testing.assert_close(g(x3, x3), x3 * x3 + 1.0)                # a new shape: a new version
+    xd = x.double()
+    torch.testing.assert_close(g(xd, xd), xd * xd + 1.0)                # a new dtype: a new version
+    assert g.cache_info()["versions"] == 3
+    a, b = x.numpy(), y.numpy()
+    out = g(a, b)                                                       # numpy in, numpy out, same version
+    assert isinstance(out, np.ndarray) and np.allclose(out, a * b + 1.0)
+    assert g.cache_info()["versions"] == 3
+    xg = x.clone().requires_grad_()
+    g(xg, y).sum().backward()                                           # through autograd
+    torch.testing.assert_close(xg.grad, y)
+    p = torch.nn.Parameter(x.clone())                                   # a torch.Tensor subclass
+    g(p, y).sum().backward()
+    torch.testing.assert_close(p.grad, y)
+    before = prepared()
+    torch.testing.assert_close(g(x, y), x * y + 1.0)                    # the first runner, found again
+    assert prepared() == before
+
+
+def test_a_primed_annotated_function_still_rejects_wrong_arguments():
+    h = bt.jit(add_mul, cache=False)
+    a = torch.randn(2, 3)
+    torch.testing.assert_close(h(a, a), (a + a) * a - 1.5)
+    with pytest.raises(TypeError, match="parameter 'b' expects dtype float32, got float64"):
+        h(a, a.double())
+    with pytest.raises(ValueError, match=r"parameter 'a' expects shape \(2, 3\), got \(3, 2\)"):
+        h(a.t().contiguous(), a)
+    with pytest.raises(TypeError, match="parameter 'b' is on meta, but this function runs on the CPU"):
+        h(a, torch.ones(2, 3, device="meta"))
+    torch.testing.assert_close(h(a, a), (a + a) * a - 1.5)
+    assert h.cache_info()["versions"] == 1
+
+
+def test_an_empty_symbolic_size_picks_the_eager_runner_once():
+    """GPU runners: a symbolic-size tensor holding no element (a bt.Tensor's data too) runs eagerly;
+    decided when the runner is made, as the call key holds exact shapes."""
+    class Function:
+        def eager(self, *args):
+            return "eager"
+
+    def run(args):
+        return "compiled"
+
+    empty = bt.Tensor(("n",), "float32")
+    empty.data = torch.ones(0)
+    for args in [(torch.ones(0, 3), torch.ones(2)), (empty, torch.ones(2))]:
+        assert _eager_when_empty(run, Function(), args, [0])(args) == "eager"
+    assert _eager_when_empty(run, Function(), (torch.ones(2, 3), torch.ones(0)), [0]) is run

@@ -1,4 +1,5 @@
 """runtime.py: one `Kernel` for both backends and for disk hits, complete when it is made."""
+import numpy as np
 import pytest
 import torch
 
@@ -89,3 +90,75 @@ def test_a_call_with_scalar_arguments_never_waits_for_the_gpu():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.testing.assert_close(out, p - 1e-3 * g / (1.0 - 0.9 ** 4))
+
+M48 = bt.Tensor((4, 8), "float32")
+
+
+def axpy48(a: M48, b: M48):
+    return a * 2.0 + b
+
+
+@pytest.mark.parametrize("make", [
+    lambda base: base[:32].reshape(4, 8),             # compact, aligned: handed to the VM as it is
+    lambda base: base[1:33].reshape(4, 8),            # compact, 4 bytes past a 64-byte boundary
+    lambda base: base[:32].reshape(8, 4).t(),         # transposed
+    lambda base: base[:32].reshape(4, 8)._neg_view(),  # torch's negative bit
+    lambda base: base[:8].expand(4, 8),               # broadcast (stride 0)
+], ids=["compact", "misaligned", "transposed", "negated", "broadcast"])
+def test_one_runner_takes_every_layout_of_its_shape(make):
+    """A runner is made for a shape, not a layout: the first call and the next ones, in any layout
+    at either argument, give torch's values (a layout TVM can't take is copied, not misread)."""
+    f = bt.jit(axpy48, cache=False)
+    base = torch.arange(64.0)
+    view, b = make(base), torch.randn(4, 8)
+    torch.testing.assert_close(f(view, b), view * 2.0 + b)       # the runner made for this layout
+    torch.testing.assert_close(f(b, view), b * 2.0 + view)
+    compact = torch.randn(4, 8)
+    torch.testing.assert_close(f(compact, compact), compact * 3.0)   # ... and reused for another
+    torch.testing.assert_close(f(view, view), view * 3.0)
+    assert f.stats["hits"] + f.stats["misses"] == 1
+
+
+def test_results_come_back_as_torch_tensors_without_a_copy():
+    """Tensors in and out are shared with the VM: a result that is an argument is that memory."""
+    @bt.jit(cache=False)
+    def pair(x, y):
+        return x, x + y
+
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    same, total = pair(x, y)
+    assert type(same) is torch.Tensor and type(total) is torch.Tensor
+    assert same.data_ptr() == x.data_ptr()
+    torch.testing.assert_close(total, x + y)
+    xn = x.numpy()
+    same, total = pair(xn, y.numpy())           # numpy in: numpy out, fresh arrays
+    assert isinstance(total, np.ndarray) and np.allclose(total, (x + y).numpy())
+    assert np.array_equal(same, xn) and not np.shares_memory(same, xn)
+
+
+def test_only_code_with_parallel_loops_sizes_the_thread_pool():
+    small = bt.jit(axpy48, cache=False).compile()   # 32 elements: one loop on the calling thread
+    big = bt.jit(doubled_row_sum, cache=False).compile(torch.ones(256, 1024))
+    assert not small.uses_thread_pool and big.uses_thread_pool
+    gpu = bt.jit(axpy, target="gpu", cache=False).compile(torch.ones(1 << 20), torch.ones(1 << 20))
+    assert not gpu.uses_thread_pool
+
+
+def doubled_row_sum(x):
+    return (x * 2.0 + 1.0).sum(axis=-1)
+
+
+def test_numpy_arrays_in_every_layout_through_one_runner():
+    """numpy arrays go to the VM as torch tensors sharing their memory where TVM can take it (else a
+    copy: read-only, reversed, strided, unaligned); results are fresh arrays."""
+    f = bt.jit(axpy48, cache=False)
+    base = np.arange(80, dtype=np.float32)
+    frozen = base[:32].reshape(4, 8).copy()
+    frozen.flags.writeable = False
+    b = np.ones((4, 8), np.float32)
+    arrays = [base[:32].reshape(4, 8), base[1:33].reshape(4, 8), base[:32].reshape(8, 4).T,
+              base[::-1][:32].reshape(4, 8), base[::2][:32].reshape(4, 8), frozen]
+    for a in arrays:
+        out = f(a, b)
+        assert isinstance(out, np.ndarray) and np.array_equal(out, a * 2.0 + b)
+    assert f.stats["hits"] + f.stats["misses"] == 1
