@@ -1186,10 +1186,10 @@ HALF_ROWS = [(fn, dtype) for fn in (row_softmax, row_rmsnorm) for dtype in (torc
 
 
 @pytest.mark.parametrize("fn, dtype, cols, launch", [
-    *[(fn, dtype, 4096, "grid 64 x block 256") for fn, dtype in HALF_ROWS],
-    (row_softmax, torch.float32, 4096, "grid 64 x block 256"),
-    (row_log_softmax, torch.float32, 1024, "grid 64 x block 256"),
-    (row_layernorm, torch.float16, 4096, "grid 64 x block 256"),
+    *[(fn, dtype, 4096, "grid 64 x block 128") for fn, dtype in HALF_ROWS],
+    (row_softmax, torch.float32, 4096, "grid 64 x block 128"),
+    (row_log_softmax, torch.float32, 1024, "grid 64 x block 128"),
+    (row_layernorm, torch.float16, 4096, "grid 64 x block 128"),
     (row_rmsnorm, torch.float16, 512, "grid 64 x block 64"),      # 64 threads of 8 halves tile the row
     (row_cross_entropy, torch.float32, 32000, "grid 64 x block 64"),  # the online (max, sum) pair
 ], ids=param_id)
@@ -1242,7 +1242,7 @@ def test_row_kernel_rule_takes_a_symbolic_row_count():
         e = bt.exp(x - x.max(axis=-1, keepdims=True))
         return e / e.sum(axis=-1, keepdims=True)
     k = bt.jit(target=SM90)(rows_any).compile(torch.empty(64, 2048, dtype=torch.float16, device="meta"))
-    assert row_kernel(k).rule == "RowKernel" and row_kernel(k).launch == "grid n x block 256", str(k.fusion)
+    assert row_kernel(k).rule == "RowKernel" and row_kernel(k).launch == "grid n x block 128", str(k.fusion)
 
 
 WIDTHS = st.one_of(st.integers(1, 64).map(lambda i: 64 * i), st.integers(2, 5000))  # 1: no reduction left
@@ -1308,3 +1308,13 @@ def test_gpu_row_cross_entropy_agrees_with_torch(cols, dtype):
     torch.testing.assert_close(got, torch_row_cross_entropy(logits, target), rtol=tol, atol=tol)
     logits[5, 7] = float("nan")  # one NaN logit: the mean is NaN, as torch's
     assert torch.isnan(bt.jit(target="gpu")(row_cross_entropy)(logits, target))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_half_division_is_float32_rounded_once(dtype):
+    """CUDA's half division is a correctly rounded software routine: a half softmax divides in float32
+    and rounds once, as torch's kernels do (and as the CPU computes all half arithmetic)."""
+    k = bt.jit(target=SM90)(row_softmax).compile(torch.empty(64, 4096, dtype=dtype, device="meta"))
+    body = kernel_body(k.source, row_kernel(k).cuda_kernels[0])
+    divisors = re.findall(r" / \(\((\w+)\)", body)
+    assert divisors and set(divisors) == {"float"}, body
