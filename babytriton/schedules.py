@@ -661,10 +661,14 @@ class SplitReduction(GPUScheduleRule):
     block sums each chunk (coalesced loads, then a cross-thread reduction) into a buffer of partial
     results, and a second kernel folds them with one block per result. The chunks must divide the size
     exactly: TVM lowers no cross-thread reduction under a predicate that mixes the block index in (a
-    ragged last chunk), it would leave racing threads. A symbolic or prime size gets one block per result."""
+    ragged last chunk), it would leave racing threads. A symbolic or prime size is instead shared out
+    element by element over a fixed grid of threads, each summing into a register of its own (no
+    cross-thread reduction in that kernel), and the fold reduces their partial results."""
 
-    def __init__(self, threads: int = 256, parts: int = 1024, max_rows: int = 32, min_chunk: int = 4096):
+    def __init__(self, threads: int = 256, parts: int = 1024, max_rows: int = 32, min_chunk: int = 4096,
+                 strided_threads: int = 32768):
         self.threads, self.parts, self.max_rows, self.min_chunk = threads, parts, max_rows, min_chunk
+        self.strided_threads = strided_threads
 
     def apply(self, func, target, _tunable):
         sch, infos = _normalized(self, func, target)
@@ -685,7 +689,8 @@ class SplitReduction(GPUScheduleRule):
             if not sch.get_loops(b):  # rfactor fails on a neighbour block without loops
                 sch.add_unit_loop(b)
         k = _fuse(sch, sch.get_loops(red)[n_rows:])
-        parts = self._parts(get_extent(sch, k))
+        extent = get_extent(sch, k)
+        parts = self._parts(extent)
         if parts > 1:
             sch.split(k, [parts, None])
             rf = sch.rfactor(sch.get_loops(red)[-2], factor_axis=0)
@@ -694,6 +699,26 @@ class SplitReduction(GPUScheduleRule):
             wide = [loop for loop in spatial if get_extent(sch, loop) != 1] or spatial[:1]
             sch.bind(_fuse(sch, wide), "blockIdx.x")
             sch.bind(lane, "threadIdx.x")
+        elif not isinstance(extent, int) or extent > 2 * self.min_chunk:
+            # a symbolic size, or one no equal chunks divide: every thread of a fixed grid sums a
+            # strided share (element i goes to thread i mod the grid's size: coalesced) into a partial
+            # result of its own, so no cross-thread reduction runs under the ragged end's predicate
+            grid_size = self.strided_threads if not isinstance(extent, int) else \
+                min(self.strided_threads, 1 << ((extent // 8).bit_length() - 1))
+            _, across = sch.split(k, [None, grid_size])
+            rf = sch.rfactor(across, factor_axis=0)
+            *rows, serial, lanes = sch.get_loops(rf)
+            sch.reorder(lanes, serial)
+            grid, lane = sch.split(lanes, [None, self.threads])
+            if rows:
+                sch.reorder(grid, lane, *rows)
+            sch.bind(grid, "blockIdx.x")
+            sch.bind(lane, "threadIdx.x")
+            # the partial accumulates in a register, set before the loop (a thread with no element
+            # in range still writes the reduction's identity), and is stored once
+            partial = sch.cache_write(rf, 0, "local")
+            sch.reverse_compute_at(partial, sch.get_loops(rf)[-2])
+            sch.decompose_reduction(rf, sch.get_loops(rf)[-1])
         *spatial, reduced = sch.get_loops(red)  # the fold of the partial results, or the whole reduction
         if not spatial:
             spatial = [sch.add_unit_loop(red)]

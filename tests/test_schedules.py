@@ -700,9 +700,32 @@ def test_gpu_full_reduction_is_split_over_blocks():
     assert 'thread="threadIdx.x"' in mean.stages["schedule"] and "red_buf" in mean.source
 
 
-def test_serial_kernel_warning_on_a_size_no_rule_splits():
+def few_columns(x: bt.Tensor((1 << 20, 4), "float32")):
+    return x.sum(axis=0)
+
+
+def test_serial_kernel_warning_on_a_shape_no_rule_splits():
     with pytest.warns(schedules.SerialKernelWarning, match="one GPU block"):
-        bt.jit(target=SM90)(prime_sum).compile()
+        bt.jit(target=SM90)(few_columns).compile()
+
+
+def symbolic_max(x: bt.Tensor(("n", "m"), "float32")):
+    return x.max()
+
+
+@pytest.mark.parametrize("fn", [prime_sum, full_sum, symbolic_max], ids=lambda f: f.__name__)
+def test_gpu_full_reductions_of_symbolic_and_prime_sizes_use_a_grid(fn):
+    """No equal chunks divide a symbolic or prime size: a fixed grid of threads each sums a strided
+    share into a register (no cross-thread reduction under the ragged end's predicate), then a fold."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", schedules.SerialKernelWarning)
+        k = bt.jit(target=SM90)(fn).compile()
+    [kernel] = [kk for kk in k.fusion if kk.cuda_kernels]   # (an empty x.max() is an error: assert ops)
+    assert kernel.rule == "SplitReduction" and kernel.launch == "grid 128 x block 256", str(k.fusion)
+    partials, fold = k.source.split('extern "C" __global__')[-2:]
+    assert "red_buf" not in partials and "for (" in partials and "red_buf" in fold
+    if shutil.which("nvcc"):
+        assert b".entry" in nvcc_ptx(k.source)
 
 
 @pytest.mark.gpu
@@ -714,6 +737,13 @@ def test_gpu_split_reductions_agree_with_torch(fn, dtype):
         torch.testing.assert_close(bt.jit(target="gpu")(fn)(x).float(), x.float().sum(), **tol)
     x = torch.randn(4096, device="cuda")
     torch.testing.assert_close(bt.jit(target="gpu")(big_mean)(x), x.mean(), rtol=1e-4, atol=1e-5)
+    x = torch.randn(1000003, device="cuda")
+    torch.testing.assert_close(bt.jit(target="gpu")(prime_sum)(x), x.sum(), rtol=1e-4, atol=1e-2)
+    for shape in ((1, 1), (3, 1000), (1000, 1003)):
+        x = torch.randn(shape, device="cuda")
+        torch.testing.assert_close(bt.jit(target="gpu")(symbolic_max)(x), x.max())
+        x[-1, -1] = float("nan")
+        torch.testing.assert_close(bt.jit(target="gpu")(symbolic_max)(x), x.max(), equal_nan=True)
     x = torch.randn(1024, 1024, device="cuda")
     torch.testing.assert_close(bt.jit(target="gpu")(big_sum)(x), x.sum(), rtol=1e-4, atol=1e-2)
 
