@@ -1358,22 +1358,20 @@ def _exp_f32_of(x, lanes: int):
     f32 = lambda v: tirx.const(v, "float32")  # noqa: E731 - scalars broadcast to the lanes
     i32 = lambda v: tirx.const(v, "int32")  # noqa: E731
     fdt, idt = ("float32", "int32") if lanes == 1 else (f"float32x{lanes}", f"int32x{lanes}")
-    c = tirx.max(tirx.min(x, f32(88.72283935546875)), f32(-103.97))
+    # clamped where the result has overflowed (e^89: inf) or underflowed (e^-104: 0) already, so
+    # the same arithmetic gives inf and 0 beyond, as libm does, with no select per bound
+    c = tirx.max(tirx.min(x, f32(89.0)), f32(-104.0))
     n = tirx.floor(c * f32(1.4426950408889634) + f32(0.5))            # x = n ln2 + r
     r = c - n * f32(0.693359375) - n * f32(-2.12194440e-4)             # ln2 as hi + lo
     p = f32(1.9875691500e-4)
     for coefficient in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
         p = p * r + f32(coefficient)
     p = p * r * r + r + f32(1.0)                                        # e^r
-    # 2^n as two normal halves: n reaches 128 (e^88.7) and -150 (subnormal results)
+    # 2^n as two normal halves: n reaches 128 (e^89) and -150 (subnormal results)
     half = n.astype(idt) // i32(2)
     low = tirx.reinterpret(fdt, (half + i32(127)) * i32(1 << 23))
     high = tirx.reinterpret(fdt, (n.astype(idt) - half + i32(127)) * i32(1 << 23))
-    y = p * low * high
-    splat = (lambda v: f32(v)) if lanes == 1 else (lambda v: tirx.Broadcast(f32(v), lanes))  # noqa: E731
-    y = tirx.Select(x > f32(88.72283935546875), splat(float("inf")), y)  # beyond float32: inf, as libm
-    y = tirx.Select(x < f32(-103.97), splat(0.0), y)                     # below the smallest subnormal
-    return tirx.Select(tirx.isnan(x), x, y)                              # NaN stays NaN
+    return tirx.Select(tirx.isnan(x), x, p * low * high)  # NaN stays NaN (the clamp made it a number)
 
 
 def _as_f32(dtype):
