@@ -825,8 +825,8 @@ def _stores_bf16_constant(func) -> bool:
                and isinstance(store.value, tirx.FloatImm) for store in _all(func.body, tirx.BufferStore))
 
 
-# A vector through an exp, erf or tanh polynomial and a division, or through float16 rounding
-# (a conversion there and back per operation), is a long chain of dependent instructions: one
+# A vector through an exp, erf or tanh polynomial and a division, or through half-precision rounding
+# (float16: a conversion there and back per operation), is a long chain of dependent instructions: one
 # vector per loop step leaves the core waiting on it. Four independent vectors per step overlap
 # (one Zen 5 core: float16 sigmoid((a+b)*a-b) 0.53 -> 0.31 ns per element, float16 GELU-tanh
 # 0.67 -> 0.40); a copy or an add is bound by memory and keeps one register.
@@ -1426,8 +1426,8 @@ def _lower_erf(call):
 tirx.op.register_intrin_lowering("tirx.erf", target="llvm", f=_lower_erf, level=99)
 
 
-# tanh the same way: TVM's llvm lowering computes both exp(2x) and exp(-2x) and divides twice (the
-# arm of each sign), and LLVM calls libm's tanhf per lane of a half vector. Float32 tanh is Eigen's
+# tanh the same way: TVM's llvm lowering computes both exp(2x) and exp(-2x) and divides twice (an
+# arm for each sign; GELU-tanh ran 3.5x slower than GELU-erf). Float32 tanh here is Eigen's
 # rational approximation (TVM's `topi.fast_tanh`): odd degree 13 over even degree 6 of x clamped to
 # [-9, 9], exactly +-1 from |x| = 8.04 (torch: 9.01), within 5 float32 ulp of 1 below that (an exp form
 # 1 - 2 / (exp(2|x|) + 1) is within 1 ulp there but doubled GELU-tanh's time); x itself below 4e-4.
