@@ -637,6 +637,133 @@ def test_tvm_threads_follow_torch():
         torch.set_num_threads(before)
 
 
+# element-wise chains of the benchmark corpus (sigmoid, tanh, erf, exp): one parallel loop of whole
+# float32 vectors, several per step, with no libm call and no float16 conversion one lane at a time
+def sigmoid_chain(a, b):
+    return bt.sigmoid((a + b) * a - b)
+
+
+def torch_sigmoid_chain(a, b):
+    return torch.sigmoid((a + b) * a - b)
+
+
+def tanh_exp_chain(a, b):
+    return bt.tanh(a * 0.5 + b) * bt.exp(-a * a) + b / (1.0 + a * a) - 2.0 * b
+
+
+def torch_tanh_exp_chain(a, b):
+    return torch.tanh(a * 0.5 + b) * torch.exp(-a * a) + b / (1.0 + a * a) - 2.0 * b
+
+
+def gelu_tanh_chain(a, b):
+    return 0.5 * a * (1.0 + bt.tanh(0.7978845608028654 * (a + 0.044715 * a * a * a))) - b
+
+
+def torch_gelu_tanh_chain(a, b):
+    return 0.5 * a * (1.0 + torch.tanh(0.7978845608028654 * (a + 0.044715 * a * a * a))) - b
+
+
+def swiglu_chain(a, b):
+    return a * bt.sigmoid(a) * b
+
+
+def torch_swiglu_chain(a, b):
+    return a * torch.sigmoid(a) * b
+
+
+def add_only(a, b):
+    return a + b
+
+
+def erf_chain(a, b):
+    return 0.5 * a * (1.0 + bt.erf(a * 0.7071067811865476)) + b
+
+
+def torch_erf_chain(a, b):
+    return 0.5 * a * (1.0 + torch.erf(a * 0.7071067811865476)) + b
+
+
+CHAINS = [(sigmoid_chain, torch_sigmoid_chain), (tanh_exp_chain, torch_tanh_exp_chain),
+          (gelu_tanh_chain, torch_gelu_tanh_chain), (swiglu_chain, torch_swiglu_chain),
+          (erf_chain, torch_erf_chain)]
+
+
+def _parallel_body(source: str) -> str:
+    """The LLVM IR of the parallel loop's body (the kernel's inner loop lives there)."""
+    start = source.index("@__tvm_parallel_lambda(")
+    return source[start:source.index("\n}\n", start)]
+
+
+def _launch_lanes(kernel) -> int:
+    return int(re.search(r"vector (\d+)", kernel.launch).group(1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("fn, ref", CHAINS, ids=[fn.__name__ for fn, _ in CHAINS])
+def test_cpu_math_chains_are_vector_code_without_libm_calls(fn, ref, dtype):
+    """sigmoid, tanh, erf and exp are float32 vector polynomials (fast_exp), half operands are
+    converted as vectors (F16C / bfloat16 shifts), and a chain steps LONG_CHAIN_VECTORS registers at
+    a time (one vector per step left the core waiting on its polynomial)."""
+    a, b = torch.randn(64, 1024).to(dtype), torch.randn(64, 1024).to(dtype)
+    k = bt.jit(target="cpu")(fn).compile(a, b)
+    (kernel,) = k.fusion
+    assert kernel.rule == "CPUElementwise" and kernel.launch.startswith("parallel"), kernel
+    body = _parallel_body(k.source)
+    assert re.search(r"fdiv <\d+ x float>", body) and re.search(r"fmuladd\.v\d+f32", body)  # vector math
+    scalar_calls = re.findall(r"call (?:\w+ )*(?:float|half|bfloat|double|i16) @([\w.]+)", body)
+    assert scalar_calls == [], scalar_calls  # expf, tanhf, erff, __extendhfsf2 ... per lane
+    assert not re.search(r"fpext half|fptrunc float [^\n]* to half|@__(extend|trunc)\w*hf", body)
+    (plain,) = bt.jit(target="cpu")(add_only).compile(a.float(), b.float()).fusion  # one register
+    register = _launch_lanes(plain) * 4 // dtype.itemsize
+    assert _launch_lanes(kernel) == schedules.LONG_CHAIN_VECTORS * register
+
+
+SPECIALS = [math.nan, math.inf, -math.inf, 100.0, -100.0, 90.0, -90.0, 1e4, -1e4, 0.0, -0.0, 1e-30, -3.5e-4, 8.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("fn, ref", CHAINS, ids=[fn.__name__ for fn, _ in CHAINS])
+def test_cpu_math_chains_match_torch_with_nan_inf_and_large_values(fn, ref, dtype):
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 1024) * 3, torch.randn(64, 1024) * 3
+    a[0, :len(SPECIALS)] = torch.tensor(SPECIALS)
+    b[1, :len(SPECIALS)] = torch.tensor(SPECIALS)
+    a[2, :len(SPECIALS)], b[2, :len(SPECIALS)] = torch.tensor(SPECIALS), torch.tensor(SPECIALS[::-1])
+    a, b = a.to(dtype), b.to(dtype)
+    tol = dict(rtol=2e-6, atol=1e-6) if dtype == torch.float32 else HALF_TOL[dtype]
+    torch.testing.assert_close(bt.jit(target="cpu")(fn)(a, b), ref(a, b), equal_nan=True, **tol)
+
+
+def tanh_only(x):
+    return bt.tanh(x)
+
+
+def sigmoid_only(x):
+    return bt.sigmoid(x)
+
+
+@settings(max_examples=8, deadline=None)
+@given(scale=st.sampled_from([1e-5, 1e-3, 0.1, 1.0, 4.0, 9.0, 100.0]),
+       dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]))
+def test_cpu_tanh_and_sigmoid_match_torch(scale, dtype):
+    """tanh is a rational function of x clamped where tanh rounds to +-1 (x itself near 0, so -0.0
+    and tiny values keep their sign and size); sigmoid is 1 / (1 + exp(-x)) through the vector exp."""
+    x = torch.cat([torch.tensor(SPECIALS + [-88.0, -87.0, 16.0, -16.0, 4e-4, 7.9053, -7.91]),
+                   torch.randn(40960) * scale]).to(dtype)
+    tanh, sigmoid = bt.jit(target="cpu")(tanh_only)(x), bt.jit(target="cpu")(sigmoid_only)(x)
+    if dtype == torch.float32:  # within 2 float32 ulp (about 3e-7 relative) of torch's
+        torch.testing.assert_close(tanh, torch.tanh(x), rtol=4e-7, atol=1e-38, equal_nan=True)
+        torch.testing.assert_close(sigmoid, torch.sigmoid(x), rtol=5e-7, atol=1e-38, equal_nan=True)
+    else:  # computed in float32 and rounded once, as torch does: the same half values
+        torch.testing.assert_close(tanh, torch.tanh(x), rtol=0, atol=0, equal_nan=True)
+        torch.testing.assert_close(sigmoid, torch.sigmoid(x), **HALF_TOL[dtype], equal_nan=True)
+    numbers = ~torch.isnan(x)  # -0.0 and tiny negatives keep their sign (a NaN's sign means nothing)
+    assert torch.equal(torch.signbit(tanh[numbers]), torch.signbit(torch.tanh(x)[numbers]))
+    edges = torch.tensor([-100.0, 100.0, math.nan, -math.inf, math.inf]).to(dtype)
+    exact = torch.tensor([0.0, 1.0, math.nan, 0.0, 1.0]).to(dtype)
+    torch.testing.assert_close(bt.jit(target="cpu")(sigmoid_only)(edges), exact, rtol=0, atol=0, equal_nan=True)
+
+
 # --------------------------------------------------------------------------------------------------
 # the serial-kernel check, and reductions on a GPU
 # --------------------------------------------------------------------------------------------------
