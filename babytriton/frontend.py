@@ -26,7 +26,7 @@ class CodegenOptions:
     device_kind: str        # "cpu" or "cuda": where code outside `with bt.device(...)` blocks runs
     schedule: str
     unroll: int             # loops of at most this many iterations are unrolled
-    matmul_offload: bool    # the pipeline hands float matrix products to torch (cuBLAS)
+    matmul_offload: tuple   # the dtypes whose matrix products the pipeline hands to torch.matmul
 
 
 class FunctionInfo:
@@ -62,7 +62,7 @@ class FunctionInfo:
     def codegen_options(self) -> CodegenOptions:
         schedule = self.options["schedule"]
         return CodegenOptions(self.target, self.device_kind, schedule, self.options["unroll"],
-                              targets.offloads(self.target, schedule))
+                              targets.offloaded_matmuls(self.target, schedule))
 
     # -- arguments ------------------------------------------------------------------------------
     def bind(self, args, kwargs) -> tuple:

@@ -1,5 +1,5 @@
-"""What the pipeline hands to torch instead of generating a kernel: on a GPU matrix products (cuBLAS),
-and on either target attention blocks `softmax(q @ kᵀ * scale) @ v` (torch's fused
+"""What the pipeline hands to torch instead of generating a kernel: matrix products (cuBLAS on a GPU;
+bfloat16 ones on a CPU, see targets.offloaded_matmuls), and on either target attention blocks `softmax(q @ kᵀ * scale) @ v` (torch's fused
 scaled-dot-product attention).
 
 TVM's PyPI build has no cuBLAS and no fused attention, while torch ships both and a Relax packed call
@@ -9,6 +9,7 @@ attention (it pattern-matches the composition into `scaled_dot_product_attention
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -24,7 +25,7 @@ FLOATS = ("float16", "bfloat16", "float32")
 
 # what `k.fusion` says schedules an offloaded kernel, by the name prefix of its packed function
 RULES = {TORCH_ATTENTION: ("SDPA", "torch scaled_dot_product_attention"),
-         TORCH_MATMUL: ("cuBLAS", "through torch")}
+         TORCH_MATMUL: ("torch.matmul", "cuBLAS or the CPU BLAS, through torch")}
 
 
 def rule_of(name: str) -> tuple[str, str] | None:
@@ -164,9 +165,13 @@ class _MatmulToTorch(_Offload):
     """Float matrix products, and a product plus a bias vector (`x @ w + b`, the product read only by
     the add) as one call with cuBLAS's bias epilogue, which adds in float32 before rounding once."""
 
+    def __init__(self, mod, func, dtypes=FLOATS):
+        super().__init__(mod, func)
+        self.dtypes = dtypes
+
     def visit_call_(self, call):
         call = super().visit_call_(call)
-        if _is_op(call, "relax.matmul") and _float_matmul(call):
+        if _is_op(call, "relax.matmul") and _float_matmul(call) and str(call.args[0].ty.dtype) in self.dtypes:
             (a, ta), (b, tb) = (self.untransposed(x) for x in call.args)
             name = TORCH_MATMUL_T.get((ta, tb), TORCH_MATMUL)
             return relax.op.call_dps_packed(relax.ExternFunc(name), [a, b], call.ty)
@@ -317,6 +322,7 @@ def offload_attention(mod: tvm.IRModule) -> tvm.IRModule:
     return _rewrite(mod, _AttentionToTorch)
 
 
-def offload_matmul(mod: tvm.IRModule) -> tvm.IRModule:
-    """Replace float matrix products by a packed call into torch.matmul (cuBLAS), before legalization."""
-    return _rewrite(mod, _MatmulToTorch)
+def offload_matmul(mod: tvm.IRModule, dtypes: tuple[str, ...] = FLOATS) -> tvm.IRModule:
+    """Replace the matrix products of `dtypes` by a packed call into torch.matmul (cuBLAS, or the
+    CPU BLAS), before legalization."""
+    return _rewrite(mod, functools.partial(_MatmulToTorch, dtypes=dtypes))

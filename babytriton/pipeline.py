@@ -8,6 +8,8 @@ gets each kernel's target and inputs on its device (PlaceOnDevices).
 """
 from __future__ import annotations
 
+import functools
+
 from typing import Callable
 
 import tvm
@@ -16,7 +18,7 @@ from tvm import relax
 from tvm.s_tir import dlight as dl
 
 from . import legalize, multi_output, nvrtc, offload, online, rowwise, schedules
-from .targets import offloads, offloads_attention
+from .targets import offloaded_matmuls, offloads_attention
 
 SCHEDULES = schedules.SCHEDULES
 
@@ -26,9 +28,10 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
     """The Relax passes, in order, each named as its stage."""
     sequence = [("ConvertToDataflow", relax.transform.ConvertToDataflow(min_size=1))]
     rewrites = [("AttentionToSDPA", offload.offload_attention)] if offloads_attention(target, schedule) else []
-    if offloads(target, schedule):
+    dtypes = offloaded_matmuls(target, schedule)
+    if dtypes:
         # after attention: a block's matrix products go to torch with it, whole
-        rewrites.append(("MatmulToCuBLAS", offload.offload_matmul))
+        rewrites.append(("MatmulToTorch", functools.partial(offload.offload_matmul, dtypes=dtypes)))
     sequence += [(name, tvm.transform.module_pass(lambda mod, _ctx, rewrite=rewrite: rewrite(mod), opt_level=0,
                                                   name=name)) for name, rewrite in rewrites]
     if online.applies(target):

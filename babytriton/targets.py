@@ -41,11 +41,16 @@ def device_kind(target: tvm.target.Target) -> str:
     return "cuda" if target.kind.name == "cuda" else "cpu"
 
 
-def offloads(target: tvm.target.Target | None, schedule: str) -> bool:
-    """Whether the pipeline hands float matrix products to torch on the GPU (cuBLAS
-    accumulates float16 in float32). Not on a CPU: there `CPUMatmul` keeps them TIR kernels that fuse
-    with their neighbours."""
-    return target is not None and target.kind.name == "cuda" and schedule == "dlight"
+def offloaded_matmuls(target: tvm.target.Target | None, schedule: str) -> tuple[str, ...]:
+    """The dtypes whose matrix products the pipeline hands to torch.matmul: every float on a GPU
+    (cuBLAS, which accumulates halves in float32); bfloat16 only on a CPU, where torch's oneDNN
+    kernels (AMX, AVX512-BF16) beat `CPUMatmul`'s products converted to float32 on every CPU measured
+    (an MLP block at medium size: 16-core Xeon 1.1 against 4.5 ms, 2-core Zen 5 2.6 against 5.5 ms),
+    while float32 and float16 stay TIR kernels that fuse with their neighbours (Zen 5: float32 2.4x
+    torch's, float16 150x; Xeon: float32 1.0x on a 512^3 product)."""
+    if target is None or schedule != "dlight":
+        return ()
+    return {"cuda": ("float16", "bfloat16", "float32"), "llvm": ("bfloat16",)}.get(target.kind.name, ())
 
 
 def offloads_attention(target: tvm.target.Target | None, schedule: str) -> bool:

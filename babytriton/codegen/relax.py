@@ -501,12 +501,12 @@ class RelaxCodeGen(CodeGenerator):
         dtype = dtype_of(lhs)
         # float16 products accumulate in float32, as torch does: cuBLAS does so where the pipeline
         # hands matmuls to it; elsewhere the product is computed in float32 and rounded once.
-        if dtype in ("float16", "bfloat16") and not self.matmul_offloaded():
+        if dtype in ("float16", "bfloat16") and not self.matmul_offloaded(dtype):
             return self.emit(relax.op.astype(relax.op.matmul(lhs, rhs, out_dtype="float32"), dtype))
         return self.emit(relax.op.matmul(lhs, rhs))
 
-    def matmul_offloaded(self) -> bool:
-        return self.placement is None and self.options.matmul_offload
+    def matmul_offloaded(self, dtype: str) -> bool:
+        return self.placement is None and dtype in self.options.matmul_offload
 
     def visit_UnaryOp(self, node: ast.UnaryOp):
         value = self.visit(node.operand)
