@@ -36,7 +36,8 @@ def test_the_target_is_resolved_once_per_function(monkeypatch, target):
 
 
 @pytest.mark.parametrize("target, schedule, kind, offload", [
-    ("cpu", "dlight", "cpu", False), ("cuda", "dlight", "cuda", True), ("cuda", "fallback", "cuda", False)])
+    ("cpu", "dlight", "cpu", ("bfloat16",)), ("cuda", "dlight", "cuda", ("float16", "bfloat16", "float32")),
+    ("cuda", "fallback", "cuda", ())])
 def test_codegen_options(target, schedule, kind, offload):
     info = frontend.FunctionInfo(matmul_twice, {**bt.jit(matmul_twice).options, "target": target,
                                                 "schedule": schedule, "unroll": 4})
