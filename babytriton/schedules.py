@@ -829,7 +829,12 @@ def rule_name(rule) -> str:
 # babytriton's CPU rules (see the cookbook's Recipe 12 for the measurements behind each choice)
 # --------------------------------------------------------------------------------------------------
 
-MIN_PARALLEL = 1 << 14   # element-wise work below this stays on the calling thread: a launch costs more
+MIN_PARALLEL = 1 << 14   # work below this stays on the calling thread: a launch costs more
+# An element-wise chain's bar is higher: waking the pool's sleeping workers (see
+# TVM_THREAD_POOL_SPIN_COUNT below) cost more than one pass of 16,384 elements (the 2-core machine:
+# 16.5 us in parallel against about 4 on one thread). A reduction or a product makes several passes
+# per element (the serial-kernel check counts them all), so it keeps MIN_PARALLEL.
+MIN_PARALLEL_ELEMENTWISE = 1 << 16
 
 
 class CPURule(dl.ScheduleRule):
@@ -1084,7 +1089,7 @@ class CPUElementwise(CPURule):
             if vector > 1:
                 outer, inner = sch.split(fused, [None, vector])
                 sch.vectorize(inner)
-            if not isinstance(extent, int) or extent >= MIN_PARALLEL:
+            if not isinstance(extent, int) or extent >= MIN_PARALLEL_ELEMENTWISE:
                 sch.parallel(outer)
         return True
 
@@ -1132,7 +1137,7 @@ def _into_one_output(sch, infos, lanes: int) -> bool:
     fused = _fuse(sch, sch.get_loops(out))
     extent = get_extent(sch, fused)
     vector = _pow2_divisor(extent, lanes)
-    if vector <= 1 or extent < MIN_PARALLEL:
+    if vector <= 1 or extent < MIN_PARALLEL_ELEMENTWISE:
         return False
     outer, inner = sch.split(fused, [None, vector])
     for info in reversed(infos[:-1]):  # consumers first: each producer then goes under its consumer
@@ -1185,7 +1190,9 @@ class CPUReduction(CPURule):
         loops = sch.get_loops(first)
         rows = _static_product(sch, loops[:len(loops) - _reduce_count(sch, first)])
         work = _static_product(sch, loops)
-        self.threads = work is None or work >= MIN_PARALLEL  # a launch costs more than a small reduction
+        # a launch costs more than a small reduction; each block is a pass over the rows
+        passes = len(blocks)
+        self.threads = work is None or work * passes > MIN_PARALLEL_ELEMENTWISE
         self.vectors = _vectorizable(sch)
         many_rows = rows is None or rows >= self.min_rows
         if any(len(sch.get(b).writes) > 1 for b in reductions):

@@ -1,4 +1,5 @@
 """Schedule modes: Dlight (+ babytriton's rules), Fallback, MetaSchedule with a reused database."""
+import inspect
 import math
 import os
 import re
@@ -1481,3 +1482,25 @@ def test_gpu_half_division_is_float32_rounded_once(dtype):
     body = kernel_body(k.source, row_kernel(k).cuda_kernels[0])
     divisors = re.findall(r" / \(\((\w+)\)", body)
     assert divisors and set(divisors) == {"float"}, body
+
+
+def _chain(a, b):
+    return bt.sigmoid((a + b) * a - b)
+
+
+def _total(x):
+    return x.sum()
+
+
+@pytest.mark.parametrize("fn, small, large, reference", [
+    (_chain, (1 << 14,), (1 << 17,), lambda a, b: torch.sigmoid((a + b) * a - b)),
+    (_total, (256, 256), (1024, 1024), lambda x: x.sum())], ids=["elementwise", "full_sum"])
+def test_cpu_small_kernels_stay_on_the_calling_thread(fn, small, large, reference):
+    """Waking TVM's sleeping workers costs more than one pass over 65,536 elements: smaller kernels
+    run on the calling thread (no parallel launch in the LLVM), larger ones on the pool."""
+    arity = len(inspect.signature(fn).parameters)
+    f = bt.jit(target="cpu")(fn)
+    assert "TVMBackendParallelLaunch" not in f.compile(*[torch.empty(small, device="meta")] * arity).source
+    assert "TVMBackendParallelLaunch" in f.compile(*[torch.empty(large, device="meta")] * arity).source
+    args = [torch.randn(small) for _ in range(arity)]
+    torch.testing.assert_close(f(*args), reference(*args), rtol=1e-5, atol=1e-3)
