@@ -841,7 +841,11 @@ def symbolic_max(x: bt.Tensor(("n", "m"), "float32")):
     return x.max()
 
 
-@pytest.mark.parametrize("fn", [prime_sum, full_sum, symbolic_max], ids=lambda f: f.__name__)
+def few_symbolic_rows(x: bt.Tensor((4, "n"), "float32")):
+    return x.sum(axis=-1)
+
+
+@pytest.mark.parametrize("fn", [prime_sum, full_sum, symbolic_max, few_symbolic_rows], ids=lambda f: f.__name__)
 def test_gpu_full_reductions_of_symbolic_and_prime_sizes_use_a_grid(fn):
     """No equal chunks divide a symbolic or prime size: a fixed grid of threads each sums a strided
     share into a register (no cross-thread reduction under the ragged end's predicate), then a fold."""
@@ -867,6 +871,9 @@ def test_gpu_split_reductions_agree_with_torch(fn, dtype):
     torch.testing.assert_close(bt.jit(target="gpu")(big_mean)(x), x.mean(), rtol=1e-4, atol=1e-5)
     x = torch.randn(1000003, device="cuda")
     torch.testing.assert_close(bt.jit(target="gpu")(prime_sum)(x), x.sum(), rtol=1e-4, atol=1e-2)
+    for n in (1, 1000, (1 << 20) + 3):   # a few rows of a symbolic length: a partial per row and thread
+        x = torch.randn(4, n, device="cuda")
+        torch.testing.assert_close(bt.jit(target="gpu")(few_symbolic_rows)(x), x.sum(-1), rtol=1e-4, atol=1e-2)
     for shape in ((1, 1), (3, 1000), (1000, 1003)):
         x = torch.randn(shape, device="cuda")
         torch.testing.assert_close(bt.jit(target="gpu")(symbolic_max)(x), x.max())
