@@ -1611,17 +1611,33 @@ def _as_f32(dtype):
     return "float32" if dtype.lanes == 1 else f"float32x{dtype.lanes}"
 
 
-def _lower_exp(call):
-    dtype = call.ty.dtype
-    if getattr(_fast, "on", False) and dtype.is_float and dtype.bits == 32:
-        return _exp_f32(call.args[0], dtype.lanes)
-    if getattr(_fast, "on", False) and str(dtype.with_lanes(1)) == "float16":
-        # computed in float32 and rounded once, as torch does (LLVM scalarises a float16 vector exp)
-        return tirx.Cast(dtype, _exp_f32(tirx.Cast(_as_f32(dtype), call.args[0]), dtype.lanes))
-    return _EXP_LOWERING(call)
+def _in_float32(fast, tvms):
+    """The llvm lowering of a float math call: `fast(arg, lanes)` for float32 while babytriton builds
+    (`fast_exp`); float16 computed in float32 by it and rounded once, as torch does (LLVM scalarises a
+    float16 vector call); TVM's own lowering `tvms` otherwise."""
+    def lower(call):
+        dtype = call.ty.dtype
+        if getattr(_fast, "on", False) and dtype.is_float and dtype.bits == 32:
+            return fast(call.args[0], dtype.lanes)
+        if getattr(_fast, "on", False) and str(dtype.with_lanes(1)) == "float16":
+            return tirx.Cast(dtype, fast(tirx.Cast(_as_f32(dtype), call.args[0]), dtype.lanes))
+        return tvms(call)
+    return lower
 
 
-tirx.op.register_intrin_lowering("tirx.exp", target="llvm", f=_lower_exp, level=99)
+def _rational(c, numerator, denominator):
+    """Eigen's odd rational form c * p(c^2) / q(c^2), each polynomial by Horner's rule in float32."""
+    f32 = lambda v: tirx.const(v, "float32")  # noqa: E731 - scalars broadcast to the lanes
+    c2 = c * c
+    p, q = f32(numerator[0]), f32(denominator[0])
+    for coefficient in numerator[1:]:
+        p = p * c2 + f32(coefficient)
+    for coefficient in denominator[1:]:
+        q = q * c2 + f32(coefficient)
+    return c * p / q
+
+
+tirx.op.register_intrin_lowering("tirx.exp", target="llvm", f=_in_float32(_exp_f32, _EXP_LOWERING), level=99)
 
 # erf the same way: LLVM calls libm's erff once per lane of a vectorised erf (gelu's), so float32 erf
 # is Eigen's rational approximation (the one of TVM's `topi.fast_erf`): odd degree 13 over even
@@ -1633,29 +1649,14 @@ _ERF_DENOMINATOR = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438
                     -7.37332916720468e-03, -1.42647390514189e-02)
 
 
-def _erf_f32(arg):
+def _erf_f32(arg, _lanes=None):
     x = tirx.Var("x", arg.ty.dtype)  # named once (the polynomial reads it several times)
-    f32 = lambda v: tirx.const(v, "float32")  # noqa: E731 - scalars broadcast to the lanes
-    c = tirx.max(tirx.min(x, f32(4.0)), f32(-4.0))
-    c2 = c * c
-    p, q = f32(_ERF_NUMERATOR[0]), f32(_ERF_DENOMINATOR[0])
-    for coefficient in _ERF_NUMERATOR[1:]:
-        p = p * c2 + f32(coefficient)
-    for coefficient in _ERF_DENOMINATOR[1:]:
-        q = q * c2 + f32(coefficient)
-    return tirx.Let(x, _bool_casts_as_selects(arg), tirx.Select(tirx.isnan(x), x, c * p / q))
+    c = tirx.max(tirx.min(x, tirx.const(4.0, "float32")), tirx.const(-4.0, "float32"))
+    ratio = _rational(c, _ERF_NUMERATOR, _ERF_DENOMINATOR)
+    return tirx.Let(x, _bool_casts_as_selects(arg), tirx.Select(tirx.isnan(x), x, ratio))
 
 
-def _lower_erf(call):
-    dtype = call.ty.dtype
-    if getattr(_fast, "on", False) and dtype.is_float and dtype.bits == 32:
-        return _erf_f32(call.args[0])
-    if getattr(_fast, "on", False) and str(dtype.with_lanes(1)) == "float16":
-        return tirx.Cast(dtype, _erf_f32(tirx.Cast(_as_f32(dtype), call.args[0])))
-    return _ERF_LOWERING(call)
-
-
-tirx.op.register_intrin_lowering("tirx.erf", target="llvm", f=_lower_erf, level=99)
+tirx.op.register_intrin_lowering("tirx.erf", target="llvm", f=_in_float32(_erf_f32, _ERF_LOWERING), level=99)
 
 
 # tanh the same way: TVM's llvm lowering computes both exp(2x) and exp(-2x) and divides twice (an
@@ -1670,31 +1671,17 @@ _TANH_DENOMINATOR = (1.19825839466702e-06, 1.18534705686654e-04, 2.2684346324390
 TANH_CLAMP = 9.0
 
 
-def _tanh_f32(arg):
+def _tanh_f32(arg, _lanes=None):
     x = tirx.Var("x", arg.ty.dtype)  # named once (the polynomial reads it several times)
     f32 = lambda v: tirx.const(v, "float32")  # noqa: E731 - scalars broadcast to the lanes
     c = tirx.max(tirx.min(x, f32(TANH_CLAMP)), f32(-TANH_CLAMP))
-    c2 = c * c
-    p, q = f32(_TANH_NUMERATOR[0]), f32(_TANH_DENOMINATOR[0])
-    for coefficient in _TANH_NUMERATOR[1:]:
-        p = p * c2 + f32(coefficient)
-    for coefficient in _TANH_DENOMINATOR[1:]:
-        q = q * c2 + f32(coefficient)
     keep = tirx.Or(tirx.abs(x) < f32(0.0004), tirx.isnan(x))  # tanh(x) rounds to x; NaN stays NaN
-    ratio = tirx.max(tirx.min(c * p / q, f32(1.0)), f32(-1.0))  # it overshoots 1 by an ulp near 8.5
+    # it overshoots 1 by an ulp near 8.5
+    ratio = tirx.max(tirx.min(_rational(c, _TANH_NUMERATOR, _TANH_DENOMINATOR), f32(1.0)), f32(-1.0))
     return tirx.Let(x, _bool_casts_as_selects(arg), tirx.Select(keep, x, ratio))
 
 
-def _lower_tanh(call):
-    dtype = call.ty.dtype
-    if getattr(_fast, "on", False) and dtype.is_float and dtype.bits == 32:
-        return _tanh_f32(call.args[0])
-    if getattr(_fast, "on", False) and str(dtype.with_lanes(1)) == "float16":
-        return tirx.Cast(dtype, _tanh_f32(tirx.Cast(_as_f32(dtype), call.args[0])))
-    return _TANH_LOWERING(call)
-
-
-tirx.op.register_intrin_lowering("tirx.tanh", target="llvm", f=_lower_tanh, level=99)
+tirx.op.register_intrin_lowering("tirx.tanh", target="llvm", f=_in_float32(_tanh_f32, _TANH_LOWERING), level=99)
 
 
 class fast_exp:  # noqa: N801 - used as `with schedules.fast_exp():`

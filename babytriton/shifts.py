@@ -19,6 +19,7 @@ import tvm
 from tvm import relax
 from tvm.relax.op.grad import no_grad
 
+from . import legalize
 from .types import is_float_dtype
 
 _ADDITIVE = {"relax.add": 1, "relax.subtract": -1}
@@ -31,8 +32,7 @@ def _op(value) -> str | None:
 
 
 def _axes(call, ndim: int) -> tuple[int, ...]:
-    axis = call.attrs.axis
-    return tuple(range(ndim)) if axis is None else tuple(sorted(int(a) % ndim for a in axis))
+    return tuple(legalize._axes(call.attrs.axis, ndim))
 
 
 def _ndim(expr) -> int | None:
