@@ -34,6 +34,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from . import targets
 from .arguments import ArgSpec
 from .config import __version__, cache_dir, disk_enabled  # noqa: F401 - cache.cache_dir, cache.disk_enabled are public
 from .frontend import Decorated, FunctionInfo
@@ -157,6 +158,9 @@ def make_key(function, specs: tuple[ArgSpec, ...], target: tvm.target.Target) ->
     for param, spec in zip(info.params, specs):
         parts.extend(_arg_parts(param, spec))
     parts.append(KeyPart("target", str(target), _short_target(target)))
+    # the host CPU and torch's BLAS decide which products go to torch (targets.offloaded_matmuls)
+    offload = repr(targets.offloaded_matmuls(target, info.options.get("schedule", "dlight")))
+    parts.append(KeyPart("matrix products to torch", offload, offload))
     for name, value in sorted(info.options.items()):
         if name not in NOT_IN_KEY:
             parts.append(KeyPart(f"option `{name}`", repr(value), repr(value)))

@@ -26,7 +26,7 @@ class CodegenOptions:
     device_kind: str        # "cpu" or "cuda": where code outside `with bt.device(...)` blocks runs
     schedule: str
     unroll: int             # loops of at most this many iterations are unrolled
-    matmul_offload: tuple   # the dtypes whose matrix products the pipeline hands to torch.matmul
+    matmul_offload: targets.MatmulOffload   # which matrix products the pipeline hands to torch.matmul
 
 
 class FunctionInfo:

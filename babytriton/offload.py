@@ -18,6 +18,7 @@ import tvm_ffi
 from tvm import relax
 
 from .dlpack import vm_to_torch
+from .targets import MatmulOffload
 
 TORCH_MATMUL = "babytriton.torch_matmul"
 TORCH_ATTENTION = "babytriton.torch_attention"
@@ -124,6 +125,15 @@ def _float_matmul(call) -> bool:
             and call.attrs.out_dtype in (None, "", dtype))
 
 
+def _multiply_adds(call) -> int | None:
+    """The multiply-adds of a product of static sizes (batch x rows x inner x columns), else None."""
+    shapes = [value.ty.shape for value in (*call.args, call)]
+    if any(shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape.values) for shape in shapes):
+        return None
+    out, inner = shapes[2].values, shapes[0].values[-1]
+    return math.prod(int(d) for d in out) * int(inner)
+
+
 def _widened_matmul(call, half: str) -> bool:
     """A product of two `half` operands computed in float32."""
     a, b = call.args
@@ -165,13 +175,14 @@ class _MatmulToTorch(_Offload):
     """Float matrix products, and a product plus a bias vector (`x @ w + b`, the product read only by
     the add) as one call with cuBLAS's bias epilogue, which adds in float32 before rounding once."""
 
-    def __init__(self, mod, func, dtypes=FLOATS):
+    def __init__(self, mod, func, offload: MatmulOffload = MatmulOffload(FLOATS)):
         super().__init__(mod, func)
-        self.dtypes = dtypes
+        self.offload = offload
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
-        if _is_op(call, "relax.matmul") and _float_matmul(call) and str(call.args[0].ty.dtype) in self.dtypes:
+        if _is_op(call, "relax.matmul") and _float_matmul(call) and \
+                self.offload.takes(str(call.args[0].ty.dtype), _multiply_adds(call)):
             (a, ta), (b, tb) = (self.untransposed(x) for x in call.args)
             name = TORCH_MATMUL_T.get((ta, tb), TORCH_MATMUL)
             return relax.op.call_dps_packed(relax.ExternFunc(name), [a, b], call.ty)
@@ -322,7 +333,7 @@ def offload_attention(mod: tvm.IRModule) -> tvm.IRModule:
     return _rewrite(mod, _AttentionToTorch)
 
 
-def offload_matmul(mod: tvm.IRModule, dtypes: tuple[str, ...] = FLOATS) -> tvm.IRModule:
-    """Replace the matrix products of `dtypes` by a packed call into torch.matmul (cuBLAS, or the
+def offload_matmul(mod: tvm.IRModule, offload: MatmulOffload = MatmulOffload(FLOATS)) -> tvm.IRModule:
+    """Replace the matrix products `offload` takes by a packed call into torch.matmul (cuBLAS, or the
     CPU BLAS), before legalization."""
-    return _rewrite(mod, functools.partial(_MatmulToTorch, dtypes=dtypes))
+    return _rewrite(mod, functools.partial(_MatmulToTorch, offload=offload))

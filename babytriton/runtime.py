@@ -20,6 +20,7 @@ from .arguments import ArgSpec, arg_spec, check_symbolic_sizes, unwrap
 from .codegen import library
 from .dlpack import numpy_to_torch, numpy_to_vm, torch_to_vm, vm_to_torch
 from .errors import debug_enabled
+from .pipeline import RELEASE
 from .types import DTYPES, TORCH_TO_NAME, Param, Tensor
 
 
@@ -115,10 +116,15 @@ class Kernel:
             return local
 
     def _new_vm_function(self, device_index: int):
+        """A new VM's function for this device; the VM's `pipeline.RELEASE` goes in the calling thread's
+        `release`, next to the function in `fn` where a runner looks for it."""
         vm_devices = self.vm_devices
         device = tvm.cuda(device_index) if self.device_kind == "cuda" else tvm.cpu()
         with self._vm_lock:  # one VM made at a time: loading reads the executable's shared tables
-            return relax.VirtualMachine(self.executable, vm_devices or device)[self.name]
+            vm = relax.VirtualMachine(self.executable, vm_devices or device)
+        local = self._thread_local(device_index)
+        local.release = vm[RELEASE]
+        return vm[self.name]
 
     def runner(self, args: tuple):
         """A fast call for arguments of exactly these types and shapes: convert, run, wrap.
@@ -155,6 +161,9 @@ class Kernel:
             converters.append((position, convert if not isinstance(value, Tensor) else _via_data(convert)))
         has_tensor = any(s.kind == "tensor" for s in self.specs)
         wrap = _to_numpy if all_numpy and has_tensor else _to_torch
+        # the VM holds a call's result until its next call (pipeline.RELEASE): worth a call to drop it
+        # where results are large enough to matter to the cache, judged by the inputs' size
+        release = sum(_nbytes(value) for spec, value in zip(self.specs, args) if spec.kind == "tensor") >= RELEASE_BYTES
         self.vm_function(device_index)   # this thread's VM now: a device that can't run it fails here
         local = self._thread_local(device_index)
         new_vm = functools.partial(self._new_vm_function, device_index)
@@ -184,6 +193,7 @@ class Kernel:
                   "        fn = local.fn = new_vm()",
                   "    try:",
                   f"        out = fn({passed})",
+                  *(["        local.release()"] if release else []),
                   "    except Exception as e:  # TVM's run-time checks raise several types",
                   "        raise failed(e) from (e if debug_enabled() else None)",
                   "    return out if type(out) is T else wrap(out)" if wrap is _to_torch else "    return wrap(out)"]
@@ -278,6 +288,14 @@ class Kernel:
             results = tuple(args[i] for i in outputs)
             return results[0] if len(results) == 1 else results
         return run
+
+
+RELEASE_BYTES = 1 << 20
+
+
+def _nbytes(value) -> int:
+    data = value.data if isinstance(value, Tensor) else value
+    return data.nbytes if isinstance(data, (np.ndarray, torch.Tensor)) else 0
 
 
 @functools.lru_cache(maxsize=256)

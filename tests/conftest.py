@@ -23,3 +23,13 @@ def session_cache_dir(tmp_path_factory):
         for name in ("BABYTRITON_CACHE", "BABYTRITON_DUMP", "BABYTRITON_DUMP_DIR"):
             patch.delenv(name, raising=False)
         yield os.environ["BABYTRITON_CACHE_DIR"]
+
+
+@pytest.fixture
+def products_as_kernels(monkeypatch):
+    """CPU float32 and float16 matrix products stay babytriton's kernels (CPUMatmul), as on a CPU
+    without half arithmetic whose torch has no MKL (targets.offloaded_matmuls), whatever this one is:
+    tests of CPUMatmul itself must not depend on the machine's vendor."""
+    from babytriton import targets
+    monkeypatch.setattr(targets, "host_cpu", lambda: ("", frozenset()))
+    monkeypatch.setattr(targets, "SMALL_PRODUCT", 0)

@@ -35,9 +35,11 @@ def test_the_target_is_resolved_once_per_function(monkeypatch, target):
     assert calls == [target]                     # not again per version, kernel call or matrix product
 
 
+@pytest.mark.usefixtures("products_as_kernels")
 @pytest.mark.parametrize("target, schedule, kind, offload", [
-    ("cpu", "dlight", "cpu", ("bfloat16",)), ("cuda", "dlight", "cuda", ("float16", "bfloat16", "float32")),
-    ("cuda", "fallback", "cuda", ())])
+    ("cpu", "dlight", "cpu", targets.MatmulOffload(("bfloat16",))),
+    ("cuda", "dlight", "cuda", targets.MatmulOffload(("float16", "bfloat16", "float32"))),
+    ("cuda", "fallback", "cuda", targets.MatmulOffload())])
 def test_codegen_options(target, schedule, kind, offload):
     info = frontend.FunctionInfo(matmul_twice, {**bt.jit(matmul_twice).options, "target": target,
                                                 "schedule": schedule, "unroll": 4})

@@ -3,6 +3,7 @@
 The rewrites run on a cuda target, which compiles on a machine without a GPU; the packed functions
 they call are torch code, checked here on CPU tensors and on a GPU where there is one."""
 import math
+import os
 import shutil
 
 import pytest
@@ -237,6 +238,59 @@ def test_cpu_attention_goes_to_sdpa_and_agrees_with_torch(fn, dtype):
     torch.testing.assert_close(f(q, k, v).double(), expected, rtol=tol, atol=tol)
 
 
+CPUS = {"zen5": ("AuthenticAMD", frozenset({"avx512f", "avx512_bf16", "f16c"})),
+        "sapphire rapids": ("GenuineIntel", frozenset({"avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16"}))}
+
+
+@pytest.mark.parametrize("cpu, dtype, shapes, to_torch", [
+    ("zen5", torch.float32, [(64, 64), (64, 64)], True),          # small: MKL's one thread beats waking the pool
+    ("zen5", torch.float32, [(4, 16, 32), (4, 32, 64)], True),     # batched, 2^17 multiply-adds
+    ("zen5", torch.float32, [(512, 512), (512, 512)], False),     # CPUMatmul beats MKL off Intel
+    ("zen5", torch.float16, [(64, 64), (64, 64)], False),         # no half product kernel in torch there
+    ("zen5", torch.bfloat16, [(512, 512), (512, 512)], True),
+    ("sapphire rapids", torch.float32, [(512, 512), (512, 512)], True),
+    ("sapphire rapids", torch.float16, [(512, 512), (512, 512)], True),
+])
+def test_cpu_products_go_where_the_cpu_runs_them_faster(monkeypatch, cpu, dtype, shapes, to_torch):
+    """targets.offloaded_matmuls: the host CPU's vendor and features, and a product's size, decide
+    between torch.matmul and CPUMatmul; either way the result is torch's."""
+    from babytriton import targets
+    monkeypatch.setattr(targets, "host_cpu", lambda: CPUS[cpu])
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: True)
+
+    def product(a, b):
+        return a @ b * 2.0
+    torch.manual_seed(0)
+    a, b = (torch.randn(*shape).to(dtype) for shape in shapes)
+    f = bt.jit(target="cpu")(product)
+    rules = [kernel.rule for kernel in f.compile(a, b).fusion]
+    assert ("torch.matmul" in rules) == to_torch and ("CPUMatmul" in rules) == (not to_torch), rules
+    tol = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}[dtype]
+    torch.testing.assert_close(f(a, b), product(a, b), rtol=tol, atol=tol)
+
+
+def test_symbolic_products_follow_the_rule_for_large_ones(monkeypatch):
+    from babytriton import targets
+    monkeypatch.setattr(targets, "host_cpu", lambda: CPUS["zen5"])
+    N = bt.Tensor(("n", 64), "float32")
+    W = bt.Tensor((64, 64), "float32")
+
+    def product(a: N, b: W):
+        return a @ b
+    a, b = torch.randn(8, 64), torch.randn(64, 64)
+    f = bt.jit(target="cpu")(product)
+    assert [kernel.rule for kernel in f.compile(a, b).fusion] == ["CPUMatmul"]   # its size is not known
+    torch.testing.assert_close(f(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_the_cpu_is_read_from_linux():
+    from babytriton import targets
+    vendor, flags = targets.host_cpu()
+    if os.path.exists("/proc/cpuinfo"):
+        assert vendor and ("sse2" in flags or "fp" in flags or "asimd" in flags), (vendor, sorted(flags)[:5])
+
+
+@pytest.mark.usefixtures("products_as_kernels")
 def test_cpu_products_alone_stay_babytritons_kernels():
     def product(a, b):
         return (a @ b) * 2.0

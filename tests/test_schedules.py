@@ -16,6 +16,9 @@ from tvm.relax.op import gather_elements, scatter_elements, split
 import babytriton as bt
 from babytriton import schedules
 
+# this module tests babytriton's own CPU product kernels, which a CPU's vendor would otherwise decide
+pytestmark = pytest.mark.usefixtures("products_as_kernels")
+
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 BIG = bt.Tensor((1024, 1024), "float32")
 
