@@ -617,6 +617,35 @@ def test_cpu_half_softmax_rows_are_vectorised_and_match_torch(dtype, rows, width
     torch.testing.assert_close(k(x), torch_softmax_any(x), equal_nan=True, **HALF_TOL[dtype])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("rows, width", [(64, 4096), (3, 100), (256, 257)])
+def test_cpu_softmax_computes_each_exp_once(dtype, rows, width):
+    """A softmax's exp(x - max) is read by the row's sum and by the division: the kernel keeps it per
+    row instead of inlining it into both, so each element's exp is computed once (as torch's own
+    kernel does), with NaN, -inf and inf rows."""
+    x = (torch.randn(rows, width) * 4).to(dtype)
+    x[0, 5], x[1, :], x[2, 7] = -math.inf, -math.inf, math.nan
+    k = bt.jit(target="cpu")(user_softmax_any).compile(x)
+    (kernel,) = k.fusion
+    assert kernel.rule == "CPUReduction", kernel
+    assert k.stages["schedule"].count("T.exp(") == 1, k.stages["schedule"]
+    torch.testing.assert_close(k(x), torch_softmax_any(x), equal_nan=True, **HALF_TOL[dtype])
+
+
+def test_cpu_log_softmax_still_inlines_its_exp():
+    """An exp read once (log-softmax's, inside its row sum) stays inlined: nothing to share."""
+    x = torch.randn(64, 4096)
+    k = bt.jit(target="cpu")(log_softmax_rows).compile(x)
+    assert k.stages["schedule"].count("T.exp(") == 1 and "compute_intermediate = " not in k.stages["schedule"]
+    shifted = x - x.amax(-1, keepdim=True)
+    torch.testing.assert_close(k(x), shifted - shifted.exp().sum(-1, keepdim=True).log(), rtol=1e-5, atol=1e-5)
+
+
+def log_softmax_rows(x):
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - bt.log(bt.exp(shifted).sum(axis=-1, keepdims=True))
+
+
 def test_cpu_erf_is_vectorised_and_matches_torch():
     x = torch.cat([torch.tensor([math.inf, -math.inf, math.nan, 0.0, -0.0, 1e-30, -1e-38, 4.0, -3.99, 1e3]),
                    torch.linspace(-6, 6, 40950)])
