@@ -65,6 +65,7 @@ def several_kernels(a: T23, b: T23, w: bt.Tensor((3, 4), "float32")):
     return out, c
 
 
+@pytest.mark.usefixtures("products_as_kernels")  # the product fuses with its neighbours, not torch's
 def test_every_op_is_in_exactly_one_kernel_with_its_own_line():
     f = bt.jit(several_kernels)
     k = f.compile()
