@@ -36,8 +36,9 @@
 # With a GPU, the chapter tunes for CUDA for real and runs the result.
 #
 # What to look at: on the CPU, the four measured candidates and their times,
-# then the tuned TIR: `T.parallel`, `T.vectorized` and a tiled loop nest
-# where LegalizeOps wrote three plain loops. For CUDA, Dlight's TIR and
+# then the tuned TIR: a tiled loop nest (`T.vectorized`, `T.unroll`, and
+# `T.parallel` when the parallel candidate measured fastest) where
+# LegalizeOps wrote three plain loops. For CUDA, Dlight's TIR and
 # MetaSchedule's one after the other: both bind `blockIdx.x`/`threadIdx.x`
 # and stage tiles of `a` and `b` in `shared` memory, with different tile
 # sizes and thread counts; then the start of each CUDA kernel, and a summary
