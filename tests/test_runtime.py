@@ -162,3 +162,25 @@ def test_numpy_arrays_in_every_layout_through_one_runner():
         out = f(a, b)
         assert isinstance(out, np.ndarray) and np.array_equal(out, a * 2.0 + b)
     assert f.stats["hits"] + f.stats["misses"] == 1
+
+
+def plus_one(x):
+    return x * 2.0 + 1.0
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_vm_lets_go_of_a_large_result(device):
+    """The Relax VM keeps the value its last call returned until its next call; after a call over at
+    least RELEASE_BYTES the runner makes it let go, so a result the caller dropped goes back to the
+    VM's pool and the next call writes the same memory (one buffer in cache, not two alternating)."""
+    x = torch.randn(runtime.RELEASE_BYTES // 4 + 1024, device=device)
+    f = bt.jit(target="gpu" if device == "cuda" else "cpu")(plus_one)
+    out = f(x)
+    torch.testing.assert_close(out, x * 2.0 + 1.0)
+    first = out.data_ptr()
+    del out
+    again = f(x)
+    assert again.data_ptr() == first
+    kept = f(x)          # while the caller holds a result, the next one is other memory
+    assert kept.data_ptr() != again.data_ptr()
+    torch.testing.assert_close(kept, x * 2.0 + 1.0)
