@@ -1334,8 +1334,9 @@ class CPUReduction(CPURule):
 def _math_read_twice(sch, block) -> bool:
     """An element-wise block that calls math (exp, log, tanh, ...) and that two blocks read, such as
     a softmax's exp(x - max), read by the row's sum and by the division: kept as a buffer per row (in
-    cache) rather than inlined into both, where every element's exp would be computed twice. On the
-    16-core Xeon's one thread, a 1024x4096 softmax spent 2.6 of its 6.6 ms on the second exp."""
+    cache) rather than inlined into both, where every element's exp would be computed twice. On one
+    thread of the 16-core Xeon a 1024x4096 softmax took 6.6 ms that way, a log-softmax (one exp) 4.0 ms;
+    on one Zen 5 core the softmax went from 2.07 to 1.87 ms."""
     value = _block_value(sch, block)
     if value is None or _reduce_count(sch, block) or len(sch.get_consumers(block)) < 2:
         return False
