@@ -85,6 +85,7 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
         mod = schedules.apply(mod, target, schedule, trials)
     mod = schedules.skip_empty_outputs(schedules.init_outside_reductions(mod), None if heterogeneous else target)
     mod = schedules.bool_buffers_as_bytes(mod, None if heterogeneous else target)
+    mod = schedules.own_thread_slices(mod)
     mod = schedules.half_math_in_float32(mod, None if heterogeneous else target)
     if not heterogeneous:
         mod = allocate_empty_results(mod)

@@ -1369,6 +1369,27 @@ def row_inputs(fn, rows, cols, dtype, device="cpu"):
     return (x,) + tuple(torch.randn(cols).to(device=device, dtype=dtype) for _ in range(extra))
 
 
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_row_kernel_computes_a_softmax_exp_once_into_registers(dtype):
+    """exp(x - max) is read by the row sum and by the division: each thread computes its 32 elements'
+    exps once, into registers (no stack frame), instead of once per pass."""
+    k = bt.jit(target=SM90)(row_softmax).compile(torch.empty(64, 4096, dtype=dtype, device="meta"))
+    assert row_kernel(k).launch == "grid 64 x block 128", str(k.fusion)
+    assert len(re.findall(r"\b(?:hexp|expf)\(", k.source)) == 4096 // 128
+    ptxas = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-x", "cu", "-", "-o", os.devnull],
+                           input=k.source, capture_output=True, text=True)
+    assert ptxas.returncode == 0 and "0 bytes stack frame" in ptxas.stderr, ptxas.stderr[-2000:]
+
+
+def test_row_kernel_exp_of_wide_rows_stays_inlined():
+    """Rows whose per-thread share would not fit registers (8192 halves: 64 a thread) keep the exp
+    inlined into both passes."""
+    k = bt.jit(target=SM90)(row_softmax).compile(torch.empty(8, 8192, dtype=torch.float16, device="meta"))
+    assert row_kernel(k).rule == "RowKernel" and schedules.THREAD_AXIS not in k.stages["schedule"]
+    assert len(re.findall(r"\bhexp\(", k.source)) == 2 * 8  # in both passes' loops: 8 lanes a vector
+
+
 def row_kernel(k):
     """The one fused row kernel of a compiled function (its fusion entry)."""
     (kernel,) = [kernel for kernel in k.fusion if kernel.name.startswith("fused_rows") or kernel.name == "softmax"]
