@@ -163,7 +163,8 @@ class Kernel:
         wrap = _to_numpy if all_numpy and has_tensor else _to_torch
         # the VM holds a call's result until its next call (pipeline.RELEASE): worth a call to drop it
         # where results are large enough to matter to the cache, judged by the inputs' size
-        release = sum(_nbytes(value) for spec, value in zip(self.specs, args) if spec.kind == "tensor") >= RELEASE_BYTES
+        held = sum(_nbytes(value) for spec, value in zip(self.specs, args) if spec.kind == "tensor")
+        release = held >= RELEASE_BYTES
         self.vm_function(device_index)   # this thread's VM now: a device that can't run it fails here
         local = self._thread_local(device_index)
         new_vm = functools.partial(self._new_vm_function, device_index)
