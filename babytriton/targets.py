@@ -103,7 +103,9 @@ def host_cpu() -> tuple[str, frozenset[str]]:
         return "", frozenset()
     fields = dict(line.split(":", 1) for line in text.split("\n\n", 1)[0].splitlines() if ":" in line)
     fields = {k.strip(): v.strip() for k, v in fields.items()}
-    return fields.get("vendor_id", ""), frozenset(fields.get("flags", "").split())
+    # x86 names them vendor_id and flags; Arm, CPU implementer and Features
+    vendor = fields.get("vendor_id", fields.get("CPU implementer", ""))
+    return vendor, frozenset(fields.get("flags", fields.get("Features", "")).split())
 
 
 def offloads_attention(target: tvm.target.Target | None, schedule: str) -> bool:
