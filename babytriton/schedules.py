@@ -376,7 +376,7 @@ class RowKernel(GPUScheduleRule):
         sch, infos = _normalized(self, func, target)
         if sch is None:
             return None
-        names = [sch.get(info.block_rv).name_hint for info in infos]  # the blocks in order, before inlining
+        original = list(infos)
         kept = [info for info in infos[:-1] if _math_read_twice(sch, info.block_rv)]
         # a softmax's exp(x - max), read by the row sum and by the division, is computed once per element
         # into registers instead of inlined into both: float16 rows of 4096 on the H100, 33.0 -> 28.3 us
@@ -437,8 +437,7 @@ class RowKernel(GPUScheduleRule):
             vectors.append((last, [column], step))
             sch.unroll(lanes)
             self._annotate_unroll(sch, step)
-        middle = sorted(reductions + [k.block_rv for k in kept], key=lambda b: names.index(sch.get(b).name_hint))
-        for block in reversed(middle):
+        for block in reversed(_kept_in_order(original[:-1], infos[:-1], kept)):
             if any(block is k.block_rv for k in kept):
                 vectors.append((block, [sch.get(block).iter_vars[-1].var], self._in_registers(sch, block, row, threads,
                                                                                                vector)))
@@ -522,18 +521,13 @@ def own_thread_slices(mod: tvm.IRModule) -> tvm.IRModule:
                 axes[block.writes[0].source] = int(block.annotations[THREAD_AXIS])
         if not axes:
             return func
-        fresh = {}
-        for buf, axis in axes.items():
-            shape = [1 if i == axis else d for i, d in enumerate(buf.ty.shape)]
-            ty = buf.ty
-            fresh[buf] = (tvm.ir.Var(buf.name, tirx.BufferType(
-                dtype=ty.dtype, storage_scope=ty.storage_scope, shape=shape, strides=ty.strides,
-                elem_offset=ty.elem_offset, data_alignment=ty.data_alignment, offset_factor=ty.offset_factor,
-                layout=ty.layout, allocated_addr=ty.allocated_addr)), axis)
-        new = {var: axis for var, axis in fresh.values()}
+        # (the buffer, its one-thread twin, the thread axis)
+        slices = [(buf, tvm.ir.Var(buf.name, _retyped(buf.ty, shape=[1 if i == axis else d
+                                                                      for i, d in enumerate(buf.ty.shape)])), axis)
+                  for buf, axis in axes.items()]
 
         def axis_of(var):
-            return next((axis for v, axis in new.items() if v.same_as(var)), None)
+            return next((axis for _, sliced, axis in slices if sliced.same_as(var)), None)
 
         def zero(indices, axis):
             return [tirx.const(0, i.ty.dtype if hasattr(i, "ty") else i.dtype) if n == axis else i
@@ -555,8 +549,8 @@ def own_thread_slices(mod: tvm.IRModule) -> tvm.IRModule:
                                                               else r.min.dtype), 1) if n == axis else r
                       for n, r in enumerate(node.region)]
             return tirx.BufferRegion(node.source, ranges)
-        return tvm_ffi.structural_map(func, [(tvm.ir.Var, lambda var: next((v for b, (v, _) in fresh.items()
-                                                                            if b.same_as(var)), var)),
+        return tvm_ffi.structural_map(func, [(tvm.ir.Var, lambda var: next((sliced for buf, sliced, _ in slices
+                                                                            if buf.same_as(var)), var)),
                                              (tvm.ir.TensorLoad, load), (tirx.BufferStore, store),
                                              (tvm.ir.TensorRegion, region)])
     return updated(mod, tirx.PrimFunc, shrink)
@@ -1151,10 +1145,14 @@ def _vectors_per_step(sch) -> int:
     func = sch.mod["main"]
     if any(str(tvm.DataType(p.ty.dtype)) in ("float16", "bfloat16") for p in func.params if _is_buffer(p)):
         return LONG_CHAIN_VECTORS
+    return LONG_CHAIN_VECTORS if _calls_long_math(func.body) else 1
+
+
+def _calls_long_math(node) -> bool:
+    """Whether `node` calls an exp, erf, tanh or other of _LONG_LATENCY_CALLS."""
     calls = []
-    tvm_ffi.structural_walk(func.body, (tvm.ir.expr.Call, calls.append))
-    long = any(isinstance(c.op, tvm.ir.Op) and c.op.name in _LONG_LATENCY_CALLS for c in calls)
-    return LONG_CHAIN_VECTORS if long else 1
+    tvm_ffi.structural_walk(node, (tvm.ir.expr.Call, calls.append))
+    return any(isinstance(c.op, tvm.ir.Op) and c.op.name in _LONG_LATENCY_CALLS for c in calls)
 
 
 class CPUElementwise(CPURule):
@@ -1280,8 +1278,7 @@ class CPUReduction(CPURule):
         lanes = _vector_lanes(sch, target)
         keep = [info for info in infos[:-1] if _math_read_twice(sch, info.block_rv)]
         remaining = _inline(sch, infos[:-1], keep=[info.block_rv for info in keep])
-        blocks = [info.block_rv for info in infos[:-1] if any(info is r for r in [*remaining, *keep])]
-        blocks.append(infos[-1].block_rv)
+        blocks = _kept_in_order(infos[:-1], remaining, keep) + [infos[-1].block_rv]
         reductions = [b for b in blocks if _reduce_count(sch, b)]
         if not reductions:
             return False
@@ -1432,16 +1429,13 @@ def _math_read_twice(sch, block) -> bool:
     thread of the 16-core Xeon a 1024x4096 softmax took 6.6 ms that way, a log-softmax (one exp) 4.0 ms;
     on one Zen 5 core the softmax went from 2.07 to 1.87 ms."""
     value = _block_value(sch, block)
-    if value is None or _reduce_count(sch, block) or len(sch.get_consumers(block)) < 2:
-        return False
-    found = []
-    tvm_ffi.structural_walk(value, (tvm.ir.expr.Call, lambda call: found.append(
-        isinstance(call.op, tvm.ir.Op) and call.op.name in _TRANSCENDENTAL)))
-    return any(found)
+    return value is not None and not _reduce_count(sch, block) and len(sch.get_consumers(block)) >= 2 \
+        and _calls_long_math(value)
 
 
-_TRANSCENDENTAL = {f"tirx.{name}" for name in ("exp", "exp2", "exp10", "log", "log2", "log10", "log1p", "tanh",
-                                               "erf", "sigmoid", "pow", "sin", "cos", "tan", "atan", "sinh", "cosh")}
+def _kept_in_order(infos, remaining, kept) -> list:
+    """The blocks of `infos` that `_inline(..., keep=kept)` left (`remaining`) or kept, in order."""
+    return [info.block_rv for info in infos if any(info is other for other in [*remaining, *kept])]
 
 
 class CPUMatmul(CPURule):
@@ -2329,7 +2323,7 @@ def _bool_buffers_as_bytes(func: tirx.PrimFunc) -> tirx.PrimFunc:
              and not any(buf.same_as(m) for m in matched)]  # a bool view of it would not match int8
     if not bools:
         return func
-    fresh = {buf: tvm.ir.Var(buf.name, _with_dtype(buf.ty, "int8")) for buf in bools}
+    fresh = {buf: tvm.ir.Var(buf.name, _retyped(buf.ty, dtype="int8")) for buf in bools}
     retyped = [*fresh.values()]
 
     def is_retyped(var) -> bool:
@@ -2350,8 +2344,10 @@ def _bool_buffers_as_bytes(func: tirx.PrimFunc) -> tirx.PrimFunc:
                                          (tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
 
 
-def _with_dtype(ty: tirx.BufferType, dtype: str) -> tirx.BufferType:
-    return tirx.BufferType(dtype=dtype, storage_scope=ty.storage_scope, shape=ty.shape, strides=ty.strides,
+def _retyped(ty: tirx.BufferType, dtype=None, shape=None) -> tirx.BufferType:
+    """`ty` with another dtype or shape, everything else as it was."""
+    return tirx.BufferType(dtype=dtype or ty.dtype, storage_scope=ty.storage_scope,
+                           shape=ty.shape if shape is None else shape, strides=ty.strides,
                            elem_offset=ty.elem_offset, data_alignment=ty.data_alignment,
                            offset_factor=ty.offset_factor, layout=ty.layout, allocated_addr=ty.allocated_addr)
 
