@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
 import threading
 
@@ -14,7 +15,7 @@ import torch
 import tvm
 from tvm import relax
 
-from . import devices, schedules, targets
+from . import devices, schedules, targets, threads
 from . import fusion as fusion_
 from .arguments import ArgSpec, arg_spec, check_symbolic_sizes, unwrap
 from .codegen import library
@@ -64,6 +65,9 @@ class Kernel:
         self.from_disk = from_disk
         self.why = list(why)                  # key parts that differed from the nearest version
         self.globals_key = globals_key        # the values of the globals it was compiled with (cache.global_state)
+        if self.device_kind == "cpu" and self.uses_thread_pool:
+            library = os.path.join(cache_path, "lib.so") if cache_path else None   # this code's, stored
+            self.executable = threads.run_on_torch_threads(self.executable, self.backend, library, from_disk)
 
     @functools.cached_property
     def vm_devices(self) -> list | None:
@@ -174,7 +178,7 @@ class Kernel:
             return _run_error(name, error)
         # Generated: one statement per argument, so that a call costs no loop, list or Python call
         # per argument (a loop over the arguments took 0.15 us of a 2 us call).
-        env = {"sync_threads": schedules.sync_threads, "torch_to_vm": torch_to_vm, "numpy_to_torch": numpy_to_torch,
+        env = {"sync_threads": threads.sync_threads, "torch_to_vm": torch_to_vm, "numpy_to_torch": numpy_to_torch,
                "local": local, "new_vm": new_vm, "failed": failed, "debug_enabled": debug_enabled,
                "T": torch.Tensor, "wrap": wrap}
         lines = ["def run(args):"]
@@ -204,7 +208,7 @@ class Kernel:
     @functools.cached_property
     def uses_thread_pool(self) -> bool:
         """Whether a call may run TVM's CPU thread pool (a parallel loop in CPU code), so must size
-        the calling thread's pool first (schedules.sync_threads); CUDA-only code never does."""
+        the calling thread's launches first (threads.sync_threads); CUDA-only code never does."""
         if self.device_kind == "cuda" and self.vm_devices is None:
             return False
         source = self.stages.get("source")
@@ -271,8 +275,8 @@ class Kernel:
         cpu = self.target.kind.name != "cuda"
 
         def run(args):
-            if cpu:  # bt.parallel loops run on this thread's TVM pool
-                schedules.sync_threads()
+            if cpu:  # bt.parallel loops run on torch's threads, as many as this thread may use
+                threads.sync_threads()
             _check_aliasing(args, outputs, tensors, names, self.name)
             write_back = []
             call_args = []

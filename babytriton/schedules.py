@@ -2,7 +2,7 @@
 Fallback-only mode, or MetaSchedule tuning with an on-disk database that later runs reuse.
 
 On a GPU, "dlight" also hands matrix products and attention to torch (offload.py). On a CPU,
-babytriton's own rules inline, parallelise (on TVM's thread pool, sized like torch's) and vectorise
+babytriton's own rules inline, parallelise (on torch's OpenMP threads: threads.py) and vectorise
 every kernel, matrix products included (a register-tiled schedule that keeps their epilogues fused).
 After scheduling, `serial_kernels` finds the kernels that would still run a large amount of work on
 one thread (or one GPU block): the pipeline warns about them (SerialKernelWarning).
@@ -20,7 +20,6 @@ import sys
 import threading
 from pathlib import Path
 
-import torch
 import tvm
 import tvm_ffi
 from tvm import relax, s_tir, tirx
@@ -918,11 +917,14 @@ def rule_name(rule) -> str:
 # --------------------------------------------------------------------------------------------------
 
 MIN_PARALLEL = 1 << 14   # work below this stays on the calling thread: a launch costs more
-# An element-wise chain's bar is higher: waking the pool's sleeping workers (see
-# TVM_THREAD_POOL_SPIN_COUNT below) cost more than one pass of 16,384 elements (the 2-core machine:
-# 16.5 us in parallel against about 4 on one thread). A reduction or a product makes several passes
-# per element (the serial-kernel check counts them all), so it keeps MIN_PARALLEL.
-MIN_PARALLEL_ELEMENTWISE = 1 << 16
+# An element-wise chain's bar is higher: one pass over its elements is all the work there is. Measured
+# on torch's OpenMP threads (threads.py), sigmoid((a + b) * a - b) and GELU-tanh over 2^15 floats took
+# 13 and 11 us in parallel against 21 and 19 on one thread (16-core Xeon; 2 Zen 5 cores: 7.3 against
+# 9.2), and 2^14 floats took as long either way.
+MIN_PARALLEL_ELEMENTWISE = 1 << 15
+# A reduction's passes (one per block of a row) over 2^16 elements still ran faster on one thread: a
+# 256x256 sum took 3.4 us there and 3.8 on two Zen 5 cores.
+MIN_PARALLEL_REDUCTION = 1 << 16
 
 
 class CPURule(dl.ScheduleRule):
@@ -1288,7 +1290,7 @@ class CPUReduction(CPURule):
         work = _static_product(sch, loops)
         # a launch costs more than a small reduction; each block is a pass over the rows
         passes = len(blocks)
-        self.threads = work is None or work * passes > MIN_PARALLEL_ELEMENTWISE
+        self.threads = work is None or work * passes > MIN_PARALLEL_REDUCTION
         self.vectors = _vectorizable(sch)
         many_rows = rows is None or rows >= self.min_rows
         if any(len(sch.get(b).writes) > 1 for b in reductions):
@@ -1617,55 +1619,6 @@ def _rfactor_loops(sch, rf):
     ko = loop_of(next(value for iv, value in zip(block.iter_vars, realize.iter_values)
                       if iv.iter_type == tirx.IterVar.CommReduce))
     return ki, ko
-
-
-# TVM's thread pool is made once per OS thread, on its first parallel kernel, with TVM_NUM_THREADS
-# workers (else half the cores on x86), and is never freed: not even when its thread ends. So the
-# main thread gets a pool of every core and uses as many as torch does (`sync_threads`); any other
-# thread gets a pool of one (its kernels run on that thread alone, no workers): a program that starts
-# a thread per task would otherwise leak a pool of spinning workers per thread (16 per thread on a
-# 16-core machine) until thread creation fails, and eight threads' pools would fight for the cores.
-# Unpinned workers: torch doesn't pin its threads, and pinned TVM workers fought them for a core.
-os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
-os.environ.setdefault("TVM_BIND_THREADS", "0")
-# Workers that finish a parallel kernel sleep at once instead of spinning: a spinning pool holds every
-# core while torch's own threads (an offloaded product, the model around the call, any torch code of
-# the process) run, and both crawl. On the 16-core Xeon, with TVM's default spin, torch eager's own
-# layer norm took 57 ms instead of 8 and a row sum 8 ms instead of 35 us, and a bfloat16 MLP block
-# (TVM's GELU between two torch.matmul calls) 4.0 ms instead of 1.3. The price: a parallel kernel
-# wakes its workers, so short ones take longer (a 2M-element middle-axis sum: 14 -> 49 us).
-os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
-
-
-class _Pool(threading.local):
-    """The pool is per OS thread, so is what it was last set to (None: not yet)."""
-    threads = None
-
-    def __init__(self):
-        self.main = threading.current_thread() is threading.main_thread()
-
-
-_pool = _Pool()
-_pool_made = threading.Lock()  # TVM reads TVM_NUM_THREADS when it makes a pool: one thread at a time
-
-
-def sync_threads() -> None:
-    """Size the calling thread's TVM pool: like torch's (`torch.set_num_threads`) on the main thread,
-    so that one setting holds for both, one thread anywhere else (see above)."""
-    pool = _pool
-    main = pool.main
-    wanted = torch.get_num_threads() if main else 1
-    if pool.threads == wanted:
-        return
-    with _pool_made:
-        cap = os.environ["TVM_NUM_THREADS"]
-        if not main:
-            os.environ["TVM_NUM_THREADS"] = "1"
-        try:
-            tvm.get_global_func("runtime.config_threadpool")(0, wanted)
-        finally:
-            os.environ["TVM_NUM_THREADS"] = cap
-    pool.threads = wanted
 
 
 # --------------------------------------------------------------------------------------------------

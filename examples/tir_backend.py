@@ -11,7 +11,7 @@
 # seeing the TIR that your own loops become is the best way to read what Relax generates for you.
 #
 # Parallelism is explicit: `for i in bt.parallel(n)` promises that the iterations are independent.
-# On the CPU the loop runs on TVM's thread pool; on the GPU it becomes a kernel with one thread per
+# On the CPU the loop runs on torch's CPU threads; on the GPU it becomes a kernel with one thread per
 # iteration (a nest of bt.parallel loops becomes one kernel over all of its iterations). Everything
 # else runs in order: on a GPU as one-thread kernels, launched in program order.
 #

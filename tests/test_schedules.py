@@ -1553,11 +1553,11 @@ def _total(x):
 
 
 @pytest.mark.parametrize("fn, small, large, reference", [
-    (_chain, (1 << 14,), (1 << 17,), lambda a, b: torch.sigmoid((a + b) * a - b)),
+    (_chain, (1 << 14,), (1 << 15,), lambda a, b: torch.sigmoid((a + b) * a - b)),
     (_total, (256, 256), (1024, 1024), lambda x: x.sum())], ids=["elementwise", "full_sum"])
 def test_cpu_small_kernels_stay_on_the_calling_thread(fn, small, large, reference):
-    """Waking TVM's sleeping workers costs more than one pass over 65,536 elements: smaller kernels
-    run on the calling thread (no parallel launch in the LLVM), larger ones on the pool."""
+    """A parallel launch costs more than one pass over 16,384 elements (a reduction's passes over
+    65,536): smaller kernels run on the calling thread (no parallel launch in the LLVM)."""
     arity = len(inspect.signature(fn).parameters)
     f = bt.jit(target="cpu")(fn)
     assert "TVMBackendParallelLaunch" not in f.compile(*[torch.empty(small, device="meta")] * arity).source
