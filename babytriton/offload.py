@@ -41,56 +41,94 @@ def rule_of(name: str) -> tuple[str, str] | None:
 # the packed functions
 # --------------------------------------------------------------------------------------------------
 
-@tvm.register_global_func(TORCH_MATMUL, override=True)
-def _torch_matmul(a, b, out):
-    torch.matmul(vm_to_torch(a), vm_to_torch(b), out=vm_to_torch(out))
+# Each is a torch-level function `f(*inputs, out=None)`: the VM calls it through `_packed` (its
+# tensors read as torch tensors, the result written into the VM's `out`), and a compiled function that
+# is nothing but one of these calls runs it directly, torch allocating the result (`direct_call`).
+
+def _matmul(ta: bool, tb: bool):
+    """a @ b, either operand arriving untransposed: torch (cuBLAS) reads the transposed view directly."""
+    def matmul(a, b, out=None):
+        return torch.matmul(a.mT if ta else a, b.mT if tb else b, out=out)
+    return matmul
 
 
-def _register_transposed(name: str, ta: bool, tb: bool) -> None:
-    """A product whose operand(s) arrive untransposed: cuBLAS reads the transposed view directly."""
-    def matmul(a, b, out):
-        a, b = vm_to_torch(a), vm_to_torch(b)
-        torch.matmul(a.mT if ta else a, b.mT if tb else b, out=vm_to_torch(out))
-    tvm.register_global_func(name, matmul, override=True)
-
-
-# transposed operands by suffix: "nt" is a @ b.mT
-TORCH_MATMUL_T = {(ta, tb): f"{TORCH_MATMUL}_{'t' if ta else 'n'}{'t' if tb else 'n'}"
-                  for ta in (False, True) for tb in (False, True) if ta or tb}
-for (_ta, _tb), _name in TORCH_MATMUL_T.items():
-    _register_transposed(_name, _ta, _tb)
-
-
-def _register_bias(name: str, ta: bool, tb: bool) -> None:
-    """a @ b + bias in one cuBLAS call (its bias epilogue) for a 2-d b and a 1-d bias: the rows of a,
+def _matmul_bias(ta: bool, tb: bool):
+    """a @ b + bias in one call (cuBLAS's bias epilogue) for a 2-d b and a 1-d bias: the rows of a,
     batch axes and all, are one matrix."""
-    def addmm(a, b, bias, out):
-        a, b, out = vm_to_torch(a), vm_to_torch(b), vm_to_torch(out)
+    def addmm(a, b, bias, out=None):
         a, b = a.mT if ta else a, b.mT if tb else b
-        torch.addmm(vm_to_torch(bias), a.reshape(-1, a.shape[-1]), b, out=out.view(-1, out.shape[-1]))
-    tvm.register_global_func(name, addmm, override=True)
+        rows = a.reshape(-1, a.shape[-1])
+        if out is None:
+            return torch.addmm(bias, rows, b).view(*a.shape[:-1], b.shape[-1])
+        torch.addmm(bias, rows, b, out=out.view(-1, out.shape[-1]))
+        return out
+    return addmm
 
 
-TORCH_MATMUL_BIAS = {(ta, tb): f"{TORCH_MATMUL}_bias_{'t' if ta else 'n'}{'t' if tb else 'n'}"
-                     for ta in (False, True) for tb in (False, True)}
-for (_ta, _tb), _name in TORCH_MATMUL_BIAS.items():
-    _register_bias(_name, _ta, _tb)
-
-
-def _register_attention(name: str, k_transposed: bool) -> None:
+def _attention(k_transposed: bool):
     """softmax(q @ kᵀ * scale) @ v; k arrives as (..., S, E), or as kᵀ (..., E, S) for the "_kt" variant.
-    SDPA has no `out=`, so the result is copied into the VM's output buffer (one extra write)."""
-    def attention(q, k, v, scale, out):
-        k = vm_to_torch(k)
-        result = torch.nn.functional.scaled_dot_product_attention(
-            vm_to_torch(q), k.mT if k_transposed else k, vm_to_torch(v), scale=float(scale))
-        vm_to_torch(out).copy_(result)
-    tvm.register_global_func(name, attention, override=True)
+    SDPA has no `out=`, so the VM's call copies the result into its output buffer (one extra write)."""
+    def attention(q, k, v, scale, out=None):
+        result = torch.nn.functional.scaled_dot_product_attention(q, k.mT if k_transposed else k, v,
+                                                                  scale=float(scale))
+        return result if out is None else out.copy_(result)
+    return attention
 
 
+def _name(prefix: str, ta: bool, tb: bool) -> str:
+    """The packed function's name; its suffix says which operands arrive transposed ("nt": a @ b.mT)."""
+    return f"{prefix}_{'t' if ta else 'n'}{'t' if tb else 'n'}"
+
+
+TORCH_MATMUL_T = {(ta, tb): _name(TORCH_MATMUL, ta, tb) for ta in (False, True) for tb in (False, True) if ta or tb}
+TORCH_MATMUL_BIAS = {(ta, tb): _name(TORCH_MATMUL + "_bias", ta, tb) for ta in (False, True) for tb in (False, True)}
 TORCH_ATTENTION_KT = TORCH_ATTENTION + "_kt"
-_register_attention(TORCH_ATTENTION, False)
-_register_attention(TORCH_ATTENTION_KT, True)
+
+# packed function name -> (the torch-level function, how many of its leading inputs are tensors)
+TORCH_FUNCTIONS = {TORCH_MATMUL: (_matmul(False, False), 2),
+                   **{name: (_matmul(ta, tb), 2) for (ta, tb), name in TORCH_MATMUL_T.items()},
+                   **{name: (_matmul_bias(ta, tb), 3) for (ta, tb), name in TORCH_MATMUL_BIAS.items()},
+                   TORCH_ATTENTION: (_attention(False), 3), TORCH_ATTENTION_KT: (_attention(True), 3)}
+
+
+def _packed(function, tensors: int):
+    """The VM's packed function for a torch-level one: VM tensors in, the result written into `out`."""
+    def packed(*args):
+        function(*map(vm_to_torch, args[:tensors]), *args[tensors:-1], out=vm_to_torch(args[-1]))
+    return packed
+
+
+for _packed_name, (_function, _tensors) in TORCH_FUNCTIONS.items():
+    tvm.register_global_func(_packed_name, _packed(_function, _tensors), override=True)
+
+
+def direct_call(func: relax.Function):
+    """(torch-level function, its inputs) where the Relax function is nothing but one call of a
+    TORCH_FUNCTIONS function on its own parameters and constants, returned as it is: each input is
+    ("param", index of the parameter) or ("value", a Python number). None for anything else."""
+    body = func.body
+    if not isinstance(body, relax.SeqExpr):
+        return None
+    bindings = [binding for block in body.blocks for binding in block.bindings]
+    if len(bindings) != 1 or not bindings[0].var.same_as(body.body):
+        return None
+    call = bindings[0].value
+    if not (_is_op(call, "relax.call_dps_packed") and isinstance(call.args[0], relax.ExternFunc)):
+        return None
+    entry = TORCH_FUNCTIONS.get(str(call.args[0].global_symbol))
+    if entry is None:
+        return None
+    params = list(func.params)
+    inputs = []
+    for arg in call.args[1].fields:
+        position = next((i for i, p in enumerate(params) if p.same_as(arg)), None)
+        if position is not None:
+            inputs.append(("param", position))
+        elif isinstance(arg, (tvm.tirx.FloatImm, tvm.tirx.IntImm)):   # a constant (relax.prim_value)
+            inputs.append(("value", arg.value))
+        else:
+            return None
+    return entry[0], inputs
 
 
 # --------------------------------------------------------------------------------------------------

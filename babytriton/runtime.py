@@ -15,7 +15,7 @@ import torch
 import tvm
 from tvm import relax
 
-from . import devices, schedules, targets, threads
+from . import devices, offload, schedules, targets, threads
 from . import fusion as fusion_
 from .arguments import ArgSpec, arg_spec, check_symbolic_sizes, unwrap
 from .codegen import library
@@ -139,6 +139,9 @@ class Kernel:
         Python-level conversion. Any other goes through `torch_to_vm` (a compact copy where needed)."""
         if self.backend == "tir":
             return self._tir_runner()
+        run = self._torch_runner(args)
+        if run is not None:
+            return run
         device_index = 0
         direct = []      # (position, how to read it as torch): tensors passed as they are where TVM can
         converters = []  # (position, conversion) of every other argument passed
@@ -202,6 +205,46 @@ class Kernel:
                   "    except Exception as e:  # TVM's run-time checks raise several types",
                   "        raise failed(e) from (e if debug_enabled() else None)",
                   "    return out if type(out) is T else wrap(out)" if wrap is _to_torch else "    return wrap(out)"]
+        exec(_compiled("\n".join(lines) + "\n"), env)  # noqa: S102 - made above from argument positions only
+        return env["run"]
+
+    @functools.cached_property
+    def direct_call(self):
+        """(torch-level function, its inputs) where the compiled function is nothing but one call of a
+        function offload.py hands work to (a matrix product, attention), else None: a call then goes
+        straight to torch, without the VM, its packed call and their conversions (offload.direct_call)."""
+        record = self.fusion_record
+        if self.backend != "relax" or self.vm_devices is not None or not record or len(record["kernels"]) != 1 \
+                or offload.rule_of(record["kernels"][0]["name"]) is None:
+            return None
+        return offload.direct_call(self.module[self.name])
+
+    def _torch_runner(self, args: tuple):
+        """The runner of a `direct_call`, for arguments that are torch tensors where it reads tensors
+        (None otherwise: numpy arrays and the rest go through the VM, which converts them)."""
+        call = self.direct_call
+        if call is None:
+            return None
+        function, inputs = call
+        passed = [i for i, spec in enumerate(self.specs) if spec.kind != "constexpr"]   # the VM's parameters
+        values = []
+        for kind, value in inputs:
+            if kind == "param":
+                if type(args[passed[value]]) is not torch.Tensor:
+                    return None
+                values.append(f"args[{passed[value]}]")
+            else:
+                values.append(repr(value))
+        name = self.name
+
+        def failed(error: Exception) -> RuntimeError:
+            return _run_error(name, error)
+        env = {"function": function, "failed": failed, "debug_enabled": debug_enabled}
+        lines = ["def run(args):",
+                 "    try:",
+                 f"        return function({', '.join(values)})",
+                 "    except Exception as e:",
+                 "        raise failed(e) from (e if debug_enabled() else None)"]
         exec(_compiled("\n".join(lines) + "\n"), env)  # noqa: S102 - made above from argument positions only
         return env["run"]
 

@@ -6,12 +6,13 @@ import math
 import os
 import shutil
 
+import numpy as np
 import pytest
 import torch
 import tvm
 
 import babytriton as bt
-from babytriton import offload
+from babytriton import offload, runtime
 from babytriton.dlpack import torch_to_vm, vm_to_torch
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
@@ -359,3 +360,71 @@ def test_gpu_transposed_products_agree_with_torch():
         tol = 1e-2 if dtype != torch.float32 else 1e-4
         torch.testing.assert_close(bt.jit(target="gpu")(batched(str(dtype)[6:], 4, True, True))(a, b),
                                    a.mT @ b.mT, rtol=tol, atol=tol)
+
+
+# --------------------------------------------------------------------------------------------------
+# a function that is one torch call runs it directly
+# --------------------------------------------------------------------------------------------------
+
+def product(a, b):
+    return a @ b
+
+
+def product_transposed(a, b):
+    return a @ bt.permute_dims(b)
+
+
+def affine(x, w, b):
+    return x @ w + b
+
+
+def scaled_product(a, b):
+    return (a @ b) * 2.0
+
+
+@pytest.fixture
+def without_the_vm(monkeypatch):
+    """Calls that would make a Relax VM fail the test."""
+    def refuse(self, device_index):
+        raise AssertionError("the call went through the Relax VM")
+    monkeypatch.setattr(runtime.Kernel, "_new_vm_function", refuse)
+
+
+ONE_CALL = [  # (function, argument shapes, torch's result)
+    (product, [(64, 32), (32, 48)], lambda a, b: a @ b),
+    (product, [(2, 3, 16, 8), (2, 3, 8, 4)], lambda a, b: a @ b),
+    (product_transposed, [(64, 32), (48, 32)], lambda a, b: a @ b.mT),
+    (affine, [(4, 8, 32), (32, 16), (16,)], lambda x, w, b: x @ w + b),
+    (generic_library, [(2, 4, 64, 16)] * 3, lambda q, k, v: torch.softmax(q @ k.mT * 0.125, -1) @ v),
+    (generic_divided, [(2, 4, 64, 16)] * 3, lambda q, k, v: torch.softmax(q @ k.mT / 8.0, -1) @ v),
+]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("fn, shapes, reference", ONE_CALL, ids=lambda x: getattr(x, "__name__", None))
+def test_a_function_that_is_one_torch_call_runs_without_the_vm(fn, shapes, reference, device, without_the_vm):
+    """A product, a product plus a bias, attention: the compiled function is one packed call into
+    torch, which the call makes itself (no VM, no packed call, no conversions)."""
+    args = [torch.randn(*shape, device=device) for shape in shapes]
+    args = [args[0].mT.contiguous().mT, *args[1:]]   # a column-major first operand: torch reads any layout
+    f = bt.jit(target="gpu" if device == "cuda" else "cpu")(fn)
+    assert f.compile(*args).direct_call is not None
+    torch.testing.assert_close(f(*args), reference(*args), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(f(*args), reference(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_what_is_more_than_one_torch_call_goes_through_the_vm():
+    x, w1, b1, w2, b2 = (torch.randn(*s) for s in [(4, 32), (32, 64), (64,), (64, 16), (16,)])
+    assert bt.jit(target="cpu")(mlp).compile(x, w1, b1, w2, b2).direct_call is None
+    a, b = torch.randn(16, 8), torch.randn(8, 4)
+    scaled = bt.jit(target="cpu")(scaled_product)
+    assert scaled.compile(a, b).direct_call is None
+    torch.testing.assert_close(scaled(a, b), (a @ b) * 2.0)
+
+
+def test_numpy_arguments_of_a_one_call_function_go_through_the_vm():
+    a, b = torch.randn(16, 8), torch.randn(8, 4)
+    f = bt.jit(target="cpu")(product)
+    out = f(a.numpy(), b.numpy())
+    assert isinstance(out, np.ndarray) and np.allclose(out, (a @ b).numpy(), atol=1e-5)
+    torch.testing.assert_close(f(a, b), a @ b)
