@@ -34,7 +34,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from . import targets
+from . import targets, threads
 from .arguments import ArgSpec
 from .config import __version__, cache_dir, disk_enabled  # noqa: F401 - cache.cache_dir, cache.disk_enabled are public
 from .frontend import Decorated, FunctionInfo
@@ -466,9 +466,7 @@ def load(path: Path, key: CacheKey) -> Entry | None:
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise Corrupt(f"its metadata is unreadable ({type(e).__name__})") from None
     try:
-        library = tvm.runtime.load_module(str(path / "lib.so"))
-        # a backend="tir" library is the PrimFunc's own module, called directly (tir_backend)
-        executable = relax.VMExecutable(library) if backend == "relax" else tvm.runtime.Executable(library)
+        executable = threads.load_executable(str(path / "lib.so"), backend)
     except Exception as e:  # noqa: BLE001 - TVM's loader raises several kinds for a bad library
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise Corrupt(f"its library does not load: {_clip(first, 120)}") from None

@@ -227,19 +227,20 @@ class Kernel:
             return None
         function, inputs = call
         passed = [i for i, spec in enumerate(self.specs) if spec.kind != "constexpr"]   # the VM's parameters
-        values = []
-        for kind, value in inputs:
-            if kind == "param":
-                if type(args[passed[value]]) is not torch.Tensor:
-                    return None
-                values.append(f"args[{passed[value]}]")
-            else:
-                values.append(repr(value))
         name = self.name
 
         def failed(error: Exception) -> RuntimeError:
             return _run_error(name, error)
         env = {"function": function, "failed": failed, "debug_enabled": debug_enabled}
+        values = []
+        for i, (kind, value) in enumerate(inputs):
+            if kind == "param":
+                if type(args[passed[value]]) is not torch.Tensor:
+                    return None
+                values.append(f"args[{passed[value]}]")
+            else:
+                env[f"value{i}"] = value
+                values.append(f"value{i}")
         lines = ["def run(args):",
                  "    try:",
                  f"        return function({', '.join(values)})",
@@ -250,8 +251,8 @@ class Kernel:
 
     @functools.cached_property
     def uses_thread_pool(self) -> bool:
-        """Whether a call may run TVM's CPU thread pool (a parallel loop in CPU code), so must size
-        the calling thread's launches first (threads.sync_threads); CUDA-only code never does."""
+        """Whether a call may launch a parallel loop (in CPU code), so must size the calling thread's
+        launches first (threads.sync_threads); CUDA-only code never does."""
         if self.device_kind == "cuda" and self.vm_devices is None:
             return False
         source = self.stages.get("source")

@@ -94,7 +94,7 @@ def run_on_torch_threads(executable, backend: str, library: str | None = None, l
         return executable
     if library is not None:
         if not loaded:
-            executable = _load(library, backend)
+            executable = load_executable(library, backend)
         _redirect(library, launcher)
         return executable
     with tempfile.TemporaryDirectory(prefix="babytriton-") as folder:
@@ -103,12 +103,13 @@ def run_on_torch_threads(executable, backend: str, library: str | None = None, l
             executable.export_library(library)   # TVM links with the C++ compiler
         except Exception:  # noqa: BLE001 - no linker: the in-memory code runs, on TVM's pool
             return executable
-        executable = _load(library, backend)   # stays mapped after its file goes
+        executable = load_executable(library, backend)   # stays mapped after its file goes
         _redirect(library, launcher)
         return executable
 
 
-def _load(library: str, backend: str):
+def load_executable(library: str, backend: str):
+    """The executable in a library file TVM exported (a disk cache entry's, or one linked here)."""
     module = tvm.runtime.load_module(library)
     # a backend="tir" library is the PrimFunc's own module, called directly (tir_backend)
     return relax.VMExecutable(module) if backend == "relax" else tvm.runtime.Executable(module)
