@@ -67,11 +67,12 @@ def _matmul_bias(ta: bool, tb: bool):
 
 def _attention(k_transposed: bool):
     """softmax(q @ kᵀ * scale) @ v; k arrives as (..., S, E), or as kᵀ (..., E, S) for the "_kt" variant.
-    SDPA has no `out=`, so the VM's call copies the result into its output buffer (one extra write)."""
+    SDPA has no `out=`, so the VM's call copies the result into its output buffer (one extra write);
+    a direct call makes it contiguous, as every compiled result is (flash attention's is not)."""
     def attention(q, k, v, scale, out=None):
         result = torch.nn.functional.scaled_dot_product_attention(q, k.mT if k_transposed else k, v,
                                                                   scale=float(scale))
-        return result if out is None else out.copy_(result)
+        return result.contiguous() if out is None else out.copy_(result)
     return attention
 
 

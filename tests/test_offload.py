@@ -409,7 +409,9 @@ def test_a_function_that_is_one_torch_call_runs_without_the_vm(fn, shapes, refer
     args = [args[0].mT.contiguous().mT, *args[1:]]   # a column-major first operand: torch reads any layout
     f = bt.jit(target="gpu" if device == "cuda" else "cpu")(fn)
     assert f.compile(*args).direct_call is not None
-    torch.testing.assert_close(f(*args), reference(*args), rtol=1e-5, atol=1e-5)
+    out = f(*args)
+    torch.testing.assert_close(out, reference(*args), rtol=1e-5, atol=1e-5)
+    assert out.is_contiguous()
     torch.testing.assert_close(f(*args), reference(*args), rtol=1e-5, atol=1e-5)
 
 
