@@ -52,13 +52,14 @@ static void run_task(void* data) {
 }
 
 int bt_parallel_launch(Lambda lambda, void* cdata, int num_task) {
-  (void)num_task; /* 0 from TVM's codegen: "as many as the pool has"; the team decides */
-  if (wanted <= 1) {
+  /* TVM's codegen asks for 0 tasks, "as many as there are threads"; honour a count where one comes */
+  int threads = num_task > 0 ? num_task : wanted;
+  if (threads <= 1) {
     ParallelEnv env = {NULL, 1};
     return lambda(0, &env, cdata);
   }
   Launch launch = {lambda, cdata, 0, NULL};
-  gomp_parallel(run_task, &launch, (unsigned)wanted, 0);
+  gomp_parallel(run_task, &launch, (unsigned)threads, 0);
   if (launch.error != NULL) {
     set_error(launch.error);
     drop_error(launch.error);
