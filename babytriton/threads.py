@@ -67,7 +67,7 @@ def sync_threads() -> None:
     launcher = _launcher()[0]
     if launcher is not None:
         launcher.bt_set_threads(wanted)
-    with _pool_made:   # TVM's pool too: kernels loaded where the launcher was not yet available use it
+    with _pool_made:   # TVM's pool too: CPU loops of device-block executables, and every one without the launcher
         cap = os.environ["TVM_NUM_THREADS"]
         if not sizes.main:
             os.environ["TVM_NUM_THREADS"] = "1"
