@@ -13,6 +13,10 @@ output against the torch function on the same inputs, counts its kernels, and ti
 eager, torch.compile and (on a GPU, for softmax and the element-wise chain) a Triton kernel:
 end-to-end Python calls (argument conversion and result wrapping included), median over batches, CUDA
 events on the GPU. A workload that does not compile or does not match is a row "fails: <reason>".
+"of copy" is a device copy of the same bytes, timed the same way, over babytriton's time. On a GPU,
+"kernel of copy" compares device time alone (torch.profiler's record of the kernels a call launches,
+against the copy's): where the call's host work outlasts its kernels (small inputs), the first says
+what a caller sees and the second how near the kernels are to the memory's speed.
 
 A second table times forward+backward for the workloads of corpus.BACKWARD: `out = f(*args);
 out.backward(g)` with every floating-point tensor argument requiring grad (their .grad reset to None
@@ -38,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from corpus import BACKWARD, WORKLOADS, Workload, nbytes  # noqa: E402
 
 COLUMNS = ["case", "kernels", "babytriton", "eager", "torch.compile", "triton",
-           "GB/s", "of copy", "TFLOP/s", "eager/bt", "compile/bt"]
+           "GB/s", "of copy", "kernel of copy", "TFLOP/s", "eager/bt", "compile/bt"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -74,15 +78,35 @@ def time_call(fn, args, gpu: bool, budget_s: float = 0.3, repeats: int = 7) -> f
     return statistics.median(samples)
 
 
-def copy_time(nbytes: int, device: str, gpu: bool, budget_s: float) -> float:
-    """A device copy moving `nbytes` in all (half read, half written): the roofline in this run. The
-    source is written first: on a CPU, reading never-touched memory reads the kernel's one zero page,
-    which stays in cache, and such a "copy" took half the time of a real one (a 16-core Xeon: 169
-    against 320 us for 24 MB)."""
+def copy_call(nbytes: int, device: str):
+    """A device copy moving `nbytes` in all (half read, half written), as (function, arguments): the
+    roofline in this run. The source is written first: on a CPU, reading never-touched memory reads
+    the kernel's one zero page, which stays in cache, and such a "copy" took half the time of a real
+    one (a 16-core Xeon: 169 against 320 us for 24 MB)."""
     half = max(1, nbytes // 2)
     src = torch.ones(half, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    return time_call(dst.copy_, (src,), gpu, budget_s)
+    return torch.empty_like(src).copy_, (src,)
+
+
+def copy_time(nbytes: int, device: str, gpu: bool, budget_s: float) -> float:
+    """Seconds per call of `copy_call`, timed as the workloads are."""
+    return time_call(*copy_call(nbytes, device), gpu, budget_s)
+
+
+def kernel_time(fn, args, calls: int = 20) -> float | None:
+    """GPU seconds per call that the kernels (and device copies) a call launches take, summed from
+    torch.profiler's CUDA record of `calls` calls: no host work and no gaps between launches. None
+    where the profiler records no device activity (no CUPTI)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(*args)
+        torch.cuda.synchronize()
+    device_us = sum(event.self_device_time_total for event in prof.key_averages()
+                    if event.device_type == torch.autograd.DeviceType.CUDA)
+    return device_us / 1e6 / calls if device_us > 0 else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -221,6 +245,10 @@ def bench_workload(w: Workload, size: str, gpu: bool, use_compile: bool, budget:
         moved = w.bytes_moved(args, expected)
         row["GB/s"] = moved / row["babytriton"] / 1e9
         row["of copy"] = copy_time(moved, device, gpu, budget) / row["babytriton"]
+        if gpu:
+            ours, copy = kernel_time(f, args), kernel_time(*copy_call(moved, device))
+            if ours and copy:
+                row["kernel of copy"] = copy / ours
         if w.flops:
             row["TFLOP/s"] = w.flops(args) / row["babytriton"] / 1e12
     return row
@@ -362,6 +390,7 @@ def render(rows: list[dict]) -> str:
         cells.append(fmt_time(row["triton"]) if "triton" in row else "")
         cells.append(fmt_rate(row["GB/s"]) if "GB/s" in row else "")
         cells.append(f"{row['of copy']:.2f}" if "of copy" in row else "")
+        cells.append(f"{row['kernel of copy']:.2f}" if "kernel of copy" in row else "")
         cells.append(fmt_rate(row["TFLOP/s"]) if "TFLOP/s" in row else "")
         cells.append(f"{row['eager'] / bt_time:.2f}x" if bt_time else "")
         cells.append(f"{row['torch.compile'] / bt_time:.2f}x" if bt_time and "torch.compile" in row else "")
@@ -398,8 +427,8 @@ def main(argv=None) -> str:
                         help="the forward+backward table of corpus.BACKWARD's workloads: also (default), no, only")
     parser.add_argument("--skip-extra", action="store_true", help="skip call overhead and cold compile rows")
     parser.add_argument("--budget", type=float, default=0.3, help="seconds of timing per measurement")
-    parser.add_argument("--threads", type=int, help="torch.set_num_threads (CPU); 1 gives steadier numbers "
-                        "on a loaded machine, and babytriton's CPU kernels are single-threaded today")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (CPU): babytriton's parallel CPU "
+                        "kernels run on torch's threads, so this sets both; 1 gives steadier numbers on a loaded machine")
     parser.add_argument("--markdown", help="also write the tables to this file")
     opts = parser.parse_args(argv)
     gpu = torch.cuda.is_available() and not opts.cpu

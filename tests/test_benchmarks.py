@@ -128,6 +128,18 @@ def test_attention_fp16_at_full_size_on_the_gpu():
     bench.compile_and_check(workload, workload.make("full", "cuda"), "gpu")
 
 
+@pytest.mark.gpu
+def test_kernel_time_is_the_device_time_of_a_call():
+    """The "kernel of copy" column's device time: a copy of 64 MB takes longer on the GPU than one of
+    64 KB, and a babytriton call's kernels take less than the call does end to end."""
+    big, small = bench.kernel_time(*bench.copy_call(1 << 26, "cuda")), bench.kernel_time(*bench.copy_call(1 << 16, "cuda"))
+    assert big is not None and small is not None and big > 4 * small
+    w = by_name("mean_4096")
+    args = w.make("full", "cuda")
+    f, _, _ = bench.compile_and_check(w, args, "gpu")
+    assert 0 < bench.kernel_time(f, args) < bench.time_call(f, args, True, 0.05)
+
+
 @pytest.mark.parametrize("target", ["cpu", {"kind": "cuda", "arch": "sm_90"}], ids=["cpu", "cuda"])
 @pytest.mark.parametrize("workload", WORKLOADS, ids=lambda w: w.name)
 def test_no_kernel_runs_serially_at_full_size(workload, target):
