@@ -546,6 +546,9 @@ class JITFunction(Decorated):
         return backend.build(self.info, specs, record, stages)
 
     def cache_info(self) -> dict:
+        """Compilations, versions and lookups: `hits`/`misses` count the first call with each new
+        argument key (found in memory or not); later calls with a known key take the cached call
+        path, which counts nothing (a counter there would cost every call)."""
         return dict(self.stats, versions=len(self._kernels))
 
     def __repr__(self):

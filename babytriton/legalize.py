@@ -103,6 +103,60 @@ def floor_divide(a, b):
     return tirx.Select(b == zero, by_zero, tirx.copysign(quotient, tirx.copysign(one, a) * b))
 
 
+# -- integer `//` and `%`: x86's division instruction traps on a zero divisor and on INT_MIN // -1,
+# which killed the process. The divisor is made safe first: -1 is handled without dividing (torch's
+# INT_MIN // -1 wraps to INT_MIN), 0 divides by 1 (what that gives is never seen on a CPU: the
+# compiled code raises torch's ZeroDivisionError, codegen's check; CUDA's division does not trap,
+# and torch's CUDA kernels give an unspecified value there too).
+def _traps(b) -> bool:
+    """Whether dividing by `b` may trap: any divisor but a constant other than 0 and -1 (whose
+    quotients TVM simplifies and bounds, as the TIR backend's index checks need)."""
+    return not (isinstance(b, tirx.IntImm) and int(b) not in (0, -1))
+
+
+def _safe_divisor(b):
+    dtype = _dtype(b)
+    zero, one = tirx.const(0, dtype), tirx.const(1, dtype)
+    if not dtype.startswith("int"):   # unsigned: only 0 traps
+        return tirx.Select(b == zero, one, b), None
+    minus_one = b == tirx.const(-1, dtype)
+    return tirx.Select(tirx.Or(b == zero, minus_one), one, b), minus_one
+
+
+def int_floor_divide(a, b):
+    """Integer `a // b` (floor) that never traps: see _safe_divisor."""
+    b = b if isinstance(b, tvm.ir.expr.Expr) else tirx.const(b, _dtype(a))
+    if not _traps(b):
+        return tirx.floordiv(a, b)
+    safe, minus_one = _safe_divisor(b)
+    quotient = tirx.floordiv(a, safe)
+    if minus_one is None:
+        return quotient
+    low = tirx.min_value(_dtype(a))
+    # -a, except that -INT_MIN wraps to INT_MIN (no negation of INT_MIN is ever computed)
+    return tirx.Select(minus_one, tirx.Select(a == low, a, tirx.const(0, _dtype(a)) - a), quotient)
+
+
+def int_floor_mod(a, b):
+    """Integer `a % b` (the divisor's sign, as Python's and torch's) that never traps."""
+    b = b if isinstance(b, tvm.ir.expr.Expr) else tirx.const(b, _dtype(a))
+    if not _traps(b):
+        return tirx.floormod(a, b)
+    safe, minus_one = _safe_divisor(b)
+    remainder = tirx.floormod(a, safe)
+    return remainder if minus_one is None else tirx.Select(minus_one, tirx.const(0, _dtype(a)), remainder)
+
+
+def _int_binary(rule, topi_fn):
+    def legalize(bb, call):
+        if not str(call.ty.dtype).startswith(("int", "uint")):
+            return None
+        a, b = call.args
+        b = _try_convert_to_scalar_const(b)
+        return bb.call_te(lambda x, y: _elementwise(rule, x, y), a, b, primfunc_name_hint=topi_fn)
+    return legalize
+
+
 # -- an operand that is the constant ±0: TVM folds `x * 0` and `0 / x` to 0 and `x + 0` to x as it
 # builds the expression (arith's constant folding treats floats as real numbers), so these say what
 # IEEE arithmetic gives instead. `sign` is -1 for the constant -0.0, else 1.
@@ -524,8 +578,8 @@ _RULES = {
     "relax.add": _first(_with_zero(plus_zero, plus_zero, "add"), _wrapping_int(operator.add, "add")),
     "relax.subtract": _first(_with_zero(None, lambda x, sign: plus_zero(x, -sign), "subtract"),
                              _wrapping_int(operator.sub, "subtract"), _binary(subtract, "subtract")),
-    "relax.floor_mod": _binary(floor_mod, "floor_mod"),
-    "relax.floor_divide": _binary(floor_divide, "floor_divide"),
+    "relax.floor_mod": _first(_binary(floor_mod, "floor_mod"), _int_binary(int_floor_mod, "floor_mod")),
+    "relax.floor_divide": _first(_binary(floor_divide, "floor_divide"), _int_binary(int_floor_divide, "floor_divide")),
     "relax.max": _statistical("max"),
     "relax.min": _statistical("min"),
     "relax.argmax": _arg("argmax"),
@@ -597,6 +651,8 @@ OP_PATTERN = "op_pattern"
 
 # Ops that add up (or multiply up) many elements: in a half dtype they accumulate in float32 and
 # round once at the end, as torch does (a float16 sum stops growing at 2048, a bfloat16 one at 256).
+# One exception in torch: its CPU float16 `prod` multiplies in float16 (1e4 * 1e4 * 1e-4 * 1e-4 is
+# inf there, 1 here and in its CUDA and bfloat16 kernels).
 # The compiler legalizes them so (below); the eager reference computes them on float32 copies.
 HALF_ACCUMULATE = {"sum", "mean", "prod", "std", "variance", "softmax", "log_softmax",
                    "layer_norm", "rms_norm", "group_norm", "instance_norm", "cross_entropy_with_logits",

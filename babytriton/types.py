@@ -3,6 +3,7 @@ supports. Checking a call's arguments against these is arguments.py; handing the
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,8 +115,18 @@ class constexpr:
         raise TypeError("bt.constexpr is an annotation (`n: bt.constexpr`), not a value")
 
 
+# A symbolic divisor the VM must not divide by when it is 0 (codegen writes `n // m` as
+# `n // (m == 0 ? 1 : m)` and checks m): shown as the user wrote it.
+_GUARDED_DIVISOR = re.compile(r"T\.Select\((\w+) == T\.int64\(0\), T\.int64\(1\), \1\)")
+
+
+def format_size(size) -> str:
+    """A static or symbolic size in a message."""
+    return _GUARDED_DIVISOR.sub(r"\1", str(size))
+
+
 def format_shape(shape) -> str:
-    dims = ", ".join(str(d) for d in shape)
+    dims = ", ".join(format_size(d) for d in shape)
     return f"({dims},)" if len(shape) == 1 else f"({dims})"
 
 

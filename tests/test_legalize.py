@@ -295,6 +295,67 @@ def test_int32_arithmetic_wraps_like_torch(numbers):
             assert g.dtype == w.dtype and torch.equal(g, w), (g, w)
 
 
+def int_division(a, b):
+    return a // b, a % b
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8])
+def test_integer_division_never_traps(dtype):
+    """Integer `//` and `%` on the CPU: torch's values, INT_MIN // -1 wrapping to INT_MIN (x86's
+    division traps there, and on a zero divisor: the process died of SIGFPE), and a zero divisor a
+    RuntimeError naming the line, as torch raises; the eager reference raises torch's own."""
+    info = torch.iinfo(dtype)
+    numbers = [info.min, info.min + 1, -7, -1, 0, 1, 7, 100, info.max] if dtype != torch.uint8 else [0, 1, 7, 200, 255]
+    divisors = [d for d in numbers if d != 0] + ([-1, 3, -3] if dtype != torch.uint8 else [3])
+    a = torch.tensor(numbers, dtype=dtype).repeat_interleave(len(divisors)).repeat(300)   # parallel, vectorised
+    b = torch.tensor(divisors, dtype=dtype).repeat(len(numbers)).repeat(300)
+    f = bt.jit(target="cpu")(int_division)
+    for got, want in zip(f(a, b), (torch.floor_divide(a, b), torch.remainder(a, b))):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    b[len(b) // 2] = 0
+    with pytest.raises(RuntimeError, match=r"integer `//` by zero.*\(line \d+ of test_legalize.py\)"):
+        f(a, b)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        f.eager(a, b)
+    with pytest.raises(RuntimeError, match="integer `%` by zero"):
+        bt.jit(target="cpu")(remainder_by_number)(a, 0)
+    assert torch.equal(bt.jit(target="cpu")(remainder_by_number)(a, 3), a % 3)
+
+
+def remainder_by_number(a, n: int):
+    return a % n
+
+
+def rows_of(x: bt.Tensor(("n", "m"), "float32")):
+    return x.reshape(x.shape[0] // x.shape[1], -1)
+
+
+def test_symbolic_size_divided_by_a_size_of_zero():
+    """`n // m` of sizes is computed by the VM as soon as n and m are known: m = 0 trapped there
+    (SIGFPE); now a RuntimeError naming the line, and messages show the size as written."""
+    f = bt.jit(target="cpu")(rows_of)
+    assert f(torch.randn(4, 2)).shape == (2, 4)
+    with pytest.raises(RuntimeError, match=r"integer `//` by zero: the size `m` is 0 in this call.*line \d+ of test_legalize.py"):
+        f(torch.randn(4, 0))
+    with pytest.raises(bt.CompilationError, match=r"the symbolic size n // m is only known at run time"):
+        bt.jit(target="cpu")(size_as_value)(torch.randn(4, 2))
+
+
+def size_as_value(x: bt.Tensor(("n", "m"), "float32")):
+    return x * (x.shape[0] // x.shape[1])
+
+
+def test_integer_division_by_an_empty_divisor_and_on_a_gpu_target():
+    """An empty divisor has no zero; CUDA code divides by a safe divisor (no check: CUDA does not trap,
+    and torch's CUDA kernels do not raise) and compiles with nvcc."""
+    f = bt.jit(target="cpu")(int_division)
+    empty = torch.zeros(0, dtype=torch.int32)
+    assert all(r.shape == (0,) for r in f(empty, empty))
+    k = bt.jit(target=SM90)(int_division).compile(torch.empty(64, dtype=torch.int32), torch.empty(64, dtype=torch.int32))
+    assert "babytriton check" not in k.stages["relax"]
+    compiles_with_nvcc(k.source)
+
+
 def gpu_floats(x, y):
     return x % y, x // y, (-1.5) % x, x * 0, 0 * x, 0 / x, x + 0, (x * 0).sum()
 

@@ -167,6 +167,23 @@ def test_reductions_with_axis_forms_and_keepdims():
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
 
 
+def test_no_axes_reduce_every_axis_as_in_torch():
+    """`axis=()` (or `dim=[]`) reduces every axis, as torch's `dim=()` does: Relax, like numpy, reduced
+    none and returned the input."""
+    @bt.jit
+    def f(x):
+        return (x.sum(axis=()), x.mean(dim=[]), x.max(axis=()), x.min(axis=(), keepdims=True), prod(x, ()),
+                std(x, axis=()), variance(x, ()))
+
+    x = rand(3, 4)
+    want = (torch.sum(x, dim=()), torch.mean(x, dim=[]), torch.amax(x, dim=()), torch.amin(x, dim=(), keepdim=True),
+            x.prod(), x.std(unbiased=False), x.var(unbiased=False))
+    for run in (f, f.eager):
+        for g, w in zip(run(x), want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
 def test_tensor_methods_and_torch_keywords():
     @bt.jit
     def f(x):

@@ -151,3 +151,38 @@ def test_runtime_float_scalar_keeps_an_int_tensors_float32(op):
         for got, w in zip(run(x, 2.5), want):
             assert got.dtype == w.dtype
             torch.testing.assert_close(got, w)
+
+
+def half_with_numbers(x, s: float):
+    return x * s, x / s, s * x, x * 1.01, x / 3.3, 0.7 * x, x * 1e5, x + s, x - 0.3, s - x, x + 1.01
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_tensor_with_a_number_as_torchs_kernels(dtype):
+    """`*` and `/` of a half tensor and a number take the number's float32 value and round once, as
+    torch's kernels do (x * 1e5 was inf for a float16 x = 0.5: 1e5 was rounded to float16 first);
+    `+` and `-` add the number rounded to the half dtype, as torch's CPU kernels do."""
+    torch.manual_seed(0)
+    x = torch.cat([torch.randn(10000) * 10, torch.tensor([0.5, 66.125, -0.0, float("inf"), float("nan")])]).to(dtype)
+    s = 0.1
+    want = (x * s, x / s, s * x, x * 1.01, x / 3.3, 0.7 * x, x * 1e5, x + s, x - 0.3, s - x, x + 1.01)
+    got = bt.jit(target="cpu")(half_with_numbers)(x, s)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True, msg=f"output {i}")
+
+
+def to_bfloat16_inside(a, b, c, s: float):
+    return (a * b).astype("bfloat16") + c, c + s, c - s
+
+
+def test_conversions_to_bfloat16_inside_a_cpu_kernel_round():
+    """A float32 value (or a run-time float) converted to bfloat16 inside a kernel is rounded there,
+    as torch rounds it: TVM's llvm lowering computes bfloat16 in float32 and rounded only at stores
+    (`c + s` near c = -s was off by the rounding of s)."""
+    torch.manual_seed(0)
+    a, b = torch.randn(20000), torch.randn(20000)
+    c = torch.randn(20000).to(torch.bfloat16) * 0.2
+    got = bt.jit(target="cpu")(to_bfloat16_inside)(a, b, c, 0.1)
+    for g, w in zip(got, ((a * b).to(torch.bfloat16) + c, c + 0.1, c - 0.1)):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)

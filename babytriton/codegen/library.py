@@ -101,6 +101,9 @@ FLOAT_DTYPES_ONLY = {"layer_norm": ("float32", "float16", "bfloat16"), "rms_norm
 # Ops whose `axis` counts the input's axes, which TVM does not check for them (a bad one fails the
 # build, or the run): checked here, as Relax checks the other ops'.
 INPUT_AXIS = {"sort", "argsort", "topk", "cumsum", "cumprod", "repeat", "split", "take", "gather_elements"}
+# Reductions for which no axes (`axis=()`) means every axis, as torch's `dim=()` does; Relax, like
+# numpy, would reduce none and return the input.
+ALL_AXES_WHEN_NONE_GIVEN = {"sum", "mean", "max", "min", "prod", "std", "variance"}
 # Ops TVM cannot build on 1-d tensors: they run on a (1, n) view.
 AS_ROW = {"rms_norm"}
 # Logical ops take any tensor as "nonzero" (torch's rule; TVM would miscompile non-bools); bitwise
@@ -361,6 +364,8 @@ def _call(b: Builder, op: Op, arguments: dict):
     if op.name in SAME_AS_OPERATOR and set(arguments) == {"x1", "x2"}:
         return b.same_as_operator(op.name, arguments["x1"], arguments["x2"])
     values = {name: convert(b, op, name, value, arguments) for name, value in arguments.items()}
+    if op.name in ALL_AXES_WHEN_NONE_GIVEN and isinstance(values.get("axis"), (list, tuple)) and not values["axis"]:
+        values["axis"] = None
     promoted = [n for n in op.promoted if n in values]
     if promoted:
         dtype = common_dtype([b.promotion_operand(values[n]) for n in promoted])
@@ -589,12 +594,13 @@ def _as_size(value):
 
 
 def run_time_check(cg, condition, message: str, *values) -> None:
-    """Emit a check of `condition` (over symbolic sizes) made when the compiled code runs: false, it
-    raises `message`, its `{}` filled with `values` of that call, naming the user's line."""
+    """Emit a check of `condition` (over symbolic sizes, or a 0-d bool tensor on the CPU) made when
+    the compiled code runs: false, it raises `message`, its `{}` filled with `values` of that call,
+    naming the user's line."""
     source = cg.parsed.source_map
     where = f" (line {source.file_line(cg.lineno or 1)} of {os.path.basename(source.filename)})"
-    cg.emit(relax.op.assert_op(relax.prim_value(condition), [relax.prim_value(v) for v in values],
-                               RUN_TIME_CHECK + message + where))
+    condition = condition if isinstance(condition, relax.Expr) else relax.prim_value(condition)
+    cg.emit(relax.op.assert_op(condition, [relax.prim_value(v) for v in values], RUN_TIME_CHECK + message + where))
 
 
 SORTS = {"sort", "argsort", "topk"}

@@ -30,6 +30,12 @@ ARITH = {
     ast.Add: op.add, ast.Sub: op.subtract, ast.Mult: op.multiply, ast.Div: op.divide,
     ast.FloorDiv: op.floor_divide, ast.Mod: op.floor_mod, ast.Pow: op.power, ast.MatMult: op.matmul,
 }
+# Operators that torch computes in float32 where one operand is a float16/bfloat16 tensor and the
+# other a Python number (or run-time scalar): the number enters as its float32 value, not rounded to
+# the half dtype first, and the result is rounded once (`x * 1e5` is finite for x = 0.5, though 1e5
+# is inf in float16). torch's CPU kernels do so for `*` and `/` only (`x + 0.1` adds 0.1 rounded to
+# the half dtype), and a number divided by a tensor is reciprocal(x) * number there.
+HALF_WITH_NUMBER_IN_FLOAT32 = (ast.Mult, ast.Div)
 # Bitwise operators: the integer op, and the logical op used on bool tensors.
 BITWISE = {
     ast.BitAnd: (op.bitwise_and, op.logical_and),
@@ -78,7 +84,7 @@ def weak_dtype(symbol: str, dtypes) -> str:
 # --------------------------------------------------------------------------------------------------
 TIR_INT_ARITH = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.FloorDiv: tirx.floordiv, ast.Mod: tirx.floormod,
+    ast.FloorDiv: legalize.int_floor_divide, ast.Mod: legalize.int_floor_mod,  # no trap on 0 or INT_MIN // -1
 }
 TIR_FLOAT_ARITH = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: tirx.Div,

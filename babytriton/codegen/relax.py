@@ -335,6 +335,12 @@ class RelaxCodeGen(CodeGenerator):
         if not (is_tensor(lhs) or is_tensor(rhs)):
             if is_symbolic(lhs) or is_symbolic(rhs) or (
                     is_python_scalar(lhs) and is_python_scalar(rhs)):
+                if kind in (ast.FloorDiv, ast.Mod) and is_symbolic(rhs):
+                    # a size the VM computes as soon as its parts are known (before any check runs):
+                    # its division would trap on 0, so it divides by 1 then, and the check raises
+                    library.run_time_check(self, rhs != 0, f"integer `{operators.SYMBOL[kind]}` by zero: the size "
+                                           f"`{rhs}` is 0 in this call (Python raises ZeroDivisionError)")
+                    rhs = tirx.Select(rhs == 0, tirx.const(1, rhs.ty.dtype), rhs)
                 try:
                     return operators.PY_BINARY[kind](lhs, rhs)
                 except ZeroDivisionError:
@@ -369,6 +375,8 @@ class RelaxCodeGen(CodeGenerator):
             return self.integer_power(lhs, rhs, dtype)
         if kind in (ast.Div, ast.FloorDiv, ast.Mod) and is_python_scalar(rhs) and rhs == 0:
             return self.divide_by_zero(kind, sym, lhs, rhs, dtype)
+        if kind in (ast.FloorDiv, ast.Mod) and not is_float_dtype(dtype) and is_tensor(rhs):
+            self.check_nonzero_divisor(self.as_tensor(rhs, dtype), sym)
         if kind is ast.Pow and is_tensor(lhs) and is_python_scalar(rhs) and not isinstance(rhs, bool) and \
                 float(rhs).is_integer() and 1 <= abs(rhs) <= MAX_SQUARING_EXPONENT:
             # `x ** 2` multiplies, as torch does: exact, and right for a negative x on a GPU, where TVM
@@ -377,6 +385,10 @@ class RelaxCodeGen(CodeGenerator):
             return result if rhs > 0 else self.emit(relax.op.divide(self.const(1, dtype), result))
         if kind is ast.Pow and dtype == "bfloat16":  # TVM's pow has no bfloat16: float32, rounded once
             return self.emit(relax.op.astype(self.emit_binary(relax.op.power, lhs, rhs, "float32", sym), dtype))
+        if kind in operators.HALF_WITH_NUMBER_IN_FLOAT32 and dtype in ("float16", "bfloat16") \
+                and self.is_weak(rhs) != self.is_weak(lhs) and not (kind is ast.Div and self.is_weak(lhs)):
+            wide = self.emit_binary(operators.ARITH[kind], lhs, rhs, "float32", sym)
+            return self.emit(relax.op.astype(wide, dtype))
         return self.emit_binary(operators.ARITH[kind], lhs, rhs, dtype, sym)
 
     def divide_by_zero(self, kind, sym: str, lhs, rhs, dtype: str):
@@ -390,6 +402,17 @@ class RelaxCodeGen(CodeGenerator):
         # x / ±0 is x * ±inf, for every x (0 and nan give nan)
         quotient = self.emit_binary(relax.op.multiply, lhs, math.copysign(math.inf, rhs), dtype, sym)
         return self.emit(relax.op.floor(quotient)) if kind is ast.FloorDiv else quotient
+
+    def check_nonzero_divisor(self, divisor, sym: str) -> None:
+        """Integer `//` and `%` by a tensor holding a 0 raise when the code runs on a CPU, as torch's
+        CPU kernels do (the division itself never traps: legalize.int_floor_divide). On a GPU neither
+        torch nor CUDA checks, and reading the answer back would wait for the device."""
+        if self.options.device_kind != "cpu" or self.placement is not None:
+            return
+        zero = self.emit(relax.op.equal(divisor, self.const(0, dtype_of(divisor))))
+        found = self.emit(relax.op.max(relax.op.astype(zero, "int8")))   # of no elements: -128
+        library.run_time_check(self, self.emit(relax.op.less(found, self.const(1, "int8"))),
+                               f"integer `{sym}` by zero: the divisor has a 0 (torch raises ZeroDivisionError)")
 
     def is_weak(self, value) -> bool:
         """A Python number, or a 0-d tensor standing for one (a run-time scalar parameter, a recursive

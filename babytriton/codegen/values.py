@@ -13,7 +13,7 @@ import tvm_ffi
 from tvm import relax, tirx
 
 from ..errors import Diagnostic
-from ..types import DTYPES, TORCH_TO_NAME, format_shape
+from ..types import DTYPES, TORCH_TO_NAME, format_shape, format_size
 
 PY_SCALARS = (bool, int, float)
 # Python builtins that make sense on compile-time values inside @jit code.
@@ -56,7 +56,7 @@ def describe(value) -> str:
     if isinstance(value, relax.Expr) and isinstance(value.ty, relax.TupleType):
         return f"a tuple of {len(value.ty.fields)} values"
     if is_symbolic(value):
-        return f"the symbolic size {value}"
+        return f"the symbolic size {format_size(value)}"
     return f"{type(value).__name__} {value!r}"
 
 
