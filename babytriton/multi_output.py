@@ -126,20 +126,24 @@ def partition(mod: tvm.IRModule, bindings: list) -> list[list]:
             continue
         mine = [b.var]
         group_of[b.var] = mine
-        for producer in graph.producers[b.var]:
-            group = group_of.get(producer)
-            if group is None or group is mine or not _same_place(kernels[producer], kernels[b.var]):
-                continue
-            # every value one side reads from the other, read in place (not only b's reads: a
-            # kernel merged into `mine` before may read this group too)
-            edges = [(c, p) for c in group for p in graph.producers[c] if p in mine]
-            edges += [(c, p) for c in mine for p in graph.producers[c] if p in group]
-            if not all(_reads_in_place(mod, by_var[c], p) for c, p in edges) or not graph.convex(group + mine):
-                continue
-            merged = sorted(group + mine, key=graph.order.get)
-            for v in merged:
-                group_of[v] = merged
-            mine = merged
+        merging = True
+        while merging:  # again after a merge: a group left apart may join what `mine` has become
+            merging = False
+            for producer in graph.producers[b.var]:
+                group = group_of.get(producer)
+                if group is None or group is mine or not _same_place(kernels[producer], kernels[b.var]):
+                    continue
+                # every value one side reads from the other, read in place (not only b's reads: a
+                # kernel merged into `mine` before may read this group too)
+                edges = [(c, p) for c in group for p in graph.producers[c] if p in mine]
+                edges += [(c, p) for c in mine for p in graph.producers[c] if p in group]
+                if not all(_reads_in_place(mod, by_var[c], p) for c, p in edges) \
+                        or not graph.convex(group + mine, lambda v: group_of.get(v, (v,))):
+                    continue
+                merged = sorted(group + mine, key=graph.order.get)
+                for v in merged:
+                    group_of[v] = merged
+                mine, merging = merged, True
     return [g for g in _unique_lists(group_of.values()) if len(g) > 1]
 
 

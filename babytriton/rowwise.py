@@ -156,19 +156,29 @@ class _Graph:
             for p in self.producers[b.var]:
                 self.consumers[p].append(b.var)
 
-    def reach(self, start, edges) -> set:
+    def reach(self, start, edges, group=lambda v: (v,)) -> set:
+        """What paths along `edges` reach from `start`; entering a member of a group (`group(v)`: the
+        members of v's group) reaches all of the group."""
         seen, todo = set(), list(start)
         while todo:
             for v in edges[todo.pop()]:
-                if v not in seen:
-                    seen.add(v)
-                    todo.append(v)
+                for u in group(v):
+                    if u not in seen:
+                        seen.add(u)
+                        todo.append(u)
         return seen
 
-    def convex(self, members) -> bool:
-        """No path leaves the set and comes back (the group's call would depend on itself)."""
+    def convex(self, members, group=lambda v: (v,)) -> bool:
+        """No path leaves the set and comes back (the group's call would depend on itself), through
+        other bindings or through other groups (`group(v)`: the members of v's group, which is one
+        call too: what reads any member waits for all of them, and all wait for what any one reads).
+        Two groups each convex in the bindings' graph may still wait for each other: in the backward
+        of exp(x) * exp(y) with y broadcast, {exp(x), x's gradient} feeds the sum of d_out * exp(x)
+        over y's broadcast axes, which feeds {exp(y), y's gradient}, and exp(y) feeds x's gradient.
+        Checked at each merge, the groups stay acyclic."""
         members = set(members)
-        return not (self.reach(members, self.consumers) & self.reach(members, self.producers)) - members
+        reached = self.reach(members, self.consumers, group) & self.reach(members, self.producers, group)
+        return not reached - members
 
 
 def _unique(items) -> list:
@@ -220,7 +230,8 @@ def partition(mod: tvm.IRModule, bindings: list, side_outputs: bool = False) -> 
             if g is mine:
                 continue
             rows = _joinable(g, mine)
-            if rows is False or not graph.convex(g.members + mine.members):
+            if rows is False or not graph.convex(g.members + mine.members,
+                                                 lambda v: group_of[v].members if v in group_of else (v,)):
                 continue
             g.members = sorted(g.members + mine.members, key=graph.order.get)
             g.rows, g.tile, g.singleton = rows, g.tile and mine.tile, None

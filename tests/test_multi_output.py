@@ -280,3 +280,145 @@ def test_one_fuseops_function_merged_twice_is_copied():
     assert len(k.fusion) == 1
     for out, ref in zip(k(a, b, g), (g * 2 / (1 + b), g * 2 / (1 + a))):
         torch.testing.assert_close(out, ref)
+
+
+# -- merges that would wait for each other -----------------------------------------------------------
+
+def exp_times_exp(x, y):
+    return bt.exp(x) * bt.exp(y)
+
+
+def tanh_times_sigmoid(x, y):
+    return bt.tanh(x) * bt.sigmoid(y)
+
+
+def sigmoid_times_sigmoid(x, y):
+    return bt.sigmoid(x) * bt.sigmoid(y)
+
+
+TORCH_OF = {exp_times_exp: lambda x, y: torch.exp(x) * torch.exp(y),
+            tanh_times_sigmoid: lambda x, y: torch.tanh(x) * torch.sigmoid(y),
+            sigmoid_times_sigmoid: lambda x, y: torch.sigmoid(x) * torch.sigmoid(y)}
+
+# y's gradient is summed over the axes it is broadcast along: the backward's exp(x) * d_out (one
+# kernel) feeds that sum, which feeds exp(y) * sum (another), and exp(y) is read by both
+BROADCAST_BACKWARDS = [
+    (exp_times_exp, (100, 33), (33,)),
+    (tanh_times_sigmoid, (100, 33), (33,)),
+    (sigmoid_times_sigmoid, (100, 33), (33,)),
+    (exp_times_exp, (4, 5, 6), (4, 1, 6)),    # broadcast over the middle axis
+    (sigmoid_times_sigmoid, (4, 5, 6), (5, 1)),
+    (tanh_times_sigmoid, (33,), (100, 33)),   # x broadcast instead
+]
+
+
+@pytest.mark.parametrize("fn, x_shape, y_shape", BROADCAST_BACKWARDS)
+def test_a_backward_whose_merges_would_wait_for_each_other_agrees_with_torch(fn, x_shape, y_shape):
+    """Merging both pairs (exp(x) with exp(x) * d, exp(y) with exp(y) * sum) makes two kernels that
+    each wait for the other: one pair is merged, the other left apart."""
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(*x_shape, generator=gen), torch.randn(*y_shape, generator=gen)
+    d = torch.randn(torch.broadcast_shapes(x_shape, y_shape), generator=gen)
+    f = bt.jit(target="cpu", cache=False)(fn)
+    mine = [x.clone().requires_grad_(), y.clone().requires_grad_()]
+    theirs = [x.clone().requires_grad_(), y.clone().requires_grad_()]
+    torch.testing.assert_close(f(*mine), TORCH_OF[fn](*theirs))
+    (f(*mine) * d).sum().backward()
+    (TORCH_OF[fn](*theirs) * d).sum().backward()
+    for a, b in zip(mine, theirs):
+        torch.testing.assert_close(a.grad, b.grad)
+    k = f.backward(x, y)
+    assert len(k.fusion) == 4 and any(kernel.name.startswith(multi_output.PREFIX) for kernel in k.fusion)
+
+
+@pytest.mark.parametrize("fn, x_shape, y_shape", BROADCAST_BACKWARDS[:1] + BROADCAST_BACKWARDS[3:4])
+def test_a_backward_whose_merges_would_wait_for_each_other_compiles_to_cuda(fn, x_shape, y_shape):
+    """Compiled for sm_90 here, without a GPU."""
+    f = bt.jit(target=SM90, cache=False)(fn)
+    k = f.backward(torch.empty(*x_shape, device="meta"), torch.empty(*y_shape, device="meta"))
+    assert len(k.fusion) == 4 and "__global__" in k.source
+
+
+@I.ir_module
+class WaitForEachOther:
+    """a = exp(x) and c = a * b merge; b = exp(y) and e = s * b would too, but s sums a over the axis b
+    is broadcast along: {a, c} -> s -> e and b -> c, so {a, c} and {b, e} would each wait for the other
+    (each is convex on its own: no path leaves it and comes back through single bindings)."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def exp2d(x: T.Buffer((T.int64(4), T.int64(3)), "float32"), out: T.Buffer((T.int64(4), T.int64(3)), "float32")):
+        T.func_attr({"op_pattern": 0})
+        for i, j in T.grid(T.int64(4), T.int64(3)):
+            with T.sblock("exp2d"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                out[vi, vj] = T.exp(x[vi, vj])
+
+    @T.prim_func(private=True, s_tir=True)
+    def exp1d(y: T.Buffer((T.int64(3),), "float32"), out: T.Buffer((T.int64(3),), "float32")):
+        T.func_attr({"op_pattern": 0})
+        for j in range(T.int64(3)):
+            with T.sblock("exp1d"):
+                vj = T.axis.remap("S", [j])
+                out[vj] = T.exp(y[vj])
+
+    @T.prim_func(private=True, s_tir=True)
+    def times_row(a: T.Buffer((T.int64(4), T.int64(3)), "float32"), b: T.Buffer((T.int64(3),), "float32"),
+                  out: T.Buffer((T.int64(4), T.int64(3)), "float32")):
+        T.func_attr({"op_pattern": 1})
+        for i, j in T.grid(T.int64(4), T.int64(3)):
+            with T.sblock("times_row"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                out[vi, vj] = a[vi, vj] * b[vj]
+
+    @T.prim_func(private=True, s_tir=True)
+    def column_sum(a: T.Buffer((T.int64(4), T.int64(3)), "float32"), out: T.Buffer((T.int64(3),), "float32")):
+        T.func_attr({"op_pattern": 3})
+        for j, i in T.grid(T.int64(3), T.int64(4)):
+            with T.sblock("column_sum"):
+                vj, vi = T.axis.remap("SR", [j, i])
+                with T.init():
+                    out[vj] = T.float32(0)
+                out[vj] = out[vj] + a[vi, vj]
+
+    @T.prim_func(private=True, s_tir=True)
+    def times(s: T.Buffer((T.int64(3),), "float32"), b: T.Buffer((T.int64(3),), "float32"),
+              out: T.Buffer((T.int64(3),), "float32")):
+        T.func_attr({"op_pattern": 0})
+        for j in range(T.int64(3)):
+            with T.sblock("times"):
+                vj = T.axis.remap("S", [j])
+                out[vj] = s[vj] * b[vj]
+
+    @R.function
+    def main(x: R.Tensor((4, 3), "float32"), y: R.Tensor((3,), "float32")):
+        cls = WaitForEachOther
+        with R.dataflow():
+            a = R.call_tir(cls.exp2d, (x,), out_ty=R.Tensor((4, 3), "float32"))
+            b = R.call_tir(cls.exp1d, (y,), out_ty=R.Tensor((3,), "float32"))
+            c = R.call_tir(cls.times_row, (a, b), out_ty=R.Tensor((4, 3), "float32"))
+            s = R.call_tir(cls.column_sum, (a,), out_ty=R.Tensor((3,), "float32"))
+            e = R.call_tir(cls.times, (s, b), out_ty=R.Tensor((3,), "float32"))
+            R.output(c, e)
+        return (c, e)
+
+
+def test_merges_that_would_wait_for_each_other_are_not_made():
+    from tvm import relax
+    from babytriton.rowwise import _Graph
+
+    bindings = list(WaitForEachOther["main"].body.blocks[0].bindings)
+    a, b, c, s, e = (binding.var for binding in bindings)
+    graph = _Graph(bindings)
+    assert graph.convex([a, c]) and graph.convex([b, e])   # each pair alone is convex...
+    groups = multi_output.partition(WaitForEachOther, bindings)
+    assert [[v.name for v in g] for g in groups] == [["a", "c"]]   # ...but only one may merge
+    in_groups = {a: (a, c), c: (a, c)}
+    assert not graph.convex([b, e], lambda v: in_groups.get(v, (v,)))   # {a, c} as one call
+    mod = multi_output.fuse_multi_output(WaitForEachOther)
+    relax.analysis.well_formed(relax.transform.Normalize()(mod))   # raises when it is not
+    main = mod["main"].body.blocks[0].bindings
+    fused = [binding for binding in main if isinstance(binding.value, relax.Call)
+             and getattr(binding.value.op, "name_hint", "").startswith(multi_output.PREFIX)]
+    assert len(fused) == 1 and len(main) == 6   # the merged call, its two reads, and b, s, e
+    assert [binding.var.name for binding in main][-1] == "e"
+    relax.transform.FuseTIR()(mod)   # orderable: one PrimFunc writing a and c
