@@ -137,6 +137,11 @@ class Elementwise(GPUScheduleRule):
         var, block = _innermost_var(sch, loops[-1]), sch.get(info.block_rv)
         if vector > 4 and _computes_bools(_uniform_branches(block, var, vector, probe=True)):
             vector = 4  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
+        if vector > 4 and _too_wide(block, vector) and _branched_buffers(block) and not _scalar_calls(block):
+            # half math in float32 (`concat(..) * 2.0` of halves) over a concat's pieces: staging
+            # through registers would read the pieces an element at a time; 4 lanes load them as
+            # vectors and compute in CUDA's widest float vector
+            vector = 4
         if vector == 1:
             return None
         _make_branches_uniform(sch, info.block_rv, var, vector)
@@ -304,7 +309,7 @@ def _branched_buffers(block) -> set:
     def visit(call):
         if call.op.same_as(_IF_THEN_ELSE):
             for arm in call.args[1:]:
-                tvm_ffi.structural_walk(arm, (tirx.BufferLoad, lambda load: branched.add(load.buffer)))
+                tvm_ffi.structural_walk(arm, (tvm.ir.TensorLoad, lambda load: branched.add(load.source)))
     tvm_ffi.structural_walk(block.body, (tvm.ir.Call, visit))
     return branched
 
@@ -1294,29 +1299,105 @@ class CPUReduction(CPURule):
         self.vectors = _vectorizable(sch)
         many_rows = rows is None or rows >= self.min_rows
         if any(len(sch.get(b).writes) > 1 for b in reductions):
-            # argmax's (index, value) pairs: rfactor and vectors mixed up its NaN-aware combiner, so
-            # only the rows go in parallel, each reduced in order
-            if len(blocks) != 1 or not many_rows or not self.threads:
-                return False
-            n_rows = len(loops) - _reduce_count(sch, first)
-            if n_rows:
-                self._parallel(sch, sch.fuse(*loops[:n_rows]) if n_rows > 1 else loops[0])
-            return bool(n_rows)
+            return self._pairs(sch, blocks, first, many_rows)
         if len(blocks) == 1:
             return self._single(sch, first, lanes, many_rows)
         if _reduce_count(sch, blocks[-1]):
             return False
         if many_rows and all(_contiguous_reduction(sch, b) for b in reductions):
             return self._rows(sch, blocks, reductions, lanes)
-        if len(reductions) == 1 and blocks.index(first) == 0:  # a mean: its epilogue is small
+        for b in blocks:
+            if not sch.get_loops(b):  # rfactor fails on a neighbour block without loops
+                sch.add_unit_loop(b)
+        if len(reductions) == 1 and blocks.index(first) == 0:
+            # a mean, an RMS norm: the reduction as one block would be, then its epilogue (as many
+            # elements as the input where it scales the rows) in parallel and vectorised
+            self._single(sch, first, lanes, many_rows)
             for b in blocks[1:]:
-                if not sch.get_loops(b):  # rfactor fails on a neighbour block without loops
-                    sch.add_unit_loop(b)
-            return self._single(sch, first, lanes, many_rows)
+                self._spread(sch, b, lanes)
+            return True
         if all(_contiguous_reduction(sch, b) for b in reductions):
+            if rows == 1 or self.threads and self._long(sch, first, rows):
+                return self._passes(sch, blocks, lanes)
             # few rows (32 softmax rows): still one row per parallel iteration, each row vectorised
             return self._rows(sch, blocks, reductions, lanes)
         return False
+
+    def _pairs(self, sch, blocks, first, many_rows):
+        """argmax's (index, value) pairs. Many rows: the rows in parallel, each reduced in order
+        (rfactor into vectors mixed up its NaN-aware combiner). Few rows (a whole-tensor argmax): each
+        row cut into chunks (`_cut`) reduced in parallel, each in order and without vectors, then their
+        pairs folded. The combiner orders pairs totally (a NaN first, then the better value, then the
+        smaller index) and the identity loses to any element, so any order of folding gives torch's
+        pair: the first index of the maximum, or of the first NaN."""
+        if not self.threads:
+            return False
+        loops = sch.get_loops(first)
+        n_rows = len(loops) - _reduce_count(sch, first)
+        if many_rows:
+            if len(blocks) != 1 or not n_rows:
+                return False
+            sch.parallel(_fuse(sch, loops[:n_rows]))
+            return True
+        for b in blocks:
+            if not sch.get_loops(b):  # rfactor fails on a neighbour block without loops
+                sch.add_unit_loop(b)
+        rf = self._cut(sch, first, n_rows)
+        *chunks, inner = sch.get_loops(rf)
+        sch.parallel(_fuse(sch, chunks))
+        sch.decompose_reduction(rf, inner)
+        sch.decompose_reduction(first, sch.get_loops(first)[-1])
+        return True
+
+    FEW_ROWS = 16        # rows fewer than this, each at least LONG_ROW long: a pass per block (`_passes`)
+    LONG_ROW = 8192
+    CHUNK = 4096         # an odd or symbolic row's chunk in an element-wise pass (`_spread`)
+
+    def _long(self, sch, block, rows) -> bool:
+        """Whether a reduction's rows are few and long: one row per parallel iteration would leave
+        threads idle (a logsumexp of one row of 200,000: one thread)."""
+        loops = sch.get_loops(block)
+        extent = _static_product(sch, loops[len(loops) - _reduce_count(sch, block):])
+        return rows is not None and rows < self.FEW_ROWS and (extent is None or extent >= self.LONG_ROW)
+
+    def _passes(self, sch, blocks, lanes):
+        """Few long rows and several blocks (a softmax, layernorm or logsumexp of a few rows of
+        100,000), or one row of any length: each block is a pass of its own over every row, a
+        reduction cut into chunks that run in parallel (`_single`), an element-wise block spread in
+        parallel and vectorised (`_spread`), rather than each row on one thread."""
+        for b in blocks:
+            if _reduce_count(sch, b):
+                self._single(sch, b, lanes, many_rows=False)
+            else:
+                self._spread(sch, b, lanes)
+        return True
+
+    def _spread(self, sch, block, lanes):
+        """An element-wise block in a loop nest of its own (the epilogue of a reduction cut into
+        chunks: the scaling of an RMS norm's rows, a mean's division): its loops fused, the innermost
+        `lanes` vectorised and the rest in parallel, as CPUElementwise does. Where the size has no
+        whole vectors and its rows are long (an odd or symbolic row) the rows go in parallel in
+        chunks of CHUNK elements, whose contiguous loop LLVM vectorises."""
+        loops = sch.get_loops(block)
+        if not loops:
+            return
+        total = _static_product(sch, loops)
+        threads = total is None or total >= MIN_PARALLEL_ELEMENTWISE
+        *outer, inner = loops
+        row = get_extent(sch, inner)
+        long_row = not isinstance(row, int) or row >= 2 * self.CHUNK
+        most = _uniform_lanes(sch, block, inner, lanes) if self.vectors else 1
+        vector = _pow2_divisor(total, most) if total is not None else 1
+        if vector > 1 and (vector == most or not long_row):
+            fused, lane = sch.split(_fuse(sch, loops), [None, vector])
+            sch.vectorize(lane)
+            if threads:
+                sch.parallel(fused)
+        elif threads and long_row and outer:  # (a fused index would divide by the odd row per element)
+            chunks, _ = sch.split(inner, [None, self.CHUNK])
+            sch.parallel(_fuse(sch, [*outer, chunks]))
+        elif threads:  # one loop: each thread's range of it is a plain loop
+            sch.parallel(_fuse(sch, loops))
 
     def _parallel(self, sch, loop):
         if self.threads:
@@ -1360,6 +1441,11 @@ class CPUReduction(CPURule):
         extent = get_extent(sch, k)
         want = max(1, min(self.parts, extent // 2048)) if isinstance(extent, int) else self.parts
         parts = _pow2_divisor(extent, want)
+        if isinstance(extent, int) and extent and _pow2_divisor(extent // parts, 16) < 16:
+            # odd chunks (200,000 in 64 chunks of 3125) are reduced one scalar at a time: fewer
+            # chunks whose size is a multiple of 16 (25 of 8000) keep vectors of partial results
+            even = [d for d in range(want, min(want, 8) - 1, -1) if extent % d == 0 and (extent // d) % 16 == 0]
+            parts = even[0] if even else parts
         if parts >= min(want, 8):
             kp, _ = sch.split(k, [parts, None])
         else:
@@ -1370,7 +1456,17 @@ class CPUReduction(CPURule):
         """Reduce over a leading or middle axis: the kept elements in parallel, vectors of contiguous ones."""
         loops = sch.get_loops(block)
         kept, red = _fuse(sch, loops[:n_rows]), _fuse(sch, loops[n_rows:])
-        chunk = _pow2_divisor(get_extent(sch, kept), 4 * lanes)
+        extent = get_extent(sch, kept)
+        chunk = _pow2_divisor(extent, 4 * lanes)
+        if chunk < lanes and (not isinstance(extent, int) or extent >= 8 * lanes):
+            # a symbolic or odd row of many columns: chunks of 4 * lanes columns, the last ragged, each
+            # reduced a row of contiguous columns at a time (LLVM vectorises that loop); a parallel
+            # loop over single columns read each column with a stride of a row (13 ms for 4096x1024)
+            outer, inner = sch.split(kept, [None, 4 * lanes])
+            sch.reorder(outer, red, inner)
+            self._parallel(sch, outer)
+            sch.decompose_reduction(block, red)
+            return True
         if chunk < lanes:
             self._parallel(sch, kept)
             sch.decompose_reduction(block, red)  # initialised even when nothing is reduced
@@ -1397,6 +1493,13 @@ class CPUReduction(CPURule):
                     rfs.append(rf)
             order.append(b)
         loops = sch.get_loops(last)    # 2. the last block's rows in parallel, its row vectorised
+        def units(nest):
+            return len(nest) >= n_rows and all(isinstance(e, int) and e == 1 for e in (get_extent(sch, loop) for loop in nest[:n_rows]))
+
+        if units(sch.get_loops(reductions[0])) and not units(loops):
+            # one row, whose unit axis the element-wise blocks lost to normalisation: their first loop
+            # is no row (taken for one, every block ran once per element); `_passes` takes it
+            return False
         row = _fuse(sch, loops[:n_rows])
         inner = loops[n_rows:]
         if inner:
@@ -1721,7 +1824,10 @@ _ERF_DENOMINATOR = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438
 def _erf_f32(arg, _lanes=None):
     x = tirx.Var("x", arg.ty.dtype)  # named once (the polynomial reads it several times)
     c = tirx.max(tirx.min(x, tirx.const(4.0, "float32")), tirx.const(-4.0, "float32"))
-    ratio = _rational(c, _ERF_NUMERATOR, _ERF_DENOMINATOR)
+    # it overshoots +-1 by up to 2 ulp from |x| = 3.8 on: GELU's 1 + erf(x / sqrt 2) went below 0, and
+    # GELU itself above 0, for x near -5.6
+    ratio = tirx.max(tirx.min(_rational(c, _ERF_NUMERATOR, _ERF_DENOMINATOR), tirx.const(1.0, "float32")),
+                     tirx.const(-1.0, "float32"))
     return tirx.Let(x, _bool_casts_as_selects(arg), tirx.Select(tirx.isnan(x), x, ratio))
 
 
@@ -1750,7 +1856,15 @@ def _tanh_f32(arg, _lanes=None):
     return tirx.Let(x, _bool_casts_as_selects(arg), tirx.Select(keep, x, ratio))
 
 
-tirx.op.register_intrin_lowering("tirx.tanh", target="llvm", f=_in_float32(_tanh_f32, _TANH_LOWERING), level=99)
+def _tanh_lowering(call):
+    """float64 tanh is LLVM's own intrinsic (libm's tanh per lane): TVM's lowering, an exp formula,
+    cancelled near 0 (tanh(1e-12) was 9.99978e-13, tanh(1e-20) 0, tanh(-0.0) +0)."""
+    if str(call.ty.dtype.with_lanes(1)) == "float64":
+        return tirx.call_llvm_pure_intrin(call.ty.dtype, "llvm.tanh", call.args[0])
+    return _in_float32(_tanh_f32, _TANH_LOWERING)(call)
+
+
+tirx.op.register_intrin_lowering("tirx.tanh", target="llvm", f=_tanh_lowering, level=99)
 
 
 class fast_exp:  # noqa: N801 - used as `with schedules.fast_exp():`
@@ -1770,6 +1884,10 @@ class fast_exp:  # noqa: N801 - used as `with schedules.fast_exp():`
 
 SERIAL_LIMIT = 10 ** 5  # loop iterations on one thread (one GPU block) that earn a warning
 SYMBOLIC_GUESS = 4096   # what a symbolic size counts for in that estimate
+# and a tensor of several symbolic axes counts at most SYMBOLIC_GUESS ** 2 elements: each of the
+# three sizes of an (a, b, c) tensor counts 256, else a full sum's fold of its chunks of 4096 (a*b*c /
+# 4096 partial sums, in fact 33 for an (8, 4096, 33) input) counted 16,777,216 serial iterations
+SYMBOLIC_AXES = 2
 
 
 class SerialKernelWarning(UserWarning):
@@ -1779,8 +1897,10 @@ class SerialKernelWarning(UserWarning):
 
 def serial_work(func: tirx.PrimFunc, gpu: bool) -> int:
     """Loop iterations of `func` outside any loop that spreads them: a parallel loop on a CPU, a
-    blockIdx loop on a GPU (either of extent > 1). A symbolic extent counts as SYMBOLIC_GUESS."""
+    blockIdx loop on a GPU (either of extent > 1). A symbolic size counts as SYMBOLIC_GUESS, a
+    tensor's several symbolic sizes together as at most SYMBOLIC_GUESS ** SYMBOLIC_AXES (`_guesses`)."""
     total = 0
+    guesses = _guesses(func)
 
     def spreads(loop) -> bool:
         extent = loop.extent
@@ -1792,7 +1912,7 @@ def serial_work(func: tirx.PrimFunc, gpu: bool) -> int:
 
     def extent_of(loop) -> int:
         try:
-            return max(_estimate(loop.extent), 0)
+            return max(_estimate(loop.extent, guesses), 0)
         except (TypeError, ZeroDivisionError):
             return SYMBOLIC_GUESS
 
@@ -1829,17 +1949,33 @@ _ARITH = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: 
           tirx.FloorDiv: lambda a, b: a // b, tirx.FloorMod: lambda a, b: a % b, tirx.Min: min, tirx.Max: max}
 
 
-def _estimate(expr) -> int:
-    """An integer expression's value with every size variable at SYMBOLIC_GUESS (TypeError if odd)."""
+def _guesses(func: tirx.PrimFunc) -> dict[str, int]:
+    """Each size variable's guess: SYMBOLIC_GUESS, less where a parameter has more than SYMBOLIC_AXES
+    symbolic axes, so that their product is SYMBOLIC_GUESS ** SYMBOLIC_AXES (the smallest guess over
+    the parameters that use the variable)."""
+    guesses: dict[str, int] = {}
+    for param in func.params:
+        shape = getattr(getattr(param, "ty", None), "shape", None) if _is_buffer(param) else None
+        names = {v.name for dim in (shape or ()) for v in tirx.analysis.undefined_vars(dim)}
+        if len(names) > SYMBOLIC_AXES:
+            guess = max(round(SYMBOLIC_GUESS ** (SYMBOLIC_AXES / len(names))), 1)
+            for name in names:
+                guesses[name] = min(guesses.get(name, SYMBOLIC_GUESS), guess)
+    return guesses
+
+
+def _estimate(expr, guesses: dict[str, int] | None = None) -> int:
+    """An integer expression's value with every size variable at its guess (`_guesses`; SYMBOLIC_GUESS
+    when it has none). TypeError if odd."""
     if isinstance(expr, tirx.IntImm):
         return int(expr)
     if isinstance(expr, tirx.Var):
-        return SYMBOLIC_GUESS
+        return (guesses or {}).get(expr.name, SYMBOLIC_GUESS)
     if isinstance(expr, tirx.Cast):
-        return _estimate(expr.value)
+        return _estimate(expr.value, guesses)
     for kind, fn in _ARITH.items():
         if isinstance(expr, kind):
-            return fn(_estimate(expr.a), _estimate(expr.b))
+            return fn(_estimate(expr.a, guesses), _estimate(expr.b, guesses))
     raise TypeError(type(expr).__name__)
 
 
@@ -2244,8 +2380,28 @@ def half_math_in_float32(mod: tvm.IRModule, target: tvm.target.Target | None) ->
             return func.with_body(_half_math_in_float32(func.body, (tirx.Div,), (), ("float16", "bfloat16")))
         if own.kind.name != "llvm":
             return func
-        return func.with_body(_half_math_in_float32(func.body))
+        return func.with_body(_bfloat16_casts_rounded(_half_math_in_float32(func.body)))
     return updated(mod, tirx.PrimFunc, widened)
+
+
+def _bfloat16_casts_rounded(body):
+    """Each conversion to bfloat16 of another dtype's value, rounded where it is written: TVM's llvm
+    lowering computes bfloat16 in float32 and rounds only at stores, so it dropped the rounding of a
+    float32/float64 value converted inside a kernel (`x + s` with `s: float`, `a.astype("bfloat16")`),
+    and `x + 0.1` near x = -0.1 was off by the rounding of 0.1. Round to nearest even on the float32
+    bits, as TVM's own store does (NaN kept)."""
+    def rounded(cast):
+        dtype = cast.ty.dtype if hasattr(cast, "ty") else cast.dtype
+        source = cast.value.ty.dtype if hasattr(cast.value, "ty") else cast.value.dtype
+        if str(dtype.with_lanes(1)) != "bfloat16" or str(source.with_lanes(1)) == "bfloat16":
+            return cast
+        f32, u32 = _as_f32(dtype), ("uint32" if dtype.lanes == 1 else f"uint32x{dtype.lanes}")
+        value = tirx.Cast(f32, cast.value)   # no Let: unrolling and vectorising copy the body
+        bits = tirx.reinterpret(u32, value)
+        u = lambda n: tirx.const(n, "uint32")  # noqa: E731 - scalars broadcast to the lanes
+        nearest = (bits + u(0x7FFF) + tirx.bitwise_and(tirx.shift_right(bits, u(16)), u(1))) & u(0xFFFF0000)
+        return tirx.Cast(dtype, tirx.Select(tirx.isnan(value), value, tirx.reinterpret(f32, nearest)))
+    return tvm_ffi.structural_map(body, (tirx.Cast, rounded))
 
 
 def _half_math_in_float32(body, arithmetic=_HALF_ARITH, comparisons=_HALF_COMPARE, halves=("float16",)):
