@@ -329,6 +329,11 @@ class _AttentionToTorch(_Offload):
         in any order (`p * c`, `c * p`, `c * p / d`, ...), or to the product itself; (None, None) else."""
         scale = 1.0
         while self.product(value) is None:
+            if _is_op(value, "relax.astype") and str(value.ty.dtype).startswith(("float", "bfloat")):
+                # a half product scaled in float32 (`astype(astype(p, "float32") * c, half)`: a half
+                # tensor times a number computes so, as in torch) is scaled as SDPA scales it
+                value = self.bound(value.args[0])
+                continue
             if not (_is_op(value, "relax.multiply") or _is_op(value, "relax.divide")):
                 return None, None
             divide = _is_op(value, "relax.divide")

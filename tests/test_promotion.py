@@ -186,3 +186,16 @@ def test_conversions_to_bfloat16_inside_a_cpu_kernel_round():
     got = bt.jit(target="cpu")(to_bfloat16_inside)(a, b, c, 0.1)
     for g, w in zip(got, ((a * b).to(torch.bfloat16) + c, c + 0.1, c - 0.1)):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_tensor_with_a_number_as_torchs_cuda_kernels(dtype):
+    """On a GPU torch computes `+` and `-` with a number in float32 too: so does the compiled code."""
+    torch.manual_seed(0)
+    x = torch.cat([torch.randn(10000) * 10, torch.tensor([0.5, 66.125, -0.0, float("inf"), float("nan")])])
+    x = x.to(dtype).cuda()
+    got = bt.jit(target="gpu")(half_with_numbers)(x, 0.1)
+    for i, (g, w) in enumerate(zip(got, half_with_numbers(x, 0.1))):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True, msg=f"output {i}")

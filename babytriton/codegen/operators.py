@@ -31,11 +31,12 @@ ARITH = {
     ast.FloorDiv: op.floor_divide, ast.Mod: op.floor_mod, ast.Pow: op.power, ast.MatMult: op.matmul,
 }
 # Operators that torch computes in float32 where one operand is a float16/bfloat16 tensor and the
-# other a Python number (or run-time scalar): the number enters as its float32 value, not rounded to
-# the half dtype first, and the result is rounded once (`x * 1e5` is finite for x = 0.5, though 1e5
-# is inf in float16). torch's CPU kernels do so for `*` and `/` only (`x + 0.1` adds 0.1 rounded to
-# the half dtype), and a number divided by a tensor is reciprocal(x) * number there.
-HALF_WITH_NUMBER_IN_FLOAT32 = (ast.Mult, ast.Div)
+# other a Python number (or run-time scalar), by device kind: the number enters as its float32 value,
+# not rounded to the half dtype first, and the result is rounded once (`x * 1e5` is finite for
+# x = 0.5, though 1e5 is inf in float16). torch's CUDA kernels do so for `+ - * /`, its CPU kernels
+# for `*` and `/` only (`x + 0.1` adds 0.1 rounded to the half dtype). A number divided by a tensor
+# is reciprocal(x) * number on both (Tensor.__rtruediv__), so it is not among them.
+HALF_WITH_NUMBER_IN_FLOAT32 = {"cpu": (ast.Mult, ast.Div), "cuda": (ast.Add, ast.Sub, ast.Mult, ast.Div)}
 # Bitwise operators: the integer op, and the logical op used on bool tensors.
 BITWISE = {
     ast.BitAnd: (op.bitwise_and, op.logical_and),

@@ -385,7 +385,7 @@ class RelaxCodeGen(CodeGenerator):
             return result if rhs > 0 else self.emit(relax.op.divide(self.const(1, dtype), result))
         if kind is ast.Pow and dtype == "bfloat16":  # TVM's pow has no bfloat16: float32, rounded once
             return self.emit(relax.op.astype(self.emit_binary(relax.op.power, lhs, rhs, "float32", sym), dtype))
-        if kind in operators.HALF_WITH_NUMBER_IN_FLOAT32 and dtype in ("float16", "bfloat16") \
+        if kind in operators.HALF_WITH_NUMBER_IN_FLOAT32[self.options.device_kind] and dtype in ("float16", "bfloat16") \
                 and self.is_weak(rhs) != self.is_weak(lhs) and not (kind is ast.Div and self.is_weak(lhs)):
             wide = self.emit_binary(operators.ARITH[kind], lhs, rhs, "float32", sym)
             return self.emit(relax.op.astype(wide, dtype))
