@@ -1137,7 +1137,7 @@ def half_argmax(x: bt.Tensor((64, 4096), "float16")):
 
 
 def test_cpu_kernels_other_rules_decline_still_run_in_parallel():
-    # (many rows: a few long rows' argmax is cut into parallel chunks by CPUReduction, see
+    # (many rows; a whole-tensor argmax is cut into parallel chunks by CPUReduction, see
     # test_cpu_whole_tensor_argmax_is_cut_into_parallel_chunks)
     x = torch.randn(64, 4096).half()
     f = bt.jit(target="cpu")(half_argmax)
@@ -1755,6 +1755,16 @@ def test_cpu_whole_tensor_argmax_is_cut_into_parallel_chunks(fn, ref):
         y = torch.randint(-2, 3, (n,)).float()
         if fn is not _argmax_rows:
             assert torch.equal(f(y), ref(y))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_cpu_argmax_of_a_few_long_rows_matches_torch(dtype):
+    """A few long rows: a bfloat16 argmax (its values compared in float32) cut into chunks gave
+    chunk-local indices (65 for 13): such rows keep one row per thread."""
+    torch.manual_seed(0)
+    x = torch.randint(-50, 50, (4, 100000)).to(dtype)
+    x[1, 5] = float("nan")
+    assert torch.equal(bt.jit(target="cpu")(_argmax_rows)(x), torch.argmax(x, dim=-1))
 
 
 def _sym_sum(x: bt.Tensor(("a", "b", "c"), "float32")):
