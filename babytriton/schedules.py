@@ -2392,15 +2392,16 @@ def half_math_in_float32(mod: tvm.IRModule, target: tvm.target.Target | None) ->
 
 
 def _bfloat16_casts_rounded(body):
-    """Each conversion to bfloat16 of another dtype's value, rounded where it is written: TVM's llvm
-    lowering computes bfloat16 in float32 and rounds only at stores, so it dropped the rounding of a
-    float32/float64 value converted inside a kernel (`x + s` with `s: float`, `a.astype("bfloat16")`),
-    and `x + 0.1` near x = -0.1 was off by the rounding of 0.1. Round to nearest even on the float32
-    bits, as TVM's own store does (NaN kept)."""
+    """Each conversion of a float64 value (a run-time `s: float`) to bfloat16, rounded where it is
+    made: TVM's llvm lowering computes bfloat16 in float32 and rounds only at stores, so `x + s` added
+    s unrounded, and near x = -s it was off by the rounding of s. Round to nearest even on the float32
+    bits, as TVM's own store does (NaN kept). Conversions of float32 values stay TVM's (rounded at the
+    store, as its bfloat16 arithmetic is): rounding each one cost a bfloat16 softmax on a 16-core Xeon
+    451 -> 820 us."""
     def rounded(cast):
         dtype = cast.ty.dtype if hasattr(cast, "ty") else cast.dtype
         source = cast.value.ty.dtype if hasattr(cast.value, "ty") else cast.value.dtype
-        if str(dtype.with_lanes(1)) != "bfloat16" or str(source.with_lanes(1)) == "bfloat16":
+        if str(dtype.with_lanes(1)) != "bfloat16" or str(source.with_lanes(1)) != "float64":
             return cast
         f32, u32 = _as_f32(dtype), ("uint32" if dtype.lanes == 1 else f"uint32x{dtype.lanes}")
         value = tirx.Cast(f32, cast.value)   # no Let: unrolling and vectorising copy the body
