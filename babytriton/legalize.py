@@ -123,28 +123,27 @@ def _safe_divisor(b):
     return tirx.Select(tirx.Or(b == zero, minus_one), one, b), minus_one
 
 
-def int_floor_divide(a, b):
-    """Integer `a // b` (floor) that never traps: see _safe_divisor."""
-    b = b if isinstance(b, tvm.ir.expr.Expr) else tirx.const(b, _dtype(a))
-    if not _traps(b):
-        return tirx.floordiv(a, b)
-    safe, minus_one = _safe_divisor(b)
-    quotient = tirx.floordiv(a, safe)
-    if minus_one is None:
-        return quotient
-    low = tirx.min_value(_dtype(a))
-    # -a, except that -INT_MIN wraps to INT_MIN (no negation of INT_MIN is ever computed)
-    return tirx.Select(minus_one, tirx.Select(a == low, a, tirx.const(0, _dtype(a)) - a), quotient)
+def _without_trap(divide, at_minus_one, name: str):
+    """Integer `divide(a, b)` (floordiv or floormod, Python's and torch's rounding) that never traps:
+    see _safe_divisor; `at_minus_one(a)` is its value where b is -1."""
+    def rule(a, b):
+        b = b if isinstance(b, tvm.ir.expr.Expr) else tirx.const(b, _dtype(a))
+        if not _traps(b):
+            return divide(a, b)
+        safe, minus_one = _safe_divisor(b)
+        result = divide(a, safe)
+        return result if minus_one is None else tirx.Select(minus_one, at_minus_one(a), result)
+    rule.__name__ = name
+    return rule
 
 
-def int_floor_mod(a, b):
-    """Integer `a % b` (the divisor's sign, as Python's and torch's) that never traps."""
-    b = b if isinstance(b, tvm.ir.expr.Expr) else tirx.const(b, _dtype(a))
-    if not _traps(b):
-        return tirx.floormod(a, b)
-    safe, minus_one = _safe_divisor(b)
-    remainder = tirx.floormod(a, safe)
-    return remainder if minus_one is None else tirx.Select(minus_one, tirx.const(0, _dtype(a)), remainder)
+def _negated(a):
+    """-a, except that -INT_MIN wraps to INT_MIN (no negation of INT_MIN is ever computed)."""
+    return tirx.Select(a == tirx.min_value(_dtype(a)), a, tirx.const(0, _dtype(a)) - a)
+
+
+int_floor_divide = _without_trap(tirx.floordiv, _negated, "int_floor_divide")
+int_floor_mod = _without_trap(tirx.floormod, lambda a: tirx.const(0, _dtype(a)), "int_floor_mod")
 
 
 def _int_binary(rule, topi_fn):
