@@ -65,6 +65,8 @@ for _symbol, _names in {"+": "add", "-": "sub subtract", "*": "mul multiply", "/
     for _name in _names.split():
         _WEAK_SYMBOLS.update({_name: _symbol, f"__{_name}__": _symbol, f"__r{_name}__": _symbol})
 _WEAK_UNARY = {"neg", "negative", "__neg__", "positive", "__pos__"}
+_AS_NUMBERS = {"+", "-", "*", "/"}   # torch's arithmetic takes a Python number in their place
+_OPERATORS = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul, "divide": operator.truediv}
 
 
 class WeakScalar(torch.Tensor):
@@ -87,7 +89,12 @@ class WeakScalar(torch.Tensor):
         with torch._C.DisableTorchFunctionSubclass():
             if plain and symbol is not None:  # operands of one element-wise op
                 dtype = DTYPES[library.common_dtype([*plain, *(_number(w) for w in weak)])]
-                cast = {id(w): w.as_subclass(torch.Tensor).to(dtype) for w in weak}
+                if symbol in _AS_NUMBERS and dtype in (torch.float16, torch.bfloat16):
+                    # a half tensor and a number: torch's own rule for a Python number (float32 for
+                    # `*` and `/`, and on a GPU `+` and `-`), which the compiler follows too
+                    cast = {id(w): w.item() for w in weak}
+                else:
+                    cast = {id(w): w.as_subclass(torch.Tensor).to(dtype) for w in weak}
             elif symbol is not None:
                 numbers = [v for v in leaves if isinstance(v, PY_SCALARS)]
                 dtype = DTYPES[weak_dtype(symbol, [TORCH_TO_NAME[w.dtype] for w in weak] +
@@ -202,6 +209,16 @@ class TorchBuilder:
 
     def same_as_operator(self, name: str, x1, x2):
         return SAME_AS_OPERATOR[name](x1, x2)
+
+    def as_operator(self, name: str, x1, x2):
+        """A half tensor and a number: the operator on them (torch's rule for a Python number, which a
+        weak scalar takes part as), not the op on the number cast to the half dtype; else None."""
+        halves = [v for v in (x1, x2) if _is_tensor(v) and not isinstance(v, WeakScalar)
+                  and v.dtype in (torch.float16, torch.bfloat16)]
+        numbers = [v for v in (x1, x2) if isinstance(v, (WeakScalar, *PY_SCALARS)) and not isinstance(v, bool)]
+        if len(halves) != 1 or len(numbers) != 1:
+            return None
+        return _OPERATORS[name](x1, x2)
 
     def emit(self, op: library.Op, values: dict):
         fn = TORCH.get(op.name)

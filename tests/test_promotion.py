@@ -166,10 +166,11 @@ def test_half_tensor_with_a_number_as_torchs_kernels(dtype):
     x = torch.cat([torch.randn(10000) * 10, torch.tensor([0.5, 66.125, -0.0, float("inf"), float("nan")])]).to(dtype)
     s = 0.1
     want = (x * s, x / s, s * x, x * 1.01, x / 3.3, 0.7 * x, x * 1e5, x + s, x - 0.3, s - x, x + 1.01)
-    got = bt.jit(target="cpu")(half_with_numbers)(x, s)
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert g.dtype == w.dtype
-        torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True, msg=f"output {i}")
+    f = bt.jit(target="cpu")(half_with_numbers)
+    for run in (f, f.eager):   # the eager reference too: a run-time float takes part as torch's number
+        for i, (g, w) in enumerate(zip(run(x, s), want)):
+            assert g.dtype == w.dtype
+            torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True, msg=f"{run} output {i}")
 
 
 def to_bfloat16_inside(a, b, c, s: float):
@@ -201,3 +202,21 @@ def test_half_tensor_with_a_number_as_torchs_cuda_kernels(dtype):
     for i, (g, w) in enumerate(zip(got, half_with_numbers(x, 0.1))):
         assert g.dtype == w.dtype
         torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True, msg=f"output {i}")
+
+
+def half_library_numbers(x, s: float):
+    return multiply(x, s), divide(x, 3.3), add(x, 0.1), subtract(x, s), multiply(0.7, x), multiply(x, 1e5)  # noqa: F821
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_library_spellings_of_the_operators_follow_their_rule(dtype):
+    """`multiply(x, 0.1)` is `x * 0.1`: the number in float32 where the operator takes it so."""
+    torch.manual_seed(0)
+    x = (torch.randn(10000) * 10).to(dtype)
+    want = (torch.multiply(x, 0.1), torch.divide(x, 3.3), torch.add(x, 0.1), torch.subtract(x, 0.1),
+            torch.multiply(x, 0.7), torch.multiply(x, 1e5))
+    f = bt.jit(target="cpu")(half_library_numbers)
+    for run in (f, f.eager):
+        for i, (g, w) in enumerate(zip(run(x, 0.1), want)):
+            assert g.dtype == w.dtype
+            torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True, msg=f"output {i}")

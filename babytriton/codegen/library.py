@@ -61,6 +61,9 @@ SAME_AS_OPERATOR = {
     "matmul": lambda cg, x1, x2: cg.matmul(x1, x2),
     "power": lambda cg, x1, x2: cg.binary(ast.Pow(), x1, x2),
 }
+# Library ops spelling an operator: where the operator has a rule of its own for a half tensor and a
+# number (computed in float32, as torch does), `multiply(x, 0.1)` follows it as `x * 0.1` does.
+AS_OPERATOR = {"add": ast.Add, "subtract": ast.Sub, "multiply": ast.Mult, "divide": ast.Div}
 # Float-only binary ops (TVM would miscompile integers): refused on integer and bool tensors, like
 # exp or sqrt, whose Relax type rules refuse them.
 FLOAT_ONLY = {"atan2", "log_add_exp", "mean", "std", "variance"}
@@ -318,6 +321,7 @@ class Builder(typing.Protocol):
     def aligned(self, *operands) -> list: ...   # element-wise operands made to agree on their shapes
     def check_sizes(self, op: "Op", values: dict) -> None: ...  # size checks it makes before the op
     def same_as_operator(self, name: str, x1, x2): ...  # `x1 @ x2`, `x1 ** x2`
+    def as_operator(self, name: str, x1, x2): ...  # `multiply(x, 0.1)` as `x * 0.1` builds it, or None
     def emit(self, op: "Op", values: dict): ... # the op on its converted arguments
     def rounded_back(self, result, dtype: str): ...  # float32 results of half operands, back to `dtype`
     # what Python's operators build, once codegen.semantic has checked their operands
@@ -364,6 +368,10 @@ def _call(b: Builder, op: Op, arguments: dict):
     if op.name in SAME_AS_OPERATOR and set(arguments) == {"x1", "x2"}:
         return b.same_as_operator(op.name, arguments["x1"], arguments["x2"])
     values = {name: convert(b, op, name, value, arguments) for name, value in arguments.items()}
+    if op.name in AS_OPERATOR and set(values) == {"x1", "x2"}:
+        result = b.as_operator(op.name, values["x1"], values["x2"])
+        if result is not None:
+            return result
     if op.name in ALL_AXES_WHEN_NONE_GIVEN and isinstance(values.get("axis"), (list, tuple)) and not values["axis"]:
         values["axis"] = None
     promoted = [n for n in op.promoted if n in values]
@@ -464,6 +472,12 @@ class RelaxBuilder:
 
     def same_as_operator(self, name: str, x1, x2):
         return SAME_AS_OPERATOR[name](self.cg, x1, x2)
+
+    def as_operator(self, name: str, x1, x2):
+        """The operator's rule for a half tensor and a number (codegen's half_with_number), else None."""
+        kind = AS_OPERATOR[name]
+        sym = operators.SYMBOL[kind]
+        return self.cg.half_with_number(kind, sym, x1, x2, self.cg.operator_dtype(sym, x1, x2))
 
     def emit(self, op: Op, values: dict):
         cg = self.cg

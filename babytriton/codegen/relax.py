@@ -385,11 +385,19 @@ class RelaxCodeGen(CodeGenerator):
             return result if rhs > 0 else self.emit(relax.op.divide(self.const(1, dtype), result))
         if kind is ast.Pow and dtype == "bfloat16":  # TVM's pow has no bfloat16: float32, rounded once
             return self.emit(relax.op.astype(self.emit_binary(relax.op.power, lhs, rhs, "float32", sym), dtype))
+        wide = self.half_with_number(kind, sym, lhs, rhs, dtype)
+        if wide is not None:
+            return wide
+        return self.emit_binary(operators.ARITH[kind], lhs, rhs, dtype, sym)
+
+    def half_with_number(self, kind, sym: str, lhs, rhs, dtype: str):
+        """A half tensor and a number under an operator torch computes in float32 there
+        (operators.HALF_WITH_NUMBER_IN_FLOAT32): computed so and rounded once; None for the others."""
         if kind in operators.HALF_WITH_NUMBER_IN_FLOAT32[self.options.device_kind] and dtype in ("float16", "bfloat16") \
                 and self.is_weak(rhs) != self.is_weak(lhs) and not (kind is ast.Div and self.is_weak(lhs)):
             wide = self.emit_binary(operators.ARITH[kind], lhs, rhs, "float32", sym)
             return self.emit(relax.op.astype(wide, dtype))
-        return self.emit_binary(operators.ARITH[kind], lhs, rhs, dtype, sym)
+        return None
 
     def divide_by_zero(self, kind, sym: str, lhs, rhs, dtype: str):
         """`x / 0.0`, `x // 0.0`, `x % 0.0` with torch's meaning (inf, -inf, nan), written so that TVM
