@@ -1735,7 +1735,7 @@ def _argmax_rows(x):
 def test_cpu_whole_tensor_argmax_is_cut_into_parallel_chunks(fn, ref):
     """A whole-tensor argmax was one serial loop of 10^6 steps: now chunks reduced in parallel, then
     their (index, value) pairs folded, with torch's rule (the first index of the extreme value; the
-    first NaN wins) whatever the order of the fold."""
+    first NaN wins) whatever the order of the fold. Three long rows: one row per thread, no warning."""
     f = bt.jit(target="cpu")(fn)
     shape = (3, 333333) if fn is _argmax_rows else (1_000_000,)
     with warnings.catch_warnings():
