@@ -146,16 +146,6 @@ int_floor_divide = _without_trap(tirx.floordiv, _negated, "int_floor_divide")
 int_floor_mod = _without_trap(tirx.floormod, lambda a: tirx.const(0, _dtype(a)), "int_floor_mod")
 
 
-def _int_binary(rule, topi_fn):
-    def legalize(bb, call):
-        if not str(call.ty.dtype).startswith(("int", "uint")):
-            return None
-        a, b = call.args
-        b = _try_convert_to_scalar_const(b)
-        return bb.call_te(lambda x, y: _elementwise(rule, x, y), a, b, primfunc_name_hint=topi_fn)
-    return legalize
-
-
 # -- an operand that is the constant ±0: TVM folds `x * 0` and `0 / x` to 0 and `x + 0` to x as it
 # builds the expression (arith's constant folding treats floats as real numbers), so these say what
 # IEEE arithmetic gives instead. `sign` is -1 for the constant -0.0, else 1.
@@ -419,9 +409,14 @@ def _at(t, index):
                for n, i in zip(t.shape, index[offset:])])
 
 
-def _binary(rule, topi_fn):
+def _is_int_dtype(dtype) -> bool:
+    return str(dtype).startswith(("int", "uint"))
+
+
+def _binary(rule, topi_fn, applies=is_float_dtype):
+    """`rule` on each pair of elements, for results of the dtypes `applies` accepts (None otherwise)."""
     def legalize(bb, call):
-        if not is_float_dtype(call.ty.dtype):
+        if not applies(call.ty.dtype):
             return None
         a, b = call.args
         b = _try_convert_to_scalar_const(b)
@@ -577,8 +572,8 @@ _RULES = {
     "relax.add": _first(_with_zero(plus_zero, plus_zero, "add"), _wrapping_int(operator.add, "add")),
     "relax.subtract": _first(_with_zero(None, lambda x, sign: plus_zero(x, -sign), "subtract"),
                              _wrapping_int(operator.sub, "subtract"), _binary(subtract, "subtract")),
-    "relax.floor_mod": _first(_binary(floor_mod, "floor_mod"), _int_binary(int_floor_mod, "floor_mod")),
-    "relax.floor_divide": _first(_binary(floor_divide, "floor_divide"), _int_binary(int_floor_divide, "floor_divide")),
+    "relax.floor_mod": _first(_binary(floor_mod, "floor_mod"), _binary(int_floor_mod, "floor_mod", _is_int_dtype)),
+    "relax.floor_divide": _first(_binary(floor_divide, "floor_divide"), _binary(int_floor_divide, "floor_divide", _is_int_dtype)),
     "relax.max": _statistical("max"),
     "relax.min": _statistical("min"),
     "relax.argmax": _arg("argmax"),

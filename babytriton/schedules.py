@@ -1326,25 +1326,24 @@ class CPUReduction(CPURule):
     def _pairs(self, sch, blocks, first, many_rows):
         """argmax's (index, value) pairs. Many rows: the rows in parallel, each reduced in order
         (rfactor into vectors mixed up its NaN-aware combiner). A whole-tensor argmax: cut into chunks
-        (`_cut`) reduced in parallel, each in order and without vectors, then their pairs folded (a
-        few rows are left to the other rules). The combiner orders pairs totally (a NaN first, then the better value, then the
-        smaller index) and the identity loses to any element, so any order of folding gives torch's
-        pair: the first index of the maximum, or of the first NaN."""
+        (`_cut`) reduced in parallel, each in order and without vectors, then their pairs folded. The
+        combiner orders pairs totally (a NaN first, then the better value, then the smaller index) and
+        the identity loses to any element, so any order of folding gives torch's pair: the first index
+        of the maximum, or of the first NaN."""
         if not self.threads:
             return False
         loops = sch.get_loops(first)
         n_rows = len(loops) - _reduce_count(sch, first)
-        indexed = any("int" in str(w.source.dtype) for w in sch.get(first).writes)
-        if many_rows or not indexed:
-            # (an online softmax's (sum, max) pairs, with an epilogue, are left to the other rules:
-            # only argmax's combiner is shown to fold in any order)
-            if len(blocks) != 1 or not n_rows or not many_rows:
+        if many_rows:
+            if len(blocks) != 1 or not n_rows:
                 return False
             sch.parallel(_fuse(sch, loops[:n_rows]))
             return True
-        if n_rows and _static_product(sch, loops[:n_rows]) != 1:
-            # a few rows: cut into chunks, a bfloat16 argmax (its values cast to float32) gave chunk-local
-            # indices; the other rules take the kernel (Dlight's: its rows in parallel)
+        whole = not n_rows or _static_product(sch, loops[:n_rows]) == 1
+        if not whole or not any("int" in str(w.source.dtype) for w in sch.get(first).writes):
+            # left to the other rules (Dlight's: rows in parallel): a few rows cut into chunks gave a
+            # bfloat16 argmax (its values cast to float32) chunk-local indices, and an online softmax's
+            # (sum, max) pairs wrong sums
             return False
         for b in blocks:
             if not sch.get_loops(b):  # rfactor fails on a neighbour block without loops
