@@ -45,7 +45,7 @@ import torch
 
 from . import devices
 from .arguments import unwrap
-from .codegen import kernels, library, semantic
+from .codegen import kernels, library, pytorch, semantic
 from .codegen.values import PY_BUILTINS
 from .eager_ops import (_DEVICE, _SIZES, BUILDER, PY_SCALARS, TORCH, _describe, _is_scalar,  # noqa: F401
                         _is_tensor, WeakScalar, call_op, run_kernel, weak)
@@ -295,6 +295,12 @@ def tensor_attribute(tensor: torch.Tensor, name: str):
         return tensor.dim()
     if name in library.PROPERTIES:
         return call_op(library.table()[library.PROPERTIES[name]], [tensor], {})
+    found, prop = pytorch.tensor_property(BUILDER, tensor, name)
+    if found:
+        return prop
+    torch_method = pytorch.method(tensor, name)
+    if torch_method is not None:
+        return torch_function(torch_method.entry, tensor, name)
     bound = library.method(tensor, name)
     if bound is not None:
         def method(*args, **kwargs):
@@ -377,6 +383,9 @@ def translate(value):
     op = library.resolve(value)
     if op is not None:
         return op_function(op)
+    entry = pytorch.resolve(value)
+    if entry is not None:
+        return torch_function(entry)
     if isinstance(value, Decorated):
         return functools.partial(call_nested, value.info)
     if kernels.is_kernel(value):
@@ -395,6 +404,18 @@ def op_function(op: library.Op):
         return call_op(op, list(args), kwargs)
     call.__name__ = call.__qualname__ = op.name
     call.__doc__ = f"The library op {op.display}, run by torch (babytriton's eager mode)."
+    return call
+
+
+def torch_function(entry: pytorch.Entry, receiver=None, name: str | None = None):
+    """A torch name (or a tensor's method, with its receiver) as eager code runs it: the compiler's rule
+    (codegen.pytorch) on torch values."""
+    def call(*args, **kwargs):
+        try:
+            return pytorch.call(BUILDER, entry, list(args) if receiver is None else [receiver, *args], kwargs)
+        except Diagnostic as e:
+            raise TypeError(str(e)) from None
+    call.__name__ = call.__qualname__ = name or entry.name.rpartition(".")[2]
     return call
 
 

@@ -24,7 +24,7 @@ from ..arguments import ArgSpec
 from ..errors import CompilationError, Diagnostic, debug_enabled, quiet_tvm
 from ..source import ParsedFunction
 from ..types import TORCH_TO_NAME, Tensor, format_shape, is_float_dtype
-from . import inline, kernels, library, operators, semantic
+from . import inline, kernels, library, operators, pytorch, semantic
 from .base import CodeGenerator
 from .control import Flow
 from .loops import Loops
@@ -611,10 +611,13 @@ class RelaxCodeGen(CodeGenerator):
             return dtype_of(value)
         if attr == "ndim":
             return value.ty.ndim
+        found, prop = pytorch.tensor_property(self.builder, value, attr)  # x.device, x.mT
+        if found:
+            return prop
         prop = library.tensor_property(self, value, attr)  # x.T
         if prop is not None:
             return prop
-        method = library.method(value, attr)  # x.sum, called by visit_Call
+        method = pytorch.method(value, attr) or library.method(value, attr)  # x.exp, called by visit_Call
         if method is not None:
             return method
         available = ["shape", "dtype", "ndim", *library.tensor_attributes()]
@@ -642,8 +645,13 @@ class RelaxCodeGen(CodeGenerator):
             return self.call_len(args, kwargs)
         if func in PY_BUILTINS.values() or getattr(func, "__module__", None) == "math":
             return self.call_python(func, args, kwargs)
+        if isinstance(func, pytorch.BoundMethod):
+            return pytorch.call_method(self.builder, func, args, kwargs)
         if isinstance(func, library.Method):
             return library.call_method(self, func, args, kwargs)
+        entry = pytorch.resolve(func)  # torch.exp, F.gelu, torch.Tensor.exp: torch's meaning
+        if entry is not None:
+            return pytorch.call(self.builder, entry, args, kwargs)
         op = library.resolve(func)
         if op is not None:
             return library.call(self, op, args, kwargs)

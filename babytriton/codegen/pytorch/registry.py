@@ -1,0 +1,131 @@
+"""The torch-name table: each torch function, `torch.nn.functional` function and tensor method that
+@jit code may call, mapped to one rule written over a library.Builder.
+
+A rule takes the builder first and torch's own parameters after it (`softmax(b, input, dim, dtype)`),
+and builds its result from the Relax operators of the library table (`op(b, "exp", x)`), so the
+compiler (library.RelaxBuilder: Relax) and the eager reference (eager_ops.TorchBuilder: torch) run
+the same rule, as Helion and Dynamo map torch's vocabulary onto their own IR.
+"""
+from __future__ import annotations
+
+import inspect
+import typing
+from dataclasses import dataclass
+
+from ...errors import Diagnostic
+from .. import library
+
+
+@dataclass(frozen=True, eq=False)
+class Entry:
+    """One torch name: its rule and the signature users call it with (the rule's, less the builder)."""
+    name: str                    # how messages name it: "torch.softmax", "Tensor.transpose"
+    rule: typing.Callable
+    signature: inspect.Signature
+
+    def __repr__(self):
+        return f"<torch rule {self.name}>"
+
+
+@dataclass(frozen=True, eq=False)
+class BoundMethod:
+    """`x.exp` before it is called: a tensor method's rule with the tensor as its first argument."""
+    entry: Entry
+    tensor: object
+    attr: str
+
+    def __repr__(self):
+        return f"<tensor method .{self.attr}()>"
+
+
+# id(torch callable) -> (the callable, kept alive so its id stays its own; its entry)
+FUNCTIONS: dict[int, tuple[object, Entry]] = {}
+METHODS: dict[str, Entry] = {}   # tensor method name -> entry (the tensor is its first argument)
+PROPERTIES: dict[str, typing.Callable] = {}  # tensor attribute read without a call (`x.mT`) -> rule(b, x)
+
+
+def torch_rule(*functions, methods: tuple[str, ...] = (), name: str | None = None):
+    """Register the decorated rule for these torch callables and tensor method names."""
+    def register(rule):
+        params = list(inspect.signature(rule).parameters.values())[1:]  # less the builder
+        first = functions[0] if functions else None
+        shown = name or (f"torch.{first.__name__}" if first is not None else f"Tensor.{methods[0]}")
+        entry = Entry(shown, rule, inspect.Signature(params))
+        for fn in functions:
+            FUNCTIONS[id(fn)] = (fn, entry)
+        for method in methods:
+            METHODS[method] = entry
+        return rule
+    return register
+
+
+def resolve(value) -> Entry | None:
+    """The entry a compile-time value stands for (`torch.exp`, `F.gelu`, `torch.Tensor.exp`), if any."""
+    found = FUNCTIONS.get(id(value))
+    return found[1] if found is not None and found[0] is value else None
+
+
+def torch_property(*names: str):
+    """Register the decorated rule(b, x) as the value of these tensor attributes (`x.device`, `x.mT`)."""
+    def register(rule):
+        PROPERTIES.update(dict.fromkeys(names, rule))
+        return rule
+    return register
+
+
+def tensor_property(b, tensor, attr: str):
+    """(True, value) of a tensor attribute torch reads without a call; (False, None) if it has none."""
+    rule = PROPERTIES.get(attr)
+    return (False, None) if rule is None else (True, rule(b, tensor))
+
+
+def method(tensor, attr: str) -> BoundMethod | None:
+    entry = METHODS.get(attr)
+    return None if entry is None else BoundMethod(entry, tensor, attr)
+
+
+def call(b, entry: Entry, args: list, kwargs: dict):
+    """`entry(*args, **kwargs)` on the builder's values: the arguments bound to torch's signature."""
+    try:
+        bound = entry.signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise Diagnostic(f"{entry.name}(): {e}") from None
+    return entry.rule(b, *bound.args, **bound.kwargs)
+
+
+def call_method(b, bound: BoundMethod, args: list, kwargs: dict):
+    return call(b, bound.entry, [bound.tensor, *args], kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# what the rules share
+# ----------------------------------------------------------------------------------------------
+def op(b, name: str, *args, **kwargs):
+    """The library's Relax operator `name` on the builder's values, with every rule of library.apply."""
+    return library.apply(b, library.table()[name], list(args), kwargs)
+
+
+def tensor(b, value, where: str):
+    """`value`, which must be a tensor (torch's functions take no Python numbers where they take input)."""
+    if not b.is_tensor(value):
+        raise Diagnostic(f"{where} takes a tensor, got {b.describe(value)}")
+    return value
+
+
+def dim(b, x, d: int, where: str, extra: int = 0) -> int:
+    """A torch `dim` as a non-negative axis of x (which has `extra` more axes after the op)."""
+    ndim = max(b.ndim(x) + extra, 1)
+    if isinstance(d, bool) or not isinstance(d, int):
+        raise Diagnostic(f"{where}: dim must be an int, got {b.describe(d)}")
+    if not -ndim <= d < ndim:
+        raise Diagnostic(f"{where}: dim {d} is out of range for a {b.ndim(x)}-d tensor "
+                         f"(expected to be in range of [{-ndim}, {ndim - 1}])")
+    return d % ndim
+
+
+def dims(b, x, d, where: str) -> list[int] | None:
+    """A torch `dim` that may be None (every axis), an int or a sequence of ints, as axes of x."""
+    if d is None:
+        return None
+    items = d if isinstance(d, (tuple, list)) else [d]
+    return [dim(b, x, i, where) for i in items]
