@@ -6,7 +6,7 @@
 # takes PyTorch code as it is written.
 #
 # Exercise 10, the course's own, solved on chapter 18: exercises/23_torch_names.py
-# is this file with the answer (the table's rules and the calls into them)
+# is this file with the answer (the rules that compute arguments, and the calls into the table)
 # taken out; `diff exercises/23_torch_names.py chapters/23_torch_names.py` shows it.
 #
 # What: a front end whose users write in another library's vocabulary does not

@@ -353,6 +353,33 @@ def check_22_autodiff(m):
     torch.testing.assert_close(got, [t.grad for t in leaves])
 
 
+def check_23_torch_names(m):
+    """Exercise 10: torch's functions and tensor methods compile to Relax's operators by the table's
+    rules (renamed arguments, computed axes, one name as two operators), compared with torch."""
+    Tensor = m.Tensor
+
+    @m.jit
+    def scores(q: Tensor((4, 8), "float32"), k: Tensor((6, 8), "float32")):
+        return torch.softmax(torch.matmul(q, k.transpose(0, 1)), dim=-1)
+
+    @m.jit
+    def row_max(x: Tensor((4, 8), "float32")):
+        return x.max(dim=1)
+
+    @m.jit
+    def exp_sums(x: Tensor((3, 5, 8), "float32")):
+        return x.exp().mean(dim=2, keepdim=True)
+
+    q, k, x, x3 = torch.randn(4, 8), torch.randn(6, 8), torch.randn(4, 8), torch.randn(3, 5, 8)
+    text = scores.codegen().script()
+    assert "R.permute_dims(k, axes=[1, 0])" in text, "transpose(0, 1) is permute_dims with the two axes swapped"
+    assert "axis=-1" in text, "torch's dim= is Relax's axis="
+    torch.testing.assert_close(scores(Tensor.of(q), Tensor.of(k)), torch.softmax(q @ k.T, dim=-1))
+    values, indices = (torch.from_dlpack(t) for t in row_max(Tensor.of(x)))
+    torch.testing.assert_close((values, indices), tuple(x.max(dim=1)))
+    torch.testing.assert_close(exp_sums(Tensor.of(x3)), x3.exp().mean(dim=2, keepdim=True))
+
+
 # exercise file stem -> its check; `pytest exercises -k <stem or part of it>` runs one
 CHECKS = {name.removeprefix("check_"): fn for name, fn in list(globals().items()) if name.startswith("check_")}
 
@@ -366,6 +393,7 @@ TASKS = {
     "19_tir_calls": ("task6", "calling your own TensorIR"), "20_devices": ("task7", "CPU and GPU in one function"),
     "21_tir_backend": ("task8", "a TensorIR code generator"),
     "22_autodiff": ("task9", "reverse-mode differentiation"),
+    "23_torch_names": ("task10", "torch's names on Relax's operators"),
 }
 
 # where each exercise's reference solution is

@@ -1,13 +1,13 @@
-"""Write the exercise starters: chapters 14-22 with the answer taken out.
+"""Write the exercise starters: chapters 14-23 with the answer taken out.
 
-Each of chapters 14-21 solves one of the tutorial's eight exercises on chapter 13 alone; chapter 22 is
-the course's own exercise 9 (reverse-mode differentiation), on chapter 18. Its starter,
+Each of chapters 14-21 solves one of the tutorial's eight exercises on chapter 13 alone; chapters 22 and 23
+are the course's own exercises 9 (reverse-mode differentiation) and 10 (torch's names), on chapter 18. Its starter,
 exercises/<same name>.py, is the same file with the bodies of the functions that make up the answer
 replaced by `raise NotImplementedError("exercise N (...): name")`; signatures and docstrings stay as
 hints. So `diff exercises/16_if_else.py chapters/16_if_else.py` is the answer and nothing else.
 tests/test_exercises.py checks that the starters are what this script writes.
 
-    python scripts/make_exercises.py          # rewrite exercises/1[4-9]_*.py, exercises/2[0-2]_*.py
+    python scripts/make_exercises.py          # rewrite exercises/1[4-9]_*.py, exercises/2[0-3]_*.py
 """
 import ast
 import re
@@ -37,6 +37,8 @@ EXERCISES = {
         "TIRCodeGenerator.visit_For", "TIRCodeGenerator.visit_Assign", "TIRCodeGenerator.visit_Name",
         "TIRCodeGenerator.visit_Subscript", "TIRCodeGenerator.visit_BinOp"]),
     "22_autodiff": (9, "reverse-mode differentiation", ["vjp_function", "adjoints_of", "reverse_mode"]),
+    "23_torch_names": (10, "torch's names on Relax's operators", [
+        "transpose", "maximum_of", "CodeGenerator.visit_Call", "CodeGenerator.call_torch"]),
 }
 
 FIND_CHAPTERS = [

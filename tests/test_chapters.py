@@ -53,6 +53,8 @@ ARTEFACTS = {
            "Our walk matches torch.autograd", 'gv_adjoint: R.Tensor((), dtype="float32") = R.ones(',
            "w_adjoint_out", "kernels of the backward after chapter 13's fusion: ['",
            "The compiled backward matches torch.autograd"],
+    "23": ["R.permute_dims(k, axes=[1, 0])", "R.nn.softmax(", "R.argmax(x, axis=1", "match torch",
+           "refused: `torch.cumsum` has no rule in this chapter's torch table"],
 }
 
 
@@ -65,7 +67,7 @@ def run(path, cwd):
     return build_book.run_chapter(path, cwd)
 
 
-def test_the_chapters_are_numbered_01_to_22():
+def test_the_chapters_are_numbered_01_to_23():
     assert [p.name[:2] for p in CHAPTERS] == sorted(ARTEFACTS)
 
 
@@ -98,7 +100,7 @@ def test_chapter_shape(path):
     """Opens with its comment block, extends the chapter before it (and not the package), and its demo
     ends on an assert. Chapters 14-21 solve the tutorial's exercises, each on chapter 13 alone, so that
     `diff chapters/13_fusion.py chapters/16_if_else.py` is one exercise's answer and nothing else; chapter
-    22 (differentiation, after the exercises) builds on chapter 18's library calls."""
+    22 (differentiation) and 23 (torch's names), after the exercises, build on chapter 18's library calls."""
     source = path.read_text()
     tree = ast.parse(source)
     assert source.startswith(f"# Chapter {path.name[:2]} - ")
