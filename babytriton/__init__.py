@@ -2,6 +2,7 @@
 from . import ops
 from .autograd import GradientFallbackWarning
 from .config import __version__
+from .codegen.pytorch import torch_names
 from .codegen.tir import parallel
 from .devices import device
 from .errors import CompilationError
@@ -12,4 +13,4 @@ from .types import Tensor, constexpr
 
 # The operators stay out of __all__: `from babytriton import *` must not shadow sum, max, abs, ...
 __all__ = ["jit", "JITFunction", "Kernel", "Tensor", "constexpr", "CompilationError", "device", "parallel",
-           "ops", "grad_for", "GradientFallbackWarning", "torch_op"]
+           "ops", "grad_for", "GradientFallbackWarning", "torch_op", "torch_names"]

@@ -46,8 +46,21 @@ def _type_signature(value) -> str:
     return type(value).__qualname__
 
 
-def arg_spec(param: Param, value, fname: str) -> ArgSpec:
-    """Check one argument against its parameter and describe it; errors name the parameter."""
+class Specialise(BaseException):
+    """Code generation's signal that run-time scalar parameters reached a place that needs a
+    compile-time value (a size, a dim, a slice bound): the driver compiles a version per value of
+    `names` instead, as torch.compile specialises ints. A BaseException, like GeneratorExit: it is
+    control flow, and must pass the visitor's and TVM's `except Exception` handlers unchanged."""
+
+    def __init__(self, names: frozenset, error: BaseException):
+        super().__init__(", ".join(sorted(names)))
+        self.names = names      # the parameters to specialise
+        self.error = error      # what the code raised with them run-time (re-raised if they can't be)
+
+
+def arg_spec(param: Param, value, fname: str, specialised: bool = False) -> ArgSpec:
+    """Check one argument against its parameter and describe it; errors name the parameter. A
+    `specialised` unannotated number is a compile-time value, keyed on (see Specialise)."""
     where = f"{fname}(): parameter '{param.name}'"
     kind = param.kind
     if kind == "constexpr":
@@ -57,9 +70,13 @@ def arg_spec(param: Param, value, fname: str) -> ArgSpec:
             raise TypeError(f"{where} is bt.constexpr, so its value must be hashable; got {type(value).__name__}") from None
         return ArgSpec("constexpr", value=value)
     if kind == "auto":
+        if value is None:  # an optional argument left out (`mask=None`): `if mask is not None:` folds
+            return ArgSpec("constexpr", value=None)
         if is_tensor_like(value):
             kind = "tensor"
         elif type(value) in SCALAR_TYPES:
+            if specialised:
+                return ArgSpec("constexpr", value=value)
             return ArgSpec("scalar", dtype=SCALAR_TYPES[type(value)])
         else:
             raise TypeError(f"{where} expects a tensor (torch, numpy or bt.Tensor) or a number, "

@@ -37,7 +37,8 @@ from tvm import relax
 from . import targets, threads
 from .arguments import ArgSpec
 from .config import __version__, cache_dir, disk_enabled  # noqa: F401 - cache.cache_dir, cache.disk_enabled are public
-from .frontend import Decorated, FunctionInfo
+from .errors import CompilationError
+from .frontend import Decorated, FunctionInfo, plain_function
 from .source import environment
 from .types import Param, format_shape
 
@@ -281,9 +282,9 @@ def _read_globals(info: FunctionInfo, checks: list, values: list, visited: set) 
     for path, value in zip(paths, now):
         if value is _MISSING:   # undefined (the compiler says so), or an attribute it doesn't have
             text = "missing"
-        elif isinstance(value, Decorated):   # its source is fixed; what it reads follows below
+        elif isinstance(value, Decorated) or plain_function(value) is not None:  # inlined: what it reads follows
             text = Identity(value)
-            callees.append(value.info)
+            callees.append(value.info if isinstance(value, Decorated) else plain_function(value))
         else:
             text = canonical(value, set())[0]
         values.append((path, text if text is not None else Identity(value)))
@@ -335,6 +336,12 @@ def canonical(value, seen: set) -> tuple[str | None, str]:
     None when the value has no form that is the same in every process."""
     if isinstance(value, Decorated):
         return _canon_jit(value.info, seen)
+    plain = plain_function(value)
+    if plain is not None:  # a helper @jit code inlines: its source and what it reads, as a @jit function's
+        try:
+            return _canon_jit(plain, seen)
+        except CompilationError:
+            return None, f"<function {plain.name}>"
     for kinds, describe in _CANONICAL:
         if isinstance(value, kinds):
             return describe(value, seen)

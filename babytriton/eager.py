@@ -45,13 +45,14 @@ import torch
 
 from . import devices
 from .arguments import unwrap
-from .codegen import kernels, library, pytorch, semantic
+from .codegen import kernels, library, mutation, pytorch, semantic
+from .codegen.pytorch import indexing
 from .codegen.values import PY_BUILTINS
 from .eager_ops import (_DEVICE, _SIZES, BUILDER, PY_SCALARS, TORCH, _describe, _is_scalar,  # noqa: F401
                         _is_tensor, WeakScalar, call_op, run_kernel, weak)
 from .errors import Diagnostic
-from .frontend import Decorated, FunctionInfo
-from .types import DTYPES, SCALAR_TYPES, TORCH_TO_NAME
+from .frontend import Decorated, FunctionInfo, PlainFunction, plain_function
+from .types import DTYPES, SCALAR_TYPES, TORCH_TO_NAME, DtypeName
 
 # ----------------------------------------------------------------------------------------------
 # calling a @jit function eagerly
@@ -82,11 +83,27 @@ def run(info: FunctionInfo, args: tuple, kwargs: dict):
             values.append(value)
     token, sizes_token = _DEVICE.set(device), _SIZES.set(sizes)
     try:
-        result = function(info)(*values)
+        result = _specialising(info, args, specs, values)
     finally:
         _DEVICE.reset(token)
         _SIZES.reset(sizes_token)
     return _results(result, all_numpy, info.name, device)
+
+
+def _specialising(info: FunctionInfo, args: tuple, specs: tuple, values: list):
+    """Run the function; where it refuses a run-time number, again with the unannotated ones as
+    the Python numbers they are: the compiled call specialises those it needs (arguments.Specialise)."""
+    try:
+        return function(info)(*values)
+    except Exception as e:  # noqa: BLE001 - re-raised unless the specialised run succeeds
+        auto = [i for i, (p, s) in enumerate(zip(info.params, specs)) if p.kind == "auto" and s.kind == "scalar"]
+        if not auto:
+            raise
+        error = e
+    try:
+        return function(info)(*[args[i] if i in auto else v for i, v in enumerate(values)])
+    except Exception:
+        raise error from None
 
 
 def _results(value, all_numpy: bool, fname: str, device):
@@ -238,12 +255,51 @@ class _Rewrite(ast.NodeTransformer):
     def visit_AugAssign(self, node: ast.AugAssign):
         # `x += y` is `x = x + y`, as compiled: torch's `+=` would update x's memory in place
         # (and with it any tensor x is a view of, such as an argument).
+        if isinstance(node.target, ast.Subscript):  # `a[i] += y` is `a[i] = a[i] + y`, as compiled
+            load = ast.copy_location(ast.Subscript(copy.deepcopy(node.target.value), copy.deepcopy(node.target.slice),
+                                                   ast.Load()), node.target)
+            binop = ast.copy_location(ast.BinOp(load, node.op, node.value), node)
+            return self.visit(ast.copy_location(ast.Assign([node.target], binop), node))
         self.generic_visit(node)
         if not isinstance(node.target, ast.Name):
             return node
         load = ast.copy_location(ast.Name(node.target.id, ast.Load()), node.target)
         return ast.copy_location(ast.Assign([node.target], ast.copy_location(ast.BinOp(load, node.op, node.value),
                                                                               node)), node)
+
+    def visit_Subscript(self, node: ast.Subscript):
+        # a tensor's `x[index]` by the compiler's rule (codegen.pytorch.indexing)
+        self.generic_visit(node)
+        if not isinstance(node.ctx, ast.Load):
+            return node
+        return _helper_call("_bt_getitem", node, [node.value, _index(node.slice)])
+
+    def visit_Assign(self, node: ast.Assign):
+        # `x[index] = v` by the compiler's rule, written into x's memory (torch's meaning)
+        self.generic_visit(node)
+        if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Subscript):
+            return node
+        target = node.targets[0]
+        call = _helper_call("_bt_setitem", node, [target.value, _index(target.slice), node.value])
+        return ast.copy_location(ast.Expr(call), node)
+
+    def visit_Call(self, node: ast.Call):
+        # `x.add_(y)`: the compiler's rule (codegen.mutation.updated), written into x's memory; where x
+        # is `base[index]` (or an in-place chain on it), into that region of base
+        if not (isinstance(node.func, ast.Attribute) and mutation.is_inplace(node.func.attr)):
+            return self.generic_visit(node)
+        receiver, name = node.func.value, ast.Constant(node.func.attr)
+        target = mutation.target_of(receiver)
+        region = [copy.deepcopy(target.value), _index(copy.deepcopy(target.slice))] \
+            if isinstance(target, ast.Subscript) else None
+        node.func = receiver
+        self.generic_visit(node)
+        if region is not None:
+            region = [self.visit(part) for part in region]
+            return ast.copy_location(ast.Call(ast.Name("_bt_inplace_at", ast.Load()), [*region, node.func, name,
+                                                                                        *node.args], node.keywords), node)
+        return ast.copy_location(ast.Call(ast.Name("_bt_inplace", ast.Load()), [node.func, name, *node.args],
+                                          node.keywords), node)
 
     def visit_Attribute(self, node: ast.Attribute):
         self.generic_visit(node)
@@ -269,8 +325,8 @@ class _Rewrite(ast.NodeTransformer):
 
     def visit_Compare(self, node: ast.Compare):
         self.generic_visit(node)
-        if len(node.ops) == 1:
-            return node
+        if len(node.ops) == 1 and not isinstance(node.ops[0], (ast.Is, ast.IsNot, ast.In, ast.NotIn)):
+            return node  # `is` and `in` by the compiler's rules (codegen.semantic.identity, membership)
         pairs = [ast.Tuple([ast.Constant(type(op).__name__), _thunk(c)], ast.Load())
                  for op, c in zip(node.ops, node.comparators)]
         return _helper_call("_bt_compare", node, [node.left, *pairs])
@@ -290,7 +346,7 @@ def tensor_attribute(tensor: torch.Tensor, name: str):
     if name == "shape":
         return tuple(tensor.shape)
     if name == "dtype":
-        return TORCH_TO_NAME[tensor.dtype]
+        return DtypeName(TORCH_TO_NAME[tensor.dtype])  # equal to the name and to the torch.dtype
     if name == "ndim":
         return tensor.dim()
     if name in library.PROPERTIES:
@@ -344,8 +400,11 @@ def _ifexp(cond, body, orelse):
 
 
 _COMPARE = {"Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt, "GtE": operator.ge,
-            "Eq": operator.eq, "NotEq": operator.ne, "Is": operator.is_, "IsNot": operator.is_not,
-            "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b}
+            "Eq": operator.eq, "NotEq": operator.ne,
+            "Is": lambda a, b: _rule(semantic.identity, "is", a, b),
+            "IsNot": lambda a, b: _rule(semantic.identity, "is not", a, b),
+            "In": lambda a, b: _rule(semantic.membership, "in", a, b),
+            "NotIn": lambda a, b: _rule(semantic.membership, "not in", a, b)}
 
 
 def _compare(left, *pairs):
@@ -355,8 +414,50 @@ def _compare(left, *pairs):
                           lambda lhs, rhs: _logical("and", lhs, rhs))
 
 
+def _index(node: ast.expr) -> ast.expr:
+    """An index's AST as an expression: its slices (`a:b:c`, allowed only in brackets) as `slice(a, b, c)`."""
+    if isinstance(node, ast.Slice):
+        parts = [p if p is not None else ast.Constant(None) for p in (node.lower, node.upper, node.step)]
+        return ast.copy_location(ast.Call(ast.Name("slice", ast.Load()), parts, []), node)
+    if isinstance(node, ast.Tuple):
+        return ast.copy_location(ast.Tuple([_index(e) for e in node.elts], ast.Load()), node)
+    return node
+
+
+def _getitem(value, index):
+    """`value[index]`: checked by the compiler's rule (its errors), computed by torch, whose basic
+    indexing gives a view (which sees later in-place updates of value, as compiled code's does)."""
+    if _is_tensor(value):
+        _rule(indexing.getitem, value, index)
+    return value[index]
+
+
+def _setitem(base, index, value):
+    """`base[index] = value`: computed by the compiler's rule, written into base's memory."""
+    if not _is_tensor(base):
+        base[index] = value
+        return
+    base.copy_(_rule(indexing.setitem, base, index, value))
+
+
+def _inplace(receiver, name: str, *args, **kwargs):
+    """`receiver.name_(...)`: the compiler's rule, written into the receiver's memory."""
+    if not _is_tensor(receiver):
+        return getattr(receiver, name)(*args, **kwargs)
+    receiver.copy_(_rule(mutation.updated, receiver, name, list(args), kwargs))
+    return receiver
+
+
+def _inplace_at(base, index, receiver, name: str, *args, **kwargs):
+    """`base[index].name_(...)`: the region of base updated; the region's new value."""
+    value = _rule(mutation.updated, receiver, name, list(args), kwargs)
+    base.copy_(_rule(indexing.setitem, base, index, value))
+    return value
+
+
 HELPERS = {"_bt_attr": _attr, "_bt_boolop": _boolop, "_bt_negation": _negation, "_bt_ifexp": _ifexp,
-           "_bt_compare": _compare}
+           "_bt_compare": _compare, "_bt_getitem": _getitem, "_bt_setitem": _setitem, "_bt_inplace": _inplace,
+           "_bt_inplace_at": _inplace_at}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -392,10 +493,19 @@ def translate(value):
         return functools.partial(run_kernel, value, getattr(value, "__name__", "kernel"))
     if value is devices.device:
         return _EagerDevice
+    plain = plain_function(value)
+    if plain is not None:  # compiled, it is inlined: here it runs rewritten as the @jit function is
+        return functools.partial(_call_plain, plain)
     python = _PYTHON_FUNCTIONS.get(id(value))
     if python is not None:
         return python
     return value
+
+
+def _call_plain(plain: PlainFunction, *args, **kwargs):
+    """An undecorated helper called from eager code: its code rewritten as a @jit function's (so that
+    `x.max(dim=-1)` and `x.sum(axis=1)` mean there what they mean compiled), its arguments as they are."""
+    return function(plain)(*args, **kwargs)
 
 
 @functools.lru_cache(maxsize=None)

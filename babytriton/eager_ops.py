@@ -198,6 +198,9 @@ class TorchBuilder:
     def is_run_time(self, value) -> bool:
         return _is_tensor(value)
 
+    def device(self, value=None) -> torch.device:
+        return value.device if _is_tensor(value) else _DEVICE.get()
+
     def is_tensors(self, value) -> bool:
         return False  # several tensors are a Python tuple of them here
 
@@ -438,6 +441,12 @@ def _topk(data, k=1, axis=-1, ret_type="both", largest=True, dtype=torch.int32):
     return {"both": (values, indices), "values": values, "indices": indices}[ret_type]
 
 
+def _conv_pads(padding) -> tuple:
+    """Relax's conv2d padding (one int, (rows, cols) or (top, left, bottom, right)) as F.pad's (l, r, t, b)."""
+    p = (padding,) * 4 if isinstance(padding, int) else tuple(padding) * 2 if len(padding) == 2 else tuple(padding)
+    return p[1], p[3], p[0], p[2]
+
+
 def _eye(n, m=None, k=0, dtype=torch.float32):
     return torch.ones(n, n if m is None else m, dtype=dtype, device=_DEVICE.get()).tril(k).triu(k)
 
@@ -494,6 +503,10 @@ TORCH = {
     "repeat": _t(torch.repeat_interleave, "data", "repeats", axis="dim"),
     "take": _take, "strided_slice": _strided_slice, "gather_elements": lambda data, indices, axis=0: torch.gather(data, axis, indices.long()),
     "masked_fill": lambda x, mask, value: torch.where(mask, value, x),
+    "scatter_elements": lambda data, indices, updates, axis=0, reduction="update": data.scatter(  # indexing.setitem
+        axis, indices.long(), updates) if reduction == "update" else data.scatter_add(  # saves no data to be written
+        axis, indices.long(), updates) if reduction == "add" else data.scatter_reduce(axis, indices.long(), updates,
+                                                                                          {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}.get(reduction, reduction)),
     "sort": lambda x, axis=-1, descending=False: torch.sort(x, dim=axis, descending=descending, stable=True).values,
     "argsort": lambda data, axis=-1, descending=False, dtype=torch.int32: torch.argsort(
         data, dim=axis, descending=descending, stable=True).to(dtype),
@@ -501,6 +514,11 @@ TORCH = {
     "split": lambda x, indices_or_sections, axis=0: torch.tensor_split(x, indices_or_sections, dim=axis),
     "collapse_sum_like": lambda data, collapse_target: data.sum_to_size(collapse_target.shape),
     "collapse_sum_to": lambda data, shape: data.sum_to_size(shape),
+    "flip": lambda data, axis: torch.flip(data, dims=(axis,)),
+    "bucketize": lambda input_tensor, boundaries, out_int32=False, right=False: torch.bucketize(
+        input_tensor, boundaries, out_int32=out_int32, right=right),
+    "conv2d": lambda data, weight, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, **layouts: F.conv2d(
+        F.pad(data, _conv_pads(padding)), weight, None, strides, 0, dilation, groups),  # Relax pads each side
 }
 
 

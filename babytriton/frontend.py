@@ -13,10 +13,10 @@ import inspect
 import tvm
 
 from . import devices, targets
-from .arguments import ArgSpec, arg_spec, check_symbolic_sizes, static_spec
+from .arguments import ArgSpec, Specialise, arg_spec, check_symbolic_sizes, static_spec
 from .errors import CompilationError
 from .source import parse_function
-from .types import params_from_signature
+from .types import Param, params_from_signature
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +44,9 @@ class FunctionInfo:
             self.signature = inspect.signature(fn)
         self.params = params_from_signature(self.signature, self._param_error)
         self.heterogeneous = devices.uses_device_blocks(self.parsed.tree)   # `with bt.device(...)` blocks
+        # Unannotated number parameters the code needs as compile-time values (arguments.Specialise):
+        # keyed on their value from then on. Replaced whole, never mutated (read without a lock).
+        self.specialised: frozenset = frozenset()
 
     def _param_error(self, name: str, message: str) -> CompilationError:
         node = next((a for a in ast.walk(self.parsed.tree.args) if isinstance(a, ast.arg) and a.arg == name),
@@ -82,11 +85,19 @@ class FunctionInfo:
 
     def specs(self, args) -> tuple[ArgSpec, ...]:
         """The arguments checked against the annotations, as the specs a compiled version is keyed on."""
-        specs = tuple(arg_spec(p, a, self.name) for p, a in zip(self.params, args))
+        specs = tuple(arg_spec(p, a, self.name, p.name in self.specialised) for p, a in zip(self.params, args))
         check_symbolic_sizes(self.params, list(args), self.name)
         if self.heterogeneous:
             specs = devices.with_devices(self.params, specs, args, self.name, self.device_kind)
         return specs
+
+    def specialise(self, signal: Specialise) -> None:
+        """Key these parameters on their value from now on; the code's error if none is new (it
+        needs a compile-time value that no specialisation gives)."""
+        names = signal.names - self.specialised
+        if not names:
+            raise signal.error
+        self.specialised = self.specialised | names
 
     def static_specs(self) -> tuple[ArgSpec, ...]:
         """The specs of the annotations alone (`compile()` with no arguments)."""
@@ -95,6 +106,42 @@ class FunctionInfo:
         if self.heterogeneous:
             specs = devices.with_devices(self.params, specs, None, self.name, self.device_kind)
         return specs
+
+
+# Modules whose Python functions are library code, never inlined from their source: torch's own
+# (its names are mapped by codegen.pytorch or refused), and the compiler's.
+NOT_INLINED = ("torch", "tvm", "tvm_ffi", "numpy", "babytriton", "triton", "functools", "typing")
+
+
+class PlainFunction:
+    """An undecorated Python function @jit code calls (`rotate_half(q)`), as the inliner, the cache
+    and the eager reference read it: like a FunctionInfo, every parameter "auto" and unchecked (its
+    annotations are not babytriton's), parsed on first use, with no options of its own."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.name = fn.__name__
+        self.options: dict = {}
+        self.signature = inspect.signature(fn)   # annotations unevaluated: they are not checked
+        self.params = [Param(p.name, "auto") for p in self.signature.parameters.values()]
+
+    @functools.cached_property
+    def parsed(self):
+        return parse_function(self.fn)
+
+
+def plain_function(fn) -> PlainFunction | None:
+    """The inliner's view of `fn` if @jit code inlines it (a `def` of the user's, not a lambda, not
+    torch's, numpy's or the compiler's own), else None."""
+    if not inspect.isfunction(fn) or fn.__name__ == "<lambda>":
+        return None
+    module = (getattr(fn, "__module__", None) or "").split(".")[0]
+    return None if module in NOT_INLINED else _plain_view(fn)
+
+
+@functools.lru_cache(maxsize=None)
+def _plain_view(fn) -> PlainFunction:
+    return PlainFunction(fn)  # one per function: the eager reference and the cache key by it
 
 
 class Decorated:

@@ -252,10 +252,15 @@ SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.050700987355480493
 
 @_rule("relax.nn.selu")
 def _selu(y, call, g, ctx):
-    # torch's elu_backward: x <= 0 ? g * scale * alpha * exp(x) : g * scale
+    # torch's elu_backward: x > 0 ? g * scale : g * scale * alpha * exp(x), so NaN where x is NaN.
+    # That is its vectorised loop, which takes every element of a large tensor on any CPU; its scalar
+    # loop (x <= 0 ? ... : g * scale) gives g * scale instead, but runs only on a short tail, whose
+    # length depends on the vector width (all 12 of a 12-double tensor with AVX-512, 4 with AVX2).
+    # A zero g stays zero: a result nothing differentiates comes here as zeros, where torch never
+    # runs this rule, and must not put NaN into the other results' gradients.
     x = call.args[0]
-    negative = g * _c(SELU_SCALE * SELU_ALPHA, x) * op.exp(x)
-    return [op.where(op.less_equal(x, _c(0, x)), negative, g * _c(SELU_SCALE, x))]
+    negative = op.where(op.equal(g, _c(0, g)), g, g * _c(SELU_SCALE * SELU_ALPHA, x) * op.exp(x))
+    return [op.where(op.greater(x, _c(0, x)), g * _c(SELU_SCALE, x), negative)]
 
 
 @_rule("relax.nn.softplus")

@@ -14,12 +14,13 @@ from . import autograd, cache, config, devices, dump, eager, relax_backend, sche
 from . import backward as backward_
 from . import torch_library
 from . import explain as explaining
-from .arguments import ArgSpec, unwrap
-from .codegen import kernels
+from .arguments import ArgSpec, Specialise, unwrap
+from .codegen import kernels, mutation
 from .errors import CompilationError
 from .frontend import Decorated, FunctionInfo
 from .runtime import Compiled, Kernel
 from .types import TORCH_TO_NAME, Param, Tensor
+from .torch_library import tracing as _tracing
 
 OPTIONS = {"target": "cpu", "schedule": "dlight", "unroll": 16, "verbose": False, "backend": "relax",
            "cache": True, "trials": 16}
@@ -172,7 +173,7 @@ class JITFunction(Decorated):
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
         self._nparams = len(self.params)
-        self._call_key = _key_function(tuple(p.kind == "constexpr" for p in self.params))
+        self._call_key = self._key_function()
         self._kernels: dict[tuple, Kernel] = {}   # (specs, globals key) -> the compiled version
         self._backwards: dict[tuple, Kernel] = {}  # ((specs, globals key), autograd.Variant) -> its backward
         self._fallbacks: set = set()               # backward fallbacks warned about
@@ -196,8 +197,27 @@ class JITFunction(Decorated):
         self._interpret = config.interpret_requested()
         self._specs = info.specs   # the arguments checked against the annotations, as specs
 
+    def _key_function(self):
+        """The call key function: constexpr and specialised parameters keyed on their value."""
+        self._keyed_on = specialised = self.info.specialised
+        return _key_function(tuple(p.kind == "constexpr" or p.name in specialised for p in self.params))
+
+    def _versioned(self, args) -> tuple:
+        """The specs and compiled version for these arguments. Where the code needs a run-time
+        scalar parameter as a compile-time value (arguments.Specialise), the parameter is keyed on
+        its value from now on (one version per value, as torch.compile does) and this compiles again."""
+        while True:
+            specs = self._specs(args)
+            try:
+                return specs, self._kernel(specs)
+            except Specialise as signal:
+                with self._lock:
+                    self.info.specialise(signal)   # raises the code's error when nothing is new
+
     # -- calling ------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        if _tracing():   # inside torch.compile / torch.export: the call is the function's torch op
+            return torch_library.call_in_graph(self, args, kwargs)
         if self._interpret:
             return eager.run(self.info, args, kwargs)
         if kwargs or len(args) != self._nparams:
@@ -240,12 +260,19 @@ class JITFunction(Decorated):
     def _prepare(self, args, key, values: tuple, runners: dict):
         """First call with these exact argument types: check them, find or compile, make a runner
         (remembered in `runners`, the table for the global `values`, if it was compiled with them)."""
-        specs = self._specs(args)
+        self._specs(args)  # the arguments' own errors first
         if not self.heterogeneous:  # device blocks take arguments from either device
             devices.check_devices(self.params, args, self.info.device_kind, self.__name__)
-        kernel = self._kernel(specs)
+        specs, kernel = self._versioned(args)
+        if self._keyed_on is not self.info.specialised:  # a parameter got specialised: calls keyed anew
+            with self._lock:
+                self._call_key = self._key_function()
+            key = None if key is None else self._call_key(args)
         kernel.check_sizes(args)
         run = kernel.runner(args)
+        written = mutation.positions(kernel, self.params)  # parameters updated in place: copied back after a call
+        if written:
+            run = mutation.write_back(run, written)
         symbolic = [i for i, s in enumerate(specs) if s.kind == "tensor" and not all(isinstance(d, int) for d in s.shape)]
         if kernel.device_kind == "cuda" and symbolic and not self.heterogeneous:
             run = _eager_when_empty(run, self, args, symbolic)
@@ -259,6 +286,8 @@ class JITFunction(Decorated):
                                 f"arguments and have no gradient, but {names} require grad; pass tensors that "
                                 "don't (`.detach()`), or compile with backend='relax'")
             run = autograd.Differentiable(self, kernel, run, specs, requires)
+            if written:
+                run = mutation.no_grad_only(run, self.__name__, self.params, written, requires)
         if held:
             run = _no_gradient_through(run, self.__name__, held)
         if key is not None and kernel.globals_key == values:  # else a global changed meanwhile
@@ -271,7 +300,11 @@ class JITFunction(Decorated):
     # -- compiling ----------------------------------------------------------------------------
     def compile(self, *args, **kwargs) -> Kernel:
         """The compiled version for these arguments; with none, for the annotations alone."""
-        return self._kernel(self._specs_for(args, kwargs))
+        if not args and not kwargs and self.params:
+            return self._kernel(self.info.static_specs())
+        if kwargs or len(args) != self._nparams:
+            args = self.info.bind(args, kwargs)
+        return self._versioned(args)[1]
 
     def _specs_for(self, args, kwargs) -> tuple[ArgSpec, ...]:
         if not args and not kwargs and self.params:
@@ -382,7 +415,7 @@ class JITFunction(Decorated):
         requires = autograd.requires_grad(args)
         if not any(requires):
             requires = tuple(isinstance(a, torch.Tensor) and a.is_floating_point() for a in args)
-        specs = autograd.concrete(self._specs(args), args)
+        specs = autograd.concrete(self._versioned(args)[0], args)
         results = autograd.result_types(self._kernel(specs), self.__name__)
         outputs = tuple(r is not None and r.is_floating_point() for r in results)
         variant = autograd.Variant(requires, outputs, autograd.kernel_gradients(self.info))

@@ -72,6 +72,24 @@ def _opmath(rule):
     return on_floats
 
 
+def _is_zero(b) -> bool:
+    """Whether b is the constant ±0, which TVM refuses to divide by (see `divide`)."""
+    return isinstance(b, tirx.FloatImm) and b.value == 0
+
+
+def _times_inf(a, b):
+    """a / ±0 as IEEE gives it: a * ±inf (±inf, and NaN for 0 and NaN). For a constant b the
+    constant ±inf (TVM leaves `copysign` of constants, which its CUDA vectoriser mangles)."""
+    if isinstance(b, tirx.FloatImm):
+        return a * tirx.const(math.copysign(INF, b.value), _dtype(a))
+    return a * tirx.copysign(tirx.const(INF, _dtype(a)), b)
+
+
+def _times_nan(a):
+    """fmod(a, ±0): NaN, as a product (a NaN literal of a half dtype prints as `nanf` in CUDA code)."""
+    return a * tirx.const(float("nan"), _dtype(a))
+
+
 def _moved(mod, b):
     """Whether torch moves the remainder `mod` = fmod(a, b) by b: it is nonzero and of the other sign
     than b. `mod * ±1 < 0` says so with each operand once (no underflow, unlike mod * b; an ordered
@@ -84,6 +102,9 @@ def floor_mod(a, b):
     """torch's float `a % b` (Python's): fmod(a, b), plus b where that has the other sign than b, so
     -1.5 % inf is inf and 1.5 % -inf is -inf (TVM's `a - floor(a / b) * b` makes those NaN); a zero
     remainder keeps fmod's sign (-1.5 % 1.5 is -0.0: the arm not taken adds -0.0, which keeps it)."""
+    if _is_zero(b):
+        return _times_nan(a)
+    b = _kept_unless_constant(b)  # a divisor TVM's simplifier folds to 0 (see `divide`)
     mod = tirx.truncmod(a, b)  # on floats: fmod (LLVM's frem, CUDA's fmodf)
     return mod + tirx.Select(_moved(mod, b), b, tirx.const(-0.0, _dtype(a)))
 
@@ -97,10 +118,12 @@ def floor_divide(a, b):
     ordered compares and no `isnan`, which CUDA's --use_fast_math keeps; the quotient of the approximate
     division it allows is rounded to the integer it approximates."""
     zero, one = tirx.const(0, _dtype(a)), tirx.const(1, _dtype(a))
+    if _is_zero(b):
+        return _times_inf(a, b)
+    b = _kept_unless_constant(b)  # a divisor TVM's simplifier folds to 0 (see `divide`)
     mod = tirx.truncmod(a, b)
     quotient = tirx.nearbyint((a - mod) / b) - tirx.Select(_moved(mod, b), one, zero)
-    by_zero = a * tirx.copysign(tirx.const(INF, _dtype(a)), b)  # a / ±0: ±inf, NaN for 0 and NaN
-    return tirx.Select(b == zero, by_zero, tirx.copysign(quotient, tirx.copysign(one, a) * b))
+    return tirx.Select(b == zero, _times_inf(a, b), tirx.copysign(quotient, tirx.copysign(one, a) * b))
 
 
 # -- integer `//` and `%`: x86's division instruction traps on a zero divisor and on INT_MIN // -1,
@@ -179,7 +202,7 @@ def times_zero(x, sign: int):
 def zero_over(x, sign: int):
     """±0 / x as torch computes a number over a tensor: times the reciprocal of x (in x's dtype), so
     NaN where x is ±0 or NaN, and also where 1 / x overflows (a float16 x of 1e-7), else a signed zero."""
-    return times_zero(tirx.const(1, _dtype(x)) / x, sign)
+    return times_zero(divide(tirx.const(1, _dtype(x)), x), sign)
 
 
 @_in_float32
@@ -190,22 +213,89 @@ def plus_zero(x, sign: int):
 
 
 def kept(x):
-    """x, behind a same-type `reinterpret` that TVM's simplifier does not look through (LLVM drops
-    it; the CUDA code reads it through a temporary)."""
-    return tvm.ir.Call(tvm.ir.Op.get("tirx.reinterpret"), [x], ret_ty=_dtype(x))
+    """x, behind a round trip through the integer of its width (two `reinterpret`s) that TVM's
+    simplifier does not look through; LLVM and nvcc drop the pair. (A single same-type reinterpret
+    is dropped by TVM's FP8StorageLegalize, and LowerIntrin's simplifier then folded the `x - x` in
+    a select's condition to 0 and refused `1 / 0`.)"""
+    dtype = tvm.DataType(_dtype(x))
+    bits = f"int{dtype.bits}" + (f"x{dtype.lanes}" if dtype.lanes > 1 else "")
+    reinterpret = tvm.ir.Op.get("tirx.reinterpret")
+    return tvm.ir.Call(reinterpret, [tvm.ir.Call(reinterpret, [x], ret_ty=bits)], ret_ty=str(dtype))
+
+
+def _kept_constant(expr):
+    """The constant a `kept` guard holds (put there by inlining a constant producer, as in
+    `x / zeros_like(x)` once fused), else None."""
+    reinterpret = tvm.ir.Op.get("tirx.reinterpret")
+    if not (isinstance(expr, tvm.ir.expr.Call) and expr.op.same_as(reinterpret)
+            and isinstance(expr.args[0], tvm.ir.expr.Call) and expr.args[0].op.same_as(reinterpret)):
+        return None
+    inner = tvm.sym.Analyzer().simplify(expr.args[0].args[0])  # a half constant cast to float32, say
+    return tirx.const(inner.value, _dtype(expr)) if isinstance(inner, tirx.FloatImm) else None
+
+
+def settle_kept_constants(mod: tvm.IRModule) -> tvm.IRModule:
+    """After scheduling: each guard around a constant taken away (CUDA's code generator prints a
+    reinterpret of a literal as the address of one, which nvcc refuses), and a division or fmod by
+    a constant ±0 written as IEEE's answer (a * ±inf; NaN), which TVM's simplifier, refusing to
+    divide by 0, would meet otherwise."""
+    def unguarded(call):
+        c = _kept_constant(call)
+        return call if c is None else c
+
+    def by_constant(node):  # the divisor may be a guard under casts (half division in float32)
+        b = tvm_ffi.structural_map(node.b, (tvm.ir.expr.Call, unguarded))
+        if b.same_as(node.b):
+            return node
+        c = tvm.sym.Analyzer().simplify(b)
+        if not (isinstance(c, tirx.FloatImm) and c.value == 0):
+            return type(node)(node.a, b)
+        return _times_inf(node.a, c) if isinstance(node, tirx.Div) else _times_nan(node.a)
+
+    out = mod
+    for gvar, func in mod.functions_items():
+        if isinstance(func, tirx.PrimFunc):
+            body = tvm_ffi.structural_map(func.body, [((tirx.Div, tirx.Mod), by_constant), (tvm.ir.expr.Call, unguarded)],
+                                          order="pre")
+            if not body.same_as(func.body):
+                out = out if out is not mod else mod.clone()
+                out[gvar] = func.with_body(body)
+    return out
+
+
+def _guarded(op, a, b, guard):
+    """op(a, guard(b)): b kept from TVM's simplifier. bfloat16 in float32, as TVM computes it anyway:
+    its storage pass would turn a bfloat16 reinterpret into one from float32 to uint16, of another size."""
+    guarded = guard(b)
+    if guarded is b:  # nothing to keep (a constant)
+        return op(a, b)
+    if _dtype(a) == "bfloat16":
+        return tirx.Cast("bfloat16", op(tirx.Cast("float32", a), guard(tirx.Cast("float32", b))))
+    return op(a, guarded)
+
+
+def _kept_unless_constant(b):
+    """b kept from TVM's simplifier, but for a constant (nothing to cancel it with)."""
+    return b if not isinstance(b, tvm.ir.expr.Expr) or isinstance(b, (tirx.IntImm, tirx.FloatImm)) else kept(b)
 
 
 def subtract(a, b):
     """a - b that TVM's simplifier cannot cancel: it rewrites `x - x`, `x*2 - x*2` (once a fused
     kernel has inlined both sides) and `(x + y) - y` as if floats were real numbers, losing the NaN
-    of inf - inf and the rounding of x + y. A constant b needs no guard (nothing to cancel with)."""
-    constant = not isinstance(b, tvm.ir.expr.Expr) or isinstance(b, (tirx.IntImm, tirx.FloatImm))
-    if constant:
-        return a - b
-    if _dtype(a) == "bfloat16":  # in float32, as TVM computes bfloat16 anyway: its storage pass would
-        # turn a bfloat16 reinterpret into one from float32 to uint16, of another size
-        return tirx.Cast("bfloat16", tirx.Cast("float32", a) - kept(tirx.Cast("float32", b)))
-    return a - kept(b)
+    of inf - inf and the rounding of x + y."""
+    return _guarded(operator.sub, a, b, _kept_unless_constant)
+
+
+def divide(a, b):
+    """a / b whose divisor TVM's simplifier cannot fold to a constant 0: it refuses to divide by one
+    ("Divide by zero", a failed build or, inside a schedule's compute_inline, an aborted process),
+    where IEEE (and torch) give ±inf or NaN: `0.0 / (x - x)`, `x / zeros_like(x)` once fused, and a
+    constant 0 (`divide(x, 0.0)`, a * ±inf). A constant ±0 over b, which it folds to 0, is `zero_over`."""
+    if _is_zero(b):
+        return _times_inf(a, b)
+    if _is_zero(a) and isinstance(b, tvm.ir.expr.Expr):
+        return zero_over(b, -1 if math.copysign(1.0, a.value) < 0 else 1)
+    return _guarded(operator.truediv, a, b, _kept_unless_constant)
 
 
 def _scalar_zero(expr) -> int | None:
@@ -470,8 +560,12 @@ def _logical_not(bb, call):
 
 def _astype(bb, call):
     """A cast to bool as `x != 0` (NaN is True, as in torch): TVM folds a cast of a constant such as
-    -1.5 to the bool -1 and then refuses it ("exceeds range of bool")."""
+    -1.5 to the bool -1 and then refuses it ("exceeds range of bool"). float64 to float16 through
+    float32, as torch converts (c10::Half is made from a float): 65519.99 rounds to 65520 there, so
+    inf, where one rounding gives 65504 (bfloat16's storage pass rounds through float32 already)."""
     (x,) = call.args
+    if call.attrs.dtype == "float16" and x.ty.dtype == "float64":
+        return _each(bb, x, lambda v: tirx.Cast("float16", tirx.Cast("float32", v)), "astype")
     if call.attrs.dtype != "bool" or x.ty.dtype == "bool":
         return None
     zero = tirx.const(0, x.ty.dtype)
@@ -490,6 +584,21 @@ def _full(bb, call):
     if not (isinstance(value, float) and not math.isfinite(value) and isinstance(shape, relax.ShapeExpr)):
         return None
     return bb.call_te(topi.full, shape.values, str(call.ty.dtype), value, primfunc_name_hint="full")
+
+
+def _bucketize(bb, call):
+    """bucketize with torch's NaN rule: a NaN goes past every boundary (index len(boundaries)), where
+    TVM's binary search, whose ordered compares are false for NaN, puts it at 0."""
+    x, boundaries = call.args
+    if not is_float_dtype(x.ty.dtype):
+        return None
+    out_dtype = str(call.ty.dtype)
+
+    def compute(b, v):
+        found = topi.searchsorted(b, v, call.attrs.right, out_dtype)
+        past_all = tirx.Cast(out_dtype, b.shape[-1])
+        return te.compute(found.shape, lambda *i: tirx.Select(isnan(v(*i)), past_all, found(*i)), name="T_bucketize")
+    return bb.call_te(compute, boundaries, x, primfunc_name_hint="bucketize")
 
 
 def _axes(axis, ndim: int) -> list[int]:
@@ -567,8 +676,9 @@ _RULES = {
     "relax.astype": _astype,
     "relax.full": _full,
     "relax.full_like": _full,
+    "relax.bucketize": _bucketize,
     "relax.multiply": _first(_with_zero(times_zero, times_zero, "multiply"), _wrapping_int(operator.mul, "multiply")),
-    "relax.divide": _with_zero(zero_over, None, "divide"),
+    "relax.divide": _first(_with_zero(zero_over, None, "divide"), _binary(divide, "divide")),
     "relax.add": _first(_with_zero(plus_zero, plus_zero, "add"), _wrapping_int(operator.add, "add")),
     "relax.subtract": _first(_with_zero(None, lambda x, sign: plus_zero(x, -sign), "subtract"),
                              _wrapping_int(operator.sub, "subtract"), _binary(subtract, "subtract")),

@@ -86,6 +86,8 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
     mod = schedules.skip_empty_outputs(schedules.init_outside_reductions(mod), None if heterogeneous else target)
     mod = schedules.bool_buffers_as_bytes(mod, None if heterogeneous else target)
     mod = schedules.own_thread_slices(mod)
+    # a guard that inlining gave a constant (CUDA can't print it), before half division becomes float32's
+    mod = legalize.settle_kept_constants(mod)
     mod = schedules.half_math_in_float32(mod, None if heterogeneous else target)
     if not heterogeneous:
         mod = allocate_empty_results(mod)

@@ -15,7 +15,7 @@ from tvm import relax
 
 from . import backward, cache, fusion, pipeline, schedules
 from .arguments import ArgSpec
-from .codegen import kernels
+from .codegen import kernels, mutation
 from .codegen.relax import RelaxCodeGen, quiet_tvm
 from .errors import CompilationError, debug_enabled
 from .frontend import FunctionInfo
@@ -26,7 +26,8 @@ def build(info: FunctionInfo, specs: tuple[ArgSpec, ...], record, stages: dict) 
     """Compile one version: code generation, the pipeline's passes and schedules, tvm.compile. A TVM
     failure is reported at the expression whose op fails alone, if one does, else at the `def`."""
     codegen, generated = _generate(info, specs, record)
-    return _lower_and_build(info, codegen, generated, generated, record, stages, codegen.binding_lines)
+    compiled = _lower_and_build(info, codegen, generated, generated, record, stages, codegen.binding_lines)
+    return mutation.with_outputs(compiled, codegen)  # the parameters it updates in place (written back)
 
 
 class NothingSaved(Exception):

@@ -284,7 +284,11 @@ class Kernel:
             devices.check_devices(self.params, args, self.device_kind, self.name)
         check_symbolic_sizes(self.params, list(args), self.name)
         self.check_sizes(args)
-        return self.runner(args)(args)
+        run = self.runner(args)
+        if self.backend == "relax" and self.outputs:  # parameters updated in place: copied back (codegen.mutation)
+            from .codegen import mutation  # noqa: PLC0415 - the compiler's modules import this one
+            run = mutation.write_back(run, mutation.positions(self, self.params))
+        return run(args)
 
     def __repr__(self):
         return f"<babytriton.Kernel {self.name} for {self.target.kind.name}, stages: {', '.join(self.stages)}>"

@@ -173,21 +173,33 @@ def _openmp_runtime() -> ctypes.CDLL | None:
 
 
 def _compiled() -> Path:
-    """threads.c built as a shared library, in the cache folder (else a temporary one)."""
+    """threads.c built as a shared library, in the cache folder (else a temporary one). Its name ends
+    in its own checksum, checked before it is loaded: dlopen maps a library truncated on disk (a crash
+    mid-write, a full disk) as if whole, and its first call past the end killed the process (SIGBUS).
+    A damaged one is built again under a new inode (never rewritten in place: a process may map it)."""
     source = SOURCE.read_bytes()
-    name = f"threads-{hashlib.sha256(source).hexdigest()[:16]}.so"
+    stem = f"threads-{hashlib.sha256(source).hexdigest()[:16]}"
     for folder in (config.cache_dir() / "native", Path(tempfile.gettempdir()) / f"babytriton-{os.getuid()}"):
-        path = folder / name
-        if path.exists():
-            return path
+        for path in sorted(folder.glob(f"{stem}-*.so")):
+            if _intact(path):
+                return path
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError:
             continue
-        partial = folder / f".{name}.{os.getpid()}.{threading.get_ident()}"
+        partial = folder / f".{stem}.{os.getpid()}.{threading.get_ident()}"
         compiler = os.environ.get("CC", "cc")
         subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(partial), str(SOURCE)],
                        check=True, capture_output=True, text=True, timeout=60)
+        path = folder / f"{stem}-{hashlib.sha256(partial.read_bytes()).hexdigest()[:16]}.so"
         os.replace(partial, path)   # whole or not at all, for processes starting together
         return path
     raise OSError("no writable folder for the compiled launcher")
+
+
+def _intact(path: Path) -> bool:
+    """Whether a built launcher still has the checksum its name ends in (unreadable: no)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16] == path.stem.rsplit("-", 1)[1]
+    except (OSError, IndexError):
+        return False

@@ -13,21 +13,27 @@ node in their graphs. Three parts make it whole:
   backward is one node of a compiled backward graph too.
 Constexpr parameters are baked in: each set of values is an op of its own. Double backward
 (`create_graph=True`) runs torch autograd over the eager reference, as a direct call's does.
+A plain @jit call made while torch.compile or torch.export traces is the call of this op
+(`call_in_graph`, made on first use): @jit functions work inside models as written.
 """
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import inspect
+import operator
 import re
 import threading
 
 import torch
+import torch.compiler as _compiler   # its `_is_compiling_flag`, read per @jit call (is_compiling() is slower)
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from tvm import tirx as tir
 
 from . import autograd
-from .arguments import ArgSpec, arg_spec
+from .arguments import ArgSpec, Specialise, arg_spec
+from .codegen import mutation
 from .codegen.relax import RelaxCodeGen
 from .errors import CompilationError
 from .frontend import Decorated
@@ -60,6 +66,11 @@ def register(jitfn, name: str | None = None, results: int | None = None, constex
     if jitfn.heterogeneous:
         raise TypeError(f"{info.name}(): functions with device blocks (`with bt.device(...)`) cannot be torch "
                         "ops: an op's results live on one device")
+    written = [p.name for p in info.params if p.name in mutation.updated_roots(info.parsed.tree.body)]
+    if written:
+        raise TypeError(f"{info.name}() updates its parameter(s) {', '.join(written)} in place; a torch op of it "
+                        "would hide those writes from torch.compile and torch.export: call it outside the compiled "
+                        "region (as an optimizer step is), or return the new values instead")
     values = _constexpr_values(info, constexprs)
     if results is not None and (not isinstance(results, int) or isinstance(results, bool) or results < 1):
         raise ValueError(f"results is the number of tensors {info.name}() returns (an int >= 1), got {results!r}")
@@ -88,6 +99,79 @@ def register(jitfn, name: str | None = None, results: int | None = None, constex
         op = TorchOp(jitfn, candidate, values, count)
         _ops[candidate] = op
         return op.packet
+
+
+def _dynamo_constant(fn):
+    """Mark `fn` as `torch._dynamo.assume_constant_result` does (the same attribute, without importing
+    dynamo, slow to import): dynamo calls it while tracing and keeps its result as a constant."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+_direct = threading.local()   # `.on`: this thread runs an op's implementation (its @jit call is real)
+
+
+@_dynamo_constant
+def tracing() -> bool:
+    """Whether torch.compile or torch.export is tracing this call (dynamo folds it to a constant), so
+    that a @jit call becomes its torch op: dynamo cannot trace into the compiled call."""
+    return _compiler._is_compiling_flag and not getattr(_direct, "on", False)
+
+
+def call_in_graph(jitfn, args: tuple, kwargs: dict):
+    """A @jit call while torch.compile or torch.export traces: the call of the function's torch op (made
+    on first use, as `as_torch_op` makes it), one node of their graph; constexpr values are baked into
+    the op, the other arguments are its own. Dynamo traces this (the two look-ups are constants to it)."""
+    plan = _call_plan(jitfn, len(args), tuple(kwargs))
+    baked = []
+    for name, constexpr, where in plan:
+        if constexpr and where is not None:
+            value = args[where] if isinstance(where, int) else kwargs[where]
+            if isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
+                # a size the tracer keeps symbolic, given as a constexpr: specialized (torch guards on it
+                # and compiles again for another value); a Python int stays itself
+                value = operator.index(value)
+            baked.append((name, value))
+    op = getattr(getattr(torch.ops, NAMESPACE), _op_for(jitfn, tuple(baked)))
+    given, named, gap = [], {}, False   # in order; by name after an argument left to its default
+    for name, constexpr, where in plan:
+        if constexpr:
+            continue
+        if where is None:
+            gap = True
+        elif gap:
+            named[name] = args[where] if isinstance(where, int) else kwargs[where]
+        else:
+            given.append(args[where] if isinstance(where, int) else kwargs[where])
+    return op(*given, **named)
+
+
+class _Given:
+    """Where a call passed an argument: its position, or its keyword."""
+
+    def __init__(self, where):
+        self.where = where
+
+
+@_dynamo_constant
+def _call_plan(jitfn, count: int, keywords: tuple) -> tuple:
+    """Per parameter of a call with `count` positional arguments and these keywords: (name, whether a
+    constexpr, the position or keyword that gives it, None when its default does); the call's
+    argument errors are the direct call's."""
+    bound = jitfn.info.bind(tuple(_Given(i) for i in range(count)), {k: _Given(k) for k in keywords})
+    return tuple((p.name, p.kind == "constexpr", b.where if isinstance(b, _Given) else None)
+                 for p, b in zip(jitfn.info.params, bound))
+
+
+@_dynamo_constant
+def _op_for(jitfn, baked: tuple):
+    """The name of the torch op of `jitfn` with these constexpr values (`as_torch_op(**baked)`), made once
+    (a name: dynamo keeps a string as a constant, and finds the op by it as it finds any torch.ops one)."""
+    try:
+        return register(jitfn, None, None, dict(baked))._qualified_op_name.split("::")[1]
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{e} (a @jit function called inside torch.compile or torch.export runs as its torch "
+                      "op, as_torch_op())") from None
 
 
 def _constexpr_values(info, constexprs: dict) -> tuple:
@@ -233,8 +317,10 @@ class TorchOp:
 
     # -- forward ----------------------------------------------------------------------------------
     def _impl(self, *args):
+        """The op's implementation: the direct @jit call on the detached arguments."""
         full = self._real(args)
-        results = self._check_results(self.jitfn(*full))
+        with _running():
+            results = self._check_results(self.jitfn(*full))
         return self._unpack(autograd.unaliased(results, [a for a in full if isinstance(a, torch.Tensor)]))
 
     def _check_results(self, results) -> tuple:
@@ -258,14 +344,21 @@ class TorchOp:
                 with unset_fake_temporarily():   # code generation may make torch tensors of its own
                     mod = RelaxCodeGen(info.parsed, named, info.codegen_options).build()
                 ret = self._relax[specs] = mod[info.name].ret_ty
+        except Specialise:   # ints the code needs at compile time (the op's calls specialise them)
+            return self._fake_by_eager(full)
         except CompilationError:
-            if all(isinstance(n, int) for s in specs if s.kind == "tensor" for n in s.shape):
+            if not sizes:
                 raise
             # Code that needs static sizes where the tracer keeps them symbolic: the eager
             # reference runs on the fake tensors (torch guards the sizes it reads).
-            return self._unpack([torch.empty_like(r, memory_format=torch.contiguous_format)
-                                 for r in self._check_results(self.jitfn.eager(*full))])
+            return self._fake_by_eager(full)
         fields = list(ret.fields) if hasattr(ret, "fields") else [ret]
+        if sizes and len(fields) == self.results and not _mapped(fields, sizes):
+            # Symbolic sizes the Relax cannot relate: torch.export gives each input's size its own
+            # symbol even where one Dim is shared (the equality is checked after tracing), so
+            # `(s0, n, k) @ (s1, k, m)` has no known shape. The eager reference on the fake tensors
+            # gives it, and torch's own checks record the equalities the code needs (s1 == s0).
+            return self._fake_by_eager(full)
         if len(fields) != self.results or any(getattr(f, "shape", None) is None for f in fields):
             got = f"{len(fields)} results" if hasattr(ret, "fields") else "one result"
             raise TypeError(f"torch op {NAMESPACE}::{self.name}: {self.jitfn.__name__}() returns {got} here (tensors of "
@@ -275,15 +368,21 @@ class TorchOp:
                for f in fields]
         return self._unpack(out)
 
+    def _fake_by_eager(self, full):
+        """The fake results by running the eager reference on the fake tensors (torch guards the sizes
+        it reads): where the Relax return type cannot say the results' symbolic shapes."""
+        return self._unpack([torch.empty_like(r, memory_format=torch.contiguous_format)
+                             for r in self._check_results(self.jitfn.eager(*full))])
+
     def _unpack(self, results: list):
         if self.results == 1:
             return results[0]
         return tuple(results)
 
     def _fake_specs(self, full) -> tuple[tuple[ArgSpec, ...], dict]:
-        """Specs of fake arguments: static sizes as ints; each symbolic size named by its symbol (the
-        tracer gives equal sizes one symbol), so that the Relax return type can be mapped back."""
-        specs, sizes = [], {}
+        """Specs of fake arguments: static sizes as ints; each distinct symbolic size expression named
+        (sizes the tracer knows equal share one), so that the Relax return type can be mapped back."""
+        specs, sizes, names = [], {}, {}
         for p, value in zip(self.jitfn.info.params, full):
             if p.kind == "constexpr":
                 specs.append(ArgSpec("constexpr", value=value))
@@ -295,7 +394,9 @@ class TorchOp:
                     if isinstance(d, int):
                         shape.append(d)
                         continue
-                    name = "s_" + re.sub(r"\W+", "_", str(d.node.expr))
+                    # one name per distinct expression, numbered in order of appearance (a name made of
+                    # the expression's text would give `s0 + 1` and `s0 - 1` one name)
+                    name = names.setdefault(d.node.expr, f"s_{len(names)}")
                     sizes[name] = d
                     shape.append(name)
                 hint = [d if isinstance(d, int) else 1 for d in shape]
@@ -328,6 +429,12 @@ class TorchOp:
         return tuple(next(got) if n else None for n in needs)
 
     def _backward_impl(self, *args):
+        """The backward op's implementation: its @jit calls are real ones (see `_running`)."""
+        with _running():
+            return self._run_backward(*args)
+
+    def _run_backward(self, *args):
+        """The compiled backward (or the fallback's torch autograd) for the differentiated inputs."""
         *args, grads, outputs, needs = args
         full = self._real(args)
         requires = self._requires(needs)
@@ -358,11 +465,35 @@ class TorchOp:
         return [torch.empty_like(a, memory_format=torch.contiguous_format) for a, n in zip(tensors, needs) if n]
 
 
+@contextlib.contextmanager
+def _running():
+    """An op's implementation runs: @jit calls in it are real calls (not the op again), even while a
+    compile elsewhere in the process has torch.compiler.is_compiling() on."""
+    outer = getattr(_direct, "on", False)
+    _direct.on = True
+    try:
+        yield
+    finally:
+        _direct.on = outer
+
+
 def _autograd_on():
     """Torch autograd back inside an op's implementation, which runs below the autograd dispatch keys
     (else the eager reference's results record no graph, and its gradients come out as None)."""
     exclude = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.AutogradFunctionality)
     return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude)
+
+
+def _mapped(fields, sizes: dict) -> bool:
+    """Whether every result has a known shape whose sizes are over the fake specs' size names only
+    (a size Relax made up, e.g. of a match_cast, has no tracer size to map back to)."""
+    for f in fields:
+        if getattr(f, "shape", None) is None:
+            return False
+        for e in f.shape.values:
+            if any(v.name not in sizes for v in tir.analysis.undefined_vars(e)):
+                return False
+    return True
 
 
 def _size(expr, sizes: dict):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,28 @@ DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64,
 }
 TORCH_TO_NAME = {v: k for k, v in DTYPES.items()}
+
+
+class DtypeName(str):
+    """A tensor's dtype as @jit code reads it (`x.dtype`): its name ("float16"), equal to that name and
+    to the torch.dtype it names, so that both `x.dtype == "float16"` and `x.dtype == torch.float16`
+    (and `x.dtype in (torch.float16, torch.bfloat16)`) hold, as in model code."""
+
+    def __eq__(self, other):
+        if isinstance(other, torch.dtype):
+            return TORCH_TO_NAME.get(other) == str(self)
+        return str.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self == other
+
+    __hash__ = str.__hash__
+
+    # what model code reads of a torch.dtype: `x.dtype.is_floating_point`, `x.dtype.itemsize`
+    is_floating_point = property(lambda self: DTYPES[self].is_floating_point)
+    is_signed = property(lambda self: DTYPES[self].is_signed)
+    is_complex = property(lambda self: False)
+    itemsize = property(lambda self: DTYPES[self].itemsize)
 
 
 def is_float_dtype(dtype) -> bool:
@@ -161,8 +184,8 @@ def params_from_signature(sig: inspect.Signature, where) -> list[Param]:
         if isinstance(ann, str):
             raise where(p.name, f"parameter '{p.name}' has the annotation {ann!r}, which cannot be evaluated "
                                 "from the module's globals; define what it names at module level")
-        if ann is inspect.Parameter.empty or ann is torch.Tensor:
-            kind = "auto"
+        if ann is inspect.Parameter.empty or ann is torch.Tensor or ann == typing.Optional[torch.Tensor]:
+            kind = "auto"  # Optional[torch.Tensor]: a tensor, or None (a compile-time value)
         elif isinstance(ann, Tensor):
             kind = "tensor"
         elif ann is constexpr:

@@ -1,5 +1,7 @@
 """Test set-up shared by every test module: GPU tests skip cleanly on machines without CUDA, and the
-disk cache lives in a fresh folder per test session (never the user's ~/.cache, never warm in CI)."""
+disk cache lives in a fresh folder per test session (never the user's ~/.cache, never warm in CI), and
+the CPU correctness tests that take `cpu_target` run for two vector widths (see `cpu_targets`)."""
+import functools
 import os
 
 import pytest
@@ -33,3 +35,34 @@ def products_as_kernels(monkeypatch):
     from babytriton import targets
     monkeypatch.setattr(targets, "host_cpu", lambda: ("", frozenset()))
     monkeypatch.setattr(targets, "SMALL_PRODUCT", 0)
+
+
+def cpu_targets() -> dict:
+    """The CPU targets that `cpu_target` tests run for: the host, and a narrower vector width the host
+    also runs, so that no result may depend on the width. An AVX-512 host adds AVX2 (`haswell`, 8
+    float32 lanes for 16); an AVX2 host, which cannot run AVX-512 code, adds SSE4.2 (`x86-64-v2`, 4
+    lanes for 8); any other host runs itself only."""
+    import tvm
+
+    from babytriton import targets
+    host = targets.resolve_target("cpu")
+    has = functools.partial(tvm.target.codegen.target_has_features, target=host)
+    narrower = "haswell" if has("avx512f") else "x86-64-v2" if has("avx2") else None
+    found = {"host": host}
+    if narrower and host.attrs.get("mcpu") != narrower:
+        found[narrower] = tvm.target.Target({"kind": "llvm", "mtriple": host.attrs["mtriple"], "mcpu": narrower})
+    return found
+
+
+CPU_TARGETS = cpu_targets()
+
+
+@pytest.fixture(params=list(CPU_TARGETS))
+def cpu_target(request, monkeypatch):
+    """Each target of `cpu_targets()` (its name is the test id), with `target="cpu"`, the default,
+    resolved to it meanwhile: functions decorated during the test (the fuzzer's programs) build for it."""
+    from babytriton import targets
+    target, resolve = CPU_TARGETS[request.param], targets.resolve_target
+    monkeypatch.setattr(targets, "resolve_target", lambda option: target if isinstance(option, str)
+                        and targets.TARGET_ALIASES.get(option) == "llvm" else resolve(option))
+    return target

@@ -239,6 +239,57 @@ def test_a_corrupt_entry_is_recompiled_and_replaced(cache_dir, damage):
     assert again.cache_info()["disk_hits"] == 1 and entries(cache_dir) == [entry]
 
 
+PARALLEL_SCRIPT = '''
+import torch
+import babytriton as bt
+from babytriton import cache
+
+# the key's version part pinned: the next process must look up the entry damaged, even where
+# babytriton's own files change between the two (an edit while the test runs)
+cache._versions = lambda: (cache.KeyPart("babytriton", "pinned", "pinned"),)
+
+@bt.jit
+def parallel_axpy(a: bt.Tensor((512, 512), "float32"), b: bt.Tensor((512, 512), "float32")):
+    return a * 3.0 + b   # 2^18 elements: a parallel kernel, so the launcher library is loaded too
+
+a, b = torch.randn(512, 512), torch.randn(512, 512)
+torch.testing.assert_close(parallel_axpy(a, b), a * 3.0 + b)
+print("disk hits", parallel_axpy.cache_info()["disk_hits"])
+'''
+
+# Damage as a crash mid-write or a full disk leaves it: in place (the same inode), or gone.
+LIBRARY_DAMAGE = {"truncated": lambda data: data[: len(data) // 3], "zero bytes": lambda data: b"",
+                  "garbage": lambda data: b"\x7fELF" + b"\0" * 200, "missing": None}
+
+
+def test_a_fresh_process_survives_every_damaged_library(tmp_path, cache_dir):
+    """Each cached library (the entry's and the parallel launcher's) truncated, emptied, garbled or
+    deleted: a fresh process rebuilds it, returns the right answer and exits 0 (a truncated one
+    used to be mapped by dlopen and end the process with SIGBUS)."""
+    script = tmp_path / "parallel.py"
+    script.write_text(PARALLEL_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+    def fresh_process(why: str) -> str:
+        proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"{why}: exit code {proc.returncode}\n{proc.stderr[-3000:]}"
+        return proc.stdout + proc.stderr
+
+    fresh_process("the first compile")
+    libraries = sorted(cache_dir.rglob("*.so"))
+    assert {p.parent.name == "native" for p in libraries} == {True, False}, libraries
+    for kind, damage in LIBRARY_DAMAGE.items():
+        for library in sorted(cache_dir.rglob("*.so")):
+            if damage is None:
+                library.unlink()
+            else:
+                library.write_bytes(damage(library.read_bytes()))
+        out = fresh_process(f"{kind} libraries")
+        assert "disk hits 0" in out and "is corrupt" in out, out
+    out = fresh_process("after the repairs")   # what replaced the damage is whole
+    assert "disk hits 1" in out and "Warning" not in out, out
+
+
 # --------------------------------------------------------------------------------------------------
 # concurrency
 # --------------------------------------------------------------------------------------------------

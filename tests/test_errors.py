@@ -114,7 +114,7 @@ def uses_class(x):
 
 
 def uses_tensor_index(x):
-    return x[0]  # error
+    return x[x > 0]  # error
 
 
 def calls_print(x):
@@ -123,7 +123,7 @@ def calls_print(x):
 
 
 def assigns_into_tensor(x):
-    x[0] = 1.0  # error
+    x[0] = x  # error
     return x
 
 
@@ -151,7 +151,7 @@ def negative_int_power(x):
 @pytest.mark.parametrize("fn, words", [
     (uses_lambda, "lambda"), (uses_comprehension, "comprehension"), (uses_try, "try"),
     (uses_global, "global"), (uses_fstring, "f-string"), (uses_class, "class"),
-    (uses_tensor_index, "indexing"), (calls_print, "print"), (assigns_into_tensor, "assign"),
+    (uses_tensor_index, "torch.where"), (calls_print, "print"), (assigns_into_tensor, "cannot be broadcast"),
     (matmul_mismatch, "inner sizes 3 and 2"), (bitwise_on_floats, "bool or integer"),
     (not_on_floats, "bool tensor"), (unpack_too_many, "unpack 2 values into 3"),
     (negative_int_power, "negative integer powers"),

@@ -72,6 +72,10 @@ def k_gelu(x, y): return gelu(x)
 def k_remainder(x, y): return x % y, x // y
 def k_remainder_numbers(x, y): return (-1.5) % x, x % -2.5, x // 0.75, 3.0 // x, x // -0.0
 def k_constant_zero(x, y): return x * 0, 0 * x, x * -0.0, 0 / x, -0.0 / x, x + 0, x - -0.0, (x * 0).sum()
+def k_divisor_folds_to_zero(x, y):
+    return (0.0 / (x - x), x / (y - y), x // (y - y), x % (y - y), x / zeros_like(y), x // zeros_like(y),
+            x % zeros_like(y), divide(x, x * 0.0), where(x - x == 0.0, x, y), divide(x, 0.0), floor_divide(y, -0.0),
+            floor_mod(x, 0.0))
 
 
 # each kernel's torch meaning; `exact`: a select or compare, bit for bit (NaN for NaN)
@@ -100,6 +104,13 @@ CASES = {
     k_remainder: (lambda x, y: (torch.remainder(x, y), torch.floor_divide(x, y)), True),
     k_remainder_numbers: (lambda x, y: ((-1.5) % x, x % -2.5, x // 0.75, 3.0 // x, x // -0.0), True),
     k_constant_zero: (lambda x, y: (x * 0, 0 * x, x * -0.0, 0 / x, -0.0 / x, x + 0, x - -0.0, (x * 0).sum()), True),
+    # TVM's simplifier folds these divisors to a constant 0 once fused, and refused to divide by it
+    k_divisor_folds_to_zero: (lambda x, y: (0.0 / (x - x), x / (y - y), torch.floor_divide(x, y - y),
+                                            torch.remainder(x, y - y), x / torch.zeros_like(y),
+                                            torch.floor_divide(x, torch.zeros_like(y)),
+                                            torch.remainder(x, torch.zeros_like(y)), x / (x * 0.0),
+                                            torch.where(x - x == 0.0, x, y), x / 0.0, torch.floor_divide(y, -0.0),
+                                            torch.remainder(x, 0.0)), True),
     k_to_bool: (lambda x, y: (x.bool(), torch.full_like(x, -1.5).bool(), torch.logical_xor(torch.full_like(x, -1.5), y > 0)), True),
     k_unit_axis_spread: (lambda x, y: (torch.std(x[:, None], 1, correction=0), torch.var(x[None], 0, correction=0)), True),
     k_full_of_specials: (lambda x, y: (x + torch.triu(torch.full_like(x, -INF), 1), torch.full_like(x, NAN),
@@ -151,6 +162,16 @@ def test_nan_and_infinities_as_in_torch(kernel, dtype):
     def anywhere(a, b):
         check(f, a, b, reference, exact)
     anywhere()
+
+
+@pytest.mark.parametrize("kernel", list(CASES), ids=lambda k: k.__name__[2:])
+def test_nan_and_infinities_for_each_cpu_vector_width(kernel, cpu_target):
+    """The edge rows in float32 built for each target of `cpu_targets`: which elements fall in a
+    vector and which in a scalar tail depends on the width, and must not change a NaN or a sign."""
+    f = bt.jit(target=cpu_target)(kernel)
+    reference, exact = CASES[kernel]
+    check(f, EDGES, EDGES.flip(1), reference, exact)
+    check(f, EDGES.T.contiguous(), EDGES, reference, exact)
 
 
 def k_zeros(x):
@@ -233,6 +254,29 @@ def test_cuda_keeps_the_nan_tests(dtype):
     assert self_compares(k.source) >= 4
     assert "__shfl_down_sync" in k.source  # the row reductions still reduce across threads
     compiles_with_nvcc(k.source)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_cuda_divides_by_a_divisor_that_folds_to_zero(dtype):
+    """The divisors TVM's simplifier folds to 0 stay divisions in CUDA code too (its guard, a round
+    trip through an integer, compiles with nvcc): they built to "Divide by zero" or aborted."""
+    t = getattr(torch, dtype)
+    k = bt.jit(target=SM90)(k_divisor_folds_to_zero).compile(torch.empty(64, 256, dtype=t), torch.empty(64, 256, dtype=t))
+    assert k.stages["schedule"].count('"tirx.is_scheduled": True') == k.stages["schedule"].count("@T.prim_func")
+    compiles_with_nvcc(k.source)
+
+
+def ratio(x, y):
+    return (x - y) / (x + y)
+
+
+def test_division_guards_keep_kernels_whole():
+    """The divisor's guard counts as one call for inlining, as the subtraction's did: `(x - y) / (x + y)`
+    is one loop, with no intermediate buffer."""
+    x, y = torch.randn(64, 64), torch.randn(64, 64)
+    f = bt.jit(target="cpu")(ratio)
+    assert "sblock_alloc_buffer" not in f.compile(x, y).stages["schedule"]
+    torch.testing.assert_close(f(x, y), (x - y) / (x + y))
 
 
 @pytest.mark.gpu
@@ -337,8 +381,10 @@ def test_symbolic_size_divided_by_a_size_of_zero():
     assert f(torch.randn(4, 2)).shape == (2, 4)
     with pytest.raises(RuntimeError, match=r"integer `//` by zero: the size `m` is 0 in this call.*line \d+ of test_legalize.py"):
         f(torch.randn(4, 0))
-    with pytest.raises(bt.CompilationError, match=r"the symbolic size n // m is only known at run time"):
-        bt.jit(target="cpu")(size_as_value)(torch.randn(4, 2))
+    g, x = bt.jit(target="cpu")(size_as_value), torch.randn(4, 2)  # a size meeting a tensor: its number
+    torch.testing.assert_close(g(x), x * 2)
+    with pytest.raises(RuntimeError, match=r"integer `//` by zero: the size `m` is 0 in this call"):
+        g(torch.randn(4, 0))
 
 
 def size_as_value(x: bt.Tensor(("n", "m"), "float32")):

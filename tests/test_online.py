@@ -24,7 +24,7 @@ def log_softmax(x):
 
 
 def logsumexp(x):
-    m = x.max(-1)
+    m = x.max(axis=-1)  # the Relax spelling: the values (x.max(-1) is torch's (values, indices))
     return m + bt.log(bt.exp(x - bt.expand_dims(m, -1)).sum(-1))
 
 

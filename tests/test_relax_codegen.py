@@ -1,4 +1,6 @@
 """Every construct of straight-line @jit code, checked against the same Python run on torch."""
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -479,3 +481,76 @@ def test_what_tvm_refused_computes_as_torch(fn, args):
         for g, w in zip(got, want):
             assert g.dtype == w.dtype, (run, g, w)
             torch.testing.assert_close(g, w, equal_nan=True)
+
+
+# -- numbers beyond a half dtype's range ----------------------------------------------------------------
+def _overflowing_numbers(h):
+    return h + 70000, h - 70000, 70000 - h, h * 70000, 70000 * h, h / 1e-6, 70000 / h, h + 1e39, h * -1e39, h / 1e39
+
+
+def _with_scalar(h, s: float):
+    return h + s, h - s, s - h, h * s, h / s, s / h
+
+
+def _compiled_and_eager_without_warnings(fn, *args):
+    """fn's results compiled and eager, asserting that neither compiling nor running warns."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        f = bt.jit(fn)
+        results = (f(*args), f.eager(*args))
+    assert not caught, [str(w.message) for w in caught]
+    return results
+
+
+# reciprocals exact in both half dtypes (bfloat16 kernels keep `1 / h` in float32 before `* 70000`)
+HALF_VALUES = [1.0, -2.0, 0.0, -0.0, 0.5, 4.0, float("inf"), float("nan"), 65504.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_numbers_beyond_a_half_dtype_are_inf_without_a_warning(dtype):
+    """A number past a half dtype's range meets the tensor as torch's value of it: `h + 70000` adds inf
+    in float16 (numpy warned "overflow encountered in cast"), `h * 70000` computes in float32, and
+    `70000 / h` is torch's reciprocal of h times 70000; no warning is raised."""
+    h = torch.tensor(HALF_VALUES, dtype=dtype)
+    want = _overflowing_numbers(h)
+    for got in _compiled_and_eager_without_warnings(_overflowing_numbers, h):
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("s", [70000.0, -1e39, 65519.99999, 3.4e38, 1 + 2**-11 + 2**-40])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_run_time_scalars_beyond_a_half_dtype_are_inf_as_in_torch(dtype, s):
+    """A run-time `s: float` converts to the half dtype as torch converts it (through float32, so
+    65519.99999 is inf in float16, not 65504), with no warning."""
+    h = torch.tensor(HALF_VALUES, dtype=dtype)
+    want = _with_scalar(h, s)
+    for got in _compiled_and_eager_without_warnings(_with_scalar, h, s):
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0)
+
+
+def _overflowing_bounds(h):
+    return maximum(h, 70000), where(h > 1, 70000.0, h)  # noqa: F821
+
+
+def _clip_beyond_float16(h):
+    return clip(h, -70000, 70000)  # noqa: F821
+
+
+def test_library_numbers_beyond_float16():
+    """The library's numbers: a promoted operand is inf as a number meeting the tensor is; clip's bounds
+    are refused, as torch.clamp refuses them (TVM refused the float16 literal, a raw error)."""
+    h = torch.tensor(HALF_VALUES, dtype=torch.float16)
+    inf = torch.tensor(float("inf"), dtype=torch.float16)
+    want = (torch.maximum(h, inf), torch.where(h > 1, inf, h))
+    for got in _compiled_and_eager_without_warnings(_overflowing_bounds, h):
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        torch.clamp(h, -70000, 70000)
+    with pytest.raises(bt.CompilationError, match=r"clip\(\): argument 'min' is -70000, beyond the largest float16") as info:
+        bt.jit(_clip_beyond_float16)(h)
+    assert info.value.lineno == _clip_beyond_float16.__code__.co_firstlineno + 1
+    with pytest.raises(TypeError, match="beyond the largest float16"):
+        bt.jit(_clip_beyond_float16).eager(h)

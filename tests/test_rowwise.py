@@ -58,7 +58,7 @@ def std(x):
 
 
 def logsumexp(x):
-    m = x.max(-1)
+    m = x.max(axis=-1)  # the Relax spelling: the values (x.max(-1) is torch's (values, indices))
     return m + bt.log(bt.exp(x - bt.expand_dims(m, -1)).sum(-1))
 
 

@@ -598,3 +598,34 @@ def test_not_of_a_comparison_is_true_for_nan():
     b = torch.tensor([1.0, nan, 1.0, nan, inf, -0.0])
     out = negated_compare(a, b, torch.empty(6))
     torch.testing.assert_close(out, (~(a >= b)).float())
+
+
+def shift_past_half(x: bt.Tensor((4,), "float16"), out: bt.Tensor((4,), "float16")):
+    for i in range(4):
+        out[i] = x[i] + 70000
+
+
+def test_numbers_beyond_float16_are_inf():
+    """A number past float16's range is inf in loop code too, as torch converts it (TVM refused the
+    float16 literal 70000)."""
+    x = torch.tensor([1.0, -2.0, 0.0, float("nan")], dtype=torch.float16)
+    out = tir(shift_past_half)(x, torch.empty(4, dtype=torch.float16))
+    torch.testing.assert_close(out, x + 70000, equal_nan=True, rtol=0, atol=0)
+
+
+def divide_by_folded_zero(x: bt.Tensor((6,), "float32"), a: bt.Tensor((6,), "float32"),
+                          b: bt.Tensor((6,), "float32"), c: bt.Tensor((6,), "float32")):
+    for i in range(6):
+        a[i] = x[i] / (x[i] - x[i])
+        b[i] = 0.0 / (x[i] - x[i])
+        c[i] = x[i] / 0.0
+
+
+def test_division_by_a_divisor_that_folds_to_zero():
+    """Float `/` by a divisor TVM's simplifier folds to 0 (or by the number 0.0) gives IEEE's inf and
+    NaN as torch does; it was a raw "Divide by zero" error, and `x - x` was 0 for inf."""
+    x = torch.tensor([1.0, -2.0, 0.0, -0.0, float("inf"), float("nan")])
+    outs = [torch.empty(6) for _ in range(3)]
+    tir(divide_by_folded_zero)(x, *outs)
+    for got, want in zip(outs, (x / (x - x), 0.0 / (x - x), x / 0.0)):
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)

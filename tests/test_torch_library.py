@@ -336,3 +336,272 @@ def test_a_backward_that_falls_back_runs_through_the_backward_op():
     fallbacks = [str(c.message) for c in caught if issubclass(c.category, autograd.GradientFallbackWarning)]
     assert len(fallbacks) == 1 and "run-time `if`" in fallbacks[0] and "if x.sum() > 0:" in fallbacks[0]
     torch.library.opcheck(op, (torch.rand(4, 3, requires_grad=True), w))
+
+
+# -- plain @jit calls inside torch.compile / torch.export (no as_torch_op()) ------------------------
+
+@bt.jit
+def gate(x, w):
+    return bt.sigmoid(x) * w
+
+
+class Gated(nn.Module):
+    """Plain @jit calls as written: `gate`, and `scale_shift` with a run-time float and a constexpr."""
+
+    def __init__(self, torch_only: bool = False):
+        super().__init__()
+        torch.manual_seed(1)
+        self.w = nn.Parameter(torch.rand(4) + 0.5)
+        self.b = nn.Parameter(torch.randn(4))
+        self.torch_only = torch_only
+
+    def forward(self, x):
+        if self.torch_only:
+            return ((torch.sigmoid(x) * self.w + 1) * 0.5 + self.b * 3).square().sum()
+        return scale_shift(gate(x, self.w) + 1, self.b, 0.5, k=3).square().sum()
+
+
+def capturing_backend(graphs: list):
+    """A torch.compile backend keeping dynamo's graph, then AOTAutograd's forward and backward graphs."""
+    from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+
+        def keep(g, _):
+            graphs.append(g)
+            return make_boxed_func(g.forward)
+        return aot_module_simplified(gm, inputs, fw_compiler=keep, bw_compiler=keep)
+    return backend
+
+
+def op_targets(graph_module) -> list[str]:
+    return [str(n.target) for n in graph_module.graph.nodes
+            if n.op == "call_function" and str(n.target).startswith("babytriton.")]
+
+
+def test_plain_jit_calls_inside_torch_compile_are_one_op_node_each():
+    """fullgraph=True: dynamo's graph holds the two ops (made on first use, the same as as_torch_op's),
+    the backward graph their compiled backwards; loss and gradients match torch."""
+    graphs = []
+    model, want_model = Gated(), Gated(torch_only=True)
+    fast = torch.compile(model, backend=capturing_backend(graphs), fullgraph=True)
+    x, x2 = torch.randn(3, 4, requires_grad=True), None
+    loss = fast(x)
+    loss.backward()
+    x2 = x.detach().requires_grad_()
+    want = want_model(x2)
+    want.backward()
+    torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-5)
+    for got, ref in ((x.grad, x2.grad), (model.w.grad, want_model.w.grad), (model.b.grad, want_model.b.grad)):
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
+    dynamo, forward, backward = graphs
+    gate_op, scale_op = gate.as_torch_op(), scale_shift.as_torch_op(k=3)
+    assert sorted(op_targets(dynamo)) == sorted([str(gate_op), str(scale_op)])
+    assert sorted(op_targets(forward)) == sorted([str(gate_op.default), str(scale_op.default)])
+    names = [op._qualified_op_name.split("::")[1] for op in (gate_op, scale_op)]
+    assert sorted(t.split(".")[1] for t in op_targets(backward)) == sorted(n + "_backward" for n in names)
+    assert "s" in str(scale_op.default._schema) and "k" not in str(scale_op.default._schema)
+
+
+def dynamo_graphs(fn, sizes, mark: bool = False, **options) -> int:
+    """How many graphs dynamo makes for `fn(x, w).sum()` over inputs of these row counts, each result
+    and gradient checked against torch."""
+    torch._dynamo.reset()
+    count = []
+    backend = capturing_backend([])
+
+    def counting(gm, inputs):
+        count.append(gm)
+        return backend(gm, inputs)
+    compiled = torch.compile(lambda x, w: fn(x, w).sum(), backend=counting, fullgraph=True, **options)
+    for rows in sizes:
+        x, w = torch.randn(rows, 4, requires_grad=True), torch.randn(4, requires_grad=True)
+        if mark:
+            torch._dynamo.mark_dynamic(x, 0)
+        got = compiled(x, w)
+        got.backward()
+        x2, w2 = x.detach().requires_grad_(), w.detach().requires_grad_()
+        want = (torch.sigmoid(x2) * w2).sum()
+        want.backward()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(x.grad, x2.grad, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(w.grad, w2.grad, rtol=1e-5, atol=1e-6)
+    return len(count)
+
+
+@pytest.mark.parametrize("how", [dict(dynamic=True), dict(mark=True), dict()])
+def test_dynamic_shapes_compile_as_often_as_torch(how):
+    """dynamic=True and mark_dynamic: one graph for every size, as for the torch function; with
+    neither, torch's automatic dynamic shapes (a second graph, then no more)."""
+    sizes = (3, 5, 7, 9)
+    torch_count = dynamo_graphs(lambda x, w: torch.sigmoid(x) * w, sizes, **how)
+    assert dynamo_graphs(gate, sizes, **how) == torch_count
+    assert torch_count == (2 if not how else 1)
+
+
+def test_torch_compile_of_a_jit_function_itself():
+    graphs = []
+    fast = torch.compile(scale_shift, backend=capturing_backend(graphs), fullgraph=True, dynamic=True)
+    for rows in (2, 3, 6):
+        x, b = torch.randn(rows, 5), torch.randn(5)
+        torch.testing.assert_close(fast(x, b, 0.25, 2), x * 0.25 + b * 2)
+    assert len([g for g in graphs if op_targets(g) == [str(scale_shift.as_torch_op(k=2))]]) == 1   # dynamo's
+
+
+@bt.jit
+def times(x, k: bt.constexpr):
+    return x * k
+
+
+def test_a_symbolic_size_given_as_a_constexpr_is_specialized_as_torch_does():
+    """A size dynamo keeps symbolic, passed as a constexpr: guarded on (one graph per value)."""
+    count = []
+    fast = torch.compile(lambda x: times(x, x.shape[0]), backend=lambda gm, _: count.append(gm) or gm.forward,
+                         fullgraph=True, dynamic=True)
+    for rows in (2, 3, 3):
+        x = torch.randn(rows, 3)
+        torch.testing.assert_close(fast(x), x * rows)
+    assert len(count) == 2
+
+
+def test_export_of_plain_jit_calls_holds_their_ops():
+    for strict in (False, True):
+        program = torch.export.export(Gated(), (torch.randn(3, 4),), strict=strict,
+                                      dynamic_shapes=({0: torch.export.Dim("rows")},))
+        targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+        assert targets.count(str(gate.as_torch_op().default)) == 1
+        assert targets.count(str(scale_shift.as_torch_op(k=3).default)) == 1
+        x = torch.randn(6, 4)
+        torch.testing.assert_close(program.module()(x), Gated(torch_only=True)(x), rtol=1e-5, atol=1e-5)
+
+
+def test_call_errors_inside_torch_compile_name_the_function():
+    def compiled(fn):
+        return torch.compile(fn, backend="eager", fullgraph=True)
+    x = torch.randn(2, 3)
+    internal = torch._dynamo.exc.InternalTorchDynamoError   # the TypeError, as dynamo wraps it
+    with pytest.raises(internal, match=r"TypeError: gate\(x, w\): missing a required argument: 'w'"):
+        compiled(lambda x: gate(x))(x)
+    with pytest.raises(internal, match=r"TypeError: gate\(x, w\): got an unexpected keyword argument 'q'"):
+        compiled(lambda x: gate(x, q=x))(x)
+
+    @bt.jit(backend="tir")
+    def fill(out):
+        for i in range(out.shape[0]):
+            out[i] = 1.0
+    with pytest.raises(internal, match=r"TypeError: fill\(\): backend='tir' .*inside torch.compile or "
+                                       r"torch.export runs as its torch op"):
+        compiled(lambda x: fill(x))(x)
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError, match=r"_gate\(.*shapes \(2, 3\) and \(5,\) cannot be "
+                                                                 r"broadcast together.*return bt.sigmoid\(x\) \* w"):
+        compiled(lambda x: gate(x, torch.randn(5)))(x)
+
+
+def test_arguments_by_keyword_and_defaults_inside_torch_compile():
+    fast = torch.compile(lambda x: scaled(x) + scaled(x=x, s=3.0) + scale_shift(x, s=2.0, b=x[0], k=1),
+                         backend="aot_eager", fullgraph=True)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(fast(x), x + x * 3.0 + (x * 2.0 + x[0]))
+
+
+def test_the_op_runs_the_real_call_while_a_compile_is_on():
+    """torch.compiler.is_compiling() is process-wide: a call then goes through the op, whose
+    implementation must run the compiled function, not its op again."""
+    x, w = torch.randn(2, 4), torch.randn(4)
+    with torch.compiler._compile_session_context():
+        got = gate(x, w)
+    torch.testing.assert_close(got, torch.sigmoid(x) * w)
+
+
+def test_dynamo_marks_constant_functions_with_the_attribute_babytriton_sets():
+    """babytriton marks its look-ups as torch._dynamo.assume_constant_result does, without importing dynamo."""
+    def probe():
+        return 1
+    marked = torch._dynamo.assume_constant_result(probe)
+    assert {k for k in vars(marked)} == {"_dynamo_marked_constant"}
+    from babytriton import torch_library
+    assert torch_library.tracing._dynamo_marked_constant
+
+
+# -- torch.export Dims shared by several inputs -----------------------------------------------------
+
+@bt.jit
+def bmm(a, b):
+    return a @ b
+
+
+@bt.jit
+def bmm_add(a, b, c):
+    return a @ b + c
+
+
+@bt.jit
+def cat2(a, b):
+    return bt.concat([a, b], axis=0) * 2.0
+
+
+class Calls2(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, a, b):
+        return self.fn(a, b)
+
+
+class Calls3(Calls2):
+    def forward(self, a, b, c):
+        return self.fn(a, b, c)
+
+
+def test_export_with_one_dim_shared_by_two_inputs_of_a_batched_matmul():
+    """The tracer gives each input's size its own symbol (the Dim's equality is checked after tracing):
+    the fake implementation gets the result from the eager reference, whose matmul relates them."""
+    op = bmm.as_torch_op()
+    batch, inner = torch.export.Dim("batch"), torch.export.Dim("inner")
+    a, b = torch.randn(3, 4, 5), torch.randn(3, 5, 6)
+    for shapes, k in ((({0: batch}, {0: batch}), 5), (({0: batch, 2: inner}, {0: batch, 1: inner}), 7)):
+        program = torch.export.export(Calls2(op), (a, b), dynamic_shapes=shapes)
+        assert [str(n.target) for n in program.graph.nodes if n.op == "call_function"] == [str(op.default)]
+        a2, b2 = torch.randn(5, 4, k), torch.randn(5, k, 6)
+        torch.testing.assert_close(program.module()(a2, b2), a2 @ b2)
+    with pytest.raises((AssertionError, RuntimeError), match=r"Guard failed: b.size\(\)\[0\] == a.size\(\)\[0\]"):
+        program.module()(a2, torch.randn(4, 7, 6))
+
+
+def test_export_with_dims_shared_by_three_inputs():
+    op = bmm_add.as_torch_op()
+    batch, inner, rows = torch.export.Dim("batch"), torch.export.Dim("inner"), torch.export.Dim("rows")
+    program = torch.export.export(
+        Calls3(op), (torch.randn(3, 4, 5), torch.randn(3, 5, 6), torch.randn(3, 4, 6)),
+        dynamic_shapes=({0: batch, 1: rows, 2: inner}, {0: batch, 1: inner}, {0: batch, 1: rows}))
+    a, b, c = torch.randn(2, 7, 3), torch.randn(2, 3, 6), torch.randn(2, 7, 6)
+    torch.testing.assert_close(program.module()(a, b, c), a @ b + c)
+
+
+def test_distinct_symbolic_sizes_keep_distinct_names():
+    """`s0 + 1` and `s0 - 1` once shared one name in the fake specs (made of the expression's text): the
+    result's size came out wrong, silently."""
+    def fn(x):
+        y = cat2(torch.cat([x, x[:1]]), x[1:])
+        return y.sum(0) + y.shape[0]
+    fast = torch.compile(fn, backend="aot_eager", fullgraph=True, dynamic=True)
+    for rows in (3, 5):
+        x = torch.randn(rows, 2)
+        want = torch.cat([x, x[:1], x[1:]]) * 2.0
+        torch.testing.assert_close(fast(x), want.sum(0) + want.shape[0])
+
+
+def test_a_function_that_updates_its_parameters_in_place_is_no_torch_op():
+    """An op declared without mutated arguments would hide the writes from torch.compile: refused by name."""
+    @bt.jit
+    def sgd(p, g, lr: float):
+        p.add_(g, alpha=-lr)
+        return p.sum()
+
+    with pytest.raises(TypeError, match=r"sgd\(\) updates its parameter\(s\) p in place"):
+        sgd.as_torch_op()
+    p, g = torch.ones(4), torch.ones(4)
+    sgd(p, g, 0.5)   # called directly, it writes the caller's tensor
+    assert torch.equal(p, torch.full((4,), 0.5))

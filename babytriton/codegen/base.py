@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import ast
 
+import torch
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 
 from ..arguments import ArgSpec
 from ..errors import CompilationError, Diagnostic, debug_enabled
-from . import semantic
+from . import semantic, specialise
 from .scope import Scope
 from ..source import ParsedFunction, environment
-from .values import PY_BUILTINS
+from ..types import format_size
+from .values import PY_BUILTINS, PY_SCALARS, is_symbolic
 
 SYNTAX_NAMES = {
     "Lambda": "lambda expressions", "ListComp": "list comprehensions", "SetComp": "set comprehensions",
     "DictComp": "dict comprehensions", "GeneratorExp": "generator expressions", "ClassDef": "class definitions",
     "FunctionDef": "nested function definitions", "Try": "try/except blocks", "TryStar": "try/except* blocks",
-    "Global": "`global` statements", "Nonlocal": "`nonlocal` statements", "JoinedStr": "f-strings",
+    "Global": "`global` statements", "Nonlocal": "`nonlocal` statements",
     "With": "`with` blocks", "Raise": "`raise` statements", "Assert": "`assert` statements",
     "Delete": "`del` statements", "Import": "imports", "ImportFrom": "imports", "Yield": "`yield` expressions",
     "YieldFrom": "`yield from` expressions", "Await": "`await` expressions", "Starred": "star-expressions (*args)",
@@ -58,11 +60,14 @@ class CodeGenerator(ast.NodeVisitor):
         except CompilationError:
             raise
         except Diagnostic as e:
+            # run-time number parameters refused here are specialised instead (raises Specialise)
+            e = specialise.check(self, node, e, lambda: self.error(node, str(e)))
             raise self.error(node, str(e)) from (e if debug_enabled() else None)
         except RecursionError:
             raise self.error(node, "expression nested too deeply to compile") from None
         except Exception as e:  # noqa: BLE001 - TVM raises many types; none may reach the user raw
             message = f"could not compile `{ast.unparse(node)}`: the compiler failed on it"
+            specialise.check(self, node, e, lambda: self.error(node, message))
             if debug_enabled():
                 raise self.error(node, f"{message}\n[BABYTRITON_DEBUG] {type(e).__name__}: {e}") from e
             raise self.error(node, message + " (set BABYTRITON_DEBUG=1 to see the cause)") from None
@@ -89,9 +94,30 @@ class CodeGenerator(ast.NodeVisitor):
 
     def visit_Constant(self, node: ast.Constant):
         # Numbers are compile-time values; strings only mean something as arguments (dtype names).
-        if isinstance(node.value, (bool, int, float, str)) or node.value is None:
-            return node.value
+        if isinstance(node.value, (bool, int, float, str)) or node.value is None or node.value is Ellipsis:
+            return node.value  # `...` indexes tensors (`x[..., 0]`)
         raise Diagnostic(f"constants of type {type(node.value).__name__} are not supported")
+
+    def visit_JoinedStr(self, node: ast.JoinedStr):
+        # f-strings of compile-time values are compile-time strings (assert messages)
+        return "".join(self.visit(part) for part in node.values)
+
+    def visit_FormattedValue(self, node: ast.FormattedValue):
+        return self.formatted(self.visit(node.value), node)
+
+    def formatted(self, value, node: ast.FormattedValue) -> str:
+        """One `{value!r:spec}` of an f-string, of a compile-time value."""
+        if is_symbolic(value):  # a symbolic size shows as its name
+            value = format_size(value)
+        elif not isinstance(value, (*PY_SCALARS, str, tuple, list, type(None), torch.dtype, torch.finfo, torch.iinfo)):
+            raise Diagnostic(f"an f-string in @jit code formats compile-time values only, got {self.describe(value)} "
+                             "(a tensor's values are known when the code runs; print them from f.eager(...))")
+        value = {-1: value, ord("s"): str(value), ord("r"): repr(value), ord("a"): ascii(value)}[node.conversion]
+        spec = self.visit(node.format_spec) if node.format_spec is not None else ""
+        try:
+            return format(value, spec)
+        except (TypeError, ValueError) as e:
+            raise Diagnostic(f"f-string: {e}") from None
 
     def visit_Compare(self, node: ast.Compare):
         # a < b < c means (a < b) and (b < c), with b computed once.
@@ -121,7 +147,7 @@ class CodeGenerator(ast.NodeVisitor):
         self.assign(node.target, self.visit(node.value), node)
 
     def visit_Tuple(self, node: ast.Tuple):
-        return tuple(self.visit(e) for e in node.elts)
+        return tuple(self.call_arguments(node.elts))  # `(*x.shape[:-1], h, d)` expands as in Python
 
     visit_List = visit_Tuple
 
@@ -135,11 +161,36 @@ class CodeGenerator(ast.NodeVisitor):
                                 [lambda v=v: self.visit(v) for v in node.values[1:]], self.short_circuits,
                                 lambda lhs, rhs: self.logical(node.op, lhs, rhs))
 
+    def call_arguments(self, nodes: list[ast.expr]) -> list:
+        """A call's positional arguments, `*sizes` expanding a compile-time tuple or list in place
+        (`x.view(*x.shape[:-1], h, d)`)."""
+        args = []
+        for node in nodes:
+            if not isinstance(node, ast.Starred):
+                args.append(self.visit(node))
+                continue
+            value = self.visit(node.value)
+            if not isinstance(value, (tuple, list)):
+                raise self.error(node, f"`*` in a call expands a tuple or list known at compile time, got "
+                                       f"{self.describe(value)}")
+            args.extend(value)
+        return args
+
+    def visit_Slice(self, node: ast.Slice):
+        """`a:b:c` in an index: a Python slice of the visited parts (ints, symbolic sizes, None)."""
+        return slice(*(None if part is None else self.visit(part) for part in (node.lower, node.upper, node.step)))
+
     def visit_Subscript(self, node: ast.Subscript):
         value = self.visit(node.value)
         if not isinstance(value, tuple):
             return self.subscript(value, node)
         index = self.visit(node.slice)
+        if isinstance(index, slice):  # `x.shape[:-1]`, `x.shape[1:3]`: a tuple
+            if not all(v is None or isinstance(v, int) for v in (index.start, index.stop, index.step)):
+                raise Diagnostic(f"a tuple slice takes compile-time ints, got {index}")
+            if index.step == 0:
+                raise Diagnostic("slice step cannot be zero")
+            return value[index]
         if not isinstance(index, int) or isinstance(index, bool) and not self.tuple_bool_index:
             raise Diagnostic(f"a tuple index must be a compile-time int, got {self.describe(index)}")
         if not -len(value) <= index < len(value):

@@ -430,8 +430,9 @@ class Flow:
 
     def live_names(self, boundary):
         """The names that matter where the branches end (None: all of them)."""
-        if boundary == FunctionEnd.key:
-            return {RETURN}
+        if boundary == FunctionEnd.key:  # and the parameters updated in place, written back (mutation.py)
+            from . import mutation  # noqa: PLC0415 - it imports this module
+            return {RETURN, *mutation.candidates(self.cg)}
         if boundary is not None and boundary[0] == "break" and boundary[1] in self.leaves:
             return self.leaves[boundary[1]].live | set(self.pending)
         return None
@@ -447,7 +448,7 @@ class Flow:
         (then_names, then_seq), (else_names, else_seq) = then, els
         live = self.live_names(boundary)
         names = [n for n in dict.fromkeys([*then_names, *else_names]) if live is None or n in live]
-        slots, plans = [], {}
+        slots, plans, shared = [], {}, {}
         for name in names:
             a = then_names[name] if name in then_names else self.outer(name)
             b = else_names[name] if name in else_names else self.outer(name)
@@ -469,7 +470,10 @@ class Flow:
                     parts.append(("same", x))
                 elif x is True and y is False and is_tensor(cond):
                     parts.append(("same", cond))  # a flag that is the condition itself
+                elif (id(x), id(y)) in shared:  # names bound to one tensor on both paths stay so (`y = x`)
+                    parts.append(("slot", shared[id(x), id(y)]))
                 else:
+                    shared[id(x), id(y)] = len(slots)
                     parts.append(("slot", len(slots)))
                     slots.append((name, ty, x, y))
             plans[name] = (a, parts)

@@ -7,6 +7,9 @@ blocks. `exp(swish(x + 1)) * 2` with swish(x) = x * sigmoid(x) compiles to one f
 and to three (add; sigmoid-multiply; exp-multiply) as a call to a second Relax function. g's annotations are checked against the arguments at
 the call; g's own options (target, schedule) don't apply, the caller's do. Recursion cannot be
 inlined and is rejected at the call that closes the cycle.
+
+Undecorated Python functions (`rotate_half(q)`) are inlined the same way (`call_plain`), as
+torch.compile traces through them: their arguments pass as they are, their annotations unread.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from tvm import relax
 
 from .. import devices
 from ..errors import CompilationError, Diagnostic
-from ..frontend import Decorated, FunctionInfo
+from ..frontend import Decorated, FunctionInfo, PlainFunction
 from ..types import SCALAR_TYPES, format_shape, is_float_dtype
 from .values import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, same_size, shape_of
 
@@ -27,16 +30,42 @@ def is_jit_function(value) -> bool:
 
 def call(cg, function: Decorated, args: list, kwargs: dict, call_line: int | None):
     """Compile `function(*args, **kwargs)` into the function `cg` is building; return its value."""
-    callee = function.info
-    chain = [*cg.inline_chain, callee.fn]
+    check_cycle(cg, function.info)
+    return body(cg, function.info, bind(cg, function.info, args, kwargs), call_line)
+
+
+def call_plain(cg, callee: PlainFunction, args: list, kwargs: dict, call_line: int | None):
+    """An undecorated Python function called from @jit code, inlined as torch.compile traces through
+    one: its parameters bound to the caller's values as they are (numbers, tuples and None stay
+    compile-time values), its annotations ignored."""
+    check_cycle(cg, callee)
+    try:
+        callee.parsed  # noqa: B018 - parsed on first use
+    except CompilationError as e:  # no readable source: said at the call
+        raise Diagnostic(f"cannot inline {callee.name}(): {e.message}") from None
+    try:
+        bound = callee.signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise Diagnostic(f"{callee.name}({', '.join(p.name for p in callee.params)}): {e}") from None
+    bound.apply_defaults()
+    return body(cg, callee, dict(bound.arguments), call_line)
+
+
+def check_cycle(cg, callee) -> None:
     if callee.fn in cg.inline_chain:
+        chain = [*cg.inline_chain, callee.fn]
         cycle = " -> ".join(f.__name__ for f in chain[cg.inline_chain.index(callee.fn):])
-        raise Diagnostic(f"recursive call ({cycle}): @jit functions called from @jit code are inlined, so "
+        raise Diagnostic(f"recursive call ({cycle}): functions called from @jit code are inlined, so "
                          "they cannot call themselves; write the recursion as a loop")
+
+
+def body(cg, callee, values: dict, call_line: int | None):
+    """Compile the callee's body in place, its parameters bound to `values`; its value. Errors point
+    at the callee's line and say where it was called from."""
     if cg.placement is None and devices.uses_device_blocks(callee.parsed.tree):
         raise Diagnostic(f"{callee.name}() has `with bt.device(...)` blocks, so it can only be called from "
                          "@jit code that has device blocks too (its vdevices belong to the caller's module)")
-    values = bind(cg, callee, args, kwargs)
+    chain = [*cg.inline_chain, callee.fn]
     child = type(cg)(callee.parsed, {}, cg.options)
     child.share(cg, chain)
     try:
@@ -71,10 +100,10 @@ def check(cg, fname: str, param, value, sizes: dict):
             raise Diagnostic(f"{where} is bt.constexpr, so it needs a compile-time value, got {describe(value)}")
         return value
     if param.kind == "auto":
-        if is_tensor(value):
+        if is_tensor(value) or value is None:  # None: an optional argument, known at compile time
             return value
-        if is_python_scalar(value):  # what a direct call would pass: a 0-d int64/float64/bool tensor
-            return weak_const(cg, value, SCALAR_TYPES[type(value)])
+        if is_python_scalar(value):  # a number known here: what a direct call specialises it to, as needed
+            return value
         raise Diagnostic(f"{where} expects a tensor or a number, got {describe(value)}")
     if param.kind == "scalar":
         return check_scalar(cg, where, param, value)

@@ -6,8 +6,8 @@ plumbing (`call_tir`, closures, printing, shapes as values). A bare name the fun
 `from tvm.relax.op import exp`), babytriton's re-exports (`bt.softmax`) and the tensor methods
 (`x.sum(axis=-1)`, `x.T`) all resolve to an entry of this table and are called the same way.
 
-How each argument is read comes from the op's own Python signature: a parameter annotated as a
-Relax expression takes tensors, and Python numbers there take the tensors' dtype; `*dtype`
+How each argument is read comes from the op's own Python signature (an unannotated parameter by the
+type its docstring gives): a parameter annotated as a Relax expression takes tensors, and Python numbers there take the tensors' dtype; `*dtype`
 parameters take names or torch dtypes; shapes take tuples of sizes; anything else is a compile-time
 Python value checked against its annotation. Element-wise binary ops promote dtypes as torch does,
 and bools and integers follow torch where TVM would go wrong (the tables below). Otherwise library
@@ -201,13 +201,56 @@ def _by_function() -> dict[int, Op]:
 
 
 def _make_op(name: str, fn) -> Op:
-    signature = inspect.signature(fn)
+    signature = _with_documented_types(fn, inspect.signature(fn))
     kinds = {p.name: _param_kind(name, p) for p in signature.parameters.values()}
     if fn.__module__ == BINARY_MODULE:
         promoted = tuple(p for p, kind in kinds.items() if kind == "tensor")
     else:
         promoted = PROMOTED.get(name, ())
     return Op(name, fn, signature, kinds, promoted)
+
+
+# A few Relax ops leave their parameters unannotated (flip, bucketize, einsum, the detection ops); their
+# docstrings give each type as numpydoc does, `data : relax.Expr`, which is read instead.
+_DOC_PARAM = re.compile(r"^\s*(\w+)\s*:\s*(.*?)\s*$", re.M)
+_DOC_SECTION_END = re.compile(r"\n\w+\n-{3,}")  # the next section's title (Returns)
+_DOC_TYPES = {"relax.Expr": Expr, "int": int, "float": float, "bool": bool, "str": str}
+_DOC_TENSORS = re.compile(r"\b(?:List|Tuple)\[relax\.Expr\]")
+
+
+def _with_documented_types(fn, signature: inspect.Signature) -> inspect.Signature:
+    """The op's signature with each unannotated parameter annotated by its docstring's type (as far as
+    that says one of the types `_param_kind` and `_accepts` read; otherwise left unannotated)."""
+    documented = _documented_types(fn)
+    params = []
+    for p in signature.parameters.values():
+        if p.annotation is inspect.Parameter.empty and p.name in documented:
+            annotation = _documented_annotation(documented[p.name])
+            if annotation is not inspect.Parameter.empty and p.default is None:
+                annotation = annotation | None
+            p = p.replace(annotation=annotation)
+        params.append(p)
+    return signature.replace(parameters=params)
+
+
+def _documented_types(fn) -> dict[str, str]:
+    """Parameter name -> the type its docstring's Parameters section writes (`relax.Expr`, `int, optional`)."""
+    section = (inspect.getdoc(fn) or "").partition("Parameters\n----------")[2]
+    found = {}
+    for name, text in _DOC_PARAM.findall(_DOC_SECTION_END.split(section)[0]):
+        found.setdefault(name, text)
+    return found
+
+
+def _documented_annotation(text: str):
+    """A docstring's type as an annotation: a Relax expression, a list or tuple of them, a Python
+    scalar type; "optional" only says the parameter has a default. Empty for anything else."""
+    text = text.removesuffix(", optional").strip()
+    optional = re.fullmatch(r"Optional\[(.*)\]", text)
+    text = optional.group(1) if optional else text
+    if _DOC_TENSORS.search(text):
+        return Expr | list[Expr] | tuple[Expr, ...]
+    return _DOC_TYPES.get(text, inspect.Parameter.empty)
 
 
 def _options(annotation) -> tuple:
@@ -316,6 +359,7 @@ class Builder(typing.Protocol):
     def dtype_value(self, name: str): ...       # a dtype as the op takes it
     def scalar(self, value, dtype: str | None): ...  # a compile-time number for a tensor of `dtype`
     def sequence(self, value): ...              # (nested) tuples/lists as the op takes them
+    def device(self, value=None): ...           # where a tensor lives (None: the code being built), a torch.device
     def is_run_time(self, value) -> bool: ...   # a value known only when the code runs
     def is_tensors(self, value) -> bool: ...    # one value the op takes for its tuple of tensors as it is
     def aligned(self, *operands) -> list: ...   # element-wise operands made to agree on their shapes
@@ -458,6 +502,19 @@ class RelaxBuilder:
 
     def is_run_time(self, value) -> bool:
         return core.is_tensor(value) or isinstance(value, relax.Expr) and not core.is_symbolic(value)
+
+    def device(self, value=None) -> torch.device:
+        """Where `value` lives, or the code being built runs (a device block's device inside one), as torch
+        names it: a GPU with the index its tensor arguments have (this version is theirs), as `x.device` says."""
+        cg = self.cg
+        kind = cg.options.device_kind
+        if cg.placement is not None:
+            kind = (value is not None and cg.placement.device_of(value)) or cg.placement.current
+        if kind != "cuda":
+            return torch.device(kind)
+        index = next((int(s.device.split(":")[1]) for s in cg.specs.values()
+                      if str(getattr(s, "device", "")).startswith("cuda:")), None)
+        return torch.device("cuda") if index is None else torch.device("cuda", index)
 
     def is_tensors(self, value) -> bool:  # a Relax tuple (or a tensor, which TVM then judges)
         return core.is_tensor(value) or isinstance(value, relax.Expr) and isinstance(value.ty, relax.TupleType)
@@ -853,6 +910,10 @@ def convert(b: Builder, op: Op, name: str, value, arguments: dict):
         if tensor is not None and not is_float_dtype(b.dtype(tensor)) \
                 and isinstance(value, float) and not value.is_integer():
             raise Diagnostic(f"{where} is {value!r}, which an {b.dtype(tensor)} tensor cannot hold")
+        if tensor is not None and is_float_dtype(b.dtype(tensor)) and math.isfinite(value) \
+                and abs(value) > torch.finfo(DTYPES[b.dtype(tensor)]).max:  # TVM refuses such a literal
+            raise Diagnostic(f"{where} is {value!r}, beyond the largest {b.dtype(tensor)} value "
+                             "(torch refuses it too)")
         return b.scalar(value, None if tensor is None else b.dtype(tensor))
     # a compile-time Python value, checked against the annotation
     if b.is_run_time(value):

@@ -36,6 +36,7 @@ from .control import (Jump, LoopEnd, IterEnd, Marker, SetName, SetTarget, Stream
                       describe_type, exit_keys, leaves, loaded_names, pack, rebuild, same_type, same_value,
                       structure, symbolic_vars, type_dtype)
 from .operators import number_dtype
+from . import mutation
 from .scope import FlowSlot, Undefined
 from .values import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, scalar_kind, shape_of
 
@@ -235,7 +236,7 @@ class RecursiveLoop:
         self.is_for = isinstance(node, ast.For)
         scope = self.cg.scope
         targets = assigned_names([node.target]) if self.is_for else []
-        assigned = list(dict.fromkeys(targets + assigned_names(node.body)))
+        assigned = list(dict.fromkeys(targets + assigned_names(node.body) + mutation.mutated(self.cg, node.body)))
 
         def defined(name):
             return name in scope and not isinstance(scope.lookup(name), Undefined)
@@ -364,6 +365,7 @@ class RecursiveLoop:
         with scope.frame():
             for name, value in {**(inputs or {}), **carried}.items():
                 scope.assign(name, value)
+            mutation.realias(scope, carried)  # names of one tensor stay one tensor (`y = x; y.add_(1)`)
             for name in self.locals:
                 scope.assign(name, Undefined(
                     f"'{name}' is read before it is assigned in this iteration of the loop on line {self.line}; "

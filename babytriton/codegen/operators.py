@@ -88,7 +88,8 @@ TIR_INT_ARITH = {
     ast.FloorDiv: legalize.int_floor_divide, ast.Mod: legalize.int_floor_mod,  # no trap on 0 or INT_MIN // -1
 }
 TIR_FLOAT_ARITH = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: tirx.Div,
+    # `-` and `/` kept from TVM's simplifier (`x - x` is NaN for inf; a divisor it folds to 0 was refused)
+    ast.Add: operator.add, ast.Sub: legalize.subtract, ast.Mult: operator.mul, ast.Div: legalize.divide,
     ast.FloorDiv: legalize.floor_divide, ast.Mod: legalize.floor_mod,  # torch's rules, as on tensors
     ast.Pow: tirx.pow,
 }

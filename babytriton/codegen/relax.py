@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import gc
 import inspect
 import math
@@ -22,15 +23,17 @@ from tvm.script.ir_builder import relax as RB
 from .. import devices
 from ..arguments import ArgSpec
 from ..errors import CompilationError, Diagnostic, debug_enabled, quiet_tvm
+from ..frontend import plain_function
 from ..source import ParsedFunction
-from ..types import TORCH_TO_NAME, Tensor, format_shape, is_float_dtype
-from . import inline, kernels, library, operators, pytorch, semantic
+from ..types import TORCH_TO_NAME, DtypeName, Tensor, format_shape, format_size, is_float_dtype
+from . import inline, kernels, library, mutation, operators, pytorch, semantic
+from .pytorch import indexing
 from .base import CodeGenerator
 from .control import Flow
 from .loops import Loops
 from .scope import Undefined
 from .values import (PY_BUILTINS, PY_SCALARS, broadcast, describe, dtype_of, is_python_scalar, is_symbolic,
-                     is_tensor, promote, same_size, scalar_kind, shape_of, wrap_int)
+                     is_tensor, promote, round_float, same_size, scalar_kind, shape_of, wrap_int)
 
 # Python builtins for watching a run, which compiled code cannot call: eager mode runs them.
 _EAGER_HINT = ("compiled code does not run Python; to watch values, run the function eagerly: f.eager(...), or "
@@ -50,10 +53,20 @@ def _drop_frames(error: BaseException) -> None:
 
 
 def _plain(value) -> bool:
-    """A compile-time value that Python compares by itself: numbers, strings, None, tuples of them."""
+    """A compile-time value that Python compares by itself: numbers, strings, dtypes, None, tuples of them."""
     if isinstance(value, tuple):
         return all(_plain(v) for v in value)
-    return value is None or isinstance(value, (*PY_SCALARS, str))
+    return value is None or isinstance(value, (*PY_SCALARS, str, torch.dtype, torch.device))
+
+
+def _escape(text: str) -> str:
+    """Text for a run-time check's message template, which fills `{}`."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+# `*` and `+` on bools, as torch computes them
+BOOL_ARITH = {ast.Mult: relax.op.logical_and, ast.Add: relax.op.logical_or}
+IDENTITY = {ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}
 
 
 # Float `x ** n` for an integral constant n up to this many multiplies (by squaring) instead of calling pow.
@@ -83,6 +96,7 @@ class RelaxCodeGen(CodeGenerator):
         self.kernels: list = []        # kernels.Declared: the TensorIR kernels added to the module
         self.inline_chain: list = [parsed.fn]  # the @jit functions being compiled, outermost first
         self.weak: list = []           # 0-d tensors that promote like Python numbers (see `is_weak`)
+        self.bindings: dict = {}       # emitted var -> its expression: which parameters a value comes from
         self.flow = Flow(self)         # `if`, exits and the plumbing of loops (control.py)
         self.loops = Loops(self.flow)  # `for` and `while` (loops.py)
         # (symbolic size, the size it was matched to, where): checked at each call (see `aligned`)
@@ -121,6 +135,7 @@ class RelaxCodeGen(CodeGenerator):
         self.placement = caller.placement
         self.size_checks = caller.size_checks
         self.weak = caller.weak  # the numbers the caller passes stay numbers here
+        self.bindings = caller.bindings
         self.flow.caller = caller.flow
 
     def inline(self, values: dict):
@@ -146,6 +161,7 @@ class RelaxCodeGen(CodeGenerator):
     # ------------------------------------------------------------------------------------------
     def emit(self, expr: relax.Expr) -> relax.Var:
         var = self._emit(expr)
+        self.bindings[var] = expr
         if self.lineno is not None:
             self.binding_lines[var] = self.lineno
             self.binding_nodes[var] = self.node
@@ -166,6 +182,8 @@ class RelaxCodeGen(CodeGenerator):
             raise Diagnostic(f"the float {value!r} cannot be exactly represented as {dtype}")
         if dtype.startswith(("int", "uint")):
             value = wrap_int(int(value), dtype)
+        elif is_float_dtype(dtype):
+            value = round_float(value, dtype)  # beyond the dtype's range: ±inf, as in torch
         return relax.const(value, dtype)
 
     def as_tensor(self, value, dtype: str) -> relax.Expr:
@@ -226,8 +244,9 @@ class RelaxCodeGen(CodeGenerator):
             with self.scope.frame():
                 for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
                     self.declare_param(arg)
+                mutation.start(self)  # the tensor parameters, as the caller's tensors
                 self.visit_body(node.body)
-                RB.func_ret_value(self.to_expr(self.returned))
+                RB.func_ret_value(mutation.results(self, self.to_expr(self.returned)))  # and those updated in place
 
     def declare_param(self, arg: ast.arg):
         spec = self.specs[arg.arg]
@@ -271,6 +290,58 @@ class RelaxCodeGen(CodeGenerator):
 
     visit_Continue = visit_Break
 
+    def visit_Assert(self, node: ast.Assert):
+        """`assert test, message`: a test known at compile time is checked now (a located error); one on
+        symbolic sizes when the code runs; one on tensor data (a one-element tensor) when it runs on
+        the CPU. On a GPU a data test is not checked: reading it would make the host wait for the device."""
+        if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And):  # each part, in order
+            for part in node.test.values:
+                self.visit_Assert(ast.copy_location(ast.Assert(part, node.msg), node))
+            return
+        test = self.visit(node.test)
+        if hasattr(test, "asobject"):  # TVM's `==` / `!=` of sizes: the comparison itself, not its bool
+            test = test.asobject()
+        if is_tensor(test):
+            self.assert_data(node, test)
+        elif is_symbolic(test):
+            template, sizes = self.assert_message(node)
+            library.run_time_check(self, test, template, *sizes)
+        elif not test:
+            template, sizes = self.assert_message(node)
+            raise Diagnostic(template.format(*map(format_size, sizes)))
+
+    def assert_message(self, node: ast.Assert) -> tuple[str, list]:
+        """What a failed assert says, as a run-time check's template (`{}` where the f-string message
+        shows a symbolic size, filled in with the call's size) and those sizes."""
+        if node.msg is None:
+            return _escape(f"AssertionError: assert {ast.unparse(node.test)}"), []
+        parts = node.msg.values if isinstance(node.msg, ast.JoinedStr) else [node.msg]
+        template, sizes = "AssertionError: ", []
+        for part in parts:
+            value = self.visit(part.value if isinstance(part, ast.FormattedValue) else part)
+            if is_symbolic(value) and isinstance(part, ast.FormattedValue) and part.format_spec is None:
+                template += "{}"
+                sizes.append(value)
+            elif isinstance(part, ast.FormattedValue):
+                template += _escape(self.formatted(value, part))
+            elif _plain(value) or isinstance(value, str):
+                template += _escape(str(value))
+            else:
+                raise self.error(part, f"an assert's message must be known at compile time, got {describe(value)}")
+        return template, sizes
+
+    def assert_data(self, node: ast.Assert, test) -> None:
+        if any(not isinstance(d, int) for d in shape_of(test)) or math.prod(shape_of(test)) != 1:
+            raise Diagnostic(f"assert of {describe(test)}: Boolean value of Tensor with more than one value is "
+                             "ambiguous; reduce it first, e.g. `assert (x >= 0).all()`")
+        if self.options.device_kind != "cpu" or self.placement is not None:
+            return  # not checked on a GPU (README, "assert")
+        test = test if dtype_of(test) == "bool" else self.emit(relax.op.not_equal(test, self.const(0, dtype_of(test))))
+        if test.ty.ndim:
+            test = self.emit(relax.op.reshape(test, ()))
+        template, sizes = self.assert_message(node)
+        library.run_time_check(self, test, template, *sizes)
+
     def visit_With(self, node: ast.With):
         # `with bt.device(...)`: the block's operations run on that device (see babytriton.devices).
         kind = devices.block_device(node, self.visit, self.error)
@@ -280,13 +351,14 @@ class RelaxCodeGen(CodeGenerator):
     def assign(self, target: ast.expr, value, node: ast.AST | None = None):
         if isinstance(target, ast.Name):
             self.bind(target.id, value)
+            mutation.note_binding(self, node, target)  # `y = x.view(...)`: y is a view of x in torch
         elif isinstance(target, (ast.Tuple, ast.List)):
             items = self.unpack(value, len(target.elts))
             for sub, item in zip(target.elts, items):
                 self.assign(sub, item)
-        elif isinstance(target, ast.Subscript):
-            raise self.error(target, "assigning into part of a tensor is not supported: tensors are values "
-                                     "here; compute a new tensor instead (or use backend='tir')")
+            mutation.note_binding(self, node, target)  # `a, b = x.chunk(2)`: views of x in torch
+        elif isinstance(target, ast.Subscript):  # `x[i] = v`: x rebound to the updated tensor (torch's meaning)
+            mutation.assign_subscript(self, target, value)
         else:
             raise self.error(target, f"cannot assign to {ast.unparse(target)}")
 
@@ -347,6 +419,7 @@ class RelaxCodeGen(CodeGenerator):
                     raise Diagnostic("division by zero in a compile-time expression") from None
             if isinstance(lhs, tuple) and isinstance(rhs, tuple) and kind is ast.Add:
                 return lhs + rhs
+        lhs, rhs = (self.size_value(v) if is_symbolic(v) else v for v in (lhs, rhs))  # `x / x.size(-1)`
         lhs, rhs = self.operand(lhs), self.operand(rhs)
         sym = operators.SYMBOL[kind]
         both_weak = self.is_weak(lhs) and self.is_weak(rhs)
@@ -362,13 +435,15 @@ class RelaxCodeGen(CodeGenerator):
                 raise Diagnostic(f"`{sym}` needs bool or integer operands, got {describe(lhs)} and {describe(rhs)}")
             int_op, bool_op = operators.BITWISE[kind]
             return self.emit_binary(int_op if dtype != "bool" else bool_op, lhs, rhs, dtype, sym)
+        if kind in (ast.LShift, ast.RShift):  # torch's shifts, counts out of range included (pytorch.misc)
+            return pytorch.misc.shift(self.builder, "left" if kind is ast.LShift else "right", lhs, rhs)
         if kind not in operators.ARITH:
             raise Diagnostic(f"the operator `{sym}` is not supported on tensors")
         if kind is ast.Div and not is_float_dtype(dtype):
             dtype = TORCH_TO_NAME[torch.get_default_dtype()]  # true division, as in Python and torch
-        if dtype == "bool" or kind is ast.Sub and any(is_tensor(v) and dtype_of(v) == "bool" for v in (lhs, rhs)):
-            raise Diagnostic(f"`{sym}` on bool tensors is not supported; use `|`, `&`, `^`, `~` or convert "
-                             "with .astype()")
+        if dtype == "bool" or kind is ast.Sub and any(is_tensor(v) and dtype_of(v) == "bool" for v in (lhs, rhs)) \
+                and not (self.is_weak(lhs) and self.is_weak(rhs)):
+            return self.bool_arithmetic(kind, sym, lhs, rhs, dtype)
         if kind is ast.MatMult:
             return self.matmul(lhs, rhs)
         if kind is ast.Pow and not is_float_dtype(dtype):
@@ -390,9 +465,27 @@ class RelaxCodeGen(CodeGenerator):
             return wide
         return self.emit_binary(operators.ARITH[kind], lhs, rhs, dtype, sym)
 
+    def bool_arithmetic(self, kind, sym: str, lhs, rhs, dtype: str):
+        """Arithmetic on bools as torch has it: `*` is logical and, `+` logical or; `-` with a bool
+        tensor, and the others, are refused in torch's words."""
+        if kind is ast.Sub:
+            raise Diagnostic("Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
+                             "`logical_xor()` operator instead." if dtype == "bool" else
+                             "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
+                             "to invert a mask, use the `~` or `logical_not()` operator instead.")
+        if kind not in BOOL_ARITH:
+            raise Diagnostic(f"`{sym}` is not implemented for bool tensors (nor in torch); convert them first, "
+                             "e.g. with .to(torch.int64)")
+        return self.emit_binary(BOOL_ARITH[kind], lhs, rhs, "bool", sym)
+
     def half_with_number(self, kind, sym: str, lhs, rhs, dtype: str):
         """A half tensor and a number under an operator torch computes in float32 there
-        (operators.HALF_WITH_NUMBER_IN_FLOAT32): computed so and rounded once; None for the others."""
+        (operators.HALF_WITH_NUMBER_IN_FLOAT32): computed so and rounded once; None for the others.
+        A number over a half tensor is torch's `Tensor.__rtruediv__`: the tensor's reciprocal (in its
+        dtype) times the number, so `70000 / h` is -35008 for h = -2, not 70000 rounded to inf over h."""
+        if kind is ast.Div and dtype in ("float16", "bfloat16") and self.is_weak(lhs) and not self.is_weak(rhs):
+            reciprocal = self.emit_binary(relax.op.divide, 1, rhs, dtype, sym)
+            return self.half_with_number(ast.Mult, "*", reciprocal, lhs, dtype)
         if kind in operators.HALF_WITH_NUMBER_IN_FLOAT32[self.options.device_kind] and dtype in ("float16", "bfloat16") \
                 and self.is_weak(rhs) != self.is_weak(lhs) and not (kind is ast.Div and self.is_weak(lhs)):
             wide = self.emit_binary(operators.ARITH[kind], lhs, rhs, "float32", sym)
@@ -562,16 +655,17 @@ class RelaxCodeGen(CodeGenerator):
 
     def compare(self, op: ast.cmpop, lhs, rhs):
         kind = type(op)
-        if kind not in operators.COMPARE:
-            word = {ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}.get(kind, kind.__name__)
-            raise Diagnostic(f"the comparison `{word}` is not supported in @jit code; compare values with "
-                             "==, !=, <, <=, >, >=")
+        if kind in (ast.Is, ast.IsNot):  # `mask is None`: the rule eager shares
+            return semantic.identity(self.builder, IDENTITY[kind], lhs, rhs)
+        if kind in (ast.In, ast.NotIn):
+            return self.membership(IDENTITY[kind], lhs, rhs)
         if not (is_tensor(lhs) or is_tensor(rhs)):
             if is_python_scalar(lhs) and is_python_scalar(rhs) or is_symbolic(lhs) \
                     or is_symbolic(rhs):
                 return operators.PY_COMPARE[kind](lhs, rhs)
             if _plain(lhs) and _plain(rhs):  # dtype names, shapes, None: `x.dtype == "float16"`
                 return operators.PY_COMPARE[kind](lhs, rhs)
+        lhs, rhs = (self.size_value(v) if is_symbolic(v) else v for v in (lhs, rhs))  # `i < x.size(0)`
         lhs, rhs = self.operand(lhs), self.operand(rhs)
         dtype = self.operator_dtype(operators.SYMBOL[kind], lhs, rhs)
         # TVM's LLVM backend emits a float compare for bool operands; compare them as int8.
@@ -580,6 +674,16 @@ class RelaxCodeGen(CodeGenerator):
         if self.is_weak(lhs) and self.is_weak(rhs):  # a Python bool, as in Python
             self.weak.append(result)
         return result
+
+    def membership(self, symbol: str, item, container):
+        """`item in (a, b)`: on a symbolic size, `item == a or item == b`, known when the code runs
+        (for an assert); else the rule eager shares."""
+        if isinstance(container, (tuple, list)) and any(map(is_symbolic, (item, *container))):
+            equal = [item == c if is_symbolic(item) else c == item for c in container]
+            found = functools.reduce(tirx.Or, [e.asobject() if hasattr(e, "asobject") else tirx.const(bool(e))
+                                               for e in equal], tirx.const(False))
+            return found if symbol == "in" else tirx.Not(found)
+        return semantic.membership(self.builder, symbol, item, container)
 
     def short_circuits(self, value) -> bool:
         return not is_tensor(value)  # tensors combine element-wise
@@ -608,7 +712,7 @@ class RelaxCodeGen(CodeGenerator):
         if attr == "shape":
             return shape_of(value)
         if attr == "dtype":
-            return dtype_of(value)
+            return DtypeName(dtype_of(value))  # equal to the name and to the torch.dtype
         if attr == "ndim":
             return value.ty.ndim
         found, prop = pytorch.tensor_property(self.builder, value, attr)  # x.device, x.mT
@@ -626,17 +730,21 @@ class RelaxCodeGen(CodeGenerator):
         raise Diagnostic(f"tensors have no attribute '{attr}' here{hint} (available: {', '.join(available)})")
 
     def subscript(self, value, node: ast.Subscript):
-        if is_tensor(value):
-            raise Diagnostic("indexing or slicing tensors is not supported in the Relax backend; element access "
-                             "works in @bt.jit(backend='tir') functions")
+        if is_tensor(value):  # torch's indexing; a basic index gives a view in torch (mutation.note_view)
+            index = self.visit(node.slice)
+            result = indexing.getitem(self.builder, value, index)
+            if indexing.is_view(self.builder, value, index):
+                mutation.note_view(self, result, value, ast.unparse(node), index)
+            return result
         raise Diagnostic(f"{describe(value)} cannot be indexed")
 
     # ------------------------------------------------------------------------------------------
     # calls: builtins, library ops, tensor methods, TensorIR kernels, other @jit functions
     # ------------------------------------------------------------------------------------------
     def visit_Call(self, node: ast.Call):
+        if mutation.is_inplace_call(node): return mutation.inplace_call(self, node)  # noqa: E701 - `x.add_(y)`
         func = self.visit(node.func)
-        args = [self.visit(a) for a in node.args]
+        args = self.call_arguments(node.args)
         if any(kw.arg is None for kw in node.keywords):
             raise Diagnostic("`**kwargs` in calls is not supported in @jit functions")
         kwargs = {kw.arg: self.visit(kw.value) for kw in node.keywords}
@@ -664,19 +772,27 @@ class RelaxCodeGen(CodeGenerator):
             return kernels.call(self, func, name, args, kwargs)
         if inline.is_jit_function(func):
             return inline.call(self, func, args, kwargs, self.parsed.source_map.file_line(node.lineno))
+        plain = plain_function(func)
+        if plain is not None:  # an undecorated Python function: inlined, as torch.compile traces through it
+            return inline.call_plain(self, plain, args, kwargs, self.parsed.source_map.file_line(node.lineno))
         raise Diagnostic(self.cannot_call(func, name))
 
     def cannot_call(self, func, name: str) -> str:
-        what = "Python function" if inspect.isfunction(func) else "function" if callable(func) else describe(func)
-        message = (f"cannot call `{name}` (a {what}) from a @jit function: @jit code calls Relax operators "
-                   "(e.g. sigmoid(x), bt.softmax(x)), TensorIR kernels and other @jit functions")
         fname = getattr(func, "__name__", "")
+        module = getattr(func, "__module__", None) or ""
         op_name = fname if fname in library.names() else library.OTHER_NAMES.get(fname)
-        if op_name:  # torch.sigmoid, numpy.exp, ...
-            return message + f"; did you mean the operator '{op_name}'?"
-        if inspect.isfunction(func):
-            return message + "; decorate it with @bt.jit to call it here"
-        return message
+        hint = f"; did you mean the operator '{op_name}'?" if op_name else ""  # torch.sigmoid, numpy.exp, ...
+        if module.split(".")[0] == "torch" and callable(func):  # never compiled from torch's own source
+            return f"{module}.{fname} is not supported in @jit code (babytriton's torch table has no rule for it){hint}"
+        if fname == "<lambda>":
+            return (f"cannot call the lambda `{name}` from a @jit function: @jit code inlines the Python "
+                    "functions it calls from their source; write it as a `def`")
+        if inspect.ismethod(func):
+            return (f"cannot call `{name}`, a method of {describe(func.__self__)}, from a @jit function: "
+                    "@jit code inlines plain functions only; call a module-level function with the values")
+        what = "Python function" if inspect.isfunction(func) else "function" if callable(func) else describe(func)
+        return (f"cannot call `{name}` (a {what}) from a @jit function: @jit code calls Relax operators "
+                f"(e.g. sigmoid(x), bt.softmax(x)), torch functions, TensorIR kernels and Python functions{hint}")
 
     def call_len(self, args: list, kwargs: dict):
         if len(args) != 1 or kwargs:
@@ -690,5 +806,18 @@ class RelaxCodeGen(CodeGenerator):
 
     def call_python(self, func, args: list, kwargs: dict):
         """A builtin (abs, min, max, round, ...) or math function: folded on compile-time numbers;
-        on tensors, the library op of the same name (`max(x, axis=1)` is Relax's max): the rule eager shares."""
+        on tensors, the library op of the same name (`max(x, axis=1)` is Relax's max): the rule eager shares.
+        A symbolic size is an int to int(), and a run-time number to float() and math's functions."""
+        if any(map(is_symbolic, args)) and (func is float or getattr(func, "__module__", None) == "math"):
+            args = [self.size_value(a) if is_symbolic(a) else a for a in args]
+            if func is float and len(args) == 1 and not kwargs:
+                return self.builder.weak(self.as_tensor(args[0], "float64"))
+        elif func is int and len(args) == 1 and is_symbolic(args[0]) and not kwargs:
+            return args[0]
         return semantic.python_call(self.builder, func, args, kwargs)
+
+    def size_value(self, size):
+        """A symbolic size as the Python int it is when the code runs: a weak 0-d int64 tensor."""
+        size = tirx.Cast("int64", size) if size.ty.dtype != "int64" else size
+        value = self.emit(relax.op.reshape(relax.op.arange(size, size + 1, 1, "int64"), ()))
+        return self.builder.weak(value)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import builtins
 import operator
 
+import torch
+
 from ..errors import Diagnostic
-from ..types import is_float_dtype
+from ..types import DtypeName, is_float_dtype
 from . import library
 from .values import describe, is_python_scalar, is_symbolic
 
@@ -90,6 +92,34 @@ def negation(b, symbol: str, value):
     return b.logical_not(value)
 
 
+def identity(b, symbol: str, lhs, rhs):
+    """`lhs is rhs` / `lhs is not rhs` (symbol "is" / "is not"): Python's on compile-time values
+    (`mask is None` picks a path at compile time); a tensor is never None. A dtype is its name here,
+    so `x.dtype is torch.float16` could never hold: refused, pointing at `==`."""
+    if any(isinstance(v, DtypeName) for v in (lhs, rhs)) and all(isinstance(v, (str, torch.dtype)) for v in (lhs, rhs)):
+        raise Diagnostic(f"`{symbol}` does not compare dtypes in @jit code (a tensor's dtype is read as its "
+                         "name here): use `==` / `!=`, e.g. `x.dtype == torch.float16`")
+    tensors = [v for v in (lhs, rhs) if b.is_tensor(v)]
+    if tensors and not any(v is None for v in (lhs, rhs)):
+        raise Diagnostic(f"`{symbol}` between tensors is not supported in @jit code (tensors are values "
+                         "here, not objects); compare them with ==, or a value with None")
+    same = lhs is rhs
+    return same if symbol == "is" else not same
+
+
+def membership(b, symbol: str, item, container):
+    """`item in container` / `item not in container` (symbol "in" / "not in") of compile-time values:
+    `dim in (-1, 2)`, `x.dtype in (torch.float16, torch.bfloat16)`."""
+    if b.is_tensor(container) or not isinstance(container, (tuple, list, str)):
+        raise Diagnostic(f"`{symbol}` needs a tuple, list or string of compile-time values on its right, "
+                         f"got {b.describe(container)}")
+    if b.is_tensor(item):
+        raise Diagnostic(f"`{symbol}` with a tensor on its left is not supported in @jit code; compare "
+                         "element-wise with == and combine the results with |")
+    found = item in container
+    return found if symbol == "in" else not found
+
+
 def if_else(b, cond, body, orelse):
     """`body() if cond else orelse()`: on a compile-time condition one side, as in Python; on a bool
     tensor, both sides computed and chosen element-wise in their common dtype."""
@@ -108,8 +138,15 @@ def if_else(b, cond, body, orelse):
 def python_call(b, func, args: list, kwargs: dict):
     """A builtin (abs, min, max, round, ...) or math function: Python's on compile-time numbers; on
     tensors, the library op of the same name (`max(x, axis=1)` is Relax's max)."""
-    if all(is_python_scalar(a) for a in args) and all(is_python_scalar(v) for v in kwargs.values()):
-        return func(*args, **kwargs)
+    if all(is_python_scalar(a) for a in args) and all(is_python_scalar(v) for v in kwargs.values()) or \
+            func in (float, int) and len(args) == 1 and isinstance(args[0], str):  # float("-inf")
+        try:
+            return func(*args, **kwargs)
+        except ValueError as e:
+            raise Diagnostic(f"{func.__name__}(): {e}") from None
+    if getattr(func, "__module__", None) == "math":  # math's functions compute in Python floats (float64)
+        args = [b.weak(b.as_tensor(a, "float64")) if b.is_tensor(a) and b.is_weak(a) and
+                not is_float_dtype(b.dtype(a)) else a for a in args]
     if func in (builtins.max, builtins.min) and len(args) > 1 and b.is_tensor(args[1]):
         wide = "maximum" if func is builtins.max else "minimum"
         raise Diagnostic(f"{func.__name__}(a, b) of tensors: use {wide}(a, b) for the element-wise "

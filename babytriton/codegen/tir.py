@@ -38,7 +38,7 @@ from . import operators
 from .base import CodeGenerator
 from .scope import Scope
 from ..source import ParsedFunction
-from .values import PY_BUILTINS, PY_SCALARS
+from .values import PY_BUILTINS, PY_SCALARS, round_float
 
 INT64 = "int64"
 UNBOUNDED = 1 << 62      # const_int_bound reports "no bound" beyond this
@@ -253,7 +253,8 @@ class TIRCodeGen(CodeGenerator):
         if isinstance(value, PY_SCALARS):
             if dtype == "bool":
                 return tirx.const(bool(value), "bool")
-            return tirx.const(int(value) if not is_float_dtype(dtype) else float(value), dtype)
+            # a float beyond the dtype's range is ±inf, as torch converts it (TVM refuses the literal)
+            return tirx.const(int(value) if not is_float_dtype(dtype) else round_float(value, dtype), dtype)
         if dtype_of(value) == dtype:
             return value
         if dtype == "bool":

@@ -85,6 +85,17 @@ def wrap_int(value: int, dtype: str) -> int:
     return value - (1 << bits) if dtype.startswith("int") and value >= 1 << (bits - 1) else value
 
 
+def round_float(value, dtype: str) -> float:
+    """A Python number as the float `dtype` holds it, converted as torch converts a number meeting a
+    tensor of that dtype (float16 + 70000 adds inf): past the dtype's range ±inf, silently (numpy
+    warns of the overflow, and TVM refuses a finite literal beyond the range)."""
+    try:
+        value = float(value)
+    except OverflowError:  # an int beyond float64: torch refuses it too
+        raise Diagnostic(f"the int {value} is too big to convert to {dtype} (torch refuses it too)") from None
+    return torch.tensor(value, dtype=torch.float64).to(DTYPES[dtype]).item()
+
+
 def scalar_kind(value) -> str:
     """The dtype name of a number or 0-d tensor: Python numbers as bool, int64 or float64."""
     if is_tensor(value):

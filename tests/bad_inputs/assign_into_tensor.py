@@ -5,7 +5,7 @@ import babytriton as bt
 
 @bt.jit
 def f(x):
-    x[0] = 1.0  # error: assigning into part of a tensor is not supported
+    x[0] = torch.ones(2)  # error: value tensor of shape (2,) cannot be broadcast to indexing result of shape ()
     return x
 
 

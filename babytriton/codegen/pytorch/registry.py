@@ -8,6 +8,7 @@ the same rule, as Helion and Dynamo map torch's vocabulary onto their own IR.
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import typing
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ class Entry:
     name: str                    # how messages name it: "torch.softmax", "Tensor.transpose"
     rule: typing.Callable
     signature: inspect.Signature
+    refused: bool = False        # the rule only explains why @jit code cannot have it (random numbers)
 
     def __repr__(self):
         return f"<torch rule {self.name}>"
@@ -44,19 +46,36 @@ METHODS: dict[str, Entry] = {}   # tensor method name -> entry (the tensor is it
 PROPERTIES: dict[str, typing.Callable] = {}  # tensor attribute read without a call (`x.mT`) -> rule(b, x)
 
 
-def torch_rule(*functions, methods: tuple[str, ...] = (), name: str | None = None):
-    """Register the decorated rule for these torch callables and tensor method names."""
+def torch_rule(*functions, methods: tuple[str, ...] = (), name: str | None = None, refused: bool = False):
+    """Register the decorated rule for these torch callables and tensor method names (`refused`: a
+    rule that raises why @jit code cannot have the name, so that listings leave it out)."""
     def register(rule):
         params = list(inspect.signature(rule).parameters.values())[1:]  # less the builder
         first = functions[0] if functions else None
         shown = name or (f"torch.{first.__name__}" if first is not None else f"Tensor.{methods[0]}")
-        entry = Entry(shown, rule, inspect.Signature(params))
+        entry = Entry(shown, rule, inspect.Signature(params), refused)
         for fn in functions:
             FUNCTIONS[id(fn)] = (fn, entry)
         for method in methods:
             METHODS[method] = entry
         return rule
     return register
+
+
+# Where users reach torch's functions, for listing the table by the names they write.
+PUBLIC_MODULES = ("torch", "torch.nn.functional", "torch.special", "torch.linalg")
+
+
+def torch_names(refused: bool = False) -> list[str]:
+    """Every torch name @jit code takes, as users write it (`torch.nn.functional.silu`, `Tensor.view`);
+    with `refused`, the names it knows but refuses, saying why when called (random numbers)."""
+    found = set()
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        found |= {f"{module_name}.{name}" for name, value in vars(module).items()
+                  if not name.startswith("_") and (entry := resolve(value)) is not None and entry.refused == refused}
+    methods = {f"Tensor.{m}" for m, entry in METHODS.items() if entry.refused == refused}
+    return sorted(found) + sorted(methods | (set() if refused else {f"Tensor.{p}" for p in PROPERTIES}))
 
 
 def resolve(value) -> Entry | None:
