@@ -52,10 +52,11 @@ class Specialise(BaseException):
     `names` instead, as torch.compile specialises ints. A BaseException, like GeneratorExit: it is
     control flow, and must pass the visitor's and TVM's `except Exception` handlers unchanged."""
 
-    def __init__(self, names: frozenset, error: BaseException):
+    def __init__(self, names: frozenset, error: BaseException, callee=None):
         super().__init__(", ".join(sorted(names)))
         self.names = names      # the parameters to specialise
         self.error = error      # what the code raised with them run-time (re-raised if they can't be)
+        self.callee = callee    # the inlined @jit function (FunctionInfo) they belong to; None: the compiled one
 
 
 def arg_spec(param: Param, value, fname: str, specialised: bool = False) -> ArgSpec:
@@ -87,6 +88,8 @@ def arg_spec(param: Param, value, fname: str, specialised: bool = False) -> ArgS
             want is int and isinstance(value, (np.integer,)))
         if isinstance(value, bool) and want is not bool or not ok:
             raise TypeError(f"{where} is annotated {want.__name__}, got {type(value).__name__} {value!r}")
+        if specialised:  # an `n: int` the code needs at compile time (codegen/specialise.py)
+            return ArgSpec("constexpr", value=want(value))
         return ArgSpec("scalar", dtype=SCALAR_TYPES[want])
     # tensor
     if not is_tensor_like(value):

@@ -83,25 +83,25 @@ def run(info: FunctionInfo, args: tuple, kwargs: dict):
             values.append(value)
     token, sizes_token = _DEVICE.set(device), _SIZES.set(sizes)
     try:
-        result = _specialising(info, args, specs, values)
+        auto = {i for i, (p, s) in enumerate(zip(info.params, specs)) if p.kind == "auto" and s.kind == "scalar"}
+        result = _specialising(function(info), values, [args[i] if i in auto else v for i, v in enumerate(values)])
     finally:
         _DEVICE.reset(token)
         _SIZES.reset(sizes_token)
     return _results(result, all_numpy, info.name, device)
 
 
-def _specialising(info: FunctionInfo, args: tuple, specs: tuple, values: list):
-    """Run the function; where it refuses a run-time number, again with the unannotated ones as
-    the Python numbers they are: the compiled call specialises those it needs (arguments.Specialise)."""
+def _specialising(fn, values: list, numbers: list):
+    """`fn(*values)`; where it refuses a run-time number, `fn(*numbers)`: the unannotated numbers as
+    the Python numbers they are, as the compiled call specialises those it needs (arguments.Specialise)."""
     try:
-        return function(info)(*values)
+        return fn(*values)
     except Exception as e:  # noqa: BLE001 - re-raised unless the specialised run succeeds
-        auto = [i for i, (p, s) in enumerate(zip(info.params, specs)) if p.kind == "auto" and s.kind == "scalar"]
-        if not auto:
+        if all(v is n for v, n in zip(values, numbers)):
             raise
         error = e
     try:
-        return function(info)(*[args[i] if i in auto else v for i, v in enumerate(values)])
+        return fn(*numbers)
     except Exception:
         raise error from None
 
@@ -165,9 +165,10 @@ def call_nested(callee: FunctionInfo, *args, **kwargs):
     except TypeError as e:
         raise TypeError(f"{callee.name}({', '.join(p.name for p in callee.params)}): {e}") from None
     bound.apply_defaults()
-    values = []
+    values, numbers = [], []
     for param in callee.params:
         value = bound.arguments[param.name]
+        numbers.append(value if param.kind == "auto" else None)
         if param.kind in ("auto", "scalar") and _is_scalar(value):
             dtype = SCALAR_TYPES[param.annotation if param.kind == "scalar" else type(value)]
             value = weak(torch.tensor(value, dtype=DTYPES[dtype], device=_DEVICE.get()))
@@ -177,7 +178,9 @@ def call_nested(callee: FunctionInfo, *args, **kwargs):
     if callee.options["backend"] == "tir":
         callee.fn(*values)
         return None
-    return function(callee)(*values)
+    # the numbers a compiled call would specialise, as given (the others as converted above)
+    numbers = [n if n is not None and _is_scalar(n) else v for n, v in zip(numbers, values)]
+    return _specialising(function(callee), values, numbers)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -363,10 +366,11 @@ def tensor_attribute(tensor: torch.Tensor, name: str):
             return call_op(bound.op, library.method_arguments(bound, list(args), kwargs), kwargs)
         method.__name__ = name
         return method
-    available = ["shape", "dtype", "ndim", *library.tensor_attributes()]
+    known = ["shape", "dtype", "ndim", *library.tensor_attributes(), *pytorch.METHODS, *pytorch.PROPERTIES]
     hint = f"; call the operator instead: {name}(x)" if name in library.names() else \
-        library.did_you_mean(name, available)
-    raise AttributeError(f"tensors have no attribute '{name}' in @jit code{hint} (available: {', '.join(available)})")
+        library.did_you_mean(name, known)
+    raise AttributeError(f"tensors have no attribute '{name}' in @jit code{hint} "
+                         "(bt.torch_names() lists those @jit code has)")
 
 
 def _rule(rule, *args):
@@ -511,6 +515,8 @@ def _call_plain(plain: PlainFunction, *args, **kwargs):
 @functools.lru_cache(maxsize=None)
 def op_function(op: library.Op):
     def call(*args, **kwargs):
+        if op.name == "sum" and args and not _is_tensor(args[0]) and not _is_scalar(args[0]):
+            return builtins.sum(*args, **kwargs)  # of a sequence: Python's, as compiled (RelaxCodeGen.call_sequence)
         return call_op(op, list(args), kwargs)
     call.__name__ = call.__qualname__ = op.name
     call.__doc__ = f"The library op {op.display}, run by torch (babytriton's eager mode)."
@@ -522,9 +528,12 @@ def torch_function(entry: pytorch.Entry, receiver=None, name: str | None = None)
     (codegen.pytorch) on torch values."""
     def call(*args, **kwargs):
         try:
-            return pytorch.call(BUILDER, entry, list(args) if receiver is None else [receiver, *args], kwargs)
+            result = pytorch.call(BUILDER, entry, list(args) if receiver is None else [receiver, *args], kwargs)
         except Diagnostic as e:
             raise TypeError(str(e)) from None
+        if kwargs.get("inplace") is True and args and _is_tensor(args[0]):  # F.relu(x, inplace=True)
+            return args[0].copy_(result)
+        return result
     call.__name__ = call.__qualname__ = name or entry.name.rpartition(".")[2]
     return call
 

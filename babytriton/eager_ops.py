@@ -201,6 +201,9 @@ class TorchBuilder:
     def device(self, value=None) -> torch.device:
         return value.device if _is_tensor(value) else _DEVICE.get()
 
+    def stop_gradient(self, value):
+        return value.detach()
+
     def is_tensors(self, value) -> bool:
         return False  # several tensors are a Python tuple of them here
 

@@ -518,6 +518,29 @@ def _gather_elements(y, call, g, ctx):
     return [op.scatter_elements(zeros, indices, g, int(call.attrs.axis), reduction="add"), no_grad(indices)]
 
 
+# the indices a take read, out-of-range ones brought into x by its mode ("fast" trusts them)
+_TAKE_MODES = {
+    "clip": lambda i, n: op.clip(i, 0, n - 1),
+    "wrap": lambda i, n: op.floor_mod(i, relax.const(n, _dtype(i))),
+}
+
+
+@_rule("relax.take")
+def _take(y, call, g, ctx):
+    # TVM's take_backward reads its indices as a vector (it asserted on an embedding's (batch, seq)
+    # indices): their axes merge into one, in g too, then the one-index rule adds g's rows into x's
+    x, indices = call.args
+    flat = op.reshape(indices, [-1])
+    if call.attrs.axis is None:  # a take from the flattened x
+        n, rows = math.prod(_shape(x)), [-1]
+    else:
+        axis = int(call.attrs.axis) % x.ty.ndim
+        shape = _shape(g)   # a backward has static sizes
+        n, rows = _shape(x)[axis], shape[:axis] + [-1] + shape[axis + indices.ty.ndim:]
+    flat = _TAKE_MODES.get(str(call.attrs.mode), lambda i, n: i)(flat, n)
+    return [op.grad.take_backward(op.reshape(g, rows), x, flat, call.attrs.axis), no_grad(indices)]
+
+
 @_rule("relax.strided_slice")
 def _strided_slice(y, call, g, ctx):
     """The gradient put back where the slice read: per sliced axis, every `stride`-th place from

@@ -212,7 +212,7 @@ class JITFunction(Decorated):
                 return specs, self._kernel(specs)
             except Specialise as signal:
                 with self._lock:
-                    self.info.specialise(signal)   # raises the code's error when nothing is new
+                    (signal.callee or self.info).specialise(signal)   # raises the code's error when nothing is new
 
     # -- calling ------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):

@@ -223,12 +223,17 @@ def kept(x):
     return tvm.ir.Call(reinterpret, [tvm.ir.Call(reinterpret, [x], ret_ty=bits)], ret_ty=str(dtype))
 
 
+def is_kept(expr) -> bool:
+    """Whether `expr` is a `kept` guard: a reinterpret of a reinterpret."""
+    reinterpret = tvm.ir.Op.get("tirx.reinterpret")
+    return isinstance(expr, tvm.ir.expr.Call) and expr.op.same_as(reinterpret) \
+        and isinstance(expr.args[0], tvm.ir.expr.Call) and expr.args[0].op.same_as(reinterpret)
+
+
 def _kept_constant(expr):
     """The constant a `kept` guard holds (put there by inlining a constant producer, as in
     `x / zeros_like(x)` once fused), else None."""
-    reinterpret = tvm.ir.Op.get("tirx.reinterpret")
-    if not (isinstance(expr, tvm.ir.expr.Call) and expr.op.same_as(reinterpret)
-            and isinstance(expr.args[0], tvm.ir.expr.Call) and expr.args[0].op.same_as(reinterpret)):
+    if not is_kept(expr):
         return None
     inner = tvm.sym.Analyzer().simplify(expr.args[0].args[0])  # a half constant cast to float32, say
     return tirx.const(inner.value, _dtype(expr)) if isinstance(inner, tirx.FloatImm) else None
@@ -255,8 +260,8 @@ def settle_kept_constants(mod: tvm.IRModule) -> tvm.IRModule:
     out = mod
     for gvar, func in mod.functions_items():
         if isinstance(func, tirx.PrimFunc):
-            body = tvm_ffi.structural_map(func.body, [((tirx.Div, tirx.Mod), by_constant), (tvm.ir.expr.Call, unguarded)],
-                                          order="pre")
+            body = tvm_ffi.structural_map(func.body, [((tirx.Div, tirx.Mod), by_constant),
+                                                      (tvm.ir.expr.Call, unguarded)], order="pre")
             if not body.same_as(func.body):
                 out = out if out is not mod else mod.clone()
                 out[gvar] = func.with_body(body)

@@ -17,7 +17,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from . import legalize, multi_output, nvrtc, offload, online, rowwise, schedules
+from . import legalize, multi_output, nvrtc, offload, online, rowwise, schedules, shifts
 from . import targets
 
 SCHEDULES = schedules.SCHEDULES
@@ -26,7 +26,10 @@ SCHEDULES = schedules.SCHEDULES
 def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
            side_outputs: bool = False) -> list[tuple[str, tvm.transform.Pass]]:
     """The Relax passes, in order, each named as its stage."""
-    sequence = [("ConvertToDataflow", relax.transform.ConvertToDataflow(min_size=1))]
+    # `x.detach()` is `no_grad(x)` for the backward's Gradient pass; the forward computes x itself
+    attached = tvm.transform.module_pass(lambda mod, _ctx: _attached(mod), opt_level=0, name="Attach")
+    sequence = [("ConvertToDataflow", tvm.transform.Sequential([attached,
+                                                                relax.transform.ConvertToDataflow(min_size=1)]))]
     attention = targets.offloads_attention(target, schedule)
     rewrites = [("AttentionToSDPA", offload.offload_attention)] if attention else []
     matmuls = targets.offloaded_matmuls(target, schedule)
@@ -55,6 +58,15 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
         ("FuseMultiOutput", multi_output.FuseMultiOutput),
         ("FuseTIR", relax.transform.FuseTIR()),
     ]
+
+
+def _attached(mod: tvm.IRModule) -> tvm.IRModule:
+    """`mod` with every `no_grad(x)` of its Relax functions read as x (shifts.attach)."""
+    out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
+    for gv, fn in mod.functions.items():
+        if isinstance(fn, relax.Function):
+            out[gv] = shifts.attach(fn)
+    return out
 
 
 def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: Callable[[str, str], None],

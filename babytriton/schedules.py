@@ -31,6 +31,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 from tvm.sym.pattern import detect_linear_equation
 
+from . import legalize
 from .errors import debug_enabled
 from .types import is_float_dtype
 
@@ -282,24 +283,37 @@ def _through_registers(sch, block, threads, lanes) -> None:
     """Each thread loads its inputs into registers and stores its results from them as vectors, and
     computes lane by lane in between: the calls stay scalar, the memory traffic does not. Bool
     buffers and 0-d ones (run-time scalars) are read and written in place, one element at a time."""
-    # a buffer read in a branch (concat's pieces) is read at other offsets per branch: its registers
-    # would have to hold the whole row, so it is read in place
+    # a buffer read in a branch (concat's pieces) is read at other offsets per branch, and one read
+    # at several indices per element (alibi's `pos[k] - pos[q]`) covers a span that moves with the
+    # thread: registers would have to hold a whole row, or a vector of no fixed width, so both are
+    # read in place
     branched = _branched_buffers(sch.get(block))
 
     def vectors(region) -> bool:
         return bool(region.region) and str(region.source.dtype) != "bool" and not any(
-            region.source.same_as(b) for b in branched)
+            region.source.same_as(b) for b in branched) and all(_is_int(r.extent, 1) for r in region.region)
     for index in reversed(range(len(sch.get(block).reads))):
         if vectors(sch.get(block).reads[index]):
             cache = sch.cache_read(block, index, "local")
             sch.compute_at(cache, threads)
-            sch.vectorize(sch.get_loops(cache)[-1])
+            _vectorize_under(sch, cache, threads)
     for index in reversed(range(len(sch.get(block).writes))):
         if vectors(sch.get(block).writes[index]):
             cache = sch.cache_write(block, index, "local")
             sch.reverse_compute_at(cache, threads)
-            sch.vectorize(sch.get_loops(cache)[-1])
+            _vectorize_under(sch, cache, threads)
     sch.unroll(lanes)
+
+
+def _vectorize_under(sch, block, threads) -> None:
+    """Vectorise the loops a register copy got under the thread's loop: none where it copies one
+    element per thread (a per-row scale), whose innermost loop is the thread's own (vectorised, a
+    vector of `threads` lanes: "VectorizeLoop before LiftStorageAlloc")."""
+    loops = sch.get_loops(block)
+    below = [i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(threads))]
+    inner = loops[below[0] + 1:] if below else []
+    if inner:
+        sch.vectorize(_fuse(sch, inner))
 
 
 def _branched_buffers(block) -> set:
@@ -1019,20 +1033,13 @@ def _call_depth(expr) -> int:
     """How deeply math calls that repeat their argument (tanh, erf) nest in an expression:
     tanh(erf(x)) is 2, sqrt(x / pow(b, n)) is 0."""
     if isinstance(expr, tvm.ir.expr.Call):
-        if _is_kept(expr):  # legalize.kept's round trip through an integer: one call, as one reinterpret was
+        if legalize.is_kept(expr):  # the guard's round trip through an integer: one call, as one reinterpret was
             return 1 + _call_depth(expr.args[0].args[0])
         inner = max((_call_depth(arg) for arg in expr.args), default=0)
         linear = isinstance(expr.op, tvm.ir.Op) and expr.op.name in _LINEAR_CALLS
         return inner + (0 if linear else 1)
     return max((_call_depth(getattr(expr, f)) for f in _FIELDS if isinstance(getattr(expr, f, None), tvm.ir.expr.Expr)),
                default=0)
-
-
-def _is_kept(expr) -> bool:
-    """Whether `expr` is legalize.kept's guard: a reinterpret of a reinterpret."""
-    reinterpret = tvm.ir.Op.get("tirx.reinterpret")
-    return expr.op.same_as(reinterpret) and isinstance(expr.args[0], tvm.ir.expr.Call) \
-        and expr.args[0].op.same_as(reinterpret)
 
 
 def _block_value(sch, block):

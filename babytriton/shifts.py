@@ -56,6 +56,8 @@ def _follow(binding, tracks: dict, axes: tuple[int, ...], full: int):
     if name is None:
         return False
     args = list(value.args)
+    if any(v in tracks for a in args if not isinstance(a, relax.Var) for v in relax.analysis.free_vars(a)):
+        return False   # read inside a tuple (concat, stack, ...): an op this proof does not follow
     read = [tracks.get(a) if isinstance(a, relax.Var) else None for a in args]
     if not any(read):
         return None

@@ -365,3 +365,21 @@ def test_a_compiled_version_called_directly_writes_back_too():
     kernel = f.compile(p, g)
     _close(kernel(p, g), torch.tensor(3.0))
     _close(p, torch.ones(3))
+
+
+def test_inplace_keyword_writes_its_input_as_torch_does():
+    """F.relu(y, inplace=True) changes y (a local) and F.silu(p, inplace=True) the caller's p."""
+    import torch.nn.functional as F
+
+    def f(x, p):
+        y = x * 2
+        z = F.relu(y, inplace=True)
+        F.silu(p, inplace=True)
+        return y + z, F.relu(x * 3, inplace=True)   # a temporary: just the value
+
+    x, p = torch.randn(4, 5), torch.randn(5)
+    p_torch, p_compiled, p_eager = p.clone(), p.clone(), p.clone()
+    want = f(x, p_torch)
+    for got, written in ((bt.jit(f)(x, p_compiled), p_compiled), (bt.jit(f).eager(x, p_eager), p_eager)):
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(written, p_torch)

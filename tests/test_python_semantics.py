@@ -487,3 +487,36 @@ def test_on_a_gpu_size_asserts_run_and_data_asserts_are_not_checked():
     args = [t.cuda() for t in block_inputs()]
     for got, want in zip(block_gpu(*args), block.fn(*args)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+# -- comprehensions over compile-time sequences -------------------------------------------------
+@bt.jit
+def comprehensions(a, b, c, max_norm: float):
+    grads = [a, b, c]
+    total = torch.stack([g.norm(2) for g in grads]).norm(2)
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    pairs = [x * y for x, y in zip((a, b), (a.flip(0), b.flip(0)))]
+    return (*tuple(g * coef for g in grads), sum(g.square().sum() for g in grads), pairs[1],
+            *[i * 2 for i, g in enumerate(grads) if i != 1], [g.sum() for g in reversed(grads)][0])
+
+
+def test_comprehensions_unroll_over_tuples_and_builtins():
+    a, b, c = torch.randn(3, 4), torch.randn(5), torch.randn(2, 2)
+    same_as_torch(comprehensions, a, b, c, 0.5)
+
+
+@bt.jit
+def over_a_tensor(x):
+    return [row.sum() for row in x]  # the bad line
+
+
+@bt.jit
+def run_time_filter(x):
+    return [y for y in (x, x) if y.sum() > 0]  # the bad line
+
+
+@pytest.mark.parametrize("f, words", [(over_a_tensor, "a tuple or list known when compiling"),
+                                      (run_time_filter, "`if` must be known when compiling")])
+def test_comprehension_errors_are_located(f, words):
+    err = call_error(f, torch.randn(3, 4))
+    assert words in err.message and err.lineno == line_of(f.fn, "# the bad line")

@@ -1,6 +1,7 @@
 """Shift maxima (babytriton/shifts.py): a row max that only shifts a softmax-like computation gets no
 gradient in the compiled backward (it is zero in exact arithmetic), and every other max keeps torch's
 rule. Gradients are compared with torch autograd on inputs with tied maxima and infinities."""
+import importlib.util
 import math
 import warnings
 
@@ -181,3 +182,48 @@ def test_half_softmax_over_long_rows(dtype):
     assert not differentiates_max(f, (x,), "x.max(")
     upstream = torch.rand(8, 3000, dtype=dtype)
     torch.testing.assert_close(grads(f, (x,), upstream), grads(torch_softmax, (x,), upstream), atol=1e-4, rtol=2e-2)
+
+
+# generated programs: row statistics (maxima among them) fed to ops that read a tuple of values
+# (cat, stack, split) or reshape, slice and convert them; every max there keeps its gradient
+STATS = ["x.amax({d})", "x.amin({d})", "x.max({d}).values", "x.min({d})[0]", "torch.max(x, {d}).values",
+         "torch.logsumexp(x, {d})", "x.max(axis={d})", "bt.max(x, axis={d})", "x.sum({d})"]
+IN_TORCH = {"x.max(axis={d})": "x.amax({d})", "bt.max(x, axis={d})": "x.amax({d})"}   # Relax's spellings
+JOINS = ["torch.cat([{a}, {b}], 0)", "torch.stack([{a}, {b}], 0)", "torch.stack([{a}, {b}], 1).reshape(-1)",
+         "torch.split(torch.cat([{a}, {b}]), 3)[1]", "{a}.reshape(2, 2) + {b}.reshape(2, 2)",
+         "{a}[1:] * {b}[:-1]", "{a}[::2] - {b}[1::2]", "{a}.to(torch.float64) + {b}", "{a}.unsqueeze(0) + {b}"]
+SOFTMAX = "torch.exp(x - x.amax({d}, keepdim=True)) / torch.exp(x - x.amax({d}, keepdim=True)).sum({d}, keepdim=True)"
+
+
+def _programs(tmp_path, text, reference):
+    """The generated function (to compile) and its plain-torch twin, from a file (@jit reads source)."""
+    path = tmp_path / "generated.py"
+    path.write_text(f"import torch\nimport babytriton as bt\n\n\ndef program(x):\n    return {text}\n\n\n"
+                    f"def reference(x):\n    return {reference}\n")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.program, module.reference
+
+
+@settings(max_examples=12, deadline=None)
+@given(a=st.sampled_from(STATS), b=st.sampled_from(STATS), join=st.sampled_from(JOINS), d=st.sampled_from([0, 1, -1]),
+       softmax_too=st.booleans(), seed=st.integers(0, 2**16))
+def test_maxima_fed_to_tuples_and_views_keep_torchs_gradient(tmp_path_factory, a, b, join, d, softmax_too, seed):
+    text = join.format(a=a.format(d=d), b=b.format(d=d))
+    reference = join.format(a=IN_TORCH.get(a, a).format(d=d), b=IN_TORCH.get(b, b).format(d=d))
+    if softmax_too:   # a shift max beside them: still detached, and still right
+        text, reference = (f"{t}, {SOFTMAX.format(d=d)}" for t in (text, reference))
+    fn, reference = _programs(tmp_path_factory.mktemp("shifts"), text, reference)
+    torch.manual_seed(seed)
+    x = torch.randn(4, 4, dtype=f64)   # continuous: no ties, so torch's max and amax rules agree
+    outs = reference(x)
+    upstream = [torch.randn_like(o) for o in (outs if isinstance(outs, tuple) else (outs,))]
+
+    def weighted(f):
+        def run(x):
+            got = f(x)
+            return sum((o * w).sum() for o, w in zip(got if isinstance(got, tuple) else (got,), upstream))
+        return run
+    f = bt.jit(fn)
+    torch.testing.assert_close(grads(weighted(f), (x,)), grads(weighted(reference), (x,)), msg=text)

@@ -53,6 +53,11 @@ def shrink(x, n):
 
 
 @bt.jit
+def tiles(x, n):
+    return torch.cat([x * i for i in range(n)], dim=0)   # a comprehension over range(n): unrolled
+
+
+@bt.jit
 def branch(x, flag):
     if flag:             # the paths have different shapes: picked at compile time
         return x[:2]
@@ -95,6 +100,7 @@ IDIOMS = [
     (rkv, repeat_kv, [(KV, 1), (KV, 3)]),
     (heads, t_heads, [(HID, 2), (HID, 4)]),
     (shrink, t_shrink, [(ROW, 1), (ROW, 3)]),
+    (tiles, lambda x, n: torch.cat([x * i for i in range(n)], dim=0), [(ROW, 2), (ROW, 3)]),
     (branch, lambda x, f: x[:2] if f else x, [(ROW, True), (ROW, False)]),
 ]
 
@@ -111,6 +117,47 @@ def test_idiom_one_version_per_value(fn, twin, calls):
         same(fn.eager(*args), twin(*args))
     assert fn.cache_info()["versions"] == 2
     assert fn.info.specialised   # remembered: later calls key on the value
+
+
+@bt.jit
+def split_heads(x, n):
+    """A @jit callee: inlined, its number specialised for the call that needs it at compile time."""
+    B, T, C = x.shape
+    hd = C // n
+    return x.view(B, T, n, hd)
+
+
+def test_jit_callee_needing_its_number():
+    @bt.jit
+    def passes_parameter(x, n_head):
+        return split_heads(x, n_head) * 2
+
+    @bt.jit
+    def passes_literal(x):
+        return split_heads(x, 4) + 1
+
+    for n in (2, 4):
+        same(passes_parameter(HID, n), HID.view(2, 3, n, 8 // n) * 2)
+        same(passes_parameter.eager(HID, n), HID.view(2, 3, n, 8 // n) * 2)
+    assert passes_parameter.cache_info()["versions"] == 2
+    same(passes_literal(HID), HID.view(2, 3, 4, 2) + 1)
+    same(passes_literal.eager(HID), HID.view(2, 3, 4, 2) + 1)
+    same(split_heads(HID, 2), HID.view(2, 3, 2, 4))   # called directly too
+
+
+@bt.jit
+def python_of_numbers(x, n):
+    m = int(n) + max(n, 1)          # Python's int() and max() of a number used as a size
+    return x.reshape(m, -1)[:, :n] + torch.arange(n)
+
+
+def test_python_int_and_max_and_arange():
+    x = torch.randn(4, 6)
+    for n in (1, 2):
+        want = x.reshape(2 * n, -1)[:, :n] + torch.arange(n)
+        same(python_of_numbers(x, n), want)
+        same(python_of_numbers.eager(x, n), want)
+    assert python_of_numbers.cache_info()["versions"] == 2
 
 
 def test_learning_rate_stays_run_time():
@@ -158,14 +205,20 @@ def test_dtypes_and_special_values(dtype):
     same(heads(empty, 2), t_heads(empty, 2))
 
 
-def test_annotated_int_keeps_run_time_and_says_how_to_specialise():
+def test_annotated_int_specialises_where_needed_and_float_says_why_not():
     @bt.jit
-    def annotated(x, n: int):
-        return x.reshape(n, -1)
+    def annotated(x, n: int, s: float):
+        return x.reshape(n, -1) * s
+    for n in (1, 2):
+        torch.testing.assert_close(annotated(ROW, n, 0.5), ROW.reshape(n, -1) * 0.5)
+
+    @bt.jit
+    def float_size(x, s: float):
+        return x.reshape(s, -1)
     with pytest.raises(CompilationError) as info:
-        annotated(ROW, 2)
+        float_size(ROW, 2.0)
     text = str(info.value)
-    assert "bt.constexpr" in text and "leave it unannotated" in text and "'n'" in text
+    assert "'s' is a run-time float" in text and "takes an int" in text
     assert re.search(r"test_specialise\.py:\d+:\d+", text) and "^" in text
     assert "tvm" not in text.lower()
 

@@ -433,7 +433,8 @@ def mlp_nanogpt_residual(x, c_fc_w, c_fc_b, c_proj_w, c_proj_b):
     return x + h
 
 
-@case("mlp", lambda d: (Maker(d).randn(B, T, C, scale=2.0),), grad=True, kernels=1)
+# grad_tol: CUDA code is built with fast math (tanh within a few ulp), as torch.compile's Triton is
+@case("mlp", lambda d: (Maker(d).randn(B, T, C, scale=2.0),), grad=True, kernels=1, grad_tol=(1e-3, 5e-5))
 def gelu_new_by_hand(x):
     # HF NewGELUActivation
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))

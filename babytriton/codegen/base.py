@@ -18,8 +18,8 @@ from ..types import format_size
 from .values import PY_BUILTINS, PY_SCALARS, is_symbolic
 
 SYNTAX_NAMES = {
-    "Lambda": "lambda expressions", "ListComp": "list comprehensions", "SetComp": "set comprehensions",
-    "DictComp": "dict comprehensions", "GeneratorExp": "generator expressions", "ClassDef": "class definitions",
+    "Lambda": "lambda expressions", "SetComp": "set comprehensions",
+    "DictComp": "dict comprehensions", "ClassDef": "class definitions",
     "FunctionDef": "nested function definitions", "Try": "try/except blocks", "TryStar": "try/except* blocks",
     "Global": "`global` statements", "Nonlocal": "`nonlocal` statements",
     "With": "`with` blocks", "Raise": "`raise` statements", "Assert": "`assert` statements",
@@ -29,6 +29,10 @@ SYNTAX_NAMES = {
     "Slice": "slices",
     "Match": "`match` statements", "AsyncFor": "`async for`", "AsyncWith": "`async with`",
 }
+
+
+# The builtins a comprehension may iterate with (over compile-time values).
+ITERATION = {"range": range, "zip": zip, "enumerate": enumerate, "reversed": reversed}
 
 
 class CodeGenerator(ast.NodeVisitor):
@@ -196,6 +200,54 @@ class CodeGenerator(ast.NodeVisitor):
         if not -len(value) <= index < len(value):
             raise Diagnostic(f"index {index} is out of range for a tuple of {len(value)} values")
         return value[index]
+
+    def visit_ListComp(self, node: ast.ListComp):
+        """`[f(t) for t in (q, k, v) if ...]` over sequences known when compiling: unrolled, as a tuple of
+        the values (torch.compile unrolls them the same way)."""
+        return tuple(self.comprehension(node.generators, lambda: self.visit(node.elt)))
+
+    visit_GeneratorExp = visit_ListComp  # `sum(g * g for g in grads)`: the same values
+
+    def comprehension(self, generators: list, element) -> list:
+        """The values of `element()` for each binding of the generators' targets (in their own frame)."""
+        if not generators:
+            return [element()]
+        first, rest = generators[0], generators[1:]
+        if first.is_async:
+            raise Diagnostic("`async for` is not supported in @jit functions")
+        values = []
+        for item in self.iteration_items(first.iter):
+            with self.scope.frame():
+                self.assign(first.target, item)
+                if all(self.comprehension_test(test) for test in first.ifs):
+                    values += self.comprehension(rest, element)
+        return values
+
+    def comprehension_test(self, node) -> bool:
+        test = self.visit(node)
+        if isinstance(test, (bool, int)):
+            return bool(test)
+        raise Diagnostic(f"a comprehension's `if` must be known when compiling, got {self.describe(test)}")
+
+    def iteration_items(self, node) -> list:
+        """What `for ... in node` goes over in a comprehension: a tuple or list, or range/zip/enumerate/
+        reversed of compile-time values."""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ITERATION \
+                and node.func.id not in self.scope and node.func.id not in self.py_names:
+            args = self.call_arguments(node.args)
+            if node.keywords or node.func.id == "range" and not all(isinstance(a, int) for a in args):
+                raise Diagnostic(f"{node.func.id}() in a comprehension takes compile-time values "
+                                 "(`range` ints known when compiling)")
+            if node.func.id != "range":
+                args = [self.sequence(a) for a in args]
+            return list(ITERATION[node.func.id](*args))
+        return self.sequence(self.visit(node))
+
+    def sequence(self, value) -> list:
+        if isinstance(value, (tuple, list)):
+            return list(value)
+        raise Diagnostic(f"a comprehension goes over a tuple or list known when compiling (or range/zip/"
+                         f"enumerate of them), got {self.describe(value)}")
 
     def visit_Name(self, node: ast.Name):
         """A name: the function's own (innermost frame first), else one of its globals or closure,

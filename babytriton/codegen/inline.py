@@ -68,6 +68,7 @@ def body(cg, callee, values: dict, call_line: int | None):
     chain = [*cg.inline_chain, callee.fn]
     child = type(cg)(callee.parsed, {}, cg.options)
     child.share(cg, chain)
+    child.callee = callee   # whose parameters to specialise when it needs a number at compile time
     try:
         result = child.inline(values)
     except CompilationError as e:
@@ -90,7 +91,9 @@ def bind(cg, callee: FunctionInfo, args: list, kwargs: dict) -> dict:
         raise Diagnostic(f"{callee.name}({names}): {e}") from None
     bound.apply_defaults()
     sizes: dict[str, object] = {}
-    return {p.name: check(cg, callee.name, p, bound.arguments[p.name], sizes) for p in callee.params}
+    specialised = getattr(callee, "specialised", ())  # numbers it needs at compile time stay numbers (Specialise)
+    return {p.name: v if p.name in specialised and is_python_scalar(v) else check(cg, callee.name, p, v, sizes)
+            for p, v in ((p, bound.arguments[p.name]) for p in callee.params)}
 
 
 def check(cg, fname: str, param, value, sizes: dict):
@@ -102,8 +105,8 @@ def check(cg, fname: str, param, value, sizes: dict):
     if param.kind == "auto":
         if is_tensor(value) or value is None:  # None: an optional argument, known at compile time
             return value
-        if is_python_scalar(value):  # a number known here: what a direct call specialises it to, as needed
-            return value
+        if is_python_scalar(value):  # what a direct call would pass: a 0-d int64/float64/bool tensor
+            return weak_const(cg, value, SCALAR_TYPES[type(value)])
         raise Diagnostic(f"{where} expects a tensor or a number, got {describe(value)}")
     if param.kind == "scalar":
         return check_scalar(cg, where, param, value)

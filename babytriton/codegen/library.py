@@ -360,6 +360,7 @@ class Builder(typing.Protocol):
     def scalar(self, value, dtype: str | None): ...  # a compile-time number for a tensor of `dtype`
     def sequence(self, value): ...              # (nested) tuples/lists as the op takes them
     def device(self, value=None): ...           # where a tensor lives (None: the code being built), a torch.device
+    def stop_gradient(self, value): ...         # the value, through which no gradient flows (x.detach())
     def is_run_time(self, value) -> bool: ...   # a value known only when the code runs
     def is_tensors(self, value) -> bool: ...    # one value the op takes for its tuple of tensors as it is
     def aligned(self, *operands) -> list: ...   # element-wise operands made to agree on their shapes
@@ -502,6 +503,10 @@ class RelaxBuilder:
 
     def is_run_time(self, value) -> bool:
         return core.is_tensor(value) or isinstance(value, relax.Expr) and not core.is_symbolic(value)
+
+    def stop_gradient(self, value):
+        """`no_grad(x)`: Gradient sends it no adjoint; the forward pipeline reads it as x (shifts.attach)."""
+        return self.cg.emit(relax.op.grad.no_grad(value))
 
     def device(self, value=None) -> torch.device:
         """Where `value` lives, or the code being built runs (a device block's device inside one), as torch
@@ -681,11 +686,17 @@ def _sort(cg, op: Op, values: dict):
     """sort/argsort/topk of floats in torch's order: NaN above every number (last ascending, first
     descending), equal values in their order. TVM's sorts compare with `<`, which a NaN breaks, so
     this is a stable argsort by the value with NaN read as inf, then one by "is NaN"."""
+    params = {name: p.default for name, p in op.signature.parameters.items()}
+    wanted = values.get("dtype", params.get("dtype")) or "int32"
+    if op.name != "sort" and str(wanted) != "int32":
+        # TVM's GPU sorts give int64 indices in their input order (the H200 returned 0, 1 for every
+        # row of a topk): sorted with int32 indices, then widened
+        indices = _sort(cg, op, {**values, "dtype": "int32"})
+        return _widened_indices(cg, op, indices, wanted, values.get("ret_type", params.get("ret_type")))
     x = values.get("data", values.get("x"))
     dtype = core.dtype_of(x)
     if not is_float_dtype(dtype) or not core.shape_of(x):
         return cg.emit(op.fn(**values))
-    params = {name: p.default for name, p in op.signature.parameters.items()}
     get = lambda name: values.get(name, params.get(name))  # noqa: E731
     axis = get("axis")
     descending = get("largest") if op.name == "topk" else get("descending")
@@ -705,6 +716,17 @@ def _sort(cg, op: Op, values: dict):
         return result
     ret_type = get("ret_type")
     return result if ret_type == "values" else order if ret_type == "indices" else cg.emit(relax.Tuple([result, order]))
+
+
+def _widened_indices(cg, op: Op, result, dtype: str, ret_type: str | None):
+    """An argsort's or topk's int32 indices (alone or second of its pair) as `dtype`."""
+    if op.name == "argsort" or op.name == "topk" and ret_type == "indices":
+        return cg.emit(relax.op.astype(result, dtype))
+    if ret_type == "values":
+        return result
+    values = cg.emit(relax.TupleGetItem(result, 0)) if not isinstance(result, relax.Tuple) else result.fields[0]
+    indices = cg.emit(relax.TupleGetItem(result, 1)) if not isinstance(result, relax.Tuple) else result.fields[1]
+    return cg.emit(relax.Tuple([values, cg.emit(relax.op.astype(indices, dtype))]))
 
 
 def _first_tensor_name(b: Builder, op: Op, values: dict) -> str | None:

@@ -189,6 +189,13 @@ def inplace_call(cg, node: ast.Call):
     return value
 
 
+def store_result(cg, argument: ast.expr, value) -> None:
+    """`F.relu(x, inplace=True)`: its result written where x's value lives (nothing for a temporary)."""
+    target = target_of(argument)
+    if target is not None:
+        store(cg, target, value)
+
+
 def store(cg, target: ast.expr, value) -> None:
     """Write `value` where `target` (a Name or a Subscript) says, as torch's in-place update does."""
     if isinstance(target, ast.Name):

@@ -15,13 +15,14 @@ import math
 import os
 
 import torch
+import tvm_ffi
 from tvm import relax, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import relax as RB
 
 from .. import devices
-from ..arguments import ArgSpec
+from ..arguments import ArgSpec, Specialise
 from ..errors import CompilationError, Diagnostic, debug_enabled, quiet_tvm
 from ..frontend import plain_function
 from ..source import ParsedFunction
@@ -34,6 +35,7 @@ from .loops import Loops
 from .scope import Undefined
 from .values import (PY_BUILTINS, PY_SCALARS, broadcast, describe, dtype_of, is_python_scalar, is_symbolic,
                      is_tensor, promote, round_float, same_size, scalar_kind, shape_of, wrap_int)
+from .values import compare_sizes, size_expr
 
 # Python builtins for watching a run, which compiled code cannot call: eager mode runs them.
 _EAGER_HINT = ("compiled code does not run Python; to watch values, run the function eagerly: f.eager(...), or "
@@ -68,6 +70,9 @@ def _escape(text: str) -> str:
 BOOL_ARITH = {ast.Mult: relax.op.logical_and, ast.Add: relax.op.logical_or}
 IDENTITY = {ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}
 
+
+# Builtins on compile-time sequences: len(), tuple(), list() (comprehensions give tuples).
+SEQUENCE_BUILTINS = {"len", "tuple", "list"}
 
 # Float `x ** n` for an integral constant n up to this many multiplies (by squaring) instead of calling pow.
 MAX_SQUARING_EXPONENT = 16
@@ -121,8 +126,9 @@ class RelaxCodeGen(CodeGenerator):
                 # The error's traceback holds the visitor's frames, and they the builder's: a
                 # user's error drops them (BABYTRITON_DEBUG=1 keeps them, and the warnings).
                 self.ib = ib = None
-                if isinstance(e, CompilationError) and not debug_enabled():
+                if isinstance(e, (CompilationError, Specialise)) and not debug_enabled():
                     _drop_frames(e)
+                    _drop_frames(getattr(e, "error", None))  # Specialise: the error it stands in for
                 gc.collect()
                 raise
         return ib.get()
@@ -389,7 +395,7 @@ class RelaxCodeGen(CodeGenerator):
     def builtin(self, name: str):
         """Python's builtins that fold on compile-time values, and the Relax operators the function
         doesn't bind (`sigmoid(x)`); None for other names."""
-        if name in PY_BUILTINS or name == "len":
+        if name in PY_BUILTINS or name in SEQUENCE_BUILTINS:
             return getattr(builtins, name)
         op = library.lookup(name)
         if op is not None:
@@ -549,8 +555,9 @@ class RelaxCodeGen(CodeGenerator):
     def aligned(self, *operands) -> list:
         """Operands of an element-wise op, each symbolic size that meets a static size on its axis
         (`n` against 4) matched to it: Relax cannot infer the result's shape otherwise. The sizes
-        are trusted to match (see `broadcast`); the match is checked at each call. Two different
-        symbolic sizes on one axis (`n` against `m`) are refused: nothing says they are equal."""
+        are trusted to match (see `broadcast`); the match is checked at each call. Sizes of one
+        symbolic size (`n - 1` against `max(n - 1, 0)`) are matched likewise (`aligned_size`); two
+        different symbolic sizes on one axis (`n` against `m`) are refused: nothing says they are equal."""
         tensors = [v for v in operands if is_tensor(v) and v.ty.shape is not None]
         if len(tensors) < 2 or all(isinstance(d, int) for t in tensors for d in shape_of(t)):
             return list(operands)
@@ -568,19 +575,39 @@ class RelaxCodeGen(CodeGenerator):
                 offset = ndim - len(shape)
                 for axis, size in enumerate(shape):
                     want = target[axis + offset]
-                    if not isinstance(size, int) and not (isinstance(want, int) and want == 1) \
-                            and not same_size(size, want):
-                        if not isinstance(want, int):
-                            raise Diagnostic(f"the sizes {want} and {size} meet on one axis here, and nothing says "
-                                             "they are equal: give them one name in the annotations (or a static "
-                                             "size), or reshape one")
-                        shape[axis] = want
-                        self.record_size_check(size, want)
+                    if not isinstance(size, int) and not (isinstance(want, int) and want == 1):
+                        shape[axis] = self.aligned_size(size, want)
                 if shape != list(shape_of(value)):
                     value = RB.emit_match_cast(value, relax.TensorType(shape, dtype_of(value),
                                                                       vdevice=value.ty.vdevice))
             result.append(value)
         return result
+
+    def aligned_size(self, size, want):
+        """The size a symbolic `size` takes to meet `want` (not 1) on an axis: `want` when they are equal
+        whatever the sizes (`max(n - 1, 0)` and `min(max(n - 1, 0), n)`) or, checked at each call, when
+        they may be; 1 (checked) when they never are, as then only broadcasting a 1 can make them agree."""
+        equal = compare_sizes(size, want)
+        if equal is True:   # written alike, or cast to one form: Relax's shape inference cannot tell otherwise
+            return size if tvm_ffi.structural_equal(size, want) else want
+        if equal is None and not isinstance(want, int) and \
+                set(tirx.analysis.undefined_vars(size)) != set(tirx.analysis.undefined_vars(want)):
+            raise Diagnostic(f"the sizes {want} and {size} meet on one axis here, and nothing says "
+                             "they are equal: give them one name in the annotations (or a static "
+                             "size), or reshape one")
+        if equal is None and isinstance(size, tirx.Var) and isinstance(want, (int, tirx.Var)):
+            self.record_size_check(size, want)   # checked before the call, naming the parameter
+            return want
+        if equal is False and compare_sizes(size, 1) is False:
+            raise Diagnostic(f"the sizes {want} and {size} meet on one axis here, and they are never equal, "
+                             "nor is the second 1: they cannot be broadcast together")
+        message = ("the size {} meets the size {} element-wise here, and must equal it (only a static 1 "
+                   "broadcasts)" if equal is None else
+                   "the size {} meets the size {} element-wise here, which it never equals: it must be 1 "
+                   "to broadcast")
+        got = want if equal is None else 1
+        library.run_time_check(self, tirx.EQ(size_expr(size, "int64"), size_expr(got, "int64")), message, size, want)
+        return got
 
     def record_size_check(self, size, want) -> None:
         if isinstance(size, tirx.Var) and isinstance(want, (int, tirx.Var)):
@@ -724,10 +751,11 @@ class RelaxCodeGen(CodeGenerator):
         method = pytorch.method(value, attr) or library.method(value, attr)  # x.exp, called by visit_Call
         if method is not None:
             return method
-        available = ["shape", "dtype", "ndim", *library.tensor_attributes()]
+        known = ["shape", "dtype", "ndim", *library.tensor_attributes(), *pytorch.METHODS, *pytorch.PROPERTIES]
         hint = f"; call the operator instead: {attr}(x)" if attr in library.names() else \
-            library.did_you_mean(attr, available)
-        raise Diagnostic(f"tensors have no attribute '{attr}' here{hint} (available: {', '.join(available)})")
+            library.did_you_mean(attr, known)
+        # too many to list: torch's methods and attributes are bt.torch_names()'s `Tensor.` entries
+        raise Diagnostic(f"tensors have no attribute '{attr}' here{hint} (bt.torch_names() lists those @jit code has)")
 
     def subscript(self, value, node: ast.Subscript):
         if is_tensor(value):  # torch's indexing; a basic index gives a view in torch (mutation.note_view)
@@ -751,6 +779,9 @@ class RelaxCodeGen(CodeGenerator):
         name = ast.unparse(node.func)
         if func is len:
             return self.call_len(args, kwargs)
+        if func in (tuple, list) or library.resolve(func) is library.lookup("sum") and args and \
+                isinstance(args[0], (tuple, list)):
+            return self.call_sequence(func, args, kwargs)
         if func in PY_BUILTINS.values() or getattr(func, "__module__", None) == "math":
             return self.call_python(func, args, kwargs)
         if isinstance(func, pytorch.BoundMethod):
@@ -759,7 +790,10 @@ class RelaxCodeGen(CodeGenerator):
             return library.call_method(self, func, args, kwargs)
         entry = pytorch.resolve(func)  # torch.exp, F.gelu, torch.Tensor.exp: torch's meaning
         if entry is not None:
-            return pytorch.call(self.builder, entry, args, kwargs)
+            result = pytorch.call(self.builder, entry, args, kwargs)
+            if kwargs.get("inplace") is True and node.args:  # F.relu(x, inplace=True) writes x, as in torch
+                mutation.store_result(self, node.args[0], result)
+            return result
         op = library.resolve(func)
         if op is not None:
             return library.call(self, op, args, kwargs)
@@ -793,6 +827,22 @@ class RelaxCodeGen(CodeGenerator):
         what = "Python function" if inspect.isfunction(func) else "function" if callable(func) else describe(func)
         return (f"cannot call `{name}` (a {what}) from a @jit function: @jit code calls Relax operators "
                 f"(e.g. sigmoid(x), bt.softmax(x)), torch functions, TensorIR kernels and Python functions{hint}")
+
+    def call_sequence(self, func, args: list, kwargs: dict):
+        """`tuple(...)`/`list(...)` of a compile-time sequence (a tuple here), and `sum(items, start=0)` of
+        one as Python adds it up (`sum(g.square().sum() for g in grads)`), not the library's reduction."""
+        if func in (tuple, list):
+            if kwargs or len(args) > 1 or args and not isinstance(args[0], (tuple, list)):
+                raise Diagnostic(f"{func.__name__}() takes one tuple or list known when compiling, got "
+                                 f"{', '.join(describe(a) for a in args)}")
+            return tuple(args[0]) if args else ()
+        items, start = args[0], args[1] if len(args) > 1 else kwargs.pop("start", 0)
+        if kwargs or len(args) > 2:
+            raise Diagnostic("sum(items, start=0) of a tuple takes no other arguments")
+        total = start
+        for item in items:
+            total = self.binary(ast.Add(), total, item)
+        return total
 
     def call_len(self, args: list, kwargs: dict):
         if len(args) != 1 or kwargs:

@@ -20,6 +20,10 @@ from .values import is_tensor
 
 # What a run-time scalar parameter's annotation can be (strings: `from __future__ import annotations`)
 SCALAR_ANNOTATIONS = (inspect.Parameter.empty, int, float, bool, "int", "float", "bool")
+# Those specialised where the code needs their value at compile time: unannotated numbers, and ints and
+# bools annotated as model code annotates them (`start_pos: int`, a type hint torch.compile ignores too).
+# Floats are never sizes, dims or bounds: a float that reaches such a place stays an error.
+SPECIALISABLE = (inspect.Parameter.empty, int, bool, "int", "bool")
 
 
 def check(cg, node, error: Exception, located) -> Exception:
@@ -28,19 +32,23 @@ def check(cg, node, error: Exception, located) -> Exception:
     if not hasattr(cg, "bindings"):  # backend="tir": scalars are TIR values, compile-time by nature
         return error
     params = _scalar_params(cg)
-    origins = set()
-    for value in _values_read(cg, node):
+    callee = getattr(cg, "callee", None)   # an inlined @jit function (a FunctionInfo): numbers from the call
+    numbers = {p.name for p in callee.params if p.kind == "auto"} if hasattr(callee, "specialise") else set()
+    origins, passed = set(), set()
+    for name, value in _values_read(cg, node):
         origins |= _origins(cg, value, params)
-    auto = frozenset(n for n in origins if params.get(n) is inspect.Parameter.empty)
+        if name in numbers and not relax.analysis.free_vars(value):  # a number the call passed
+            passed.add(name)
+    auto = frozenset(n for n in origins if params.get(n) in SPECIALISABLE)
     if auto:
         raise Specialise(auto, located())
+    if passed:
+        raise Specialise(frozenset(passed), located(), callee)
     annotated = sorted(origins - auto)
     if not annotated or not isinstance(error, Diagnostic):
         return error
     names = ", ".join(f"'{n}'" for n in annotated)
-    return Diagnostic(f"{error}; parameter {names} is annotated as a run-time number: if this needs its value "
-                      "at compile time, annotate it `bt.constexpr` (or leave it unannotated) to specialise on "
-                      "its value")
+    return Diagnostic(f"{error}; parameter {names} is a run-time float: a size, dim or bound takes an int")
 
 
 def _scalar_params(cg) -> dict:
@@ -51,7 +59,7 @@ def _scalar_params(cg) -> dict:
 
 
 def _values_read(cg, node):
-    """The weak 0-d tensors among the values of the names `node` reads."""
+    """The weak 0-d tensors among the values of the names `node` reads, with the names."""
     seen = set()
     for name in (n.id for n in ast.walk(node) if isinstance(n, ast.Name)):
         if name in seen or name not in cg.scope:
@@ -63,7 +71,7 @@ def _values_read(cg, node):
             if isinstance(value, (tuple, list)):
                 stack.extend(value)
             elif is_tensor(value) and cg.is_weak(value):
-                yield value
+                yield name, value
 
 
 def _origins(cg, value, params: dict) -> set:

@@ -104,10 +104,35 @@ def scalar_kind(value) -> str:
 
 
 def same_size(a, b) -> bool:
-    """Whether two sizes are known to be equal at compile time (ints, or the same symbolic size)."""
-    if isinstance(a, int) or isinstance(b, int):
-        return isinstance(a, int) and isinstance(b, int) and a == b
-    return tvm_ffi.structural_equal(a, b)
+    """Whether two sizes are known to be equal at compile time: equal ints, or expressions equal
+    whatever the (non-negative) symbolic sizes are (`max(n - 1, 0)` and `min(max(n - 1, 0), n)`)."""
+    return compare_sizes(a, b) is True
+
+
+def size_expr(size, dtype: str):
+    """A size as a TIR expression of `dtype` (sizes are int64; an int32 one is widened, exactly)."""
+    if isinstance(size, int):
+        return tirx.const(size, dtype)
+    return size if str(size.ty.dtype) == dtype else tirx.Cast(dtype, size)
+
+
+def compare_sizes(a, b) -> bool | None:
+    """True when two sizes are equal for every non-negative value of the symbolic sizes they read,
+    False when they are equal for none, None when that depends on the sizes (`n // 2` against
+    `n - n // 2`): a check made when the code runs must then decide."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if not isinstance(a, int) and not isinstance(b, int) and tvm_ffi.structural_equal(a, b):
+        return True
+    a, b = size_expr(a, "int64"), size_expr(b, "int64")
+    sizes = [v >= 0 for v in {*tirx.analysis.undefined_vars(a), *tirx.analysis.undefined_vars(b)}]
+    analyzer = tvm.sym.Analyzer()
+    with analyzer.constraint_scope(tirx.all(*sizes) if sizes else tirx.const(True)):
+        if analyzer.can_prove_equal(a, b):
+            return True
+        if analyzer.can_prove(tirx.NE(a, b)):
+            return False
+    return None
 
 
 def broadcast(a: tuple, b: tuple) -> tuple | None:

@@ -840,6 +840,7 @@ class Generator:
         if name in ("std", "variance") or style < 0.5:
             code = self.spelled(name, a.code, **options)
         else:  # the tensor method
+            text = ", ".join(f"{k}={v}" for k, v in method_keywords(name, axis, options).items())
             code = f"{paren(a)}.{name}({text})"
         d = dims_of(a)
         dims = [1 if i in axes else d[i] for i in range(rank)] if keepdims else \
@@ -1068,6 +1069,16 @@ def generate(seed: int) -> Program:
     if random.Random(seed * 7919 + 1).random() < LONG_SHARE:
         return generate_long(seed)
     return _generate(seed)
+
+
+def method_keywords(name: str, axis, options: dict) -> dict:
+    """A reduction method's keywords spelled one way (a tensor method follows torch where spelled as
+    torch): torch's (dim=, keepdim=) where torch's meaning is the library's, else Relax's (axis=,
+    keepdims=), as x.max(dim=1) is torch's (values, indices) and torch's prod takes one int dim."""
+    torch_means_it = name in ("sum", "mean", "argmax", "argmin") or name == "prod" and isinstance(axis, int)
+    torch_spelt = torch_means_it and ("dim" in options or "keepdim" in options)
+    names = {"axis": "dim", "keepdims": "keepdim"} if torch_spelt else {"dim": "axis", "keepdim": "keepdims"}
+    return {names.get(k, k): v for k, v in options.items()}
 
 
 # name -> code over `v`, tolerance (atol, rtol) in units of the result dtype's epsilon

@@ -5,7 +5,7 @@ import babytriton as bt
 
 @bt.jit
 def f(x):
-    return x.exp()  # error: tensors have no attribute 'exp' here; call the operator instead: exp(x)
+    return x.expand_dims(0)  # error: tensors have no attribute 'expand_dims' here; call the operator instead: expand_dims(x)
 
 
 f(torch.ones(3))

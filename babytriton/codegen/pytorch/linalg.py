@@ -69,8 +69,9 @@ def _fixed_rank(name: str, ranks: tuple):
         x, y = _operands(b, input, other, where)
         _check_ranks(b, x, y, ranks, where)
         if name == "bmm":
-            require(b, equal(b.shape(x)[0], b.shape(y)[0]), f"{where}: batch1 and batch2 must have the same "
-                                                             f"number of batches, got {b.shape(x)[0]} and {b.shape(y)[0]}")
+            batches = b.shape(x)[0], b.shape(y)[0]
+            require(b, equal(*batches), f"{where}: batch1 and batch2 must have the same number of batches, "
+                                        f"got {batches[0]} and {batches[1]}")
         return _product(b, x, y, where)
     rule.__name__ = name
     rule.__doc__ = f"torch.{name}: matmul of a {ranks[0]}-d and a {ranks[1]}-d tensor (no broadcasting)."
@@ -115,7 +116,8 @@ def _add_scaled(b, input, product, beta, alpha, where: str):
             raise Diagnostic(f"{where}: {name} must be a number, got {b.describe(value)}")
     dtype = b.dtype(x)
     if not is_float_dtype(dtype) and any(isinstance(v, float) for v in (beta, alpha)):
-        raise Diagnostic(f"{where}: for integral input tensors, beta and alpha must not be floats (torch refuses it too)")
+        raise Diagnostic(f"{where}: for integral input tensors, beta and alpha must not be floats "
+                         "(torch refuses it too)")
     wide = "float32" if dtype in HALVES else dtype
     result = product(lambda v: b.as_tensor(v, wide))
     if b.dtype(result) != wide:
@@ -179,6 +181,9 @@ def _p_distance(b, d, p):
     return op(b, "power", op(b, "sum", op(b, "power", a, float(p)), [-1]), 1.0 / p)
 
 
+COMPUTE_MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist")
+
+
 @torch_rule(torch.cdist)
 def cdist(b, x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     """torch.cdist: the p-norm distance of each row of x1 to each row of x2 (batch dims broadcast),
@@ -187,21 +192,23 @@ def cdist(b, x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     where = "torch.cdist()"
     x1, x2 = tensor(b, x1, where), tensor(b, x2, where)
     if not (is_float_dtype(b.dtype(x1)) and is_float_dtype(b.dtype(x2))):
-        raise Diagnostic(f"{where}: cdist only supports floating-point dtypes, got {b.describe(x1)} and {b.describe(x2)}")
+        raise Diagnostic(f"{where}: cdist only supports floating-point dtypes, got {b.describe(x1)} and "
+                         f"{b.describe(x2)}")
     if b.dtype(x1) != b.dtype(x2):
         raise Diagnostic(f"{where}: X1 and X2 must have the same dtype, got {b.dtype(x1)} and {b.dtype(x2)}")
     if b.ndim(x1) < 2 or b.ndim(x2) < 2:
         raise Diagnostic(f"{where}: cdist only supports at least 2D tensors, got {b.describe(x1)} and {b.describe(x2)}")
     if isinstance(p, bool) or not isinstance(p, (int, float)) or p < 0:
         raise Diagnostic(f"{where}: cdist only supports non-negative p values, got {p!r}")
-    if compute_mode not in ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist"):
+    if compute_mode not in COMPUTE_MODES:
         raise Diagnostic(f"{where}: {compute_mode!r} is not a valid value for compute_mode")
     s1, s2 = b.shape(x1), b.shape(x2)
     require(b, equal(s1[-1], s2[-1]), f"{where}: X1 and X2 must have the same number of columns. "
                                       f"X1: {s1[-1]} X2: {s2[-1]}")
     dtype = b.dtype(x1)
     wide = "float32" if dtype in HALVES else dtype
-    d = op(b, "subtract", op(b, "expand_dims", b.as_tensor(x1, wide), -2), op(b, "expand_dims", b.as_tensor(x2, wide), -3))
+    rows, columns = op(b, "expand_dims", b.as_tensor(x1, wide), -2), op(b, "expand_dims", b.as_tensor(x2, wide), -3)
+    d = op(b, "subtract", rows, columns)  # (..., P, R, M)
     return b.as_tensor(_p_distance(b, d, p), dtype)
 
 
@@ -238,7 +245,8 @@ def diff(b, input, n=1, dim=-1, prepend=None, append=None):
     return x
 
 
-MATRIX_ORDS = {1: ("sum", -2, "max"), -1: ("sum", -2, "min"), math.inf: ("sum", -1, "max"), -math.inf: ("sum", -1, "min")}
+# matrix_norm's ord -> (the dim of `dim` summed over, the reduction of those sums over the other)
+MATRIX_ORDS = {1: (-2, "max"), -1: (-2, "min"), math.inf: (-1, "max"), -math.inf: (-1, "min")}
 
 
 @torch_rule(torch.linalg.matrix_norm)
@@ -258,7 +266,7 @@ def matrix_norm(b, A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
                          "supported: 'fro', 1, -1, inf, -inf")
     if not is_float_dtype(b.dtype(x)):
         raise Diagnostic(f"{where}: expected a float tensor, got {b.describe(x)} (torch refuses it too)")
-    _, which, extreme = MATRIX_ORDS[ord]
+    which, extreme = MATRIX_ORDS[ord]
     summed_axis, kept_axis = (axes[0], axes[1]) if which == -2 else (axes[1], axes[0])
     sums = op(b, "sum", op(b, "abs", x), [summed_axis], True)
     result = op(b, extreme, sums, [kept_axis], True)

@@ -4,7 +4,8 @@ meaning for any shift count, window pools with whole windows, conv1d and F.pad.
 Shifts: TVM's `<<`/`>>` are C's, undefined for a count < 0 or >= the bit width; torch gives 0 there
 (and, shifting right a signed value, its sign). The pools whose windows tile the input (adaptive pools
 whose output size divides the input's, pools with stride == kernel) are a reshape and a mean/max, which
-fuse and differentiate; other windows are refused with a located error. conv1d is Relax's nn.conv2d over a height of 1 (whose gradient is compiled).
+fuse and differentiate; other windows are refused with a located error. conv1d is Relax's nn.conv2d
+over a height of 1 (whose gradient is compiled).
 """
 from __future__ import annotations
 
@@ -210,7 +211,8 @@ def conv1d(b, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=
     where = "F.conv1d()"
     x, w = tensor(b, input, where), tensor(b, weight, where)
     if b.ndim(x) not in (2, 3) or b.ndim(w) != 3:
-        raise Diagnostic(f"{where}: expected a 2-d or 3-d input and a 3-d weight, got {b.describe(x)} and {b.describe(w)}")
+        raise Diagnostic(f"{where}: expected a 2-d or 3-d input and a 3-d weight, got {b.describe(x)} and "
+                         f"{b.describe(w)}")
     if b.dtype(x) != b.dtype(w) or not is_float_dtype(b.dtype(x)):
         raise Diagnostic(f"{where}: input and weight must be float tensors of one dtype, got {b.describe(x)} and "
                          f"{b.describe(w)}")
@@ -231,8 +233,8 @@ def conv1d(b, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=
     dtype = b.dtype(x)
     wide = "float32" if dtype in HALVES else dtype
     # as a conv2d of height 1: the same kernel, and conv2d's gradient is compiled (conv1d has none)
-    y = op(b, "conv2d", op(b, "expand_dims", b.as_tensor(batched, wide), 2), op(b, "expand_dims", b.as_tensor(w, wide), 2),
-           (1, s), (0, pads[0], 0, pads[1]), (1, d), groups)
+    rows, kernels = op(b, "expand_dims", b.as_tensor(batched, wide), 2), op(b, "expand_dims", b.as_tensor(w, wide), 2)
+    y = op(b, "conv2d", rows, kernels, (1, s), (0, pads[0], 0, pads[1]), (1, d), groups)
     y = op(b, "squeeze", y, [2])
     if bias is not None:
         bias = tensor(b, bias, where)

@@ -1,9 +1,9 @@
 """Element-wise torch functions and methods: math, activations, comparisons, dtype conversions.
 
 Each rule builds its result from the library's Relax ops (`op(b, "exp", x)`), so the compiled code and
-the eager reference compute it the same way, with the library's dtype, NaN and half rules. `inplace=True`
-(F.relu(x, inplace=True)) computes out of place: @jit values are never written, so the result is the
-same value torch returns and the input is left unchanged.
+the eager reference compute it the same way, with the library's dtype, NaN and half rules. A rule
+computes `inplace=True` (F.relu(x, inplace=True)) out of place; the caller (RelaxCodeGen.visit_Call,
+eager.torch_function) then writes the result where x lives, as torch does.
 """
 from __future__ import annotations
 
@@ -411,7 +411,7 @@ def masked_fill(b, input, mask, value):
 
 
 # ----------------------------------------------------------------------------------------------
-# activations (F.*, torch.*, methods); `inplace` computes out of place (see the module's docstring)
+# activations (F.*, torch.*, methods); `inplace` is written back by the caller (see the module's docstring)
 # ----------------------------------------------------------------------------------------------
 def _activation(name: str, compute, float_only: bool = True):
     def rule(b, input, inplace=False):
@@ -625,5 +625,6 @@ def clone(b, input, *, memory_format=None):
 
 @torch_rule(torch.detach, torch.Tensor.detach, methods=("detach",))
 def detach(b, input):
-    """Tensor.detach: the value itself. NOTE: gradients still flow through it (no stop-gradient op)."""
-    return tensor(b, input, "Tensor.detach()")
+    """Tensor.detach: the value, through which no gradient flows (a straight-through estimator's
+    `x + (q - x).detach()`)."""
+    return b.stop_gradient(tensor(b, input, "Tensor.detach()"))

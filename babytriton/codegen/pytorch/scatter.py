@@ -150,6 +150,8 @@ def scatter_reduce(b, input, dim, index, src, reduce, *, include_self=True):
         hit = op(b, "greater", counts, 0)
     base = x if include_self else op(b, "where", hit, _identity(b, reduce, b.dtype(x)), x)
     result = op(b, "scatter_elements", base, index, src, axis, REDUCE[reduce])
+    if reduce in ("amax", "amin") and is_float_dtype(b.dtype(x)):
+        return _with_nan(b, x if include_self else None, axis, index, src, result)
     if reduce != "mean":
         return result
     if include_self:
@@ -157,6 +159,14 @@ def scatter_reduce(b, input, dim, index, src, reduce, *, include_self=True):
     divided = op(b, "divide" if is_float_dtype(b.dtype(x)) else "floor_divide", result,
                  op(b, "where", hit, counts, op(b, "ones_like", counts)))
     return b.as_tensor(op(b, "where", hit, divided, x), b.dtype(x))
+
+
+def _with_nan(b, x, axis: int, index, src, result):
+    """amax/amin with torch's NaN: a NaN among the values meeting at a place (TVM's max drops it) makes it NaN."""
+    flags = b.as_tensor(op(b, "isnan", src), "int32")
+    nan = op(b, "greater", op(b, "scatter_elements", op(b, "zeros_like", result, "int32"), index, flags, axis, "add"), 0)
+    nan = nan if x is None else op(b, "logical_or", nan, op(b, "isnan", x))
+    return op(b, "where", nan, b.const(math.nan, b.dtype(result)), result)
 
 
 def _identity(b, reduce: str, dtype: str):
@@ -187,7 +197,8 @@ def _slices(b, x, dim, index, source, where: str):
     x1, s1 = (op(b, "reshape", v, [1]) if b.ndim(v) == 0 else v for v in (x, source))
     xs, ss = b.shape(x1), b.shape(s1)
     if len(ss) != len(xs):
-        raise Diagnostic(f"{where}: source {format_shape(ss)} must have the same number of dims as self {format_shape(xs)}")
+        raise Diagnostic(f"{where}: source {format_shape(ss)} must have the same number of dims as self "
+                         f"{format_shape(xs)}")
     for a, (have, want) in enumerate(zip(ss, xs)):
         size = b.shape(index)[0] if a == axis else want
         require(b, equal(have, size), f"{where}: source {format_shape(ss)} must have self's shape "
@@ -278,13 +289,15 @@ def masked_scatter(b, input, mask, source):
     x = tensor(b, input, where)
     mask, source = tensor(b, mask, where), tensor(b, source, where)
     if b.dtype(mask) != "bool":
-        raise Diagnostic(f"{where}: masked_scatter_ only supports boolean masks, but got mask with dtype {b.dtype(mask)}")
+        raise Diagnostic(f"{where}: masked_scatter_ only supports boolean masks, but got mask with dtype "
+                         f"{b.dtype(mask)}")
     if b.dtype(source) != b.dtype(x):
         raise Diagnostic(f"{where}: masked_scatter: expected self and source to have same dtypes but got "
                          f"{b.dtype(x)} and {b.dtype(source)}")
     common = broadcast(tuple(b.shape(x)), tuple(b.shape(mask)))
     if common is None:
-        raise Diagnostic(f"{where}: mask {format_shape(b.shape(mask))} and self {format_shape(b.shape(x))} do not broadcast")
+        raise Diagnostic(f"{where}: mask {format_shape(b.shape(mask))} and self {format_shape(b.shape(x))} "
+                         "do not broadcast")
     shape = list(common)
     x = op(b, "broadcast_to", x, shape) if list(b.shape(x)) != shape else x
     mask = op(b, "broadcast_to", mask, shape) if list(b.shape(mask)) != shape else mask
@@ -305,7 +318,8 @@ def put(b, input, index, source, accumulate=False):
     x = tensor(b, input, where)
     index, source = _int64_index(b, index, where), tensor(b, source, where)
     if b.dtype(source) != b.dtype(x):
-        raise Diagnostic(f"{where}: self and source expected to have the same dtype, got {b.dtype(x)} and {b.dtype(source)}")
+        raise Diagnostic(f"{where}: self and source expected to have the same dtype, got {b.dtype(x)} and "
+                         f"{b.dtype(source)}")
     require(b, equal(_numel(tuple(b.shape(index)) or (1,)), _numel(tuple(b.shape(source)) or (1,))),
             f"{where}: Expected source and index to have the same number of elements, got "
             f"{format_shape(b.shape(source))} and {format_shape(b.shape(index))}")
