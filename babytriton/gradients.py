@@ -520,8 +520,8 @@ def _gather_elements(y, call, g, ctx):
 
 # the indices a take read, out-of-range ones brought into x by its mode ("fast" trusts them)
 _TAKE_MODES = {
-    "clip": lambda i, n: op.clip(i, 0, n - 1),
-    "wrap": lambda i, n: op.floor_mod(i, relax.const(n, _dtype(i))),
+    "clip": lambda i, n, dtype: op.clip(i, 0, n - 1),
+    "wrap": lambda i, n, dtype: op.floor_mod(i, relax.const(n, dtype)),
 }
 
 
@@ -537,7 +537,7 @@ def _take(y, call, g, ctx):
         axis = int(call.attrs.axis) % x.ty.ndim
         shape = _shape(g)   # a backward has static sizes
         n, rows = _shape(x)[axis], shape[:axis] + [-1] + shape[axis + indices.ty.ndim:]
-    flat = _TAKE_MODES.get(str(call.attrs.mode), lambda i, n: i)(flat, n)
+    flat = _TAKE_MODES.get(str(call.attrs.mode), lambda i, n, dtype: i)(flat, n, _dtype(indices))
     return [op.grad.take_backward(op.reshape(g, rows), x, flat, call.attrs.axis), no_grad(indices)]
 
 

@@ -17,7 +17,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from . import legalize, multi_output, nvrtc, offload, online, rowwise, schedules, shifts
+from . import legalize, multi_output, nvrtc, offload, online, rowwise, schedules, shifts, views
 from . import targets
 
 SCHEDULES = schedules.SCHEDULES
@@ -44,7 +44,10 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
     return sequence + [
         # babytriton's rules first where TVM's lowering loses NaN or infinities, or sums halves in
         # half precision (see legalize.py)
-        ("LegalizeOps", relax.transform.LegalizeOps(legalize.legalize_map())),
+        # a view read by several kernels is repeated in each (views.py), then the ops become TIR
+        ("LegalizeOps", tvm.transform.Sequential([
+            tvm.transform.module_pass(lambda mod, _ctx: views.repeat_views(mod), opt_level=0, name="RepeatViews"),
+            relax.transform.LegalizeOps(legalize.legalize_map())])),
         ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),
         # one kernel per row-wise computation: FuseOps never puts two reductions in one kernel
         # (in a training forward, a row kernel also writes the per-row values it saves for the backward)

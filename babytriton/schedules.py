@@ -2399,11 +2399,38 @@ def half_math_in_float32(mod: tvm.IRModule, target: tvm.target.Target | None) ->
         if own is None:
             return func
         if own.kind.name == "cuda":   # CUDA's half division is a correctly rounded software routine
-            return func.with_body(_half_math_in_float32(func.body, (tirx.Div,), (), ("float16", "bfloat16")))
+            body = _half_calls_in_float32(func.body)
+            return func.with_body(_half_math_in_float32(body, (tirx.Div,), (), ("float16", "bfloat16")))
         if own.kind.name != "llvm":
             return func
         return func.with_body(_bfloat16_casts_rounded(_half_math_in_float32(func.body)))
     return updated(mod, tirx.PrimFunc, widened)
+
+
+# the math functions CUDA has a float16 and bfloat16 form of (cuda_fp16.h, cuda_bf16.h: `hexp`...),
+# or TVM's CUDA prelude defines (`hpow`, `htan`, `hatan`, `herf`), by their TIR op names
+_CUDA_HALF_CALLS = {"exp", "exp2", "exp10", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tan", "atan",
+                    "tanh", "erf", "pow", "floor", "ceil", "trunc", "fabs"}
+
+
+def _half_calls_in_float32(body):
+    """Each math call on float16/bfloat16 that CUDA has no half form of, computed in float32 and
+    rounded back (torch computes half math in float32 too): TVM names it `h` + its name, and nvcc
+    rejected `hnearbyint` (`round(x / s)` of halves), `hcosh`, `hsinh` of bfloat16."""
+    def dtype_of(expr):
+        return expr.ty.dtype if hasattr(expr, "ty") else expr.dtype
+
+    def is_half(expr) -> bool:
+        return str(dtype_of(expr).with_lanes(1)) in ("float16", "bfloat16")
+
+    def widen(call):
+        name = call.op.name.rsplit(".", 1)[-1] if isinstance(call.op, tvm.ir.Op) else None
+        if name is None or not call.op.name.startswith("tirx.") or name in _CUDA_HALF_CALLS or not is_half(call) \
+                or not call.args or not all(is_half(a) for a in call.args):
+            return call   # not math on halves (a select, a reinterpret) or CUDA's own
+        args = [tirx.Cast(_as_f32(dtype_of(a)), a) for a in call.args]
+        return tirx.Cast(dtype_of(call), tvm.ir.Call(call.op, args, ret_ty=str(_as_f32(dtype_of(call)))))
+    return tvm_ffi.structural_map(body, (tvm.ir.Call, widen))
 
 
 def _bfloat16_casts_rounded(body):

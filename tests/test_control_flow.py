@@ -268,13 +268,15 @@ def test_early_returns_and_the_rest_of_the_function():
         check(f, X, n)
 
 
-def missing_else_return(x: V4, flag: bool):
-    if flag:  # error
+# A condition decided at run time (a `bool` argument the code needs at compile time is specialised, as
+# torch.compile does, and then only the path taken is compiled, as Python runs it).
+def missing_else_return(x: V4):
+    if x.sum() > 0:  # error
         return x * 2
 
 
-def missing_then_return(x: V4, flag: bool):
-    if flag:  # error
+def missing_then_return(x: V4):
+    if x.sum() > 0:  # error
         y = x
     else:
         return x * 2
@@ -283,7 +285,7 @@ def missing_then_return(x: V4, flag: bool):
 @pytest.mark.parametrize("fn, path", [(missing_else_return, "`if` branch"),
                                       (missing_then_return, "`else` path")])
 def test_a_path_without_return_is_an_error(fn, path):
-    err = compile_error(fn, X, True)
+    err = compile_error(fn, X)
     assert err.lineno == line_of(fn, "# error")
     assert "not every path returns a value" in err.message and path in err.message
 
@@ -334,16 +336,24 @@ def test_both_paths_giving_a_name_one_value_still_bind_it():
         torch.testing.assert_close(f(x), (x ** 1 if x.min() < 0 else x) * 2)
 
 
-def dtype_clash(x: V4, flag: bool):
-    if flag:  # error
+def dtype_clash(x: V4):
+    if x.sum() > 0:  # error
         y = x
     else:
         y = x > 0
     return y
 
 
-def shape_clash(x: V4, s: S, flag: bool):
-    if flag:  # error
+def shape_clash(x: V4, s: S):
+    if x.sum() > 0:  # error
+        y = x
+    else:
+        y = s
+    return y
+
+
+def shape_by_flag(x: V4, s: S, flag: bool):
+    if flag:
         y = x
     else:
         y = s
@@ -351,11 +361,18 @@ def shape_clash(x: V4, s: S, flag: bool):
 
 
 def test_branches_disagreeing_on_dtype_or_shape():
-    err = compile_error(dtype_clash, X, True)
+    err = compile_error(dtype_clash, X)
     assert err.lineno == line_of(dtype_clash, "# error")
     assert "'y' is a float32 tensor of shape (4,) on one path" in err.message and "bool" in err.message
-    err = compile_error(shape_clash, X, torch.tensor(1.0), True)
+    err = compile_error(shape_clash, X, torch.tensor(1.0))
     assert "'y' has shape (4,) on one path of this `if` and () on the other" in err.message
+
+
+def test_a_bool_parameter_deciding_shapes_is_specialised():
+    """`flag: bool` whose paths disagree compiles a version per value, as torch.compile specialises it."""
+    f, s = bt.jit(shape_by_flag), torch.tensor(1.0)
+    torch.testing.assert_close(f(X, s, True), X)
+    torch.testing.assert_close(f(X, s, False), s)
 
 
 def vector_condition(x: V4):

@@ -107,6 +107,11 @@ CASES = {
     "expand_dims": ("expand_dims(x, (0, -1))", (X,)), "broadcast_to": ("broadcast_to(x, (4, 2, 3))", (X,)),
     "astype": ("astype(x, 'int32')", (X * 3,)), "astype_bool": ("astype(x, torch.bool)", (X,)),
     "tril": ("tril(x, 1)", (X,)), "triu": ("triu(x)", (X,)), "tile": ("tile(x, (2, 1))", (X,)),
+    "flip": ("flip(x, 1)", (X,)), "flip_negative": ("flip(x, axis=-2)", (X,)),
+    "bucketize": ("bucketize(x, y)", (X, torch.tensor([-1.0, 0.0, 1.0]))),
+    "bucketize_right": ("bucketize(x, y, True, True)", (I, torch.tensor([-1, 0, 2], dtype=torch.int32))),
+    "conv2d": ("conv2d(x.reshape(1, 2, 1, 3), y.reshape(3, 2, 1, 1), strides=(1, 2), padding=(1, 0, 0, 1))",
+               (X, P)),
     "repeat": ("repeat(x, 2, axis=1)", (X,)), "take": ("take(x, y, axis=1)", (X, torch.tensor([2, 0]))),
     "take_flat": ("take(x, y)", (X.reshape(6), torch.tensor([[5, 0], [1, 1]]))),
     "take_int": ("take(x, 1, axis=0)", (X,)),
@@ -151,6 +156,22 @@ def case_module(tmp_path_factory):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_table_entry_matches_the_compiled_op(name, case_module):
     both(getattr(case_module, f"case_{name}"), *CASES[name][1])
+
+
+# torch's own result for some cases: the eager table's newer entries (compiled and eager must also give it)
+TORCH_RESULTS = {
+    "flip": lambda x: x.flip(1), "flip_negative": lambda x: x.flip(-2),
+    "bucketize": torch.bucketize,
+    "bucketize_right": lambda x, y: torch.bucketize(x, y, out_int32=True, right=True),
+    "conv2d": lambda x, y: torch.nn.functional.conv2d(  # Relax's (top, left, bottom, right) padding
+        torch.nn.functional.pad(x.reshape(1, 2, 1, 3), (0, 1, 1, 0)), y.reshape(3, 2, 1, 1), stride=(1, 2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_RESULTS))
+def test_table_entry_matches_torch(name, case_module):
+    args = CASES[name][1]
+    same(both(getattr(case_module, f"case_{name}"), *args), TORCH_RESULTS[name](*args))
 
 
 def test_every_table_entry_is_exercised():

@@ -85,7 +85,7 @@ def uses_lambda(x):
 
 
 def uses_comprehension(x):
-    ys = [x for _ in range(3)]  # error
+    ys = {x for _ in range(3)}  # error  # (list comprehensions over compile-time sequences compile)
     return x
 
 

@@ -764,3 +764,32 @@ def test_half_backwards_are_as_close_to_exact_as_torchs(dtype):
     for g, r, e in zip(got, want, exact):
         assert g.dtype == dtype
         assert (g.double() - e).abs().max() <= 2 * (r.double() - e).abs().max() + 1e-3 * e.abs().max()
+
+
+def _lookups(w, idx, j):
+    return F.embedding(idx, w) * 2.0, w[idx], w[:, j], torch.take(w, idx)
+
+
+@settings(max_examples=6, deadline=None)
+@given(shape=st.sampled_from([(), (5,), (2, 8), (3, 2, 4)]), negative=st.booleans())
+def test_take_with_indices_of_any_rank_matches_torch(shape, negative):
+    """TVM's take_backward read its indices as a vector (an embedding's (batch, seq) indices failed
+    to compile): their axes merge into one. Repeated and negative indices add up as torch's do."""
+    w = torch.randn(10, 6, dtype=f64, requires_grad=True)
+    idx, j = torch.randint(0, 10, shape), torch.randint(-6 if negative else 0, 6, (2, 3))
+    weights = [torch.randn(o.shape, dtype=f64) for o in _lookups(w, idx, j)]
+    sum((o * c).sum() for o, c in zip(bt.jit(target="cpu")(_lookups)(w, idx, j), weights)).backward()
+    got, w.grad = w.grad, None
+    sum((o * c).sum() for o, c in zip(_lookups(w, idx, j), weights)).backward()
+    torch.testing.assert_close(got, w.grad)
+
+
+def test_gpu_embedding_backward_builds():
+    """The corpus' nanoGPT embedding backward, built for sm_90 (no GPU needed): nvcc takes its source."""
+    import shutil
+    from tvm.support import nvcc
+    w, idx = torch.randn(50, 64, requires_grad=True), torch.randint(0, 50, (2, 8))
+    k = bt.jit(target="gpu")(_lookups).backward(w, idx, torch.randint(0, 6, (3,)))
+    if shutil.which("nvcc"):
+        with tvm.target.Target({"kind": "cuda", "arch": "sm_90"}):
+            assert b".entry" in nvcc.compile_cuda(k.source, target_format="ptx", compiler="nvcc")

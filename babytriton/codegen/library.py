@@ -530,6 +530,7 @@ class RelaxBuilder:
     def check_sizes(self, op: Op, values: dict) -> None:
         if op.name == "strided_slice":
             _empty_slices(values)
+            _clamped_slices(values)
         check_nonempty(self.cg, op, values)
 
     def same_as_operator(self, name: str, x1, x2):
@@ -752,6 +753,23 @@ def _empty_slices(values: dict) -> None:
             begin[i], end[i], strides[i] = 0, 0, 1
     if values.get("strides") is not None or any(s != 1 for s in strides):
         values["strides"] = strides
+
+
+def _clamped_slices(values: dict) -> None:
+    """Bounds of a forward slice of a symbolic axis given clamped to 0..size, the end at least the begin:
+    TVM sizes `x[1:-1]` of n as `min(max(n - 1, 0), n) - min(1, n)`, -1 for n = 1 (an allocation fails)."""
+    x, axes, begin, end = values["x"], values["axes"], values["begin"], values["end"]
+    strides = values.get("strides") or [1] * len(axes)
+    shape = core.shape_of(x)
+    for i, axis in enumerate(axes):
+        size = shape[axis] if isinstance(axis, int) and -len(shape) <= axis < len(shape) else None
+        bounds = (begin[i], end[i], strides[i])
+        if size is None or isinstance(size, int) or not all(isinstance(v, int) for v in bounds) or strides[i] <= 0:
+            continue
+        first, last = (tvm.tirx.min(tvm.tirx.max(v + size if v < 0 else _as_size(v), _as_size(0)), size)
+                       for v in (begin[i], end[i]))
+        analyzer = tvm.sym.Analyzer()
+        begin[i], end[i] = analyzer.simplify(first), analyzer.simplify(tvm.tirx.max(last, first))
 
 
 def check_axis(b: Builder, op: Op, values: dict) -> None:

@@ -566,8 +566,11 @@ class RelaxCodeGen(CodeGenerator):
         for t in tensors:
             for axis, size in enumerate(shape_of(t), ndim - t.ty.ndim):
                 if isinstance(target[axis], int) and target[axis] == 1 or \
-                        isinstance(size, int) and size != 1 and not isinstance(target[axis], int):
-                    target[axis] = size  # a static size wins over a symbolic one
+                        isinstance(size, int) and size != 1 and not isinstance(target[axis], int) or \
+                        isinstance(target[axis], tirx.Var) and is_symbolic(size) and not isinstance(size, tirx.Var):
+                    # a static size wins over a symbolic one, an expression over a bare name: TVM crashes
+                    # matching `n` to an expression of n (it reads the match as defining n by itself)
+                    target[axis] = size
         result = []
         for value in operands:
             if any(value is t for t in tensors):

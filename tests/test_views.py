@@ -1,0 +1,85 @@
+"""babytriton/views.py: a view read by several kernels is repeated in each of them, so no kernel only
+copies it; results compared with torch, forward and backward."""
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import babytriton as bt
+
+# views of a (4, 6) tensor w that broadcast against a (3, 4, 6) x
+def unsqueeze(w):
+    return w.unsqueeze(0)
+
+
+def reshape(w):
+    return w.reshape(1, 4, 6)
+
+
+def transpose_back(w):
+    return w.t().t()
+
+
+def whole_slice(w):
+    return w[:, :]
+
+
+def expand(w):
+    return w.expand(3, 4, 6)
+
+
+VIEWS = {f.__name__: f for f in (unsqueeze, reshape, transpose_back, whole_slice, expand)}
+
+
+def only_views(fusion) -> list[str]:
+    return [line for line in str(fusion).splitlines() if line.startswith("kernel")
+            and any(f"kernel {name}" in line for name in ("expand_dims", "reshape", "permute_dims", "strided_slice",
+                                                          "broadcast_to", "squeeze"))]
+
+
+def rotate(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotary(q, k, cos, sin):
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
+
+
+def test_rotary_embedding_is_a_kernel_per_result():
+    q, k = torch.randn(2, 4, 8, 16), torch.randn(2, 4, 8, 16)
+    cos, sin = torch.randn(2, 8, 16), torch.randn(2, 8, 16)
+    f = bt.jit(rotary)
+    fusion = f.compile(q, k, cos, sin).fusion
+    assert len(fusion) == 2 and not only_views(fusion), str(fusion)
+    for got, want in zip(f(q, k, cos, sin), rotary(q, k, cos, sin)):
+        torch.testing.assert_close(got, want)
+
+
+@settings(max_examples=6, deadline=None)
+@given(view=st.sampled_from(sorted(VIEWS)), readers=st.integers(2, 3), seed=st.integers(0, 9))
+def test_a_shared_view_fuses_into_every_reader(view, readers, seed):
+    make = VIEWS[view]
+
+    def f(x, w, readers: bt.constexpr):
+        v = make(w)
+        return tuple((x + i) * v for i in range(readers))
+    gen = torch.Generator().manual_seed(seed)
+    x, w = torch.randn(3, 4, 6, generator=gen), torch.randn(4, 6, generator=gen, requires_grad=True)
+    jitted = bt.jit(f)
+    assert not only_views(jitted.compile(x, w, readers).fusion)
+    got, want = jitted(x, w, readers), f(x, w, readers)
+    for g, t in zip(got, want):
+        torch.testing.assert_close(g, t)
+    grad_got = torch.autograd.grad(sum(g.sum() for g in got), w)[0]
+    grad_want = torch.autograd.grad(sum(t.sum() for t in want), w)[0]
+    torch.testing.assert_close(grad_got, grad_want)
+
+
+def test_a_view_that_is_a_result_keeps_its_value():
+    def f(w):
+        v = w.unsqueeze(0)
+        return v, v * 2, v + 1
+    w = torch.randn(4, 6)
+    for got, want in zip(bt.jit(f)(w), f(w)):
+        torch.testing.assert_close(got, want)
