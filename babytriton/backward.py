@@ -210,7 +210,7 @@ def _register_splice(name: str, grad: relax.Function, call) -> None:
 
 
 def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs: tuple[bool, ...],
-               kernel_grads=None, save: bool = False) -> tvm.IRModule:
+               kernel_grads=None, save: bool = False, device_kind: str = "cpu") -> tvm.IRModule:
     """A module whose function `<name>_backward(params..., grad of each differentiated output)` returns
     the gradient of each parameter in `requires` (one tensor, or a tuple of them). `kernel_grads(gvar,
     call)` gives the Relax module and function name of a kernel's gradient, or None.
@@ -273,8 +273,8 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     fn = built[vjp]
     wrt = [p for p, r in zip(fn.params, requires) if r]
     try:
-        with quiet_tvm():  # a declined rule leaves Gradient's builder unfinished, which TVM logs
-            built = relax.transform.Gradient(vjp, require_grads=wrt)(built)
+        with quiet_tvm(), gradients.on_device(device_kind):  # a declined rule leaves Gradient's builder
+            built = relax.transform.Gradient(vjp, require_grads=wrt)(built)   # unfinished, which TVM logs
     except Exception as e:  # noqa: BLE001 - a rule that declined (gradients.decline) raises through TVM
         declined = gradients.take_declined()
         if declined is None:  # a rule that failed: never a wrong gradient, the fallback's

@@ -84,6 +84,11 @@ class Diagnostic(Exception):
     """
 
 
+class PathDependent(Diagnostic):
+    """A value whose kind would depend on the path a run-time `if` takes: specialising a number the
+    code reads (codegen/specialise.py) would only hide it, changing the result's dtype on one path."""
+
+
 class SourceMap:
     """Maps AST nodes of a dedented function body back to lines and columns of the user's file."""
 

@@ -72,6 +72,21 @@ def _no_grads(call) -> list:
 
 
 _declined = threading.local()
+_device = threading.local()   # the device kind the backward being built runs on (`on_device`)
+
+
+class on_device:
+    """`with gradients.on_device("cuda"):` around Gradient: rules whose torch formula differs by
+    device (selu's at NaN) follow the kernels of the device the backward is built for."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def __enter__(self):
+        self.outer, _device.kind = getattr(_device, "kind", "cpu"), self.kind
+
+    def __exit__(self, *exc):
+        _device.kind = self.outer
 
 
 class Declined(Exception):
@@ -258,8 +273,11 @@ def _selu(y, call, g, ctx):
     # length depends on the vector width (all 12 of a 12-double tensor with AVX-512, 4 with AVX2).
     # A zero g stays zero: a result nothing differentiates comes here as zeros, where torch never
     # runs this rule, and must not put NaN into the other results' gradients.
+    # torch's CUDA kernel tests x <= 0 instead (g * scale where x is NaN): followed on a GPU.
     x = call.args[0]
     negative = op.where(op.equal(g, _c(0, g)), g, g * _c(SELU_SCALE * SELU_ALPHA, x) * op.exp(x))
+    if getattr(_device, "kind", "cpu") == "cuda":
+        return [op.where(op.less_equal(x, _c(0, x)), negative, g * _c(SELU_SCALE, x))]
     return [op.where(op.greater(x, _c(0, x)), g * _c(SELU_SCALE, x), negative)]
 
 

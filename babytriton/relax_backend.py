@@ -45,7 +45,7 @@ def build_backward(info: FunctionInfo, specs: tuple[ArgSpec, ...], requires: tup
     codegen, generated = _generate(info, specs, record)
     try:
         mod = backward.vjp_module(generated, info.name, requires, outputs, _kernel_gradients(codegen),
-                                  save=part is not None)
+                                  save=part is not None, device_kind=info.codegen_options.device_kind)
     except backward.NotDifferentiable as e:
         e.node = codegen.binding_nodes.get(e.var)
         if e.kernel is not None:   # the user's PrimFunc behind the module's specialised copy

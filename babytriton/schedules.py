@@ -1033,8 +1033,8 @@ def _call_depth(expr) -> int:
     """How deeply math calls that repeat their argument (tanh, erf) nest in an expression:
     tanh(erf(x)) is 2, sqrt(x / pow(b, n)) is 0."""
     if isinstance(expr, tvm.ir.expr.Call):
-        if legalize.is_kept(expr):  # the guard's round trip through an integer: one call, as one reinterpret was
-            return 1 + _call_depth(expr.args[0].args[0])
+        if legalize.is_kept(expr):  # the guard's round trip through an integer: two bit casts, no work
+            return _call_depth(expr.args[0].args[0])
         inner = max((_call_depth(arg) for arg in expr.args), default=0)
         linear = isinstance(expr.op, tvm.ir.Op) and expr.op.name in _LINEAR_CALLS
         return inner + (0 if linear else 1)

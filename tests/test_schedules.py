@@ -1988,3 +1988,20 @@ def test_gpu_a_buffer_read_at_two_indices_per_element_builds():
     scores.grad = slopes.grad = None
     (_alibi_softmax(scores, slopes) * weights).sum().backward()
     torch.testing.assert_close(got, (scores.grad, slopes.grad), rtol=1e-4, atol=1e-5)
+
+
+def _half_math_without_cuda_half_forms(x):
+    return torch.round(x * 4.0), torch.cosh(x), torch.sinh(x), torch.asin(x / 4.0), torch.atanh(x / 4.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_gpu_half_math_without_a_cuda_half_form_is_computed_in_float32(dtype):
+    """TVM names a half math call `h` + its name: `hnearbyint` (round), bfloat16's `hcosh`, `hsinh`
+    don't exist (nvcc refused them), asin and atanh of bfloat16 had no lowering at all."""
+    x = torch.linspace(-3.5, 3.5, 4096).to(dtype)
+    k = bt.jit(target="gpu")(_half_math_without_cuda_half_forms).compile(x.to("meta"))
+    _gpu_builds(k)
+    assert "nearbyintf(" in k.source and "hnearbyint" not in k.source
+    x[:2] = torch.tensor([math.nan, math.inf])
+    for got, want in zip(bt.jit(target="cpu")(_half_math_without_cuda_half_forms)(x), _half_math_without_cuda_half_forms(x)):
+        torch.testing.assert_close(got, want, equal_nan=True, **HALF_TOL[dtype])

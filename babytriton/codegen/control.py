@@ -18,7 +18,7 @@ from tvm import relax, tirx
 from tvm.script.ir_builder import relax as RB
 from tvm.sym import Analyzer
 
-from ..errors import Diagnostic
+from ..errors import Diagnostic, PathDependent
 from ..types import format_shape
 from .operators import number_dtype
 from .scope import FlowSlot, Undefined
@@ -558,8 +558,8 @@ class Flow:
                              "other; only tensors and numbers can differ between paths chosen at run time")
         if is_tensor(a) and is_tensor(b):
             if dtype_of(a) != dtype_of(b):
-                raise Diagnostic(f"{what} is {describe(a)} on one path of this `if` and {describe(b)} on the "
-                                 "other; both paths must give it one dtype (convert one with .astype())")
+                raise PathDependent(f"{what} is {describe(a)} on one path of this `if` and {describe(b)} on the "
+                                    "other; both paths must give it one dtype (convert one with .astype())")
             if not same_type(a.ty.shape, b.ty.shape):
                 raise Diagnostic(f"{what} has shape {format_shape(shape_of(a))} on one path of this `if` "
                                  f"and {format_shape(shape_of(b))} on the other; both paths must give it one shape")

@@ -15,7 +15,7 @@ import inspect
 from tvm import relax
 
 from ..arguments import Specialise
-from ..errors import Diagnostic
+from ..errors import Diagnostic, PathDependent
 from .values import is_tensor
 
 # What a run-time scalar parameter's annotation can be (strings: `from __future__ import annotations`)
@@ -29,8 +29,8 @@ SPECIALISABLE = (inspect.Parameter.empty, int, bool, "int", "bool")
 def check(cg, node, error: Exception, located) -> Exception:
     """Raise Specialise when the values `node` reads come from unannotated number parameters of the
     function being compiled; else `error`, with a hint where they come from annotated ones."""
-    if not hasattr(cg, "bindings"):  # backend="tir": scalars are TIR values, compile-time by nature
-        return error
+    if not hasattr(cg, "bindings") or isinstance(error, PathDependent):
+        return error   # backend="tir": scalars are TIR values; a path-dependent kind: not a place for constants
     params = _scalar_params(cg)
     callee = getattr(cg, "callee", None)   # an inlined @jit function (a FunctionInfo): numbers from the call
     numbers = {p.name for p in callee.params if p.kind == "auto"} if hasattr(callee, "specialise") else set()
