@@ -1,6 +1,7 @@
 """FuseMultiOutput: element-wise kernels over one shape that read each other's results (AdamW's p, m
 and v; `y = x * 2; return y, y + 1`) are one kernel with several outputs on CPU and GPU, scheduled as
 one vectorised loop, agreeing with torch; kernels of other shapes or reading other elements stay apart."""
+import math
 import re
 
 import pytest

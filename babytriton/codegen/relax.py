@@ -855,6 +855,8 @@ class RelaxCodeGen(CodeGenerator):
             if value.ty.ndim == 0:
                 raise Diagnostic("len() of a 0-d tensor is undefined")
             return shape_of(value)[0]
+        if not isinstance(value, (tuple, list, str)):
+            raise Diagnostic(f"len() of {describe(value)} is undefined")
         return len(value)
 
     def call_python(self, func, args: list, kwargs: dict):

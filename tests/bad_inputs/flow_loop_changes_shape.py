@@ -4,10 +4,10 @@ import babytriton as bt
 
 
 @bt.jit
-def f(x, n: int):
-    for i in range(n):  # error: 'x' changes shape from (3,) to (2, 3) from one iteration to the next of the loop on line 8
+def f(x: bt.Tensor(("n",), "float32")):
+    for i in range(x.shape[0]):  # error: 'x' changes shape from (n,) to (2, n) from one iteration to the next of the loop on line 8
         x = stack((x, x))
     return x
 
 
-f(torch.ones(3), 2)
+f(torch.ones(3))
