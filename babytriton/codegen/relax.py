@@ -855,7 +855,7 @@ class RelaxCodeGen(CodeGenerator):
             if value.ty.ndim == 0:
                 raise Diagnostic("len() of a 0-d tensor is undefined")
             return shape_of(value)[0]
-        if not isinstance(value, (tuple, list, str)):
+        if not hasattr(type(value), "__len__"):  # a compile-time object's own len() is Python's answer
             raise Diagnostic(f"len() of {describe(value)} is undefined")
         return len(value)
 
