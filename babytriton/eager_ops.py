@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 import tvm
 
-from . import schedules, targets
+from . import pipeline, schedules, targets
 from .codegen import kernels, library, semantic
 from .codegen import values as core  # the compiler's value helpers (a tensor's description)
 from .codegen.operators import weak_dtype
@@ -620,5 +620,5 @@ def _built_kernel(kernel, name: str, sizes: dict, device: torch.device):
                 raise Diagnostic(f"kernel `{name}` binds GPU threads, so it runs on CUDA tensors only")
             else:
                 target = targets.resolve_target("cpu")
-            built = _KERNELS[key] = tvm.compile(tvm.IRModule({"main": func}), target=target)["main"]
+            built = _KERNELS[key] = pipeline.compile_module(tvm.IRModule({"main": func}), target)["main"]
     return built

@@ -123,6 +123,8 @@ class Matcher:
             origin = env.get(expr.id_)
             if origin is None:
                 return ("var", expr.id_)
+            if isinstance(origin, tuple):  # a group's parameter that a constant is passed to
+                return origin
             if not origin:  # not related to the earlier module: matches nothing there
                 return ("unrelated", expr.id_)
             return ("var", origin[-1])
@@ -226,7 +228,8 @@ def analyse(generated: tvm.IRModule, binding_lines: dict, modules: dict[str, tvm
                 inner_fn = fused_funcs[callee]
                 inner_env = dict(env)
                 for param, arg in zip(inner_fn.params, value.args):
-                    inner_env[param.id_] = _origin(arg, env)
+                    inner_env[param.id_] = _origin(arg, env) if isinstance(arg, relax.Var) else \
+                        ("expr", tvm_ffi.structural_hash(arg))
                 members = []
                 for inner in bindings(inner_fn):
                     matched = legal_matcher.match(inner, inner_env)
@@ -372,6 +375,7 @@ class FusedKernel:
     cuda_kernels: tuple[str, ...] = ()
     rule: str = ""     # the schedule rule that scheduled it ("none": no rule did)
     launch: str = ""   # grid x block on a GPU, parallel extent x vector width on a CPU
+    why: str = ""      # on Fallback (or no rule): why the rules before it declined it ("Rule: reason; ...")
 
     @property
     def lines(self) -> list[int]:
@@ -406,6 +410,8 @@ class FusionMap(tuple):
                 head += f"  ({len(kernel.ops)} ops fused)"
             if kernel.rule:
                 head += f"  rule {kernel.rule}: {kernel.launch}"
+            if kernel.why:
+                head += f"; declined by {kernel.why}"
             out.append(head)
             for op in kernel.ops:
                 where = f"{self.filename}:{op.line}" if op.line is not None else "(line unknown)"
@@ -417,9 +423,9 @@ class FusionMap(tuple):
 
 
 def fusion_map(record: dict | None, source_map, cuda_source: str = "",
-               schedules: dict[str, tuple[str, str]] | None = None) -> FusionMap:
+               schedules: dict[str, tuple[str, str, str]] | None = None) -> FusionMap:
     """Turn a stored record into the user's view: file lines and their text, CUDA kernel names and,
-    from `schedules` (kernel -> (rule, launch shape)), how each kernel was scheduled."""
+    from `schedules` (kernel -> (rule, launch shape, why declined)), how each kernel was scheduled."""
     schedules = schedules or {}
     if record is None:
         return FusionMap([], source_map.filename)
@@ -433,8 +439,8 @@ def fusion_map(record: dict | None, source_map, cuda_source: str = "",
             ops.append(FusedOp(op["op"], op["var"], line, text))
         pattern = re.compile(rf"{re.escape(kernel['name'])}_kernel(_?\d+)?")
         cuda = tuple(n for n in globals_ if pattern.fullmatch(n))
-        rule, launch = schedules.get(kernel["name"]) or offload.rule_of(kernel["name"]) or ("", "")
-        kernels.append(FusedKernel(kernel["name"], tuple(ops), bool(kernel["fused"]), cuda, rule, launch))
+        rule, launch, *why = schedules.get(kernel["name"]) or offload.rule_of(kernel["name"]) or ("", "")
+        kernels.append(FusedKernel(kernel["name"], tuple(ops), bool(kernel["fused"]), cuda, rule, launch, *why))
     return FusionMap(kernels, source_map.filename)
 
 

@@ -51,13 +51,31 @@ def isnan(x):
 
 
 def nan_max(a, b):
-    """max(a, b) with torch's NaN rule: NaN if either is NaN; a tie keeps a."""
+    """max(a, b) with torch's NaN rule: NaN if either is NaN; a tie keeps a. Against a number (a
+    clamp's bound) one compare: the other operand, when NaN, is the answer itself (a half `a + b`
+    was a round trip through float32 on a CPU, and grew every inlined use of a clamp)."""
+    if _number(b):
+        return tirx.Select(a < b, b, a)
+    if _number(a):
+        return tirx.Select(b <= a, a, b)
     return tirx.Select(a < b, b, tirx.Select(b <= a, a, a + b))
 
 
 def nan_min(a, b):
-    """min(a, b) with torch's NaN rule: NaN if either is NaN; a tie keeps a."""
+    """min(a, b) with torch's NaN rule: NaN if either is NaN; a tie keeps a (one compare against a
+    number, as in `nan_max`)."""
+    if _number(b):
+        return tirx.Select(a > b, b, a)
+    if _number(a):
+        return tirx.Select(b >= a, a, b)
     return tirx.Select(a > b, b, tirx.Select(b >= a, a, a + b))
+
+
+def _number(x) -> bool:
+    """Whether x is a float constant that is not NaN (possibly cast): never the NaN a max must pass on."""
+    while isinstance(x, tirx.Cast):
+        x = x.value
+    return isinstance(x, tirx.FloatImm) and not math.isnan(x.value)
 
 
 def _opmath(rule):

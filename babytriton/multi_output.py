@@ -6,7 +6,9 @@ read by another kernel (the value's post-dominator is then outside the consumer)
 are each written by a kernel of their own and read back by the kernel that computes p. This pass runs
 after FuseOps and merges such kernels: a producer kernel joins a consumer kernel when both are
 element-wise (or broadcast) over the same shape and the consumer reads the producer's result element
-for element (at its own index, checked in the TIR). The merged Primitive function returns a tuple of
+for element (at its own index, checked in the TIR); kernels over one shape that read a common value
+and not each other (`x.exp(), x.sin()`) join too, as Inductor fuses consumers sharing an input, so the
+value is read once. The merged Primitive function returns a tuple of
 the values still needed outside it; FuseTIR makes it one PrimFunc writing each of them, which the
 schedules run as one loop nest. No op is computed twice (each kernel joins one group), and every op
 keeps its arithmetic, so results do not change.
@@ -144,7 +146,35 @@ def partition(mod: tvm.IRModule, bindings: list) -> list[list]:
                 for v in merged:
                     group_of[v] = merged
                 mine, merging = merged, True
+    _join_siblings(bindings, kernels, group_of, graph)
     return [g for g in _unique_lists(group_of.values()) if len(g) > 1]
+
+
+def _join_siblings(bindings: list, kernels: dict, group_of: dict, graph: _Graph) -> None:
+    """Merge the groups of kernels over one shape that read a common value and not each other
+    (`x.exp(), x.sin()`): one loop reads it once for both, as Inductor fuses consumers sharing an input."""
+    readers: dict = {}
+    for b in bindings:
+        if b.var in kernels:
+            for v in dict.fromkeys(_args(b.value)):
+                readers.setdefault(v, []).append(b.var)
+    for users in readers.values():
+        for other in users[1:]:
+            first, group = group_of[users[0]], group_of[other]
+            if group is first or not _same_place(kernels[users[0]], kernels[other]) \
+                    or any(p in first for c in group for p in graph.producers[c]) \
+                    or any(p in group for c in first for p in graph.producers[c]) \
+                    or not graph.convex(first + group, lambda v: group_of.get(v, (v,))):
+                continue
+            merged = sorted(first + group, key=graph.order.get)
+            for v in merged:
+                group_of[v] = merged
+
+
+def _args(call) -> list:
+    """The vars a kernel call reads (a FuseOps group's arguments, a call_tir's operands)."""
+    args = call.args[1].fields if call.op.same_as(_CALL_TIR) else call.args
+    return [a for a in args if isinstance(a, relax.Var)]
 
 
 def _unique_lists(lists) -> list:

@@ -1,6 +1,6 @@
 """What the pipeline hands to torch instead of generating a kernel: matrix products (cuBLAS on a GPU;
 bfloat16 ones on a CPU, see targets.offloaded_matmuls), and on either target attention blocks `softmax(q @ kᵀ * scale) @ v` (torch's fused
-scaled-dot-product attention).
+scaled-dot-product attention); on a GPU, sorts (torch's stable sort).
 
 TVM's PyPI build has no cuBLAS and no fused attention, while torch ships both and a Relax packed call
 reaches them: each rewrite replaces Relax ops by `call_dps_packed` into a function registered here,
@@ -25,8 +25,12 @@ TORCH_ATTENTION = "babytriton.torch_attention"
 FLOATS = ("float16", "bfloat16", "float32")
 
 # what `k.fusion` says schedules an offloaded kernel, by the name prefix of its packed function
+TORCH_ARGSORT = "babytriton.torch_argsort"
+TORCH_SORT = "babytriton.torch_sort"
 RULES = {TORCH_ATTENTION: ("SDPA", "torch scaled_dot_product_attention"),
-         TORCH_MATMUL: ("torch.matmul", "cuBLAS or the CPU BLAS, through torch")}
+         TORCH_MATMUL: ("torch.matmul", "cuBLAS or the CPU BLAS, through torch"),
+         TORCH_ARGSORT: ("torch.argsort", "torch's stable sort (CUB's segmented radix sort)"),
+         TORCH_SORT: ("torch.sort", "torch's stable sort (CUB's segmented radix sort)")}
 
 
 def rule_of(name: str) -> tuple[str, str] | None:
@@ -101,6 +105,21 @@ def _packed(function, tensors: int):
 
 for _packed_name, (_function, _tensors) in TORCH_FUNCTIONS.items():
     tvm.register_global_func(_packed_name, _packed(_function, _tensors), override=True)
+
+
+def _argsort(x, axis, descending, out):
+    """torch's stable argsort of x along `axis`, written into `out` in its index dtype."""
+    out.copy_(torch.argsort(x, dim=int(axis), descending=bool(descending), stable=True))
+
+
+def _sort(x, axis, descending, out):
+    """torch's stable sort of x along `axis`, written into `out`."""
+    out.copy_(torch.sort(x, dim=int(axis), descending=bool(descending), stable=True).values)
+
+
+# not TORCH_FUNCTIONS: a direct call would give torch's int64 indices where the function says int32
+tvm.register_global_func(TORCH_ARGSORT, _packed(_argsort, 1), override=True)
+tvm.register_global_func(TORCH_SORT, _packed(_sort, 1), override=True)
 
 
 def direct_call(func: relax.Function):
@@ -364,6 +383,41 @@ class _AttentionToTorch(_Offload):
                 and same(qs[-1], ks[-1]) and same(ks[-2], vs[-2]))
 
 
+def _sorted(name: str, x, axis: int, descending: bool, ty) -> relax.Call:
+    """A packed call of torch's sort or argsort of x along `axis`, giving `ty`."""
+    args = [x, relax.prim_value(tvm.tirx.IntImm("int64", axis)), relax.prim_value(tvm.tirx.IntImm("int64", descending))]
+    return relax.op.call_dps_packed(relax.ExternFunc(name), args, ty)
+
+
+@relax.expr_functor.mutator
+class _SortsToTorch(_Offload):
+    """sort, argsort and topk on a GPU as torch's stable sort: a topk is the first k of an argsort and
+    the values gathered at them. TVM's GPU sort (odd-even sorts of 128-element blocks, then merges by
+    one thread per run) is slow on long rows, and a topk through it was wrong on the H200 (issue 27's
+    topk_router_sigmoid) for a reason its IR does not show."""
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not any(_is_op(call, f"relax.{op}") for op in ("argsort", "sort", "topk")):
+            return call
+        x, attrs = call.args[0], call.attrs
+        shape = x.ty.shape
+        if shape is None:
+            return call  # a tensor of unknown rank keeps TVM's sort
+        axis = int(attrs.axis) % x.ty.ndim
+        if not _is_op(call, "relax.topk"):
+            name = TORCH_ARGSORT if _is_op(call, "relax.argsort") else TORCH_SORT
+            return _sorted(name, x, axis, bool(attrs.descending), call.ty)
+        order_ty = relax.TensorType(shape, str(attrs.dtype), x.ty.vdevice)
+        order = self.builder_.emit(_sorted(TORCH_ARGSORT, x, axis, bool(attrs.largest), order_ty))
+        k = shape.values[axis] if int(attrs.k) < 1 else int(attrs.k)   # TVM's topk: k < 1 takes all
+        first = self.builder_.emit(relax.op.strided_slice(order, [axis], [0], [k], assume_inbound=True))
+        if attrs.ret_type == "indices":
+            return first
+        values = self.builder_.emit(relax.op.gather_elements(x, first, axis))
+        return values if attrs.ret_type == "values" else relax.Tuple([values, first])
+
+
 def _rewrite(mod: tvm.IRModule, mutator_class) -> tvm.IRModule:
     mod = mod.clone()  # passes must not change the module a previous stage recorded
     for gv, func in list(mod.functions.items()):
@@ -381,3 +435,8 @@ def offload_matmul(mod: tvm.IRModule, offload: MatmulOffload = MatmulOffload(FLO
     """Replace the matrix products `offload` takes by a packed call into torch.matmul (cuBLAS, or the
     CPU BLAS), before legalization."""
     return _rewrite(mod, functools.partial(_MatmulToTorch, offload=offload))
+
+
+def offload_sorts(mod: tvm.IRModule) -> tvm.IRModule:
+    """Replace every sort, argsort and topk by packed calls into torch's stable sort (for a GPU)."""
+    return _rewrite(mod, _SortsToTorch)

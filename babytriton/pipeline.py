@@ -36,6 +36,8 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
     if matmuls.dtypes or matmuls.small:
         # after attention: a block's matrix products go to torch with it, whole
         rewrites.append(("MatmulToTorch", functools.partial(offload.offload_matmul, offload=matmuls)))
+    if target is not None and target.kind.name == "cuda":
+        rewrites.append(("SortsToTorch", offload.offload_sorts))  # see offload._SortsToTorch
     sequence += [(name, tvm.transform.module_pass(lambda mod, _ctx, rewrite=rewrite: rewrite(mod), opt_level=0,
                                                   name=name)) for name, rewrite in rewrites]
     if online.applies(target):
@@ -48,7 +50,11 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
         ("LegalizeOps", tvm.transform.Sequential([
             tvm.transform.module_pass(lambda mod, _ctx: views.repeat_views(mod), opt_level=0, name="RepeatViews"),
             relax.transform.LegalizeOps(legalize.legalize_map())])),
-        ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),
+        # a gather (`take`, `x[idx]`) is injective, not opaque: its consumers index through it (views.py);
+        # a reduction repeated on equal values is computed once, and one over a whole tensor takes no
+        # consumer over the tile (rowwise.py)
+        ("AnnotateTIROpPattern", tvm.transform.Sequential([views.AnnotatePatterns, rowwise.ReductionsOnce,
+                                                           rowwise.WholeReductionsApart])),
         # one kernel per row-wise computation: FuseOps never puts two reductions in one kernel
         # (in a training forward, a row kernel also writes the per-row values it saves for the backward)
         ("FuseRowwise", rowwise.FuseRowwiseSideOutputs if side_outputs else rowwise.FuseRowwise),
@@ -59,7 +65,9 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
         # one kernel for element-wise kernels over one shape that read each other's results (an
         # optimizer's p, m and v): FuseOps keeps a value that is also a result out of its consumer
         ("FuseMultiOutput", multi_output.FuseMultiOutput),
-        ("FuseTIR", relax.transform.FuseTIR()),
+        # a reshape left as a kernel of its own is a view of its input's memory; in a kernel, what
+        # reads a view reads through its index (views.py)
+        ("FuseTIR", tvm.transform.Sequential([relax.transform.FuseTIR(), views.FreeReshapes, views.InlineViews])),
     ]
 
 
@@ -88,14 +96,26 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
     if heterogeneous:
         mod = place_on_devices(mod)
         record("PlaceOnDevices", mod.script())
+    mod = schedule_kernels(mod, target, schedule, trials)
+    record("schedule", mod.script())
+    return mod
+
+
+def schedule_kernels(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, trials: int = 16) -> tvm.IRModule:
+    """Every kernel of a fused module scheduled (each on its own device's target, where the module
+    has device blocks), then the TIR passes after scheduling."""
+    heterogeneous = "vdevice" in mod.global_infos
+    if heterogeneous:
         cuda = [v.target for v in mod.global_infos["vdevice"] if v.target.kind.name == "cuda"]
         cpu = [v.target for v in mod.global_infos["vdevice"] if v.target.kind.name == "llvm"]
-        if cuda:  # each kernel carries its target: each rule set schedules its own target's kernels
-            with cuda[0]:
-                mod = dl.ApplyDefaultSchedule(*schedules.gpu_rules(schedule))(mod)
-        if cpu:
-            with cpu[0]:
-                mod = dl.ApplyDefaultSchedule(*schedules.cpu_rules(schedule))(mod)
+        with schedules.Declines(mod) as declined:  # why a kernel ended on Fallback, for k.fusion
+            if cuda:  # each kernel carries its target: each rule set schedules its own target's kernels
+                with cuda[0]:
+                    mod = dl.ApplyDefaultSchedule(*schedules.gpu_rules(schedule))(mod)
+            if cpu:
+                with cpu[0]:
+                    mod = dl.ApplyDefaultSchedule(*schedules.cpu_rules(schedule))(mod)
+        mod = declined.onto(mod)
     else:
         mod = schedules.apply(mod, target, schedule, trials)
     mod = schedules.skip_empty_outputs(schedules.init_outside_reductions(mod), None if heterogeneous else target)
@@ -104,10 +124,31 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
     # a guard that inlining gave a constant (CUDA can't print it), before half division becomes float32's
     mod = legalize.settle_kept_constants(mod)
     mod = schedules.half_math_in_float32(mod, None if heterogeneous else target)
+    mod = schedules.bfloat16_broadcasts_serial(mod, None if heterogeneous else target)
     if not heterogeneous:
         mod = allocate_empty_results(mod)
-    record("schedule", mod.script())
-    return mod
+    return schedules.kernels_as_built(mod)
+
+
+def failing_kernel(fused: tvm.IRModule, target: tvm.target.Target, schedule: str, trials: int = 16) -> str | None:
+    """After the schedule or the build failed: the name of the first kernel of `fused` (FuseTIR's
+    module) that fails to schedule or build as a module of its own; None if none does (costly, so
+    only run after a failure). It locates the failure at the user's lines the kernel computes."""
+    if "vdevice" in fused.global_infos:  # kernels get their devices' targets later (place_on_devices)
+        return None
+    for gvar, func in fused.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        alone = tvm.IRModule({gvar: func}, attrs=fused.attrs, global_infos=fused.global_infos)
+        try:
+            scheduled = schedule_kernels(alone, target, schedule, trials)
+            kernels = {gv: f.with_attr("global_symbol", gv.name_hint) for gv, f in scheduled.functions_items()
+                       if isinstance(f, tvm.tirx.PrimFunc)}
+            with schedules.fast_exp():
+                tvm.tirx.build(tvm.IRModule(kernels), target=target)
+        except Exception:  # noqa: BLE001 - the failure being located
+            return gvar.name_hint
+    return None
 
 
 def failing_binding(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, trials: int = 16,
@@ -224,11 +265,49 @@ def build(mod: tvm.IRModule, target: tvm.target.Target):
         return _build(mod, target)
 
 
+def branch_on_uniform_selects(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+    """A CUDA kernel's vector select whose condition is one bool for every lane (a `Broadcast`:
+    `where` on a row mask, a scalar, the index test of a slice written in place) as an
+    `if_then_else` on that bool. TVM's CUDA code generator declares such a condition with the select's
+    own vector type (`float4 c = make_ushort4(...)`), which NVRTC and nvcc reject; the branch moves
+    whole vectors (and loads only the side taken)."""
+    target = func.attrs.get("target") if func.attrs is not None else None
+    if target is None or target.kind.name != "cuda":
+        return func  # LLVM selects on a splat condition as it is
+
+    def branch(select):
+        cond = select.condition
+        if not isinstance(cond, tvm.tirx.Broadcast):
+            return select
+        return tvm.tirx.if_then_else(cond.value, select.true_value, select.false_value)
+    return func.with_body(tvm_ffi.structural_map(func.body, [(tvm.tirx.Select, branch)]))
+
+
+# The TIR pipeline babytriton builds with (every tvm.compile of its kernels): TVM's own, and before
+# each device module's code generation the fixes above.
+TIR_PIPELINE = "babytriton"
+
+
+def _tir_pipeline():
+    lower, finalize_host, finalize_device = tvm.tirx.get_tir_pipeline("s_tir")
+    uniform = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: branch_on_uniform_selects(func),
+                                                opt_level=0, name="BranchOnUniformSelects")
+    return lower, finalize_host, lambda: tvm.transform.Sequential([uniform, finalize_device()])
+
+
+tvm.tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)
+
+
+def compile_module(mod: tvm.IRModule, target: tvm.target.Target | None):
+    """tvm.compile with babytriton's TIR pipeline."""
+    return tvm.compile(mod, target=target, tir_pipeline=TIR_PIPELINE)
+
+
 def _build(mod: tvm.IRModule, target: tvm.target.Target):
     if "vdevice" in mod.global_infos:  # every kernel carries its own target
         target = None
     if not has_branches(mod):
-        return tvm.compile(mod, target=target)
+        return compile_module(mod, target)
     # TVM's StaticPlanBlockMemory lets code after one branch of an `If` reuse storage first allocated
     # inside that branch, which is unallocated when the other branch ran: a segfault (apache/tvm#17348).
     # Modules with branches build without it; the VM's pooled allocator still recycles freed memory.
@@ -236,7 +315,7 @@ def _build(mod: tvm.IRModule, target: tvm.target.Target):
     with tvm.transform.PassContext(opt_level=ctx.opt_level, required_pass=list(ctx.required_pass),
                                    disabled_pass=[*ctx.disabled_pass, "StaticPlanBlockMemory"],
                                    instruments=list(ctx.instruments), config=dict(ctx.config)):
-        return tvm.compile(mod, target=target)
+        return compile_module(mod, target)
 
 
 def has_branches(mod: tvm.IRModule) -> bool:

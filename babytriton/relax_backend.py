@@ -152,11 +152,15 @@ def _lower_and_build(info: FunctionInfo, codegen, generated, mod, record, stages
             stage = "build"
             executable = pipeline.build(mod, target)
         except Exception as e:  # noqa: BLE001 - TVM's failures past code generation
-            var = pipeline.failing_binding(generated, target, options["schedule"], options["trials"])
-            node = codegen.binding_nodes.get(var, info.parsed.tree) if var is not None else info.parsed.tree
             during = f"during {stage} after {list(stages)[-1]}"
-            message = f"TVM failed to compile {what}'{info.name}' ({during})" if node is info.parsed.tree else \
-                f"could not compile `{ast.unparse(node)}`: the compiler failed on it ({during})"
+            located = _failing_kernel(info, codegen, before, binding_lines, modules, what, during)
+            if located is not None:
+                node, message = located
+            else:
+                var = pipeline.failing_binding(generated, target, options["schedule"], options["trials"])
+                node = codegen.binding_nodes.get(var, info.parsed.tree) if var is not None else info.parsed.tree
+                message = f"TVM failed to compile {what}'{info.name}' ({during})" if node is info.parsed.tree else \
+                    f"could not compile `{ast.unparse(node)}`: the compiler failed on it ({during})"
             if debug_enabled():
                 raise info.parsed.source_map.error(node, f"{message}\n[BABYTRITON_DEBUG] {e}") from e
             failed = (node, message + "; set BABYTRITON_DEBUG=1 to see the cause")
@@ -167,6 +171,39 @@ def _lower_and_build(info: FunctionInfo, codegen, generated, mod, record, stages
     record("source", pipeline.generated_source(executable, target, both="vdevice" in mod.global_infos))
     return Compiled("relax", executable, mod, stages, _fusion_record(info, before, binding_lines, modules),
                     tuple(codegen.size_checks))
+
+
+def _failing_kernel(info: FunctionInfo, codegen, before, binding_lines, modules, what: str, during: str):
+    """A failure past fusion located at a kernel: (the user's expression it computes, a message
+    naming the kernel), or None where no kernel fails on its own (pipeline.failing_kernel)."""
+    if "FuseTIR" not in modules:
+        return None
+    kernel = pipeline.failing_kernel(modules["FuseTIR"], info.target, info.options["schedule"], info.options["trials"])
+    if kernel is None:
+        return None
+    try:
+        node = _kernel_node(codegen, fusion.analyse(before, binding_lines, modules), kernel)
+    except Exception:  # noqa: BLE001 - locating is a courtesy: the message still names the kernel
+        node = None
+    device = "the GPU" if info.target.kind.name == "cuda" else "the CPU"
+    computes = f" (it computes `{ast.unparse(node)}`)" if node is not None else ""
+    return node or info.parsed.tree, (f"could not build kernel `{kernel}` of {what}'{info.name}' for {device}"
+                                      f"{computes}: the compiler failed on it ({during})")
+
+
+def _kernel_node(codegen, record: dict | None, kernel: str):
+    """The user's expression a kernel's result comes from: the one of its last op (by the fusion
+    record), or the widest expression on that op's line."""
+    entry = next((k for k in record["kernels"] if k["name"] == kernel), None) if record else None
+    ops = [record["ops"][i] for i in entry["ops"] if record["ops"][i]["line"] is not None] if entry else []
+    if not ops:
+        return None
+    last = ops[-1]
+    on_line = [(var, node) for var, node in codegen.binding_nodes.items()
+               if codegen.binding_lines.get(var) == last["line"]]
+    named = [node for var, node in on_line if var.name == last["var"]]
+    widest = lambda node: (node.end_lineno - node.lineno, node.end_col_offset - node.col_offset)  # noqa: E731
+    return named[0] if named else max((node for _, node in on_line), key=widest, default=None)
 
 
 def _fusion_record(info: FunctionInfo, generated, binding_lines, modules) -> dict | None:

@@ -2,11 +2,15 @@
 log-softmax, logsumexp, variance), like the library ops get.
 
 FuseOps never fuses a reduction into a later reduction, so `mean -> subtract -> square -> mean -> rsqrt`
-becomes one kernel per reduction, each reading the row again. This pass runs after AnnotateTIROpPattern
-and groups the kernel calls of each dataflow block that work on the same rows: reductions over the same
-trailing axes of the same shape, element-wise ops on those row tiles or on their per-row results,
-reshapes between per-row results (`keepdims=False` then `expand_dims`) and gathers of one value per row
-from an input (the picked logit of a cross-entropy). Each group becomes a Relax function
+becomes one kernel per reduction, each reading the row again; nor a producer into a `mean` (TVM's mean
+ends in a divide: out-element-wise-fusable, which takes consumers only), nor a view or a gather into
+any reduction. This pass runs after AnnotateTIROpPattern and groups the kernel calls of each dataflow
+block that work on the same rows: reductions over the same axes of the same shape (any axes: the
+trailing ones of a norm, all of a `.mean()`, a middle one; several reductions only where a rule
+schedules them together, see several_reductions), element-wise ops on those row tiles or on their
+per-row results, views (a transpose, a slice) and gathers of what the group does not compute, read as
+tiles, reshapes between per-row results (`keepdims=False` then `expand_dims`) and gathers of one value
+per row (the picked logit of a cross-entropy). Each group becomes a Relax function
 marked "Primitive": FuseOps leaves it alone and FuseTIR merges it into one PrimFunc, which Dlight's row
 rules schedule as one thread block per row. FuseTIR keeps every op's arithmetic, so results only change
 by how the compiler reassociates floats; no op is computed twice (each belongs to at most one group).
@@ -32,27 +36,40 @@ PREFIX = "fused_rows_"
 # --------------------------------------------------------------------------------------------------
 
 class Rows:
-    """A row space: the tile `shape`, whose leading `k` axes index rows and whose other axes are reduced."""
+    """A row space: the tile `shape` and the `axes` of it that are reduced (any of them: the trailing
+    ones of a softmax, all of a `.mean()`, a middle one); the other axes index rows."""
 
-    def __init__(self, shape: tuple, k: int):
-        self.shape, self.k = shape, k
+    def __init__(self, shape: tuple, axes):
+        self.shape, self.axes = shape, tuple(axes)
 
     @property
     def kept(self) -> tuple:  # a keepdims reduction's result
-        return self.shape[:self.k] + tuple(tirx.IntImm(str(d.ty), 1) for d in self.shape[self.k:])
+        return tuple(tirx.IntImm(str(d.ty), 1) if i in self.axes else d for i, d in enumerate(self.shape))
 
     @property
     def dropped(self) -> tuple:  # keepdims=False
-        return self.shape[:self.k]
+        return tuple(d for i, d in enumerate(self.shape) if i not in self.axes)
+
+    @property
+    def trailing(self) -> bool:
+        """Whether the reduced axes are the innermost ones and some axis is left to index rows."""
+        n = len(self.shape)
+        return 0 < len(self.axes) < n and self.axes == tuple(range(n - len(self.axes), n))
+
+    @property
+    def whole(self) -> bool:
+        """Whether every axis is reduced (`x.sum()`, `x.mean()`): one result, ready only after a
+        grid-wide sync (a row sum of one row, shape (1, n), is still a row)."""
+        return len(self.axes) == len(self.shape)
 
     def per_row(self, shape) -> bool:
         return _same(shape, self.kept) or _same(shape, self.dropped)
 
     def __eq__(self, other):
-        return isinstance(other, Rows) and self.k == other.k and _same(self.shape, other.shape)
+        return isinstance(other, Rows) and self.axes == other.axes and _same(self.shape, other.shape)
 
     def __repr__(self):
-        return f"Rows({list(self.shape)}, k={self.k})"
+        return f"Rows({list(self.shape)}, axes={self.axes})"
 
 
 @dataclass
@@ -62,6 +79,8 @@ class _Op:
     rows: Rows | None    # the rows a reduction reduces
     operands: tuple      # its tensor operands
     pattern: int = _OPAQUE  # its op_pattern
+    reshape: bool = False   # an injective op that only reshapes: a view of the same memory (views.py)
+    plain: bool = True      # an injective op reading at loop indices (times a stride) or constants only
 
 
 def _shape(expr) -> tuple | None:
@@ -105,16 +124,54 @@ def _classify(mod: tvm.IRModule, binding) -> _Op | None:
     if pattern in (_ELEMWISE, _BROADCAST):
         return _Op("ewise", out, None, tuple(tensors), pattern)
     if pattern == _INJECTIVE or (pattern == _OPAQUE and _one_spatial_block(func)):  # a gather is opaque
-        return _Op("injective", out, None, tuple(tensors), pattern)
+        return _Op("injective", out, None, tuple(tensors), pattern, relax.analysis.has_reshape_pattern(func),
+                   _reads_plainly(func))
     if len(tensors) != 1:  # a matmul (OUT_EWISE_FUSABLE too) reads two tensors
         return None
     (full,) = shapes
-    if pattern in (_COMM_REDUCE, _OUT_EWISE_FUSABLE):
-        for k in range(len(full) - 1, 0, -1):  # the trailing axes k.. reduced, kept or dropped
-            rows = Rows(full, k)
-            if rows.per_row(out) and not all(_is_one(d) for d in full[k:]):
-                return _Op("reduce", out, rows, tuple(tensors), pattern)
+    axes = _reduced_axes(func, len(full)) if pattern in (_COMM_REDUCE, _OUT_EWISE_FUSABLE) else None
+    if axes:
+        rows = Rows(full, axes)
+        if rows.per_row(out) and not all(_is_one(full[a]) for a in axes):  # kept or dropped
+            return _Op("reduce", out, rows, tuple(tensors), pattern)
     return None
+
+
+def _reduced_axes(func, ndim: int) -> tuple | None:
+    """The axes of its (one) input that a reduction PrimFunc reduces, read off its first reduction
+    block: the positions of the reduction's iteration variables in its load of an input-shaped buffer
+    (the input, or its float32 copy). None for what loads no such buffer at plain indices (a pool)."""
+    blocks = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, blocks.append))
+    for block in blocks:
+        reduced = [iv.var for iv in block.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
+        if not reduced:
+            continue
+        names = [iv.var for iv in block.iter_vars]
+        loads = []
+        tvm_ffi.structural_walk(block.body, (tvm.ir.expr.TensorLoad, loads.append))
+        written = [w.source for w in block.writes]
+        for load in (ld for ld in loads if not any(ld.source.same_as(w) for w in written)):  # not the accumulator
+            index = list(load.indices)
+            if len(index) == ndim and all(any(i.same_as(v) for v in names) for i in index) \
+                    and len({str(i) for i in index}) == ndim:
+                return tuple(p for p, i in enumerate(index) if any(i.same_as(v) for v in reduced))
+        return None
+    return None
+
+
+def _reads_plainly(func) -> bool:
+    """Whether every load of a PrimFunc indexes with loop variables, each maybe times a constant, or
+    constants: a transpose, a broadcast, a strided slice from 0; not a slice at an offset, a gather or a
+    reshape's division."""
+    loads = []
+    tvm_ffi.structural_walk(func.body, (tvm.ir.expr.TensorLoad, loads.append))
+
+    def plain(index):
+        if isinstance(index, tirx.Mul):
+            index = index.a if isinstance(index.b, tirx.IntImm) else index.b if isinstance(index.a, tirx.IntImm) else index
+        return isinstance(index, (tirx.Var, tirx.IntImm))
+    return all(plain(i) for load in loads for i in load.indices)
 
 
 def _one_spatial_block(func) -> bool:
@@ -185,26 +242,64 @@ def _unique(items) -> list:
     return list(dict.fromkeys(items))
 
 
+def several_reductions(rows: Rows) -> bool:
+    """Whether one kernel may hold several reductions over `rows`: over the innermost axes, where
+    RowKernel (GPU) and CPUReduction schedule them together, a row per block or thread. Over outer
+    axes (OuterReduction takes such a kernel, a launch per reduction) few kept rows (batch norm of an
+    NCHW tensor: a row per channel) left it to GeneralReduction, a block per row, where a split
+    reduction per kernel fills the GPU; over a whole tensor no rule takes several (Fallback: one
+    thread). Those stay a kernel per reduction, each with its producers and epilogue."""
+    return rows.trailing
+
+
+# Whether a row kernel may write several per-row results: see several_outputs.
+SEVERAL_OUTPUTS = False
+
+
+def several_outputs() -> bool:
+    """Whether reductions over the same rows that read a common value (max and argmax of x, the sum
+    of x and of x * x) become one kernel writing each result. Not yet: no rule schedules a kernel
+    of several reductions with a result each (CPUReduction and RowKernel take one result; it would
+    be a serial loop on the CPU and Dlight's Fallback on the GPU), so each stays a kernel of its
+    own. A rule for N reduction blocks over the same rows ("S..SR", equal extents), each written
+    to its own output buffer, lifts this (SEVERAL_OUTPUTS = True)."""
+    return SEVERAL_OUTPUTS
+
+
 def _joinable(a: _Group, b: _Group) -> Rows | None | bool:
     """The rows of a and b joined, None for two row-less groups of one shape, False when they don't join."""
-    if a.rows is not None and b.rows is not None:
-        return a.rows if a.rows == b.rows else False
+    if a.rows is not None and b.rows is not None:  # several reductions: only where a rule schedules them
+        return a.rows if a.rows == b.rows and several_reductions(a.rows) else False
     if a.rows is None and b.rows is None:
         return None if a.tile and b.tile and _same(a.shape, b.shape) else False
     rows, other, group = (a.rows, b, a) if a.rows is not None else (b.rows, a, b)
     if other.tile and _same(other.shape, rows.shape):  # tiles of these rows
         return rows
     op = other.singleton  # one op giving a per-row value: lse - picked, a reshape back, a gather
+    if op is not None and op.kind == "injective" and not op.reshape and _same(op.shape, rows.shape):
+        # a tile read through a view (a transpose, a slice) or a gather, of what the group does not
+        # compute (_reads_outside); a reshape of it costs nothing (its memory viewed anew: views.py)
+        return rows
     if op is None or not rows.per_row(op.shape):
         return False
     if op.kind == "ewise":
         return rows
-    # an injective op reads per-row values, or picks from a tile the group does not compute (its
+    # an injective op reads per-row values, or picks from what the group does not compute (its
     # index need not be the row's own, and a block only holds its own row of what the group computes)
     inside = set(group.members)
-    if all(rows.per_row(_shape(v)) or (_same(_shape(v), rows.shape) and v not in inside) for v in op.operands):
+    if all(rows.per_row(_shape(v)) or v not in inside for v in op.operands):
         return rows
     return False
+
+
+def _reads_outside(members: list, ops: dict, rows: Rows | None) -> bool:
+    """Whether every injective op of a would-be group (a view, a gather: its index need not be the
+    row's own) reads only per-row values or what the group does not compute: a row kernel holds only
+    its own row of what it computes."""
+    inside = set(members)
+    return all(ops[m].kind != "injective" or all(
+        v not in inside or (rows is not None and rows.per_row(_shape(v))) for v in ops[m].operands)
+        for m in members)
 
 
 def partition(mod: tvm.IRModule, bindings: list, side_outputs: bool = False) -> list[list]:
@@ -223,22 +318,11 @@ def partition(mod: tvm.IRModule, bindings: list, side_outputs: bool = False) -> 
         op = ops[b.var]
         if op is None:
             continue
-        mine = _Group([b.var], op.rows, op.shape, op.kind != "injective", op)
-        group_of[b.var] = mine
-        producer_groups = _unique(group_of[p] for p in graph.producers[b.var] if p in group_of)
-        for g in sorted(producer_groups, key=lambda g: g.rows is None):  # groups with rows first
-            if g is mine:
-                continue
-            rows = _joinable(g, mine)
-            if rows is False or not graph.convex(g.members + mine.members,
-                                                 lambda v: group_of[v].members if v in group_of else (v,)):
-                continue
-            g.members = sorted(g.members + mine.members, key=graph.order.get)
-            g.rows, g.tile, g.singleton = rows, g.tile and mine.tile, None
-            for v in mine.members:
-                group_of[v] = g
-            mine = g
+        group_of[b.var] = _Group([b.var], op.rows, op.shape, op.kind != "injective", op)
+        _join_producers(group_of[b.var], group_of, graph, ops)
 
+    if several_outputs():
+        _join_siblings(bindings, group_of, graph, ops)
     result = []
     rows_of = {v: g.rows for g in _unique(group_of.values()) for v in g.members}
     todo = [g.members for g in _unique(group_of.values())]
@@ -246,9 +330,7 @@ def partition(mod: tvm.IRModule, bindings: list, side_outputs: bool = False) -> 
         members = todo.pop(0)
         outs = _outputs(members, graph)
         rows = rows_of.get(members[-1]) if members else None
-        if side_outputs and len(outs) > 1 and outs[-1] is members[-1] and rows is not None \
-                and _same(_shape(outs[-1]), rows.shape) and all(_side_output(v, rows, members, graph) for v in outs[:-1]):
-            # per-row results (a training forward's saved row statistics) written by the row kernel too
+        if _writes_several(members, outs, rows, graph, side_outputs):
             result.append(members)
             continue
         if len(outs) > 1:
@@ -265,11 +347,93 @@ def partition(mod: tvm.IRModule, bindings: list, side_outputs: bool = False) -> 
         if len(trimmed) < len(members) and len(_outputs(trimmed, graph)) > 1:
             todo.append(trimmed)   # a value the dropped members read is now read outside: look again
             continue
-        members = trimmed
+        members = _scheduled_views(trimmed, ops)
         if len(members) > 1 and any(ops[v].kind == "reduce" for v in members) and not _fuse_ops_does_it(
                 members, ops):
             result.append(members)
     return result
+
+
+def _join_producers(mine: _Group, group_of: dict, graph: _Graph, ops: dict) -> None:
+    """Merge into `mine` the groups of what its members read, while one joins: after a merge, the
+    producers of what joined are looked at too (a gather's index joins once the gather has)."""
+    merged = True
+    while merged:
+        merged = False
+        producers = _unique(group_of[p] for v in mine.members for p in graph.producers[v] if p in group_of)
+        for g in sorted(producers, key=lambda g: g.rows is None):  # groups with rows first
+            if g is mine:
+                continue
+            rows = _joinable(g, mine)
+            if rows is False or not _reads_outside(g.members + mine.members, ops, rows) \
+                    or _tile_after_whole(g.members + mine.members, ops, rows, graph) or not graph.convex(
+                    g.members + mine.members, lambda v: group_of[v].members if v in group_of else (v,)):
+                continue
+            g.members = sorted(g.members + mine.members, key=graph.order.get)
+            g.rows, g.tile, g.singleton = rows, g.tile and mine.tile, None
+            for v in mine.members:
+                group_of[v] = g
+            mine, merged = g, True
+            break  # the producers again, of what `mine` is now
+
+
+def _tile_after_whole(members: list, ops: dict, rows: Rows | None, graph: _Graph) -> bool:
+    """Whether a would-be group reduces the whole tile and then computes a tile from the result
+    (`x * x.sum()`): every element waits for all blocks of the reduction, so that tile is another
+    kernel (the reduction's strategies split it over blocks and fold the parts in one)."""
+    if rows is None or not rows.whole:
+        return False
+    inside = set(members)
+    return any(_same(ops[v].shape, rows.shape) and any(p in inside and not _same(ops[p].shape, rows.shape)
+                                                       for p in graph.producers[v]) for v in members)
+
+
+def _scheduled_views(members: list, ops: dict) -> list:
+    """The group without the views that would leave its kernel to Dlight's Fallback: where one
+    reduction ends the group, no rule of ours takes the kernel and Dlight's Reduction declines a read
+    at an offset or through a gather (it normalises the read into a sum of loop variables); such a
+    view stays a kernel of its own. With an epilogue or several reductions, RowKernel and
+    GeneralReduction take any read. (A reduction rule that reads through any index lifts this.)"""
+    reductions = [v for v in members if ops[v].kind == "reduce"]
+    if len(reductions) != 1 or reductions[0] is not members[-1]:
+        return members
+    return [v for v in members if ops[v].kind != "injective" or ops[v].plain]
+
+
+def _writes_several(members: list, outs: list, rows: Rows | None, graph: _Graph, side_outputs: bool) -> bool:
+    """Whether a group with several results stays one kernel: a training forward's row kernel that
+    also writes the per-row values it saves (`side_outputs`), or reductions over the same rows each
+    giving a result (several_outputs). The results besides the last are read after it."""
+    if len(outs) < 2 or rows is None or outs[-1] is not members[-1] \
+            or not all(_side_output(v, rows, members, graph) for v in outs[:-1]):
+        return False
+    if side_outputs and _same(_shape(outs[-1]), rows.shape):
+        return True
+    return several_outputs() and rows.per_row(_shape(outs[-1]))
+
+
+def _join_siblings(bindings: list, group_of: dict, graph: _Graph, ops: dict) -> None:
+    """Merge the groups of reductions over the same rows that read a common value and not each
+    other (max and argmax of x): one kernel reads the rows once for all of them."""
+    readers: dict = {}
+    for b in bindings:
+        group = group_of.get(b.var)
+        if group is not None and group.rows is not None:
+            for v in ops[b.var].operands:
+                readers.setdefault(v, []).append(b.var)
+    for users in readers.values():
+        for other in users[1:]:
+            first, group = group_of[users[0]], group_of[other]
+            if group is first or _joinable(first, group) is False \
+                    or any(p in first.members for c in group.members for p in graph.producers[c]) \
+                    or any(p in group.members for c in first.members for p in graph.producers[c]) \
+                    or not graph.convex(first.members + group.members,
+                                        lambda v: group_of[v].members if v in group_of else (v,)):
+                continue
+            first.members = sorted(first.members + group.members, key=graph.order.get)
+            first.singleton = None
+            for v in group.members:
+                group_of[v] = first
 
 
 def _side_output(v, rows: Rows, members: list, graph: _Graph) -> bool:
@@ -348,6 +512,8 @@ class _Rewriter(BlockRewriter):
         for members in groups:
             outs = _outputs(members, graph)
             func, args = _group_function(bindings_of, members, outs)
+            if relax.analysis.free_symbolic_vars(func):
+                continue  # a size no parameter defines (`ones(n)` summed for a std's count): left apart
             names = [bindings_of[v].value.args[0].name_hint for v in members
                      if isinstance(bindings_of[v].value, relax.Call)]
             gvar = self.builder.add_func(func, PREFIX + "_".join(names))
@@ -363,6 +529,99 @@ class _Rewriter(BlockRewriter):
         new = [n for b in bindings if b.var in replaced or b.var not in grouped
                for n in replaced.get(b.var, [b])]
         return type(block)(new, block.span)
+
+
+def _value(value, numbers: dict):
+    """A value number: equal for the same kernel applied to values of equal numbers (a var's number is
+    that of its value, an input's is itself), None for what is not numbered."""
+    if isinstance(value, relax.Var):
+        return numbers.get(value, ("input", value))
+    if isinstance(value, relax.TupleGetItem):
+        inner = _value(value.tuple_value, numbers)
+        return None if inner is None else ("item", inner, value.index)
+    if isinstance(value, relax.Call) and value.op.same_as(_CALL_TIR) and isinstance(value.args[1], relax.Tuple):
+        operands = tuple(_value(a, numbers) for a in value.args[1].fields)
+        if None in operands:
+            return None
+        return ("call", value.args[0], operands, tvm_ffi.structural_hash(relax.Tuple(list(value.args[2:]))),
+                tvm_ffi.structural_hash(value.ty))
+    if isinstance(value, relax.Expr) and not relax.analysis.free_vars(value):  # a constant
+        return ("constant", tvm_ffi.structural_hash(value))
+    return None
+
+
+class _Once(BlockRewriter):
+    """Each reduction (or library row op) of a dataflow block that repeats an earlier one on equal
+    values becomes a name for the earlier result (an element-wise op repeated stays: each copy is
+    computed inside the kernel that reads it, which costs less than a kernel of its own)."""
+
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.merged = False
+
+    def block(self, block):
+        bindings = [self.branches(b) for b in block.bindings]
+        if isinstance(block, relax.DataflowBlock):
+            numbers, first = {}, {}
+            for i, b in enumerate(bindings):
+                number = _value(b.value, numbers)
+                numbers[b.var] = number if number is not None else ("input", b.var)
+                if number is None or not isinstance(b.var, relax.DataflowVar) or not self._reduces(b.value):
+                    continue
+                if number in first:
+                    bindings[i] = relax.VarBinding(b.var, first[number], b.span)
+                    self.merged = True
+                else:
+                    first[number] = b.var
+        if all(new.same_as(old) for new, old in zip(bindings, block.bindings)):
+            return block
+        return type(block)(bindings, block.span)
+
+    def _reduces(self, call) -> bool:
+        if not (isinstance(call, relax.Call) and call.op.same_as(_CALL_TIR)):
+            return False
+        func = self.mod[call.args[0]]
+        return func.attrs is not None and int(func.attrs.get("op_pattern", _OPAQUE)) in (_COMM_REDUCE, _OUT_EWISE_FUSABLE)
+
+
+def reductions_once(mod: tvm.IRModule) -> tvm.IRModule:
+    """`mod` with each reduction computed twice on equal values computed once (a loss whose rule counts
+    its mask twice); see _Once."""
+    rewriter = _Once(mod)
+    for gvar, func in list(mod.functions_items()):
+        if isinstance(func, relax.Function) and not (func.attrs is not None and "Primitive" in func.attrs):
+            new = rewriter.function(func)
+            if not new.same_as(func):
+                rewriter.builder.update_func(gvar, new)
+    return relax.transform.CanonicalizeBindings()(rewriter.builder.get()) if rewriter.merged else mod
+
+
+ReductionsOnce = tvm.transform.module_pass(lambda mod, _ctx: reductions_once(mod), opt_level=0, name="ReductionsOnce")
+
+
+def whole_reductions_apart(mod: tvm.IRModule) -> tvm.IRModule:
+    """Each reduction over every axis of its input that ends in an element-wise block (`x.mean()`)
+    marked a plain reduction: FuseOps then gives it its producers but not a consumer over the whole
+    tile (`x - x.mean()`), which waits for every block of the reduction (see _tile_after_whole: the
+    GPU's split reduction ran such an epilogue in its one folding block, a serial loop)."""
+    whole = []
+    for gvar, func in mod.functions_items():
+        if isinstance(func, tirx.PrimFunc) and func.attrs is not None \
+                and int(func.attrs.get("op_pattern", _OPAQUE)) == _OUT_EWISE_FUSABLE:
+            tensors = [p for p in func.params if tirx.is_buffer_var(p)]
+            ndim = len(tensors[0].ty.shape) if len(tensors) == 2 else 0
+            if ndim and _reduced_axes(func, ndim) == tuple(range(ndim)):
+                whole.append(gvar)
+    if not whole:
+        return mod
+    mod = mod.clone()
+    for gvar in whole:
+        mod[gvar] = mod[gvar].with_attr("op_pattern", _COMM_REDUCE)
+    return mod
+
+
+WholeReductionsApart = tvm.transform.module_pass(lambda mod, _ctx: whole_reductions_apart(mod), opt_level=0,
+                                                 name="WholeReductionsApart")
 
 
 def fuse_rowwise(mod: tvm.IRModule, side_outputs: bool = False) -> tvm.IRModule:

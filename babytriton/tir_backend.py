@@ -35,7 +35,7 @@ def build(info: FunctionInfo, specs: tuple[ArgSpec, ...], record, stages: dict) 
         mod = tvm.IRModule({name: schedules.loops_to_kernels(mod[name], target)})
         record("schedule", mod.script())
         stage = "build"
-        executable = tvm.compile(mod, target=target)
+        executable = pipeline.compile_module(mod, target)
     except Exception as e:  # noqa: BLE001 - TVM's failures past code generation
         message = f"TVM failed to compile '{name}' (during {stage})"
         if debug_enabled():

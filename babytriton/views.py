@@ -6,11 +6,26 @@ FuseOps fuses an injective op into its consumer only where that consumer is its 
 embedding's `cos.unsqueeze(1)`, read by the q and the k products, was a kernel of its own, writing a
 copy of cos. Each repeated view is one index computation in its consumer's loop, as Inductor inlines
 views into every kernel that reads them. A view that is a result of the function keeps its binding.
+
+The other ways a view stayed a kernel of its own:
+- a gather (`take`, `x[idx]`) was opaque to FuseOps: AnnotatePatterns marks it injective, so its
+  consumers index through it (and compute its index) in their own loops;
+- a reshape between kernels (`x.reshape(n, g, -1)` of an input, `.view(x.shape)` of a kernel's
+  result) was a copy kernel in the fusion map, and one at run time where it is a result:
+  FreeReshapes makes each a view of the same memory (the VM's reshape);
+- inside a fused kernel a view is a block writing a copy that the next block reads; InlineViews
+  inlines it, so a reduction reads `x[i, k + 2]` itself (rowwise.py fuses views into reductions).
 """
 from __future__ import annotations
 
+import functools
+import operator
+
 import tvm
-from tvm import relax
+import tvm_ffi
+from tvm import relax, s_tir, tirx
+
+from .blocks import BlockRewriter
 
 VIEW_OPS = {"relax.expand_dims", "relax.squeeze", "relax.reshape", "relax.permute_dims", "relax.broadcast_to",
             "relax.strided_slice", "relax.flatten"}
@@ -74,3 +89,186 @@ def repeat_views(mod: tvm.IRModule) -> tvm.IRModule:
         if shared:
             out[gv] = _Repeat(mod, shared).visit_expr(fn)
     return relax.transform.DeadCodeElimination()(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# an indexed read (a gather) is an injective op whose index is data
+# --------------------------------------------------------------------------------------------------
+
+INJECTIVE, OPAQUE = 2, 8   # AnnotateTIROpPattern's kinds
+
+
+def _indexed_read(func: tirx.PrimFunc) -> bool:
+    """Whether a PrimFunc is one spatial loop nest that writes its one result element by element at
+    the loop's own index, reading at an index it loads (`take`, `gather_elements`, `x[idx]`). (Other
+    opaque loop nests stay so: a slice or a concatenation of symbolic size, whose shapes FuseOps
+    cannot carry into a fused function.)"""
+    if func.attrs is not None and "tirx.is_scheduled" in func.attrs:
+        return False  # a user's kernel that binds its own threads
+    loads = []
+    tvm_ffi.structural_walk(func.body, (tvm.ir.expr.TensorLoad, loads.append))
+    if not any(_loads(i) for load in loads for i in load.indices):
+        return False
+    blocks = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, blocks.append))
+    blocks = [b for b in blocks if b.iter_vars]   # not the root block
+    if len(blocks) != 1 or blocks[0].init is not None or not isinstance(blocks[0].body, tirx.BufferStore):
+        return False
+    (block,) = blocks
+    store, ivs = block.body, block.iter_vars
+    out = func.params[-1] if func.params and tirx.is_buffer_var(func.params[-1]) else None
+    return out is not None and store.buffer.same_as(out) and len(store.indices) == len(ivs) == len(out.ty.shape) \
+        and all(iv.iter_type == tirx.IterVar.DataPar and isinstance(iv.dom.min, tirx.IntImm) and iv.dom.min.value == 0
+                and i.same_as(iv.var) and tvm_ffi.structural_equal(iv.dom.extent, n)
+                for i, iv, n in zip(store.indices, ivs, out.ty.shape))
+
+
+def _loads(expr) -> bool:
+    """Whether an expression loads from a buffer."""
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.expr.TensorLoad, found.append))
+    return bool(found)
+
+
+def annotate_patterns(mod: tvm.IRModule) -> tvm.IRModule:
+    """AnnotateTIROpPattern, then each indexed read it found opaque is injective: FuseOps reads it
+    from its consumers' loops (and computes its index there) as Inductor fuses a gather, instead of a
+    kernel writing the gathered copy. A kernel that came with its own op_pattern keeps it."""
+    given = {gv for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc) and f.attrs is not None
+             and "op_pattern" in f.attrs}
+    mod = relax.transform.AnnotateTIROpPattern()(mod)
+    gathers = [gv for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc) and gv not in given
+               and int(f.attrs["op_pattern"]) == OPAQUE and _indexed_read(f)]
+    if not gathers:
+        return mod
+    mod = mod.clone()
+    for gv in gathers:
+        mod[gv] = mod[gv].with_attr("op_pattern", INJECTIVE)
+    return mod
+
+
+AnnotatePatterns = tvm.transform.module_pass(lambda mod, _ctx: annotate_patterns(mod), opt_level=0,
+                                             name="AnnotateTIROpPattern")
+
+
+# --------------------------------------------------------------------------------------------------
+# a reshape between kernels is a view: no kernel
+# --------------------------------------------------------------------------------------------------
+
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+
+
+class _Reshapes(BlockRewriter):
+    """Each kernel call that only reshapes (flatten, expand_dims, squeeze, a reshape: TVM's
+    has_reshape_pattern) becomes Relax's reshape, which the VM runs as a new view of the same memory."""
+
+    def block(self, block):
+        bindings = [self.branches(b) for b in block.bindings]
+        if isinstance(block, relax.DataflowBlock):
+            kernels = {b.var for b in bindings if isinstance(b.value, relax.Call) and b.value.op.same_as(_CALL_TIR)}
+            readers: dict = {}
+            for b in bindings:
+                for var in relax.analysis.free_vars(b.value):
+                    readers[var] = readers.get(var, 0) + 1
+            bindings = [self._view(b, kernels, readers) for b in bindings]
+        if all(new.same_as(old) for new, old in zip(bindings, block.bindings)):
+            return block
+        return type(block)(bindings, block.span)
+
+    def _view(self, binding, kernels: set, readers: dict):
+        """The binding as a view when it is a reshape kernel's call. A result of the function only
+        views a value that a kernel computed for it alone: never an input (the caller's tensor would
+        come back aliased), nor a value read elsewhere."""
+        call = binding.value
+        if not (isinstance(call, relax.Call) and call.op.same_as(_CALL_TIR) and len(call.args) == 2
+                and isinstance(binding.var.ty, relax.TensorType) and isinstance(binding.var.ty.shape, relax.ShapeExpr)):
+            return binding
+        func = self.mod[call.args[0]]
+        operands = list(call.args[1].fields)
+        if not isinstance(func, tirx.PrimFunc) or len(operands) != 1 or not relax.analysis.has_reshape_pattern(func):
+            return binding
+        (source,) = operands
+        if not _same_size(source, binding.var):  # `x[:1]` of a (2,): TVM's pattern reads a prefix as a reshape
+            return binding
+        if not isinstance(binding.var, relax.DataflowVar) and not (
+                isinstance(source, relax.DataflowVar) and source in kernels and readers.get(source) == 1):
+            return binding
+        if isinstance(binding.var, relax.DataflowVar):
+            view = relax.op.reshape(source, binding.var.ty.shape)
+        else:  # TVM's build would make a result's reshape a kernel again (LegalizeOps): the VM's own op
+            view = relax.call_pure_packed("vm.builtin.reshape", source, binding.var.ty.shape, ty_args=binding.var.ty)
+        return relax.VarBinding(binding.var, self.builder.normalize(view), binding.span)
+
+
+def _same_size(source, result) -> bool:
+    """Whether two tensors provably hold as many elements (a reshape), by their static or symbolic sizes."""
+    shapes = [getattr(v.ty, "shape", None) for v in (source, result)]
+    if not all(isinstance(s, relax.ShapeExpr) for s in shapes):
+        return False
+    sizes = [functools.reduce(operator.mul, s.values, tirx.const(1, "int64")) for s in shapes]
+    return bool(tvm.sym.Analyzer().can_prove_equal(sizes[0], sizes[1]))
+
+
+def free_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
+    """After FuseTIR: every reshape left as a kernel of its own becomes a view (see _Reshapes). TVM's
+    build does this too (RewriteDataflowReshape), but after the schedules, and not for a result of
+    the function; done here, the kernels listed are the kernels run."""
+    rewriter = _Reshapes(mod)
+    changed = False
+    for gvar, func in list(mod.functions_items()):
+        if isinstance(func, relax.Function) and not (func.attrs is not None and "Primitive" in func.attrs):
+            new = rewriter.function(func)
+            if not new.same_as(func):
+                rewriter.builder.update_func(gvar, new)
+                changed = True
+    return relax.transform.DeadCodeElimination()(rewriter.builder.get()) if changed else mod
+
+
+FreeReshapes = tvm.transform.module_pass(lambda mod, _ctx: free_reshapes(mod), opt_level=0, name="FreeReshapes")
+
+
+# --------------------------------------------------------------------------------------------------
+# inside a kernel, each consumer reads through the views it fused
+# --------------------------------------------------------------------------------------------------
+
+def _copies(block: s_tir.SBlock) -> bool:
+    """Whether a block only copies an element from elsewhere: a transpose, a slice, a broadcast, a
+    reshape, a gather (any index, no arithmetic on the value)."""
+    return block.init is None and isinstance(block.body, tirx.BufferStore) \
+        and isinstance(block.body.value, tvm.ir.expr.TensorLoad)
+
+
+def inline_views(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """A fused kernel with each view block inlined into the blocks that read it: the reduction of
+    `x[:, 2:].sum(-1)` reads x at the sliced index itself, one block as Dlight's rules expect, instead
+    of reading a copy that a block before it wrote."""
+    blocks = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, blocks.append))
+    views = [b.name_hint for b in blocks if b.iter_vars and _copies(b)]
+    if not views or len(blocks) < 3:   # the root and one block: nothing reads the view inside
+        return func
+    try:
+        sch = s_tir.Schedule(func)
+    except tvm.error.InternalError:  # a fused function that binds a size in a later stage: left whole
+        return func
+    for name in views:
+        try:
+            sch.compute_inline(sch.get_sblock(name))
+        except s_tir.ScheduleError:   # it writes a result of the kernel: kept
+            continue
+    return sch.mod["main"]
+
+
+def inline_fused_views(mod: tvm.IRModule) -> tvm.IRModule:
+    """inline_views on every kernel not scheduled yet."""
+    out = mod
+    for gvar, func in mod.functions_items():
+        if isinstance(func, tirx.PrimFunc) and not (func.attrs is not None and "tirx.is_scheduled" in func.attrs):
+            new = inline_views(func)
+            if not new.same_as(func):
+                out = out.clone() if out is mod else out
+                out[gvar] = new
+    return out
+
+
+InlineViews = tvm.transform.module_pass(lambda mod, _ctx: inline_fused_views(mod), opt_level=0, name="InlineViews")

@@ -219,3 +219,67 @@ def test_cpu_backward_rows():
                  inputs=lambda s, d, dev: (torch.randn(s[0], dtype=d, device=dev),))
     row = bench.bench_backward(w, "small", False, False, 0.002)
     assert row["fails"].startswith("backward not compiled: `cumprod`") and "test_benchmarks.py:" in row["fails"], row
+
+
+# --------------------------------------------------------------------------------------------------
+# the performance fuzzer (benchmarks/perf_fuzz.py, perf_programs.py, outside.py)
+# --------------------------------------------------------------------------------------------------
+
+def test_perf_programs_are_reproducible_and_cover_the_issue():
+    """Generated programs are the same for the same seed, start from 2^16..2^26 elements, and between
+    them have every dtype, transposed inputs both ways, reductions over every kind of axis set,
+    several results, scans, split halves, group reshapes, quantised results and outer products."""
+    import perf_programs as pp
+    programs = [pp.generate(3, i) for i in range(300)]
+    assert [p.module_text() for p in programs[:20]] == [pp.generate(3, i).module_text() for i in range(20)]
+    assert all(1 << 16 <= p.size <= 1 << 26 for p in programs)
+    tags = {t for p in programs for t in p.tags}
+    wanted = {"float32", "float16", "bfloat16", "int8", "T-arg", "T-inside", "transpose", "halves", "grouped",
+              "quantise", "outer", "multi-output", "reduce-inner", "reduce-middle", "reduce-outer", "reduce-all",
+              "reduce-several", "softmax-inner", "norm-inner", "norm-outer", "scan-inner"}
+    assert wanted <= tags, wanted - tags
+    widths = {a.shape[-1] for p in programs for a in p.args if len(a.shape) > 1}
+    assert any(w & (w - 1) for w in widths) and any(not w & (w - 1) for w in widths)  # powers of two and not
+
+
+def test_generated_programs_run_in_torch(tmp_path):
+    """The generator writes valid PyTorch: small programs run eagerly without an error or a NaN."""
+    import perf_programs as pp
+    from babytriton.testing.fuzz import load
+    for i in range(60):
+        program = pp.generate(0, i, pp.SMALL_LOG2)
+        path = tmp_path / f"p{i}.py"
+        path.write_text(program.module_text())
+        out = load(path).f(*pp.make_args(program.args, "cpu", 1))
+        for value in out if isinstance(out, tuple) else (out,):
+            assert not value.is_floating_point() or not value.isnan().any(), program.module_text()
+
+
+def test_perf_fuzz_comparison_rules():
+    import perf_fuzz
+    x = torch.randn(64, 64)
+    assert perf_fuzz.differs(x.bfloat16(), (x * 1.01).bfloat16()) is None           # bfloat16 rounding
+    assert "greatest difference" in perf_fuzz.differs(x, x + 0.1)
+    assert perf_fuzz.differs(torch.tensor([3, -4], dtype=torch.int8), torch.tensor([4, -4], dtype=torch.int8)) is None
+    assert perf_fuzz.differs(torch.tensor([1, -4], dtype=torch.int8), torch.tensor([4, -4], dtype=torch.int8))
+    index = torch.arange(10000)
+    assert perf_fuzz.differs(torch.where(index == 7, 0, index), index) is None     # a tie picked differently
+    assert perf_fuzz.differs(index.flip(0), index)
+    assert perf_fuzz.differs(x.half(), x)                                           # dtype
+
+
+def test_perf_fuzz_runs_generated_and_outside_programs(tmp_path):
+    """The runner end to end on the CPU (no workers, no torch.compile): ratios, kernel strategies,
+    the VM's ops (cumsum) and programs that update their arguments (SGD)."""
+    import perf_fuzz
+    common = ["--device", "cpu", "--small", "--no-compile", "--jobs", "0", "--threads", "1", "--budget", "0.002",
+              "--repeats", "1", "--below", "1e9", "--workdir", str(tmp_path), "--markdown", str(tmp_path / "out.md")]
+    generated = perf_fuzz.main(common + ["--n", "3"])
+    other = perf_fuzz.main(common + ["--set", "outside", "--only", "group_norm,cumsum,sgd_momentum"])
+    for text, names in ((generated, ["p0", "p1", "p2"]), (other, ["group_norm", "cumsum", "sgd_momentum"])):
+        assert "| eager / babytriton | programs | p10 | p25 | median |" in text
+        assert "| all | 3 |" in text and "babytriton build failures 0; mismatches 0" in text, text
+        for name in names:  # every program listed (--below 1e9) with its kernels' strategies
+            assert f"| {name} (" in text, text
+    assert "CPUReduction" in other and "no kernel (VM op cumsum)" in other
+    assert (tmp_path / "out.md").read_text().count("### Performance fuzzer") == 2

@@ -15,6 +15,7 @@ REGRESSIONS = sorted((Path(__file__).parent / "fuzz_regressions").glob("*.py"))
 CI_PROGRAMS = 150
 NARROW_PROGRAMS = 40   # for the second CPU target: a quarter of the batch, about 15 s on one core
 THREADED_PROGRAMS = 12
+CUDA_PROGRAMS = 4      # each also built for sm_90 and compiled by nvcc: about 3 s a program
 
 
 @pytest.mark.parametrize("path", REGRESSIONS, ids=[p.stem for p in REGRESSIONS])
@@ -39,6 +40,15 @@ def test_fixed_seed_programs_match_torch(tmp_path, cpu_target, request):
     report = fuzz.run(n, seed=0, out=tmp_path, minimise_failures=False)
     assert report.programs == n
     assert report.invalid == [], [(s, o.detail) for s, o in report.invalid]
+    problems = _unexplained(report)
+    assert not problems, "\n\n".join(problems)
+
+
+def test_fixed_seed_programs_build_for_cuda(tmp_path):
+    """A few programs (splits, torch's math, broadcasts among them) also built for sm_90, their CUDA
+    compiled by nvcc where it is installed: none fails to build (the long runs: scripts/fuzz.py --cuda)."""
+    report = fuzz.run(CUDA_PROGRAMS, seed=2, out=tmp_path, minimise_failures=False, cuda=True)
+    assert report.programs == CUDA_PROGRAMS and report.invalid == []
     problems = _unexplained(report)
     assert not problems, "\n\n".join(problems)
 
@@ -163,6 +173,13 @@ def test_the_generator_writes_hostile_programs():
     for feature in ("'special'", "'view': 'neg'", "'view': 'T'", "'view': 'step'", "('scalar', 'float'",
                     "('scalar', 'auto-int'", "('scalar', 'bool'", ", 0)", "'positive': True"):
         assert feature in joined, feature
+    # pieces of a split used afterwards, torch's math in its spellings, every dtype, wide shapes
+    for feature in ("chunk(", ".split(", "torch.split(", "torch.nn.functional.", "torch.atan2(",
+                    *(f"'{d}'" for d in fuzz.FLOATS + fuzz.INTS + ("bool",))):
+        assert feature in joined, feature
+    assert any(f".{name}()" in joined for name in fuzz.TORCH_MATH)  # the tensor method spelling
+    assert any(d in fuzz.WIDE_INNER for t in texts for spec in eval(t.split("ARGS = ")[1].splitlines()[0])  # noqa: S307
+               if spec[0] == "tensor" for d in spec[1][-1:])
     assert any("(0," in t.split("ARGS")[1] or ", 0)" in t.split("ARGS")[1] for t in texts)
     assert any(max(math.prod(spec[1]) for spec in eval(t.split("ARGS = ")[1].splitlines()[0])  # noqa: S307
                    if spec[0] == "tensor") >= 4096 for t in texts)

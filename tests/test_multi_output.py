@@ -330,7 +330,14 @@ def test_a_backward_whose_merges_would_wait_for_each_other_agrees_with_torch(fn,
     for a, b in zip(mine, theirs):
         torch.testing.assert_close(a.grad, b.grad)
     k = f.backward(x, y)
-    assert len(k.fusion) == 4 and any(kernel.name.startswith(multi_output.PREFIX) for kernel in k.fusion)
+    assert len(k.fusion) == backward_kernels(y_shape) and any(
+        kernel.name.startswith(multi_output.PREFIX) for kernel in k.fusion)
+
+
+def backward_kernels(y_shape) -> int:
+    """4; 3 where y's gradient keeps its rank: the broadcast sum takes in its producer and exp(y) * sum
+    (rowwise: a reduction over any axes); a (5, 1) gradient of (4, 5, 6) is summed to another rank."""
+    return 4 if y_shape == (5, 1) else 3
 
 
 @pytest.mark.parametrize("fn, x_shape, y_shape", BROADCAST_BACKWARDS[:1] + BROADCAST_BACKWARDS[3:4])
@@ -338,7 +345,7 @@ def test_a_backward_whose_merges_would_wait_for_each_other_compiles_to_cuda(fn, 
     """Compiled for sm_90 here, without a GPU."""
     f = bt.jit(target=SM90, cache=False)(fn)
     k = f.backward(torch.empty(*x_shape, device="meta"), torch.empty(*y_shape, device="meta"))
-    assert len(k.fusion) == 4 and "__global__" in k.source
+    assert len(k.fusion) == backward_kernels(y_shape) and "__global__" in k.source
 
 
 @I.ir_module

@@ -39,9 +39,10 @@ def ragged(a: bt.Tensor((999, 3), "float32")):
     return a * 2.0
 
 
-def test_elementwise_rule_leaves_ragged_sizes_to_fallback():
-    k = bt.jit(target=SM90)(ragged).compile()
-    assert "T.vectorized" not in k.stages["schedule"] and "threadIdx.x" in k.stages["schedule"]
+def test_elementwise_rule_vectorises_ragged_sizes_with_a_scalar_tail():
+    k = bt.jit(target=SM90)(ragged).compile()  # 2997 elements: 749 float4 and one more
+    assert "T.vectorized(T.int64(4))" in k.stages["schedule"] and '"T_multiply_tail"' in k.stages["schedule"]
+    assert "*(float4*)(a_ptr + " in k.source and k.fusion[0].rule == "Elementwise"
 
 
 def mm(a: bt.Tensor((64, 32), "float16"), b: bt.Tensor((32, 16), "float16")):
@@ -172,9 +173,9 @@ def nvcc_ptx(source: str) -> bytes:
         return nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
 
 
-def test_elementwise_rule_does_not_vectorise_a_transpose():
+def test_a_transpose_goes_through_shared_memory_tiles():
     k = bt.jit(target=SM90)(transposed_half).compile()
-    assert "T.vectorized" not in k.stages["schedule"] and "threadIdx.x" in k.stages["schedule"]
+    assert k.fusion[0].rule == "Tiled" and '"shared"' in k.stages["schedule"]
     if shutil.which("nvcc"):  # vectorised, this was make_uint4 of 8 halves: nvcc rejected it
         assert b".entry" in nvcc_ptx(k.source)
 
@@ -254,8 +255,8 @@ def concat_kernel(kind, dtype, shape):
 def test_elementwise_rule_loads_concat_pieces_as_whole_vectors_where_aligned(kind, dtype, shape, lanes):
     k = bt.jit(target=SM90)(concat_kernel(kind, dtype, shape)).compile()
     schedule = k.stages["schedule"]
-    if lanes == 1:  # a piece starts inside a vector: no lane count loads every lane's element whole
-        assert "T.vectorized" not in schedule and "dlight.gpu.Fallback" in schedule
+    if lanes == 1:  # a piece starts inside a vector: its elements are read one by one, the result whole
+        assert '"babytriton.rule": "Elementwise"' in schedule and "x_ptr[" in k.source
     else:
         assert f"T.vectorized(T.int64({lanes}))" in schedule and '"babytriton.rule": "Elementwise"' in schedule
         # every load of x is a vector one: the branch to a piece is taken by the vector, not by a lane
@@ -882,8 +883,12 @@ def few_columns(x: bt.Tensor((1 << 20, 4), "float32")):
 
 
 def test_serial_kernel_warning_on_a_shape_no_rule_splits():
+    # Fallback alone (no rule splits anything): a thread per column, 4 threads in one block
     with pytest.warns(schedules.SerialKernelWarning, match="one GPU block"):
-        bt.jit(target=SM90)(few_columns).compile()
+        bt.jit(target=SM90, schedule="fallback")(few_columns).compile()
+    with warnings.catch_warnings():  # OuterReduction cuts the 2^20 rows over blocks
+        warnings.simplefilter("error", schedules.SerialKernelWarning)
+        assert [k.rule for k in bt.jit(target=SM90)(few_columns).compile().fusion] == ["OuterReduction"]
 
 
 def symbolic_max(x: bt.Tensor(("n", "m"), "float32")):
@@ -977,7 +982,7 @@ def test_gpu_comparisons_of_large_tensors_agree_with_torch():
 
 @given(st.sampled_from(["<", "<=", ">", ">="]), st.integers(-20, 20), st.booleans(), st.booleans())
 def test_a_compare_on_the_index_flips_at_its_threshold(op, c, var_left, negate):
-    """`_threshold` of `±v + c OP 0` (either side) says where it flips, so that a lane count dividing that
+    """`lanes.threshold` of `±v + c OP 0` (either side) says where it flips, so that a lane count dividing that
     point sees one value for all lanes of a vector."""
     import operator
     compare = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}[op]
@@ -986,7 +991,7 @@ def test_a_compare_on_the_index_flips_at_its_threshold(op, c, var_left, negate):
         e = (-v if negate else v) + c
         return compare(e, zero) if var_left else compare(zero, e)
     var = tvm.tirx.Var("v", "int64")
-    t, above = schedules._threshold(cond(var, tvm.tirx.const(0, "int64")), var)
+    t, above = schedules.lanes.threshold(cond(var, tvm.tirx.const(0, "int64")), var)
     assert all(cond(v, 0) == (v >= t if above else v < t) for v in range(-50, 50))
 
 
@@ -1145,7 +1150,7 @@ def test_cpu_kernels_other_rules_decline_still_run_in_parallel():
         warnings.simplefilter("error", schedules.SerialKernelWarning)
         kernel = f.compile(x)
     # Dlight's CPU Reduction takes it since half kernels are no longer declined; CPUSpatial else
-    rule, launch = schedules.schedule_summary(kernel.module, kernel.target)["argmax"]
+    rule, launch, _ = schedules.schedule_summary(kernel.module, kernel.target)["argmax"]
     assert rule in ("CPUSpatial", "dlight.cpu.Reduction") and launch == "parallel 64"
     torch.testing.assert_close(f(x), torch.argmax(x, dim=-1))
 
@@ -1301,23 +1306,22 @@ def _logsumexp_rows(x):
 
 
 def _kernel_source(source: str, name: str) -> str:
-    start = source.index(f"void __launch_bounds__(256) {name}(")
+    start = re.search(rf"void __launch_bounds__\(\d+\) {name}\(", source).start()
     start = source.index("{", start)
     end = source.find("extern \"C\"", start)
     return source[start:end if end > 0 else len(source)]
 
 
-@pytest.mark.parametrize("width, looped", [(4097, False), (32001, True)])
-def test_long_rows_keep_their_loops_short_rows_unroll(width, looped):
-    """Rows no vectors tile (RowKernel declines them): a 4097-wide row (17 steps of 256 threads)
-    unrolls as Dlight does; a 32001-wide one (126 steps) is a loop in the CUDA, not thousands of lines
-    (which ran 8x slower on an H100)."""
+@pytest.mark.parametrize("width", [4097, 32001])
+def test_long_rows_keep_their_loops(width):
+    """Rows no vectors tile (RowKernel declines them; InnerReduction takes them): a 32001-wide row is a
+    loop in the CUDA, not thousands of lines (GeneralReduction's unrolled 126 steps of 256 threads ran
+    8x slower on an H100; LongRows keeps its loops where GeneralReduction still schedules a kernel)."""
     k = bt.jit(target="gpu")(_logsumexp_rows).compile(torch.empty(64, width, device="meta"))
     [kernel] = k.fusion
-    assert kernel.rule == "dlight.gpu.GeneralReduction"
+    assert kernel.rule == "InnerReduction"
     body = _kernel_source(k.source, kernel.cuda_kernels[0])
-    assert ("for (" in body) == looped
-    assert body.count("\n") < (200 if looped else 2000)
+    assert "for (" in body and body.count("\n") < 200
 
 # -- fused row kernels (softmax, norms, cross-entropy): RowKernel's vector loads -------------------
 
@@ -1465,19 +1469,19 @@ def row_softmax_any(x: bt.Tensor(("n", "m"), "float16")):
 @pytest.mark.parametrize("fn, dtype, cols", [
     (row_softmax, torch.float16, 1025),   # odd: no whole vectors tile the row
     (row_rmsnorm, torch.bfloat16, 1028),  # 4 halves would, but 8-byte loads; 1028 / 8 is not whole
-    (row_softmax, torch.float32, 1000),   # 250 float4 per row: no power-of-two block of >= 32 tiles it
-    (row_layernorm, torch.float32, 48),   # 12 vectors: fewer than a warp
+    (row_softmax, torch.float32, 1000),   # 250 float4 per row: no power-of-two block of >= 64 tiles it
+    (row_layernorm, torch.float32, 48),   # 12 vectors: fewer than 64 threads (rows share a block there)
 ], ids=param_id)
-def test_row_kernel_rule_leaves_rows_it_cannot_tile_to_dlight(fn, dtype, cols):
+def test_row_kernel_rule_leaves_rows_it_cannot_tile_to_inner_reduction(fn, dtype, cols):
     k = bt.jit(target=SM90)(fn).compile(*(a.to("meta") for a in row_inputs(fn, 64, cols, dtype)))
-    assert row_kernel(k).rule.startswith("dlight.gpu."), str(k.fusion)
+    assert row_kernel(k).rule == "InnerReduction", str(k.fusion)
     if shutil.which("nvcc"):
         assert b".entry" in nvcc_ptx(k.source)
 
 
-def test_row_kernel_rule_leaves_a_symbolic_width_to_dlight():
+def test_row_kernel_rule_leaves_a_symbolic_width_to_inner_reduction():
     k = bt.jit(target=SM90)(row_softmax_any).compile(torch.empty(64, 4096, dtype=torch.float16, device="meta"))
-    assert row_kernel(k).rule.startswith("dlight.gpu."), str(k.fusion)
+    assert row_kernel(k).rule == "InnerReduction", str(k.fusion)
 
 
 def test_row_kernel_rule_takes_a_symbolic_row_count():
@@ -1494,17 +1498,18 @@ WIDTHS = st.one_of(st.integers(1, 64).map(lambda i: 64 * i), st.integers(2, 5000
 @settings(max_examples=10, deadline=None)
 @given(cols=WIDTHS, dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]))
 def test_row_kernel_rule_takes_every_row_that_a_warp_of_vectors_tiles(cols, dtype):
-    """RowKernel takes a softmax exactly when warps of 8-byte vectors tile its rows (16 bytes where
-    that still leaves 64 threads), and every thread count it picks tiles the row with its vectors."""
+    """RowKernel takes a softmax exactly when 64 threads of 8-byte vectors tile its rows (16 bytes where
+    that still leaves 64 threads; narrower rows share a block in InnerReduction), and every thread
+    count it picks tiles the row with its vectors."""
     k = bt.jit(target=SM90)(row_softmax).compile(torch.empty(8, cols, dtype=dtype, device="meta"))
     kernel = row_kernel(k)
-    tiles = cols % (32 * 8 // dtype.itemsize) == 0
+    tiles = cols % (64 * 8 // dtype.itemsize) == 0
     assert (kernel.rule == "RowKernel") == tiles, (cols, str(k.fusion))
     if tiles:
         threads = int(re.fullmatch(r"grid 8 x block (\d+)", kernel.launch).group(1))
         vector = re.search(r"= \*\((\w+)\*\)\(x_ptr \+", k.source).group(1)
         lanes = VECTOR_BYTES[vector] // dtype.itemsize
-        assert cols % (threads * lanes) == 0 and 32 <= threads <= 256, (cols, vector, kernel.launch)
+        assert cols % (threads * lanes) == 0 and 64 <= threads <= 256, (cols, vector, kernel.launch)
         if shutil.which("nvcc"):
             assert b".entry" in nvcc_ptx(k.source)
 
@@ -1819,8 +1824,8 @@ def _column_sum(x: bt.Tensor(("n", "d"), "float32")):
 
 
 def test_cpu_symbolic_column_sum_reads_rows_of_contiguous_columns(cpu_target):
-    """A column sum over a symbolic row: chunks of columns, each reduced a row at a time (contiguous
-    reads), instead of one parallel step per column reading it with a stride of a row."""
+    """A column sum over a symbolic row: each task reduces rows of contiguous columns, a row at a
+    time, instead of one parallel step per column reading it with a stride of a row."""
     f = bt.jit(target=cpu_target)(_column_sum)
     torch.manual_seed(0)
     for shape in [(4096, 1024), (333, 65), (5, 3), (1, 1), (0, 7)]:
@@ -1829,8 +1834,11 @@ def test_cpu_symbolic_column_sum_reads_rows_of_contiguous_columns(cpu_target):
         # sum 4e-5): atol 1e-4 failed one seed in ten
         torch.testing.assert_close(f(x), x.sum(0), rtol=1e-4, atol=1e-3)
     k = f.compile(torch.randn(4096, 1024))
-    chunk = 4 * float32_lanes(k.target)   # 4 vectors of columns: 64 with AVX-512, 32 with AVX2
-    assert f"T.parallel((d + T.int64({chunk - 1})) // T.int64({chunk}))" in k.stages["schedule"], k.stages["schedule"]
+    # CPUOuterReduction: 64 chunks of rows in parallel, each summing whole rows (tiles of 4096
+    # columns) a vector of columns at a time, then a fold of the chunks' partial sums
+    [kernel] = k.fusion
+    assert kernel.rule == "CPUOuterReduction" and kernel.launch == \
+        f"parallel (d + T.int64(4095)) // T.int64(4096) * T.int64(64) x vector {float32_lanes(k.target)}", kernel
 
 
 def float32_lanes(target) -> int:

@@ -1,14 +1,17 @@
 """Differential fuzzing: random @jit programs, each compared with plain torch on the same inputs.
 
-`generate(seed)` writes one program: a function over 1-4 tensors (broadcasting shapes, size-1 and
-empty axes, mixed dtypes, static, symbolic or no annotations, some passed as transposes, strided
-slices or with torch's negative bit, some holding NaN/inf/-0.0), runtime scalars of every kind and
-constexprs, built from Python's operators, library ops, reductions, shape ops, control flow and
-`a if c else b` on tensor conditions; now and then instead a reduction over 4096-100000 half-precision
-elements (`generate_long`). `check_file(path)` imports it (babytriton needs real source files) and
-runs it three ways: translated into plain torch (testing/oracle.py: the oracle, independent of
-babytriton's operator rules), compiled (twice: compiling, then the cached path; with `threads`, also
-from several threads at once) and eagerly (`f.eager`, a second opinion). Dtypes, shapes and values
+`generate(seed)` writes one program: a function over 1-4 tensors of rank 0-4 (broadcasting shapes,
+size-1 axes anywhere and empty axes, a quarter of programs over wide shapes that GPU schedules take
+apart, mixed dtypes, static, symbolic or no annotations, some passed as transposes, strided slices or
+with torch's negative bit, some holding NaN/inf/-0.0), runtime scalars of every kind and constexprs,
+built from Python's operators, library ops, torch's math in its own spellings (TORCH_MATH), reductions,
+shape ops, `split`/`chunk` into pieces used afterwards, control flow and `a if c else b` on tensor
+conditions; now and then instead a reduction over 4096-100000 half-precision elements
+(`generate_long`). `check_file(path)` imports it (babytriton needs real source files) and runs it
+three ways: translated into plain torch (testing/oracle.py: the oracle, independent of babytriton's
+operator rules), compiled (twice: compiling, then the cached path; with `threads`, also from several
+threads at once) and eagerly (`f.eager`, a second opinion); with `cuda`, a program that passes is
+also built for CUDA (sm_90) and its source compiled by nvcc (`check_cuda`: nothing runs, no GPU). Dtypes, shapes and values
 must match torch's (NaN equal to NaN); where torch raises, the compiled call must raise a clean Python
 error. `minimise` shrinks a failing program (dropping statements, helpers, input views and special
 values, and replacing expressions by their parts) while it fails the same way; `run_isolated` runs
@@ -31,6 +34,7 @@ import math
 import os
 import random
 import re
+import shutil
 import sys
 import tempfile
 import traceback
@@ -294,6 +298,7 @@ class Generator:
         self.lines: list[str] = []
         self.tokens = 0
         self.helpers: set[str] = set()   # the @jit helper functions the program calls
+        self.special = False             # whether the inputs hold NaN, +-inf, -0.0 (make_params)
         self.ops = [(w, getattr(self, name)) for name, w in OPS]
 
     @property
@@ -306,11 +311,13 @@ class Generator:
         static, symbolic or no annotations, some passed as views or with NaN/inf/-0.0 among their
         values; 0-2 runtime scalars of every kind; perhaps a constexpr."""
         rng = self.rng
-        rank = rng.choice((1, 2, 2, 3))
+        rank = rng.choice((1, 2, 2, 3, 3, 4)) if rng.random() < 0.2 else rng.choice((1, 2, 2, 3))
         base = [rng.randint(1, 4) if rng.random() < 0.85 else rng.randint(5, 17) for _ in range(rank)]
+        if rng.random() < WIDE_SHARE:
+            base = self.wide_shape(rank)
         if rng.random() < 0.07:  # an empty axis
             base[rng.randrange(rank)] = 0
-        special = rng.random() < 0.15  # this program's inputs hold NaN, +-inf, -0.0
+        special = self.special = rng.random() < 0.15  # this program's inputs hold NaN, +-inf, -0.0
         for i in range(rng.randint(1, 4)):
             r = rng.choice(range(1, rank + 1)) if rng.random() < 0.95 else 0
             shape = tuple(1 if rng.random() < 0.25 else d for d in base[rank - r:])
@@ -355,6 +362,16 @@ class Generator:
             dtype = "bool" if isinstance(value, bool) else "int" if isinstance(value, int) else "float"
             self.pool.append(V("k", dtype, None, max(abs(value), 1), 1))
 
+    def wide_shape(self, rank: int) -> list[int]:
+        """Sizes GPU schedules take apart (vectors, warps, blocks, ragged tails): a wide innermost axis,
+        outer axes up to 64, at most WIDE_ELEMENTS elements in all."""
+        rng = self.rng
+        shape = [rng.choice(WIDE_OUTER) for _ in range(rank - 1)] + [rng.choice(WIDE_INNER)]
+        while math.prod(shape) > WIDE_ELEMENTS:
+            axis = max(range(rank - 1), key=lambda i: shape[i]) if rank > 1 and max(shape[:-1]) > 1 else rank - 1
+            shape[axis] = max(shape[axis] // 2, 1)
+        return shape
+
     # -- statements ------------------------------------------------------------------------------
     def statement(self, name: str) -> list[str]:
         """One statement: `name = expr`, `a, b = e1, e2`, or `v += expr` on an earlier variable."""
@@ -378,7 +395,11 @@ class Generator:
             lines = (self.if_statement if rng.random() < 0.5 else self.loop_statement)(name)
             if lines:
                 return lines
-        if choice < 0.45:
+        if choice < 0.41:
+            lines = self.split_statement(name)
+            if lines:
+                return lines
+        if choice < 0.5:
             first, second = self.expr(rng.randint(1, 2)), self.expr(rng.randint(1, 2))
             if first is not None and second is not None:
                 self.pool += [dataclasses.replace(first, code=f"{name}a"), dataclasses.replace(second, code=f"{name}b")]
@@ -388,6 +409,39 @@ class Generator:
             return []
         self.pool.append(dataclasses.replace(v, code=name))
         return [f"    {name} = {v.code}"]
+
+    def split_statement(self, name: str) -> list[str]:
+        """`va, vb = x.split(k, dim=d)` (or torch.chunk, torch.split with sizes) along a static axis,
+        both pieces kept; often then one piece times a math function of the other (a GEGLU)."""
+        rng = self.rng
+        x = self.tensor_operand(1, lambda v: any(isinstance(e, int) and e >= 2 for e in dims_of(v)))
+        if x is None:
+            return []
+        d = dims_of(x)
+        axis = rng.choice([i for i, e in enumerate(d) if isinstance(e, int) and e >= 2])
+        n, spelled_axis = x.shape[axis], rng.choice((axis, axis - len(d)))
+        style = rng.choice(("chunk", "chunk-method", "split", "split-sizes"))
+        k = -(-n // 2) if style != "split-sizes" else rng.randint(1, n - 1)
+        code = {"chunk": f"torch.chunk({x.code}, 2, {spelled_axis})",
+                "chunk-method": f"{paren(x)}.chunk(2, dim={spelled_axis})",
+                "split": f"{paren(x)}.split({k}, dim={spelled_axis})",
+                "split-sizes": f"torch.split({x.code}, [{k}, {n - k}], dim={spelled_axis})"}[style]
+        pieces = []
+        for suffix, size in (("a", k), ("b", n - k)):
+            shape = tuple(size if i == axis else e for i, e in enumerate(x.shape))
+            dims = symbolic(size if i == axis else e for i, e in enumerate(d))
+            pieces.append(dataclasses.replace(x, code=f"{name}{suffix}", shape=shape, dims=dims))
+        self.pool += pieces
+        lines = [f"    {name}a, {name}b = {code}"]
+        gate = self.math_of(pieces[1]) if rng.random() < 0.6 else None
+        try:
+            gated = gate is not None and self.combine(rng.choice("*+"), pieces[0], gate)
+        except Unfit:  # the pieces differ in size (an odd length): no product of the two
+            gated = None
+        if gated:
+            self.pool.append(dataclasses.replace(gated, code=name))
+            lines.append(f"    {name} = {gated.code}")
+        return lines
 
     # -- control flow ----------------------------------------------------------------------------
     def runtime_condition(self) -> V | None:
@@ -760,6 +814,55 @@ class Generator:
         err = a.err * (mag if name == "exp" else slope)
         return finish(self.spelled(name, arg), a.dtype, a.shape, mag, 0, False, err, a.dims, ulps=ulps)
 
+    def torch_math(self, depth):
+        """A math function in one of torch's spellings (torch.X, x.X(), torch.nn.functional.X): every
+        one the library has, each on the part of its domain where its error is bounded (TORCH_MATH)."""
+        a = self.tensor_operand(depth, lambda v: v.numeric)
+        return None if a is None else self.math_of(a)
+
+    def math_of(self, a: V, name: str | None = None) -> V | None:
+        """`name(a)` (a random TORCH_MATH entry where None); integer tensors become float32 under
+        torch.X, as torch's rule is; the others take a float cast first."""
+        name = name or self.rng.choice(list(TORCH_MATH))
+        domain, slope, bound, ulps, spellings = TORCH_MATH[name]
+        if not a.is_float and not (name in INT_TO_FLOAT and a.dtype in INTS):
+            a = self.cast(a, self.rng.choice(("float32", "float16", "bfloat16")))
+            if a is None:
+                return None
+        if a.mag > DOMAIN_LIMIT.get(domain, 1e4):
+            return None
+        dtype = a.dtype if a.is_float else "float32"
+        arg = DOMAINS[domain].format(x=a.code)
+        m = {"pos": a.mag + 1, "pos1.5": a.mag + 1.5, "unit": min(a.mag, 0.875)}.get(domain, a.mag)
+        code = self.rng.choice(spellings).format(x=paren(V(arg, "", ())))
+        if slope == "exact":  # a clamp or a replacement of NaN and inf: exact where its input is
+            return finish(code, dtype, a.shape, bound(m), a.gran, a.exact, a.err, a.dims)
+        err = converted_err(a, dtype) * (bound(m) if slope is None else slope)
+        return finish(code, dtype, a.shape, bound(m), 0, False, err, a.dims, ulps=ulps)
+
+    def binary_math(self, depth):
+        """torch's two-operand math: atan2, hypot, logaddexp, fmax/fmin (NaN-ignoring), lerp."""
+        a, b = self.float_operand(depth), self.float_operand(depth)
+        if a is None or b is None or a.mag > 1e3 or b.mag > 1e3:
+            return None
+        name = self.rng.choice(("atan2", "hypot", "logaddexp", "fmax", "fmin", "lerp"))
+        dtype = promote(a, b)
+        ea, eb = converted_err(a, dtype), converted_err(b, dtype)
+        shape, dims = broadcast(a.shape, b.shape), broadcast_dims(a, b)
+        if name == "atan2":  # a positive second operand: no branch cut, |derivatives| <= 1
+            return finish(f"torch.atan2({a.code}, abs({b.code}) + 1)", dtype, shape, 1.6, 0, False, ea + eb,
+                          dims, ulps=8)
+        if name in ("fmax", "fmin"):
+            return finish(f"torch.{name}({a.code}, {b.code})", dtype, shape, max(a.mag, b.mag),
+                          max(a.gran, b.gran), a.exact and b.exact and not ea and not eb, max(ea, eb), dims)
+        if name == "lerp":  # torch.lerp takes one dtype: the end is converted (exactly, or within eb)
+            if a.dtype != b.dtype and not (b := self.cast(b, a.dtype)):
+                return None
+            return finish(f"torch.lerp({a.code}, {b.code}, 0.25)", a.dtype, shape, max(a.mag, b.mag), 0, False,
+                          a.err + b.err, dims, ulps=4)
+        mag = a.mag + b.mag if name == "hypot" else max(a.mag, b.mag) + 1
+        return finish(f"torch.{name}({a.code}, {b.code})", dtype, shape, mag, 0, False, ea + eb, dims, ulps=4)
+
     def unary_exact(self, depth):
         a = self.tensor_operand(depth, lambda v: v.numeric)
         if a is None:
@@ -905,6 +1008,8 @@ class Generator:
     def cast(self, a: V, dtype: str) -> V | None:
         if dtype in INTS and not (a.exact and fits(dtype, a.mag)) or dtype == "bool" and not a.exact:
             return None
+        if dtype in INTS and a.is_float and self.special:  # NaN and inf as integers: undefined (README)
+            return None
         style = self.rng.random()
         text = repr(dtype) if self.rng.random() < 0.8 else f"torch.{dtype}"
         code = f"{paren(a)}.astype({text})" if style < 0.6 else f"astype({a.code}, {text})"
@@ -931,6 +1036,8 @@ class Generator:
         else:
             left, right, shape, k, dims = (f"permute_dims({a.code})", a.code, (a.shape[1], a.shape[1]), a.shape[0],
                                            (d[1], d[1]))
+        if max(math.prod(shape), 1) * k > MATMUL_WORK:
+            return None
         code = f"{paren(V(left, '', ()))} @ {paren(V(right, '', ()))}" if self.rng.random() < 0.7 \
             else f"matmul({left}, {right})"
         return finish(code, a.dtype, shape, k * a.mag ** 2, 2 * a.gran, a.exact, 2 * k * a.mag * a.err,
@@ -1038,13 +1145,61 @@ UNARY_FLOAT = {
     "tanh": ("any", 1, 4), "sigmoid": ("any", 0.25, 4), "sin": ("any", 1, 4), "cos": ("any", 1, 4),
     "erf": ("any", 1.2, 16), "gelu": ("any", 1.2, 16), "silu": ("any", 1.1, 4),
 }
+# torch-spelled math: name -> (domain (DOMAINS), |derivative| bound over it (None: the result's bound;
+# "exact": exact where its input is), the result's bound from the argument's, ulps, spellings)
+_T, _M, _F = "torch.{n}({x})", "{x}.{n}()", "torch.nn.functional.{n}({x})"
+
+
+def _spellings(name: str, *forms: str) -> tuple:
+    return tuple(f.replace("{n}", name) for f in forms)
+
+
+def _math_table() -> dict:
+    one, lin, log1 = (lambda m: 1.0), (lambda m: m + 1), (lambda m: math.log(m + 1) + 1)
+    rows = {
+        "exp": ("small", None, math.exp, 4, _T, _M), "expm1": ("small", None, math.exp, 4, _T, _M),
+        "exp2": ("small", None, lambda m: 2 ** m, 4, _T, _M),
+        "log": ("pos", 1, log1, 4, _T, _M), "log2": ("pos", 1.5, lambda m: math.log2(m + 1) + 1, 4, _T, _M),
+        "log10": ("pos", 0.5, log1, 4, _T, _M), "log1p": ("nonneg", 1, log1, 4, _T, _M),
+        "sqrt": ("pos", 0.5, lambda m: math.sqrt(m + 1), 2, _T, _M), "rsqrt": ("pos", 0.5, one, 4, _T, _M),
+        "reciprocal": ("pos", 1, one, 2, _T, _M),
+        "sin": ("any", 1, one, 4, _T, _M), "cos": ("any", 1, one, 4, _T, _M),
+        "tan": ("unit", 2.5, lambda m: 1.2, 8, _T, _M), "asin": ("unit", 2.1, lambda m: 1.1, 8, _T, _M),
+        "acos": ("unit", 2.1, lambda m: 2.7, 8, _T, _M), "atan": ("any", 1, lambda m: 1.6, 4, _T, _M),
+        "atanh": ("unit", 4.3, lambda m: 1.4, 8, _T, _M), "sinh": ("small", None, lambda m: math.cosh(m), 8, _T, _M),
+        "cosh": ("small", None, lambda m: math.cosh(m), 8, _T, _M),
+        "asinh": ("any", 1, lambda m: math.asinh(m) + 1, 8, _T, _M),
+        "acosh": ("pos1.5", 0.9, lambda m: math.acosh(m) + 1, 8, _T, _M),
+        "tanh": ("any", 1, one, 4, _T, _M, _F), "sigmoid": ("any", 0.25, one, 4, _T, _M, _F),
+        "erf": ("any", 1.2, one, 16, _T, _M), "deg2rad": ("any", 0.02, lambda m: m * 0.02, 2, _T, _M),
+        "rad2deg": ("any", 57.3, lambda m: m * 57.3, 2, _T, _M),
+        "elu": ("any", 1, lin, 8, _F), "celu": ("any", 1, lin, 8, _F), "selu": ("any", 1.76, lambda m: 1.06 * m + 2, 8, _F),
+        "gelu": ("any", 1.2, lin, 16, _F, "torch.nn.functional.gelu({x}, approximate='tanh')"),
+        "silu": ("any", 1.1, lin, 8, _F), "mish": ("any", 1.1, lin, 16, _F), "softplus": ("any", 1, lin, 8, _F),
+        "logsigmoid": ("any", 1, lin, 8, _F), "softsign": ("any", 1, one, 4, _F),
+        "hardsigmoid": ("any", 0.17, one, 4, _F), "hardswish": ("any", 1.5, lin, 8, _F),
+        "tanhshrink": ("any", 1, lin, 8, _F), "hardtanh": ("any", "exact", lambda m: min(m, 1.0), 0, _F),
+        "nan_to_num": ("any", "exact", lambda m: max(m, 1.0), 0,
+                       "torch.nan_to_num({x}, nan=0.0, posinf=1.0, neginf=-1.0)"),
+    }
+    return {name: (*row[:4], _spellings(name, *row[4:])) for name, row in rows.items()}
+
+
+TORCH_MATH = _math_table()
+# the argument each domain gives: where the function and its derivative are bounded
+DOMAINS = {"any": "{x}", "small": "{x}", "pos": "abs({x}) + 1", "pos1.5": "abs({x}) + 1.5", "nonneg": "abs({x})",
+           "unit": "torch.clamp({x}, -0.875, 0.875)"}
+DOMAIN_LIMIT = {"small": 5}   # exp-like: the argument's bound (exp(5) fits every float dtype)
+# torch.X of an integer tensor computes in float32 (torch's rule); the rest take a float tensor
+INT_TO_FLOAT = {"exp", "expm1", "exp2", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal", "sin", "cos",
+                "atan", "sinh", "cosh", "asinh", "acosh", "tanh", "sigmoid", "erf"}
 BT_OPS = {"abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf", "floor", "ceil", "round",
           "sign", "negative", "square", "maximum", "minimum", "where", "clip", "sum", "mean", "max", "min", "prod",
           "argmax", "argmin", "relu", "gelu", "silu", "softmax", "log_softmax", "astype"}
 OPS = [("call_helper", 1), ("arith", 10), ("divide", 3), ("floor_div_mod", 3), ("power", 2), ("negate", 1), ("compare", 4),
        ("logical", 2), ("bitwise", 2), ("ifexp", 3), ("compile_time_branch", 1), ("unary_float", 6),
        ("unary_exact", 3), ("binary_op", 2), ("reduction", 6), ("softmax", 2), ("astype", 3), ("matmul", 2),
-       ("shape_op", 4), ("library_misc", 3)]
+       ("shape_op", 4), ("library_misc", 3), ("torch_math", 6), ("binary_math", 2)]
 
 
 @dataclass
@@ -1062,6 +1217,12 @@ class Program:
 
 
 LONG_SHARE = 0.05  # programs that reduce 4096 to 100000 half-precision elements
+# programs over wide shapes (a GPU kernel's vectors, warps and blocks; ragged tails): their sizes
+WIDE_SHARE = 0.25
+WIDE_INNER = (32, 64, 96, 100, 128, 250, 256, 257, 512, 1000, 1024, 2052, 4104)
+WIDE_OUTER = (1, 2, 3, 4, 8, 16, 33, 64)
+WIDE_ELEMENTS = 1 << 17
+MATMUL_WORK = 1 << 22  # multiply-adds of a generated matrix product (torch's and the compiled one's run)
 
 
 def generate(seed: int) -> Program:
@@ -1176,7 +1337,11 @@ FINDINGS = {
     "thread-mismatch": "a call from one of several threads at once returned another result",
     "thread-hang": "calls from several threads at once did not finish",
     "fatal": "the process died (a signal such as SIGSEGV) while checking the program",
+    "cuda-build": "the program builds and runs on the CPU; building it for CUDA (sm_90) failed",
+    "cuda-nvcc": "the program builds for CUDA (sm_90), but nvcc rejects the generated CUDA source",
 }
+# the GPU every program is also built for with `cuda`: nothing runs, so no GPU is needed
+SM90 = {"kind": "cuda", "arch": "sm_90"}
 
 _counter = itertools.count()
 
@@ -1190,20 +1355,23 @@ def load(path: str | Path):
     return module
 
 
-def check_file(path: str | Path, threads: int = 0) -> Outcome:
+def check_file(path: str | Path, threads: int = 0, cuda: bool = False) -> Outcome:
     """Run a program file with torch, compiled and eagerly, and compare; with `threads`, also from
-    that many threads at once (a file's THREADS asks for it too)."""
+    that many threads at once (a file's THREADS asks for it too); with `cuda` (or the file's CUDA),
+    also build it for CUDA."""
     try:
         module = load(path)
     except CompilationError as e:
         return Outcome("compile-error", f"at decoration: {e.message}")
-    return check_module(module, Path(path).read_text(), threads or getattr(module, "THREADS", 0))
+    return check_module(module, Path(path).read_text(), threads or getattr(module, "THREADS", 0),
+                        cuda or getattr(module, "CUDA", False))
 
 
-def check_module(module, text: str | None = None, threads: int = 0) -> Outcome:
+def check_module(module, text: str | None = None, threads: int = 0, cuda: bool = False) -> Outcome:
     """torch is the oracle: the program translated into plain torch (testing/oracle.py) runs on the
     same inputs; the compiled call must give its dtypes, shapes and values (NaN equal to NaN), or,
-    where torch raises, raise a clean Python error. The eager reference is a second opinion."""
+    where torch raises, raise a clean Python error. The eager reference is a second opinion. With
+    `cuda`, a program that passes is also built for sm_90 and its CUDA compiled by nvcc (check_cuda)."""
     def fresh():  # new tensors for each call (a copy would lose a view's strides or negative bit)
         return make_args(module.ARGS, module.SEED)
 
@@ -1239,7 +1407,34 @@ def check_module(module, text: str | None = None, threads: int = 0) -> Outcome:
     if problem:
         return Outcome("mismatch", problem)
     if threads:
-        return check_threads(module.f, fresh, expected, tolerances, threads)
+        outcome = check_threads(module.f, fresh, expected, tolerances, threads)
+        if outcome.kind != "ok":
+            return outcome
+    return check_cuda(module.f, fresh()) if cuda else Outcome("ok")
+
+
+def check_cuda(fn, args) -> Outcome:
+    """`fn` (a @jit function that ran on the CPU) built for SM90 for the same arguments, and its CUDA
+    source compiled to a cubin by nvcc, as the GPU's driver would compile it (where nvcc is
+    installed). A refusal or crash of the build is "cuda-build"; nvcc's error, "cuda-nvcc"."""
+    from ..jit import jit
+    try:
+        kernel = jit(fn.fn, **{**fn.options, "cache": False, "target": SM90}).compile(*args)
+    except CompilationError as e:
+        return Outcome("cuda-build", e.message)
+    except Exception as e:  # noqa: BLE001 - a compiler crash
+        return Outcome("cuda-build", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-3)}")
+    source = kernel.source
+    if not source.strip() or shutil.which("nvcc") is None:
+        return Outcome("ok")
+    import tvm
+    from tvm.support import nvcc
+    try:
+        with tvm.target.Target(SM90):
+            nvcc.compile_cuda(source, target_format="cubin", compiler="nvcc")
+    except Exception as e:  # noqa: BLE001 - nvcc's compile log
+        errors = [line for line in str(e).splitlines() if "error" in line]
+        return Outcome("cuda-nvcc", "\n".join(errors[:6]) or str(e)[-2000:])
     return Outcome("ok")
 
 
@@ -1390,7 +1585,8 @@ def _short(value) -> str:
 # ----------------------------------------------------------------------------------------------
 # minimising a failing program
 # ----------------------------------------------------------------------------------------------
-def minimise(text: str, outcome: Outcome, workdir: Path, budget: int = 150, threads: int = 0) -> tuple[str, Outcome]:
+def minimise(text: str, outcome: Outcome, workdir: Path, budget: int = 150, threads: int = 0,
+             cuda: bool = False) -> tuple[str, Outcome]:
     """The smallest variant of a program file's text found that fails the same way: statements
     dropped, expressions replaced by their parts, unused parameters removed. Candidates are checked
     with the default tolerances (the generator's error bounds don't survive the edits)."""
@@ -1402,7 +1598,7 @@ def minimise(text: str, outcome: Outcome, workdir: Path, budget: int = 150, thre
         improved = False
         for candidate in _candidates(text):
             tries += 1
-            result = _run_text(candidate, workdir, threads)
+            result = _run_text(candidate, workdir, threads, cuda)
             if same(result):
                 text, outcome, improved = candidate, result, True
                 break
@@ -1444,11 +1640,11 @@ def _with_default_tolerances(text: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _run_text(text: str, workdir: Path, threads: int = 0) -> Outcome:
+def _run_text(text: str, workdir: Path, threads: int = 0, cuda: bool = False) -> Outcome:
     path = workdir / f"candidate_{next(_counter)}.py"
     path.write_text(text)
     try:
-        return check_file(path, threads)
+        return check_file(path, threads, cuda)
     except Exception as e:  # noqa: BLE001 - a broken candidate (e.g. a NameError at import)
         return Outcome("invalid", f"{type(e).__name__}: {e}")
     finally:
@@ -1574,12 +1770,14 @@ def _render(module: ast.Module) -> str:
 # ----------------------------------------------------------------------------------------------
 # the driver
 # ----------------------------------------------------------------------------------------------
-def reproducer(text: str, outcome: Outcome, threads: int = 0) -> str:
+def reproducer(text: str, outcome: Outcome, threads: int = 0, cuda: bool = False) -> str:
     """A program file that shows a finding, ready for tests/fuzz_regressions/ once it is fixed."""
     header = "".join(f"# {line}\n" for line in outcome.detail.splitlines()[:6])
     thread_kind = outcome.kind.startswith("thread") or outcome.kind == "fatal" and threads
+    cuda_kind = outcome.kind.startswith("cuda") or outcome.kind == "fatal" and cuda
     return f"# {outcome.kind}: {FINDINGS.get(outcome.kind, '')}\n{header}{text}" + (
-        f"THREADS = {threads}\n" if thread_kind and "THREADS =" not in text else "")
+        f"THREADS = {threads}\n" if thread_kind and "THREADS =" not in text else "") + (
+        "CUDA = True\n" if cuda_kind and "CUDA =" not in text else "")
 
 
 @dataclass
@@ -1590,10 +1788,12 @@ class Report:
     seconds: float = 0.0
     seed: int = 0
     threads: int = 0
+    cuda: bool = False
 
     def summary(self) -> str:
         """N, seed, time, and the failures grouped by kind."""
         lines = [f"{self.programs} programs, seed {self.seed}, threads {self.threads or 'off'}, "
+                 f"CUDA build {'on' if self.cuda else 'off'}, "
                  f"{self.seconds:.1f}s ({self.seconds / max(self.programs, 1):.2f}s each): "
                  f"{len(self.failures)} failures, {len(self.invalid)} invalid programs (generator bugs)"]
         kinds: dict = {}
@@ -1617,16 +1817,17 @@ def program_seed(seed: int, index: int) -> int:
 
 
 def run(n: int, seed: int = 0, out: str | Path | None = None, minimise_failures: int = MINIMISE_PER_SORT,
-        log=None, threads: int = 0, first: int = 0, progress=None) -> Report:
+        log=None, threads: int = 0, first: int = 0, progress=None, cuda: bool = False) -> Report:
     """Generate n programs, run each with torch, compiled (and, with `threads`, from that many threads
-    at once) and eagerly, and compare; save each failure, minimised, under `out`. `first`: the index
+    at once) and eagerly, and compare (with `cuda`, also build each for CUDA: check_cuda); save each
+    failure, minimised, under `out`. `first`: the index
     of the first program; `progress(index, outcome, path)` hears of each one before (outcome None)
     and after. `minimise_failures`: how many failures of each sort (kind and category) to minimise
     (True: MINIMISE_PER_SORT; False: none)."""
     if minimise_failures is True:
         minimise_failures = MINIMISE_PER_SORT
     import time
-    report = Report(seed=seed, threads=threads)
+    report = Report(seed=seed, threads=threads, cuda=cuda)
     start = time.perf_counter()
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:
@@ -1644,7 +1845,7 @@ def run(n: int, seed: int = 0, out: str | Path | None = None, minimise_failures:
             path.write_text(text)
             if out_dir is not None:  # a hard crash (the process dies) leaves this behind as the reproducer
                 (out_dir / "_current.py").write_text(text)
-            outcome = check_file(path, threads)
+            outcome = check_file(path, threads, cuda)
             path.unlink()
             report.programs += 1
             saved = None
@@ -1656,12 +1857,12 @@ def run(n: int, seed: int = 0, out: str | Path | None = None, minimise_failures:
                 # minimising takes up to a few dozen runs: only the first few failures of each sort
                 sort = (outcome.kind, _category(outcome))
                 seen[sort] = seen.get(sort, 0) + 1
-                small, small_outcome = (minimise(text, outcome, workdir, threads=threads)
+                small, small_outcome = (minimise(text, outcome, workdir, threads=threads, cuda=cuda)
                                         if minimise_failures and seen[sort] <= int(minimise_failures)
                                         else (text, outcome))
                 if out_dir is not None:
                     saved = out_dir / f"fuzz_{s}_{outcome.kind}.py"
-                    saved.write_text(reproducer(small, small_outcome, threads))
+                    saved.write_text(reproducer(small, small_outcome, threads, cuda))
                 report.failures.append((s, small_outcome, saved))
                 outcome = small_outcome
                 if log:
@@ -1676,22 +1877,22 @@ def run(n: int, seed: int = 0, out: str | Path | None = None, minimise_failures:
 
 
 def run_isolated(n: int, seed: int = 0, out: str | Path | None = None, minimise_failures: int = MINIMISE_PER_SORT,
-                 log=None, threads: int = 0) -> Report:
+                 log=None, threads: int = 0, cuda: bool = False, first: int = 0) -> Report:
     """run() in a child process: a program that kills it (SIGSEGV, abort) is a "fatal" finding, its
     program saved as the reproducer, and a new child goes on with the next program."""
     import json
     import signal
     import subprocess
     import time
-    report = Report(seed=seed, threads=threads)
+    report = Report(seed=seed, threads=threads, cuda=cuda)
     start = time.perf_counter()
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-    first = 0
     while first < n:
         command = [sys.executable, "-m", "babytriton.testing.fuzz", "--worker", str(n), str(seed), str(first),
-                   str(threads), str(int(minimise_failures)), str(out_dir) if out_dir is not None else ""]
+                   str(threads), str(int(minimise_failures)), str(out_dir) if out_dir is not None else "",
+                   str(int(cuda))]
         child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         current = None
         for line in child.stdout:
@@ -1723,7 +1924,7 @@ def run_isolated(n: int, seed: int = 0, out: str | Path | None = None, minimise_
         saved = None
         if out_dir is not None:
             saved = out_dir / f"fuzz_{s}_fatal.py"
-            saved.write_text(reproducer(generate(s).module_text(), outcome, threads))
+            saved.write_text(reproducer(generate(s).module_text(), outcome, threads, cuda))
             (out_dir / "_current.py").unlink(missing_ok=True)
         report.programs += 1
         report.failures.append((s, outcome, saved))
@@ -1734,12 +1935,54 @@ def run_isolated(n: int, seed: int = 0, out: str | Path | None = None, minimise_
     return report
 
 
+PARALLEL_CHUNK = 25  # programs a worker process takes at a time in run_parallel
+
+
+def run_parallel(n: int, seed: int = 0, out: str | Path | None = None, jobs: int = 2,
+                 minimise_failures: int = MINIMISE_PER_SORT, log=None, threads: int = 0,
+                 cuda: bool = False) -> Report:
+    """run_isolated() over `jobs` worker processes at once: programs 0..n-1 of `seed` (the same ones a
+    single run checks) in chunks of PARALLEL_CHUNK, each job saving under its own `out`/jobJ."""
+    import threading
+    import time
+    report = Report(seed=seed, threads=threads, cuda=cuda)
+    start = time.perf_counter()
+    chunks = iter(range(0, n, PARALLEL_CHUNK))
+    lock = threading.Lock()
+
+    def work(job: int):
+        folder = Path(out) / f"job{job}" if out is not None else None
+        while True:
+            with lock:
+                first = next(chunks, None)
+            if first is None:
+                return
+            try:
+                part = run_isolated(min(first + PARALLEL_CHUNK, n), seed, folder, minimise_failures, log, threads,
+                                    cuda, first)
+            except RuntimeError as e:  # a worker that failed outside any program: the chunk is lost, said so
+                if log:
+                    log(f"programs {first}..{first + PARALLEL_CHUNK - 1}: {e}")
+                continue
+            with lock:
+                report.programs += part.programs
+                report.failures += part.failures
+                report.invalid += part.invalid
+    workers = [threading.Thread(target=work, args=(j,)) for j in range(max(jobs, 1))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    report.seconds = time.perf_counter() - start
+    return report
+
+
 _WORKER_MARK = "@@fuzz "
 
 
 def _worker(argv) -> None:
     import json
-    n, seed, first, threads, minimise_failures, out = argv
+    n, seed, first, threads, minimise_failures, out, cuda = argv
 
     kill_at = os.environ.get("BT_FUZZ_KILL_AT")  # tests of run_isolated: die as a segfault would
 
@@ -1751,7 +1994,7 @@ def _worker(argv) -> None:
             import signal
             os.kill(os.getpid(), signal.SIGSEGV)
     run(int(n), int(seed), out or None, int(minimise_failures), threads=int(threads), first=int(first),
-        progress=progress)
+        progress=progress, cuda=bool(int(cuda)))
 
 
 if __name__ == "__main__":  # python -m babytriton.testing.fuzz N SEED; scripts/fuzz.py has the options

@@ -392,7 +392,7 @@ class JIT:
         if self.target == "gpu":
             # Without GEMV: in TVM 0.27 that rule fails an assertion on one of this backward's kernels (a
             # row sum fused after elementwise adjoints); the package lets a failing rule pass the kernel
-            # on to the next one (Guarded in babytriton/schedules.py).
+            # on to the next one (Guarded in babytriton/schedules/wrappers.py).
             lowered = self.schedule(lowered, [dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()])
             if not has_gpu():
                 self.build(lowered)       # the CUDA code is generated; nothing can run it here

@@ -1,6 +1,6 @@
 # Found by the fuzzer (seed 9201028023): tanh(sigmoid(v0 - v0)) in bfloat16 failed in TVM's build (a
 # variable bound twice) once legalize.subtract's guard no longer limited inlining. The guard counts
-# as a call again (schedules._LINEAR_CALLS).
+# as a call again (schedules.inlining.LINEAR_CALLS).
 # babytriton fuzz program, seed 9201028023
 import torch
 import babytriton as bt

@@ -524,15 +524,18 @@ def _check_memory_format(memory_format, where: str) -> None:
                          "are compact values)")
 
 
-# Narrow integer dtypes a float converts to through int64, wrapping as torch's conversion does on the
-# CPU (-2.7 -> 254 as uint8); a direct conversion saturates or is undefined (C's float-to-int rule).
+# Narrow integer dtypes a float converts to through a wider integer, wrapping as torch's conversion
+# does on the CPU (-2.7 -> 254 as uint8); a direct conversion saturates or is undefined (C's
+# float-to-int rule). torch goes through int32 from float32 and the half types (2^31 + 773 -> 0 as
+# int8), which a CPU converts 8 lanes at a time; from float64 through int64 (2^31 + 773 -> 5 as uint8),
+# which AVX2 has no vector conversion for (a float32 quantisation to int8 went scalar that way).
 VIA_INT64 = {"uint8", "int8", "int16"}
 
 
 def convert(b, x, dtype: str):
     """x in `dtype`, converted as torch converts (floats to integers truncate toward zero)."""
     if dtype in VIA_INT64 and is_float_dtype(b.dtype(x)):
-        x = b.as_tensor(x, "int64")
+        x = b.as_tensor(x, "int64" if b.dtype(x) == "float64" else "int32")
     return b.as_tensor(x, dtype)
 
 

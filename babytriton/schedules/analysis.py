@@ -1,0 +1,205 @@
+"""What several rules ask of a kernel: its normalised blocks (`normalized`), loop extents, reduced axes,
+which blocks write results; and the module-wide helpers `updated`, `own_target`, `retype`."""
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.s_tir.dlight.base import get_extent
+
+from .reasons import decline
+
+
+def normalized(rule, func, target):
+    """A schedule of `func` and its blocks' infos (every block as [spatial..., reduce...] loops), or
+    (None, None) when `func` is no PrimFunc for the rule's target or does not normalise."""
+    if not isinstance(func, tirx.PrimFunc) or not rule.is_target_available(target):
+        return None, None
+    sch = s_tir.Schedule(func)
+    infos = normalize_prim_func(sch)
+    if not infos:
+        decline("its blocks have no normal form (an opaque block)")
+        return None, None
+    return sch, infos
+
+
+def one_loop(sch, blocks):
+    """The loops of injective blocks that each write a result of the kernel fused into one loop over
+    all of them (a kernel with several outputs: AdamW's p, m and v), or None when they don't fit one
+    loop: different sizes, a block reading another's result at some index other than its own (a
+    later element may not exist yet), or an intermediate buffer. One block: its loops fused."""
+    if len(blocks) == 1:
+        loops = sch.get_loops(blocks[0])
+        return fuse(sch, loops) if loops else None
+    nests = []
+    for block in blocks:
+        loops = sch.get_loops(block)
+        realize = sch.get(loops[-1]).body if loops else None
+        if not isinstance(realize, s_tir.SBlockRealize) or len(realize.iter_values) != len(loops) or not all(
+                value.same_as(sch.get(loop).loop_var) for value, loop in zip(realize.iter_values, loops)):
+            return None  # not one iteration per loop step
+        nests.append((loops, realize.block))
+    extents = [[sch.get(loop).extent for loop in loops] for loops, _ in nests]
+    if any(len(e) != len(extents[0]) or not all(tvm_ffi.structural_equal(a, b) for a, b in zip(e, extents[0]))
+           for e in extents):
+        return None
+    written = [region.source for _, block in nests for region in block.writes]
+    params = sch.mod["main"].params
+    if not all(any(w.same_as(p) for p in params) for w in written):
+        return None  # an intermediate kept as a buffer (too deep to inline): its nest stays apart
+    for _, block in nests:
+        if not all(_at_own_index(region, block) for region in block.writes) or not all(
+                _at_own_index(region, block) for region in block.reads
+                if any(region.source.same_as(w) for w in written)):
+            return None
+    fused = [fuse(sch, loops) for loops, _ in nests]
+    try:
+        return sch.merge(*fused)
+    except Exception:  # noqa: BLE001 - not mergeable (TVM raises several types): each loop on its own
+        return None
+
+
+def _at_own_index(region, block) -> bool:
+    """Whether a buffer region is the one element at the block's iteration indices, in order."""
+    ivs = block.iter_vars
+    return len(region.region) == len(ivs) and all(
+        is_int(r.extent, 1) and r.min.same_as(iv.var) for r, iv in zip(region.region, ivs))
+
+
+def uses(expr, var) -> bool:
+    return any(v.same_as(var) for v in tvm.tirx.analysis.undefined_vars(expr))
+
+
+def is_int(expr, value: int) -> bool:
+    return isinstance(expr, tirx.IntImm) and int(expr) == value
+
+
+def is_buffer(param) -> bool:
+    try:
+        param.ty.dtype
+    except AttributeError:
+        return False
+    return True
+
+
+def fuse(sch, loops):
+    return loops[0] if len(loops) == 1 else sch.fuse(*loops)
+
+
+def reduce_count(sch, block) -> int:
+    return sum(iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(block).iter_vars)
+
+
+def contiguous_reduction(sch, block) -> bool:
+    """Whether every buffer the reduction reads along the reduced axes has a reduced variable in its
+    last index: consecutive reduction steps read consecutive elements (a row sum, not a column sum).
+    Reads that do not depend on the reduced axes (softmax's row maximum) don't matter."""
+    stmt = sch.get(block)
+    reduced = {iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce}
+    written = [region.source for region in stmt.writes]
+    along = 0
+    for region in stmt.reads:
+        if any(region.source.same_as(w) for w in written):
+            continue
+        used = [set(tvm.tirx.analysis.undefined_vars(r.min)) for r in region.region]
+        if not any(u & reduced for u in used):
+            continue
+        # the last axis that has more than one element (a (n, 1) buffer is read along its first)
+        shape = region.source.shape
+        wide = [u for u, d in zip(used, shape) if not (isinstance(d, tirx.IntImm) and int(d) == 1)]
+        if not wide or not wide[-1] & reduced:
+            return False
+        along += 1
+    return along > 0
+
+
+def static_product(sch, loops):
+    """The product of the loops' extents, or None when one is symbolic."""
+    total = 1
+    for loop in loops:
+        extent = get_extent(sch, loop)
+        if not isinstance(extent, int):
+            return None
+        total *= extent
+    return total
+
+
+def block_value(sch, block):
+    """The expression a block stores (None for a block that is no single store)."""
+    body = sch.get(block).body
+    return body.value if isinstance(body, tirx.BufferStore) else None
+
+
+LONG_LATENCY_CALLS = {f"tirx.{name}" for name in ("exp", "exp2", "exp10", "erf", "tanh", "sigmoid", "log",
+                                                   "log2", "log10", "log1p", "pow", "sin", "cos", "tan",
+                                                   "atan", "sinh", "cosh", "asin", "acos", "asinh",
+                                                   "acosh", "atanh", "atan2")}
+
+
+def calls_long_math(node) -> bool:
+    """Whether `node` calls an exp, erf, tanh or other of LONG_LATENCY_CALLS."""
+    calls = []
+    tvm_ffi.structural_walk(node, (tvm.ir.expr.Call, calls.append))
+    return any(isinstance(c.op, tvm.ir.Op) and c.op.name in LONG_LATENCY_CALLS for c in calls)
+
+
+def only_output(sch, infos):
+    """The block of a kernel's one output when it is the last of `infos` and every other block is an
+    intermediate over the same static iteration space (one value per output element)."""
+    if len(infos) < 2:
+        return None
+    extents = [[get_extent(sch, loop) for loop in sch.get_loops(info.block_rv)] for info in infos]
+    if not all(isinstance(e, int) for e in extents[-1]) or any(e != extents[-1] for e in extents):
+        return None
+    params = [p for p in sch.mod["main"].params if tirx.is_buffer_var(p)]
+    outputs = [info for info in infos if any(w.source.same_as(p) for w in sch.get(info.block_rv).writes for p in params)]
+    return infos[-1].block_rv if len(outputs) == 1 and outputs[0] is infos[-1] else None
+
+
+def math_read_twice(sch, block) -> bool:
+    """An element-wise block that calls math (exp, log, tanh, ...) and that two blocks read, such as
+    a softmax's exp(x - max), read by the row's sum and by the division: kept as a buffer per row (in
+    cache) rather than inlined into both, where every element's exp would be computed twice. On one
+    thread of the 16-core Xeon a 1024x4096 softmax took 6.6 ms that way, a log-softmax (one exp) 4.0 ms;
+    on one Zen 5 core the softmax went from 2.07 to 1.87 ms."""
+    value = block_value(sch, block)
+    return value is not None and not reduce_count(sch, block) and len(sch.get_consumers(block)) >= 2 \
+        and calls_long_math(value)
+
+
+def kept_in_order(infos, remaining, kept) -> list:
+    """The blocks of `infos` that `inline(..., keep=kept)` left (`remaining`) or kept, in order."""
+    return [info.block_rv for info in infos if any(info is other for other in [*remaining, *kept])]
+
+
+def updated(mod: tvm.IRModule, kind, update) -> tvm.IRModule:
+    """`mod` with `update(func)` in place of each function of `kind` that it changes: copied on the
+    first change (a recorded stage's module is never changed), `mod` itself if nothing changes."""
+    out = mod
+    for gvar, func in mod.functions_items():
+        if isinstance(func, kind):
+            new = update(func)
+            if not new.same_as(func):
+                out = out if out is not mod else mod.clone()
+                out[gvar] = new
+    return out
+
+
+def own_target(func: tirx.PrimFunc, target: tvm.target.Target | None) -> tvm.target.Target | None:
+    """The target a kernel carries (in a module with device blocks), else the module's."""
+    return func.attrs["target"] if func.attrs is not None and "target" in func.attrs else target
+
+
+def find_all(node, kind) -> list:
+    found = []
+    tvm_ffi.structural_walk(node, (kind, found.append))
+    return found
+
+
+def retype(ty: tirx.BufferType, dtype=None, shape=None) -> tirx.BufferType:
+    """`ty` with another dtype or shape, everything else as it was."""
+    return tirx.BufferType(dtype=dtype or ty.dtype, storage_scope=ty.storage_scope,
+                           shape=ty.shape if shape is None else shape, strides=ty.strides,
+                           elem_offset=ty.elem_offset, data_alignment=ty.data_alignment,
+                           offset_factor=ty.offset_factor, layout=ty.layout, allocated_addr=ty.allocated_addr)

@@ -1,0 +1,322 @@
+"""CPU rule CPUReduction: reductions alone or with element-wise blocks (softmax, layernorm, mean):
+rows in parallel with vectors of partial results, few or long rows cut into chunks, columns
+vectorised across the kept elements."""
+from __future__ import annotations
+
+from tvm import tirx
+from tvm.s_tir.dlight.base import get_extent
+
+from .analysis import contiguous_reduction, fuse, kept_in_order, math_read_twice, reduce_count, static_product
+from .cpu_rule import (CPURule, MIN_PARALLEL_ELEMENTWISE, MIN_PARALLEL_REDUCTION, pow2_divisor, vector_lanes,
+                       vectorizable)
+from .inlining import inline
+from .lanes import uniform_lanes
+from .reasons import decline
+
+
+class CPUReduction(CPURule):
+    """Reductions, alone or in a kernel with element-wise blocks (softmax, layernorm, mean):
+
+    * rows (a reduction over contiguous elements, at least `min_rows` of them): one row per parallel
+      iteration; the row is summed into `accum` partial results that fill vector registers (rfactor),
+      then folded. A kernel of several blocks over the same rows (softmax: max, exp-sum, divide)
+      inlines its element-wise blocks and computes every block per row inside one parallel loop.
+    * a full reduction, or too few rows: the reduction is first cut into `parts` chunks (rfactor)
+      that become the parallel rows; the final fold of `parts` values, and any epilogue, is tiny.
+    * columns (`x.sum(axis=0)`, a middle axis): parallel over the kept elements, the reduction loop
+      outside a vector of contiguous kept elements.
+    `decompose_reduction` comes last: after it TVM refuses to vectorise or parallelise loops above."""
+
+    def __init__(self, accum: int = 64, parts: int = 256, min_rows: int = 64):
+        self.accum, self.parts, self.min_rows = accum, parts, min_rows
+
+    def schedule(self, sch, infos, target):
+        if all(info.is_injective() for info in infos):
+            return False
+        lanes = vector_lanes(sch, target)
+        keep = [info for info in infos[:-1] if math_read_twice(sch, info.block_rv)]
+        remaining = inline(sch, infos[:-1], keep=[info.block_rv for info in keep])
+        blocks = kept_in_order(infos[:-1], remaining, keep) + [infos[-1].block_rv]
+        reductions = [b for b in blocks if reduce_count(sch, b)]
+        if not reductions:
+            return decline("no reduction block left after inlining")
+        first = reductions[0]
+        loops = sch.get_loops(first)
+        rows = static_product(sch, loops[:len(loops) - reduce_count(sch, first)])
+        work = static_product(sch, loops)
+        # a launch costs more than a small reduction; each block is a pass over the rows
+        passes = len(blocks)
+        self.threads = work is None or work * passes > MIN_PARALLEL_REDUCTION
+        self.vectors = vectorizable(sch)
+        many_rows = rows is None or rows >= self.min_rows
+        if any(len(sch.get(b).writes) > 1 for b in reductions):
+            return self._pairs(sch, blocks, first, many_rows)
+        if len(blocks) == 1:
+            return self._single(sch, first, lanes, many_rows)
+        if reduce_count(sch, blocks[-1]):
+            return decline("its last block is a reduction too (reductions in sequence)")
+        if many_rows and all(contiguous_reduction(sch, b) for b in reductions):
+            return self._rows(sch, blocks, reductions, lanes)
+        for b in blocks:
+            if not sch.get_loops(b):  # rfactor fails on a neighbour block without loops
+                sch.add_unit_loop(b)
+        if len(reductions) == 1 and blocks.index(first) == 0:
+            # a mean, an RMS norm: the reduction as one block would be, then its epilogue (as many
+            # elements as the input where it scales the rows) in parallel and vectorised
+            self._single(sch, first, lanes, many_rows)
+            for b in blocks[1:]:
+                self._spread(sch, b, lanes)
+            return True
+        if all(contiguous_reduction(sch, b) for b in reductions):
+            if rows == 1 or self.threads and self._long(sch, first, rows):
+                return self._passes(sch, blocks, lanes)
+            # few rows (32 softmax rows): still one row per parallel iteration, each row vectorised
+            return self._rows(sch, blocks, reductions, lanes)
+        return decline("a reduction across rows (a column) among several blocks")
+
+    def _pairs(self, sch, blocks, first, many_rows):
+        """argmax's (index, value) pairs. Many rows: the rows in parallel, each reduced in order
+        (rfactor into vectors mixed up its NaN-aware combiner). A whole-tensor argmax: cut into chunks
+        (`_cut`) reduced in parallel, each in order and without vectors, then their pairs folded. The
+        combiner orders pairs totally (a NaN first, then the better value, then the smaller index) and
+        the identity loses to any element, so any order of folding gives torch's pair: the first index
+        of the maximum, or of the first NaN."""
+        if not self.threads:
+            return decline("(index, value) pairs over too little work to spread")
+        loops = sch.get_loops(first)
+        n_rows = len(loops) - reduce_count(sch, first)
+        if many_rows:
+            if len(blocks) != 1 or not n_rows:
+                return decline("(index, value) pairs with other blocks")
+            sch.parallel(fuse(sch, loops[:n_rows]))
+            return True
+        whole = not n_rows or static_product(sch, loops[:n_rows]) == 1
+        if not whole or not any("int" in str(w.source.dtype) for w in sch.get(first).writes):
+            # left to the other rules (Dlight's: rows in parallel): a few rows cut into chunks gave a
+            # bfloat16 argmax (its values cast to float32) chunk-local indices, and an online softmax's
+            # (sum, max) pairs wrong sums
+            return decline("(index, value) pairs over a few rows, or pairs of floats")
+        for b in blocks:
+            if not sch.get_loops(b):  # rfactor fails on a neighbour block without loops
+                sch.add_unit_loop(b)
+        rf = self._cut(sch, first, n_rows)
+        *chunks, inner = sch.get_loops(rf)
+        sch.parallel(fuse(sch, chunks))
+        sch.decompose_reduction(rf, inner)
+        sch.decompose_reduction(first, sch.get_loops(first)[-1])
+        return True
+
+    FEW_ROWS = 16        # rows fewer than this, each at least LONG_ROW long: a pass per block (`_passes`)
+    LONG_ROW = 8192
+    CHUNK = 4096         # an odd or symbolic row's chunk in an element-wise pass (`_spread`)
+
+    def _long(self, sch, block, rows) -> bool:
+        """Whether a reduction's rows are few and long: one row per parallel iteration would leave
+        threads idle (a logsumexp of one row of 200,000: one thread)."""
+        loops = sch.get_loops(block)
+        extent = static_product(sch, loops[len(loops) - reduce_count(sch, block):])
+        return rows is not None and rows < self.FEW_ROWS and (extent is None or extent >= self.LONG_ROW)
+
+    def _passes(self, sch, blocks, lanes):
+        """Few long rows and several blocks (a softmax, layernorm or logsumexp of a few rows of
+        100,000), or one row of any length: each block is a pass of its own over every row, a
+        reduction cut into chunks that run in parallel (`_single`), an element-wise block spread in
+        parallel and vectorised (`_spread`), rather than each row on one thread."""
+        for b in blocks:
+            if reduce_count(sch, b):
+                self._single(sch, b, lanes, many_rows=False)
+            else:
+                self._spread(sch, b, lanes)
+        return True
+
+    def _spread(self, sch, block, lanes):
+        """An element-wise block in a loop nest of its own (the epilogue of a reduction cut into
+        chunks: the scaling of an RMS norm's rows, a mean's division): its loops fused, the innermost
+        `lanes` vectorised and the rest in parallel, as CPUElementwise does. Where the size has no
+        whole vectors and its rows are long (an odd or symbolic row) the rows go in parallel in
+        chunks of CHUNK elements, whose contiguous loop LLVM vectorises."""
+        loops = sch.get_loops(block)
+        if not loops:
+            return
+        total = static_product(sch, loops)
+        threads = total is None or total >= MIN_PARALLEL_ELEMENTWISE
+        *outer, inner = loops
+        row = get_extent(sch, inner)
+        long_row = not isinstance(row, int) or row >= 2 * self.CHUNK
+        most = uniform_lanes(sch, block, inner, lanes) if self.vectors else 1
+        vector = pow2_divisor(total, most) if total is not None else 1
+        if vector > 1 and (vector == most or not long_row):
+            fused, lane = sch.split(fuse(sch, loops), [None, vector])
+            sch.vectorize(lane)
+            if threads:
+                sch.parallel(fused)
+        elif threads and long_row and outer:  # (a fused index would divide by the odd row per element)
+            chunks, _ = sch.split(inner, [None, self.CHUNK])
+            sch.parallel(fuse(sch, [*outer, chunks]))
+        elif threads:  # one loop: each thread's range of it is a plain loop
+            sch.parallel(fuse(sch, loops))
+
+    def _parallel(self, sch, loop):
+        if self.threads:
+            sch.parallel(loop)
+
+    def _vectorize(self, sch, loop):
+        if self.vectors:
+            sch.vectorize(loop)
+
+    # one reduction block ---------------------------------------------------------------------------
+    def _single(self, sch, block, lanes, many_rows):
+        n_red = reduce_count(sch, block)
+        n_rows = len(sch.get_loops(block)) - n_red
+        contiguous = contiguous_reduction(sch, block)
+        if many_rows and n_rows and not contiguous:
+            return self._columns(sch, block, n_rows, lanes)
+        fold = None
+        if not many_rows or not n_rows:
+            fold, block = block, self._cut(sch, block, n_rows)
+            n_rows = len(sch.get_loops(block)) - 1
+        row, rf = _rfactor_rows(sch, block, n_rows, self.accum)
+        if rf is None:  # a short or odd row: rows in parallel, each summed serially
+            self._parallel(sch, row)
+            sch.decompose_reduction(block, sch.get_loops(block)[-1])
+        else:
+            sch.reverse_compute_at(block, row)  # fold each row's partials right after it
+            ko, ki = sch.get_loops(rf)[-2:]
+            self._vectorize(sch, ki)
+            self._parallel(sch, row)
+            sch.decompose_reduction(rf, ko)
+        if fold is not None:  # initialised outside its loop: with no chunks at all (size 0) it is 0
+            sch.decompose_reduction(fold, sch.get_loops(fold)[-1])
+        return True
+
+    def _cut(self, sch, block, n_rows):
+        """Few rows: split the reduction into up to `parts` chunks of at least 2048 elements, made rows
+        of their own (rfactor). An odd or symbolic size gets chunks of a fixed size, the last one
+        ragged: a chunk that the predicate leaves empty would never initialise its partial result."""
+        loops = sch.get_loops(block)
+        k = fuse(sch, loops[n_rows:])
+        extent = get_extent(sch, k)
+        want = max(1, min(self.parts, extent // 2048)) if isinstance(extent, int) else self.parts
+        parts = pow2_divisor(extent, want)
+        if isinstance(extent, int) and extent and pow2_divisor(extent // parts, 16) < 16:
+            # odd chunks (200,000 in 64 chunks of 3125) are reduced one scalar at a time: fewer
+            # chunks whose size is a multiple of 16 (25 of 8000) keep vectors of partial results
+            even = [d for d in range(want, min(want, 8) - 1, -1) if extent % d == 0 and (extent // d) % 16 == 0]
+            parts = even[0] if even else parts
+        if parts >= min(want, 8):
+            kp, _ = sch.split(k, [parts, None])
+        else:
+            kp, _ = sch.split(k, [None, 2048 if isinstance(extent, int) else 4096])
+        return sch.rfactor(kp, factor_axis=0)
+
+    def _columns(self, sch, block, n_rows, lanes):
+        """Reduce over a leading or middle axis: the kept elements in parallel, vectors of contiguous ones."""
+        loops = sch.get_loops(block)
+        kept, red = fuse(sch, loops[:n_rows]), fuse(sch, loops[n_rows:])
+        extent = get_extent(sch, kept)
+        chunk = pow2_divisor(extent, 4 * lanes)
+        if chunk < lanes and (not isinstance(extent, int) or extent >= 8 * lanes):
+            # a symbolic or odd row of many columns: chunks of 4 * lanes columns, the last ragged, each
+            # reduced a row of contiguous columns at a time (LLVM vectorises that loop); a parallel
+            # loop over single columns read each column with a stride of a row (13 ms for 4096x1024)
+            outer, inner = sch.split(kept, [None, 4 * lanes])
+            sch.reorder(outer, red, inner)
+            self._parallel(sch, outer)
+            sch.decompose_reduction(block, red)
+            return True
+        if chunk < lanes:
+            self._parallel(sch, kept)
+            sch.decompose_reduction(block, red)  # initialised even when nothing is reduced
+            return True
+        outer, inner = sch.split(kept, [None, chunk])
+        sch.reorder(outer, red, inner)
+        self._parallel(sch, outer)
+        self._vectorize(sch, sch.split(inner, [None, lanes])[1])
+        sch.decompose_reduction(block, red)
+        return True
+
+    # several blocks over the same rows ---------------------------------------------------------------
+    def _rows(self, sch, blocks, reductions, lanes):
+        last = blocks[-1]
+        n_rows = min(len(sch.get_loops(b)) - reduce_count(sch, b) for b in reductions)
+        if n_rows < 1 or any(len(sch.get_loops(b)) - reduce_count(sch, b) != n_rows for b in reductions):
+            return decline("reductions over different rows")
+        order, rfs = [], []
+        for b in blocks[:-1]:          # 1. rfactor while each reduction still owns its loop nest
+            if reduce_count(sch, b):
+                _, rf = _rfactor_rows(sch, b, n_rows, self.accum)
+                if rf is not None:
+                    order.append(rf)
+                    rfs.append(rf)
+            order.append(b)
+        loops = sch.get_loops(last)    # 2. the last block's rows in parallel, its row vectorised
+        def units(nest):
+            return len(nest) >= n_rows and all(isinstance(e, int) and e == 1 for e in (get_extent(sch, loop) for loop in nest[:n_rows]))
+
+        if units(sch.get_loops(reductions[0])) and not units(loops):
+            # one row, whose unit axis the element-wise blocks lost to normalisation: their first loop
+            # is no row (taken for one, every block ran once per element); `_passes` takes it
+            return decline("one row, whose unit axis the element-wise blocks lost")
+        row = fuse(sch, loops[:n_rows])
+        inner = loops[n_rows:]
+        if inner:
+            j = fuse(sch, inner)
+            vector = pow2_divisor(get_extent(sch, j), lanes)
+            if vector > 1:
+                self._vectorize(sch, sch.split(j, [None, vector])[1])
+        self._parallel(sch, row)
+        for b in reversed(order):      # 3. every other block per row, consumers first
+            sch.compute_at(b, row, preserve_unit_loops=True)
+        for rf in rfs:                 # 4. the partial-result axis innermost, one vector register wide
+            ki, ko = _rfactor_loops(sch, rf)
+            under = sch.get_loops(rf)[1:]  # below the row: ki, ko and unit loops of the other axes
+            sch.reorder(*[loop for loop in under if not sch.get(loop).same_as(sch.get(ki))
+                          and not sch.get(loop).same_as(sch.get(ko))], ko, ki)
+            self._vectorize(sch, ki)
+        for b in blocks[:-1]:          # 5. element-wise blocks that could not be inlined
+            if not reduce_count(sch, b) and len(sch.get_loops(b)) > 1:
+                loop = sch.get_loops(b)[-1]
+                vector = pow2_divisor(get_extent(sch, loop), lanes)
+                if vector > 1:
+                    self._vectorize(sch, sch.split(loop, [None, vector])[1])
+        for rf in rfs:                 # 6. last: the partials' initialisation apart from their update
+            sch.decompose_reduction(rf, sch.get_loops(rf)[-2])
+        return True
+
+
+def _rfactor_rows(sch, block, n_rows, accum):
+    """A reduction block of loops [rows..., reduced...] as (row loop, rfactor block): the reduced loop
+    split by up to `accum` partial results (a power of two dividing it), which the original block then
+    folds. (row loop, None) when the row is too short or odd for at least 4 partials."""
+    loops = sch.get_loops(block)
+    row = fuse(sch, loops[:n_rows])
+    k = fuse(sch, loops[n_rows:])
+    extent = get_extent(sch, k)
+    # at least 16 steps a row: each row ends folding its partials one by one, which for short rows
+    # cost more than the steps saved (a 32x256 softmax on one Zen 5 core: 5.4 us with 64 partials,
+    # 4.5 with 16)
+    vector = pow2_divisor(extent, min(accum, max(extent // 16, 4)) if isinstance(extent, int) else accum)
+    if vector < 4:
+        return row, None
+    sch.split(k, [None, vector])
+    rf = sch.rfactor(sch.get_loops(block)[-1], factor_axis=-1)
+    return sch.get_loops(rf)[0], rf
+
+
+def _rfactor_loops(sch, rf):
+    """(ki, ko) of an rfactor block after `compute_at`: the loop of its partial-result axis (the
+    last index of the buffer it writes) and its reduction loop. Found by the block's bindings: with
+    rows of several axes (a 4-D causal softmax) the unit loops of the other axes sit between them."""
+    loops = sch.get_loops(rf)
+    realize = sch.get(loops[-1]).body
+    block = realize.block
+    partial = block.writes[0].region[-1].min
+
+    def loop_of(value):
+        used = tirx.analysis.undefined_vars(value)
+        return next(loop for loop in reversed(loops) if any(sch.get(loop).loop_var.same_as(v) for v in used))
+
+    ki = loop_of(next(value for iv, value in zip(block.iter_vars, realize.iter_values) if iv.var.same_as(partial)))
+    ko = loop_of(next(value for iv, value in zip(block.iter_vars, realize.iter_values)
+                      if iv.iter_type == tirx.IterVar.CommReduce))
+    return ki, ko

@@ -1,0 +1,438 @@
+"""GPU rule Elementwise: injective kernels, each thread moving 16 bytes of every buffer with one vector
+load or store (through registers where a call or a bool buffer can't be a vector); a ragged or symbolic
+size, an odd row, a slice or a gather as one flat loop in whole vectors of the output with a scalar
+tail (`_flat`); a kernel with several outputs as one loop over all of them."""
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.base import get_extent
+from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
+from tvm.sym.pattern import detect_linear_equation
+
+from ..types import is_float_dtype
+from .analysis import find_all, fuse, is_buffer, is_int, normalized, one_loop, only_output, static_product, uses
+from .inlining import GPU_CALL_DEPTH, inline
+from .lanes import (branch_multiples, branched_buffers, contiguous_lanes, flat_index, flat_offsets, innermost_var,
+                    make_branches_uniform, substituted, uniform_branches)
+from .reasons import decline
+
+
+class Elementwise(GPUScheduleRule):
+    """Injective kernels: each thread moves 16 bytes of every buffer with one vector load/store (float4
+    for float32). Dlight's Fallback moves one scalar per thread, which leaves a third of the memory
+    bandwidth unused on large element-wise chains. Rows of whole vectors are split off the row; any
+    other size or layout is one flat loop (`_flat`). A kernel with several outputs is one loop over all
+    of them (Fallback would launch one kernel per output). Fallback keeps kernels under one block."""
+
+    def __init__(self, threads: int = 256, vector_bytes: int = 16):
+        self.threads = threads
+        self.vector_bytes = vector_bytes
+
+    def apply(self, func, target, _tunable):
+        sch, infos = normalized(self, func, target)
+        if sch is None:
+            return None
+        infos = inline(sch, infos, GPU_CALL_DEPTH)
+        if not all(info.is_injective() for info in infos):
+            return None
+        widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if is_buffer(p) and len(p.ty.shape)),
+                     default=4)  # a 0-d buffer (a run-time scalar) is read once, not in vectors
+        if len(infos) > 1:
+            if only_output(sch, infos) is not None:
+                return self._per_thread(sch, infos, func, widest)
+            try:
+                return self._several_outputs(sch, infos, func, widest)
+            except Exception:  # noqa: BLE001 - registers did not fit these blocks (TVM raises several types)
+                sch, infos = normalized(self, func, target)
+                return self._several_outputs(sch, inline(sch, infos, GPU_CALL_DEPTH), func, widest, stage=False)
+        info = infos[0]
+        loops = sch.get_loops(info.block_rv)
+        if not loops:  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
+            return decline("a 0-d result: one thread")
+        # a transpose, slice or gather gets 1: Fallback's scalar loads are what it can do
+        vector = contiguous_lanes(sch, loops[-1], max(self.vector_bytes // widest, 1))
+        var, block = innermost_var(sch, loops[-1]), sch.get(info.block_rv)
+        if vector > 4 and _computes_bools(uniform_branches(block, var, vector, probe=True)):
+            vector = 4  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
+        if vector > 4 and _too_wide(block, vector) and branched_buffers(block) and not _scalar_calls(block):
+            # half math in float32 (`concat(..) * 2.0` of halves) over a concat's pieces: staging
+            # through registers would read the pieces an element at a time; 4 lanes load them as
+            # vectors and compute in CUDA's widest float vector
+            vector = 4
+        total = _total(loops, sch)
+        if vector == 1 or not _whole_vectors(total, vector):
+            # an odd row, a transpose, slice or gather, a ragged or symbolic size: vectors of the
+            # flattened output, a scalar tail
+            return self._flat(sch, info.block_rv, func, total, widest)
+        make_branches_uniform(sch, info.block_rv, var, vector)
+        extent = static_product(sch, loops)
+        if extent is not None and not self._size_fits(extent, vector):
+            return None  # tiny: Fallback's one block
+        # through registers: a call TVM can't vectorise would make every load scalar, and a bool
+        # buffer can't be a vector in memory (CUDA moves 4 bools as a ushort4: 8 misaligned bytes)
+        # and CUDA has no vector of more than 16 bytes: eight halves computed in float32 (gelu, sigmoid
+        # in float32) would be a `make_ulonglong4` of eight floats, which NVRTC refuses
+        staged = _scalar_calls(sch.get(info.block_rv)) or _has_bool_buffers(func) or _too_wide(
+            sch.get(info.block_rv), vector) or _narrow_int_math(sch.get(info.block_rv))
+        # the lanes split off the row first, so their index has no div/mod: each thread's registers
+        # then hold exactly its vector of every buffer, and a buffer broadcast along the row is one
+        # scalar per vector (split off the fused loop, eight halves of a per-channel scale were an
+        # 8-lane index vector: `make_longlong4` of eight, which nvcc refuses)
+        *outer, inner = loops
+        inner, lanes = sch.split(inner, [None, vector])
+        blocks, threads = sch.split(sch.fuse(*outer, inner), [None, self.threads])
+        sch.bind(blocks, "blockIdx.x")
+        sch.bind(threads, "threadIdx.x")
+        if staged:
+            _through_registers(sch, info.block_rv, threads, lanes)
+        else:
+            sch.vectorize(lanes)
+        return sch
+
+    def _flat(self, sch, block, func, total, widest):
+        """The kernel's loops as one flat loop over the output, `vector` lanes per thread: each buffer
+        read at the output's flat index (an odd row width, a ragged or symbolic size) moves as a
+        vector, any other read (a transpose too small to tile, a slice at an odd offset, a gather, a
+        broadcast across an odd row) is read in place by each lane. A size not a multiple of the
+        vector gets a scalar tail (`_with_tail`), so every other thread's vector stays whole."""
+        if isinstance(total, tirx.IntImm) and int(total) < self.threads:
+            return decline(f"{int(total)} elements: fewer than one block's {self.threads}")
+        loops = sch.get_loops(block)
+        inplace = flat_offsets(sch.get(block), [sch.get(loop).extent for loop in loops], total)
+        if inplace is None:
+            return decline("an output not written at its own flat index")
+        vector = max(self.vector_bytes // widest, 1)
+        if _computes_bools(sch.get(block)) or _too_wide(sch.get(block), vector):
+            vector = min(vector, 4)  # no 8-lane bool type; half math in float32: CUDA's widest float vector
+        inplace = {buffer for buffer, offset in inplace.items() if offset is None or offset % vector}
+        staged = bool(inplace) or _scalar_calls(sch.get(block)) or _has_bool_buffers(func) or bool(
+            branched_buffers(sch.get(block))) or _narrow_int_math(sch.get(block))
+        if staged and not isinstance(total, tirx.IntImm):
+            # registers per thread cut at a symbolic end would be a stack array of a symbolic size
+            vector, staged = 1, False
+        if vector > 1 and not _lanes_stay_contiguous(sch.get(block), [sch.get(loop).extent for loop in loops],
+                                                     total, self.threads, vector, inplace):
+            vector, staged = 1, False
+        if staged and len(loops) > 1:  # one iteration variable: register copies indexed by it alone
+            shape = [sch.get(loop).extent for loop in loops]
+            sch.transform_block_layout(block, tirx.IndexMap.from_func(lambda *ivs: [flat_index(ivs, shape)],
+                                                                      ndim=len(shape)))
+            loops = sch.get_loops(block)
+        blocks, threads, lanes = sch.split(fuse(sch, loops), [None, self.threads, vector])
+        sch.bind(blocks, "blockIdx.x")
+        sch.bind(threads, "threadIdx.x")
+        before, lane_var = sch.get(lanes).body, sch.get(lanes).loop_var  # the block reading global memory
+        if staged:
+            _flat_registers(sch, block, threads, lanes, inplace | branched_buffers(sch.get(block)))
+        elif vector > 1:
+            sch.vectorize(lanes)
+        if vector == 1 or _whole_vectors(total, vector):
+            return sch
+        return _with_tail(sch, blocks, threads, before, lane_var, vector, total)
+
+    def _per_thread(self, sch, infos, func, widest):
+        """One output and intermediates the inliner kept (an expression past MAX_TREE_SIZE): each
+        thread computes its vector of every intermediate into registers, then its vector of the
+        output, as CPUElementwise does per vector (Fallback inlined them whole, a tree that grows
+        exponentially). Only whole, contiguous, branch-free vectors; anything else stays Fallback's."""
+        vector = max(self.vector_bytes // widest, 1)
+        if _computes_bools(func):  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
+            vector = min(vector, 4)
+        blocks = [info.block_rv for info in infos]
+        if any(_too_wide(sch.get(block), vector) for block in blocks):
+            vector = 4  # half math in float32: 4 lanes, CUDA's widest float vector (see `_too_wide`)
+        for block in blocks:
+            loops = sch.get_loops(block)
+            var = innermost_var(sch, loops[-1]) if loops else None
+            if var is None or branch_multiples(sch.get(block), var) != [] or contiguous_lanes(
+                    sch, loops[-1], vector) != vector or _scalar_calls(sch.get(block)) or _has_bool_buffers(func):
+                return decline("intermediates kept (too large to inline) that are not whole contiguous vectors")
+        loops = sch.get_loops(blocks[-1])
+        extent = static_product(sch, loops)
+        if vector == 1:
+            return decline("elements of 16 bytes or more: no vectors")
+        if not self._size_fits(extent, vector):
+            return None
+        # the lanes split off the row first (as `apply` stages them): each intermediate's region under
+        # the thread is then one row's `vector` elements, not a cover of two rows
+        *outer, inner = loops
+        inner, lanes = sch.split(inner, [None, vector])
+        grid, threads = sch.split(sch.fuse(*outer, inner), [None, self.threads])
+        sch.bind(grid, "blockIdx.x")
+        sch.bind(threads, "threadIdx.x")
+        for block in reversed(blocks[:-1]):  # consumers first: each producer then goes under its consumer
+            sch.compute_at(block, threads, preserve_unit_loops=True)
+            sch.set_scope(block, 0, "local")
+            inner = fuse(sch, sch.get_loops(block)[2:])
+            if get_extent(sch, inner) != vector:
+                return decline("a kept intermediate's region is wider than the thread's vector")
+            sch.vectorize(inner)
+        sch.vectorize(lanes)
+        return sch
+
+    def _size_fits(self, extent, vector: int) -> bool | None:
+        """Whether `extent` elements (None: a symbolic size) are whole vectors of `vector` lanes that fill
+        at least one block; else says why not (`decline`)."""
+        if extent is None:
+            return decline("a symbolic size")
+        if extent < vector * self.threads:
+            return decline(f"{extent} elements: fewer than one block's {vector * self.threads}")
+        if extent % vector:
+            return decline(f"{extent} elements: not whole {vector}-lane vectors")
+        return True
+
+    def _several_outputs(self, sch, infos, func, widest, stage: bool = True):
+        """Several outputs (AdamW's p, m and v): one loop computes every block's element in turn,
+        vectorised where every block's lanes are contiguous, else one predicated scalar loop (Fallback
+        would give each output a loop nest, so a launch of its own)."""
+        vector = max(self.vector_bytes // widest, 1)
+        if _computes_bools(func):  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
+            vector = min(vector, 4)
+        if not all(sch.get_loops(info.block_rv) for info in infos):  # a 0-d kernel (loop counters, scalar math)
+            return decline("a 0-d result: one thread")
+        # a transpose, slice or gather: scalar
+        lanes_fit = all(contiguous_lanes(sch, sch.get_loops(info.block_rv)[-1], vector) == vector for info in infos)
+        # through registers, as `apply` stages them: a bool buffer, half math in float32, narrow integers
+        staged = stage and (_has_bool_buffers(func) or any(
+            _too_wide(sch.get(info.block_rv), vector) or _narrow_int_math(sch.get(info.block_rv))
+            or _scalar_calls(sch.get(info.block_rv)) for info in infos))
+        fused = one_loop(sch, [info.block_rv for info in infos])
+        if fused is None:
+            return decline("outputs of different shapes, or reading each other elsewhere: not one loop")
+        extent = sch.get(fused).extent
+        if not lanes_fit or not isinstance(extent, tirx.IntImm) or int(extent) % vector \
+                or int(extent) < vector * self.threads:
+            blocks, threads = sch.split(fused, [None, self.threads])
+            sch.bind(blocks, "blockIdx.x")
+            sch.bind(threads, "threadIdx.x")
+            return sch
+        blocks, threads, lanes = sch.split(fused, [None, self.threads, vector])
+        sch.bind(blocks, "blockIdx.x")
+        sch.bind(threads, "threadIdx.x")
+        if not staged:
+            sch.vectorize(lanes)
+            return sch
+        # a result another block reads (AdamW's m, read by p) stays where it is: a copy out of registers
+        # after the lanes would come after its reader
+        written = [w.source for info in infos for w in sch.get(info.block_rv).writes]
+        shared = {r.source for info in infos for r in sch.get(info.block_rv).reads
+                  if any(r.source.same_as(w) for w in written)}
+        for info in infos:  # a buffer read by several blocks is copied in once: the first copy serves all
+            _through_registers(sch, info.block_rv, threads, None, shared)
+        sch.unroll(lanes)
+        return sch
+
+
+def _total(loops, sch):
+    """The product of the loops' extents, an expression where one is symbolic."""
+    total = tirx.const(1, sch.get(loops[0]).extent.ty.dtype)
+    for loop in loops:
+        total = total * sch.get(loop).extent
+    return tvm.sym.Analyzer().simplify(total)
+
+
+def _whole_vectors(total, vector: int) -> bool:
+    """Whether `total` elements (an expression) are provably whole vectors of `vector` lanes: a
+    static multiple, or a symbolic (n, 4096)."""
+    if isinstance(total, tirx.IntImm):
+        return int(total) % vector == 0
+    known = tvm.sym.Analyzer().modular_set(total)
+    return int(known.coeff) % vector == 0 and int(known.base) % vector == 0
+
+
+def _lanes_stay_contiguous(stmt, shape, total, threads: int, vector: int, inplace) -> bool:
+    """Whether TVM's lowering will see each vector of the flattened loop as consecutive elements of
+    every buffer moved as a vector (the output, the reads not in `inplace`): their row-major index,
+    written through the `//` and `%` that flattening a rank-3 or rank-4 loop gives, must simplify
+    back to the loop's own index with only the block, thread and lane bounds known. Where it does not
+    (a (127, 8, 33, 2) transpose), the "vector" is a scatter of eight halves, `make_uint4` of eight
+    arguments, which nvcc refuses."""
+    dtype = stmt.iter_vars[0].var.ty.dtype
+    grid, thread, lane = (tirx.Var(name, dtype) for name in ("grid", "thread", "lane"))
+    analyzer = tvm.sym.Analyzer()
+    analyzer.bind(grid, tvm.ir.Range(0, tirx.floordiv(total + threads * vector - 1, threads * vector)))
+    analyzer.bind(thread, tvm.ir.Range(0, threads))
+    analyzer.bind(lane, tvm.ir.Range(0, vector))
+    flat = grid * (threads * vector) + thread * vector + lane
+    strides = [tirx.const(1, dtype)]
+    for extent in reversed(shape[1:]):
+        strides.insert(0, strides[0] * extent)
+    ivs = [iv.var for iv in stmt.iter_vars]
+    # the two forms TVM writes a flattened index's parts in: fused and split loops, and an index map's inverse
+    forms = [{iv: tirx.floormod(tirx.floordiv(flat, st), e) if i else tirx.floordiv(flat, st)
+              for i, (iv, st, e) in enumerate(zip(ivs, strides, shape))},
+             {iv: tirx.floordiv(tirx.floormod(flat, st * e), st) if i else tirx.floordiv(flat, st)
+              for i, (iv, st, e) in enumerate(zip(ivs, strides, shape))}]
+    accesses = [(store.buffer, store.indices) for store in find_all(stmt.body, tirx.BufferStore)]
+    accesses += [(load.source, load.indices) for load in find_all(stmt.body, tvm.ir.TensorLoad)
+                 if load.indices and not any(load.source.same_as(b) for b in inplace)]
+    for buffer, indices in accesses:
+        for binding in forms:
+            index = flat_index([substituted(i, binding) for i in indices], list(buffer.ty.shape))
+            step = detect_linear_equation(analyzer.simplify(index), [lane])
+            if len(step) != 2 or not is_int(step[0], 1) or uses(step[1], lane):
+                return False
+    return True
+
+
+def _flat_registers(sch, block, threads, lanes, inplace) -> None:
+    """Each thread's vector of every buffer read or written at the flat index moves through registers
+    as one vector; buffers in `inplace`, bool and 0-d ones are read or written where they are."""
+    def vectors(region) -> bool:
+        return bool(region.region) and str(region.source.dtype) != "bool" and not any(
+            region.source.same_as(b) for b in inplace)
+    for index in reversed(range(len(sch.get(block).reads))):
+        if vectors(sch.get(block).reads[index]):
+            cache = sch.reindex_cache_read(block, index, "local", lambda flat: [flat])
+            sch.compute_at(cache, threads)
+            _vectorize_under(sch, cache, threads)
+    for index in reversed(range(len(sch.get(block).writes))):
+        if vectors(sch.get(block).writes[index]):
+            cache = sch.reindex_cache_write(block, index, "local", lambda flat: [flat])
+            sch.reverse_compute_at(cache, threads)
+            _vectorize_under(sch, cache, threads)
+    sch.unroll(lanes)
+
+
+def _with_tail(sch, blocks, threads, before, lane_var, vector: int, total):
+    """The schedule with every thread's vector whole: a thread whose vector would pass the end
+    (`total` not a multiple of `vector`) skips it, and its elements are computed one by one after,
+    by the block `before` (the kernel's block as it read global memory, under the lanes loop of
+    `lane_var`), renamed. Predicated per
+    lane instead, TVM would compute every thread's vector one lane at a time."""
+    func = sch.mod["main"]
+    b, t = sch.get(blocks).loop_var, sch.get(threads).loop_var
+    index = b * sch.get(threads).extent + t
+    whole = tirx.floordiv(total, tirx.const(vector, total.ty.dtype))
+    lane = tirx.Var("tail", index.ty.dtype)
+    values = [substituted(v, {lane_var: lane}) for v in before.iter_values]
+    fresh = {iv.var: tirx.Var(iv.var.name + "_tail", iv.var.ty.dtype) for iv in before.block.iter_vars}
+    copy = tvm_ffi.structural_map(before.block, [(tvm.ir.Var, lambda var: fresh.get(var, var))])
+    copy = s_tir.SBlock(copy.iter_vars, copy.reads, copy.writes, copy.name_hint + "_tail", copy.body)
+    tail = tirx.IfThenElse(index == whole, tirx.For(lane, 0, vector, tirx.ForKind.SERIAL, s_tir.SBlockRealize(
+        values, index * vector + lane < total, copy)), None)
+    loop = sch.get(threads)
+
+    def uniform(realize):
+        if is_int(realize.predicate, 1):
+            return realize
+        return s_tir.SBlockRealize(realize.iter_values, index < whole, realize.block)
+    body = tvm_ffi.structural_map(loop.body, (s_tir.SBlockRealize, uniform))
+    new_loop = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, tirx.SeqStmt([body, tail]),
+                        loop.thread_binding, loop.annotations)
+    new = tvm_ffi.structural_map(func, (tirx.For, lambda node: new_loop if node.same_as(loop) else node))
+    return s_tir.Schedule(new)
+
+
+def _has_bool_buffers(func) -> bool:
+    """Whether a kernel reads or writes a bool buffer (never a vector in memory: see Elementwise)."""
+    return any(is_buffer(p) and str(p.ty.dtype) == "bool" for p in func.params)
+
+
+def _too_wide(block, lanes: int) -> bool:
+    """Whether a block would compute a float vector CUDA has no type for: more than 4 lanes of 32 or
+    64 bits (eight halves computed in float32 became a `make_ulonglong4` of eight floats, which NVRTC
+    refuses). Integer index arithmetic is not counted: it stays scalar."""
+    if lanes <= 4:
+        return False
+    found = []
+
+    def visit(node):
+        ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
+        if isinstance(ty, tvm.ir.PrimType) and is_float_dtype(str(ty.dtype)) and tvm.DataType(
+                str(ty.dtype)).bits >= 32:
+            found.append(node)
+    tvm_ffi.structural_walk(block.body, visit)
+    return bool(found)
+
+
+def _narrow_int_math(block) -> bool:
+    """Whether a block computes with integers narrower than 32 bits (int8 `x + c`, a quantisation's
+    cast to int8): TVM's CUDA code for their vectors fails where a value is broadcast to the lanes
+    (a per-row int8 `c`: "Check failed: p.has_value()"; 16 int8 or 8 int16 lanes: a `make_int4` of
+    too many arguments). Loads and stores of them as vectors are fine (through registers)."""
+    found = []
+
+    def visit(node):
+        ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
+        if isinstance(ty, tvm.ir.PrimType) and not isinstance(node, (tvm.ir.TensorLoad, tirx.IntImm)):
+            dtype = tvm.DataType(str(ty.dtype))
+            if dtype.type_code in (tvm.DataTypeCode.INT, tvm.DataTypeCode.UINT) and dtype.bits < 32 and not str(
+                    ty.dtype).startswith("bool"):
+                found.append(node)
+    tvm_ffi.structural_walk(block.body, visit)
+    return bool(found)
+
+
+def _scalar_calls(block) -> bool:
+    """Whether a block calls a function TVM's vectoriser has no vector form of (erf, isnan, ...): it
+    turns such a vector loop back into a scalar one, loads and stores included."""
+    found = []
+
+    def visit(call):
+        if isinstance(call.op, tvm.ir.Op) and call.op.name.rsplit(".", 1)[-1] not in _VECTORISED_SPECIALLY and (
+                not call.op.get_attr("TVectorizable")):
+            found.append(call)
+    tvm_ffi.structural_walk(block.body, (tvm.ir.Call, visit))
+    return bool(found)
+
+
+# ops the vectoriser handles itself (by their name without the "tirx."/"prim." prefix)
+_VECTORISED_SPECIALLY = {"reinterpret", "if_then_else", "likely", "bitwise_and", "bitwise_or", "bitwise_xor",
+                         "bitwise_not", "shift_left", "shift_right"}
+
+
+def _through_registers(sch, block, threads, lanes, inplace=()) -> None:
+    """Each thread loads its inputs into registers and stores its results from them as vectors, and
+    computes lane by lane in between: the calls stay scalar, the memory traffic does not. Bool
+    buffers and 0-d ones (run-time scalars), and those in `inplace`, are read and written in place,
+    one element at a time."""
+    # a buffer read in a branch (concat's pieces) is read at other offsets per branch, and one read
+    # at several indices per element (alibi's `pos[k] - pos[q]`) covers a span that moves with the
+    # thread: registers would have to hold a whole row, or a vector of no fixed width, so both are
+    # read in place
+    branched = branched_buffers(sch.get(block))
+
+    def vectors(region) -> bool:
+        return bool(region.region) and str(region.source.dtype) != "bool" and not any(
+            region.source.same_as(b) for b in branched) and all(is_int(r.extent, 1) for r in region.region) \
+            and region.source.ty.storage_scope != "local" and not any(  # local: another block's copy
+                region.source.same_as(b) for b in inplace)
+    for index in reversed(range(len(sch.get(block).reads))):
+        if vectors(sch.get(block).reads[index]):
+            cache = sch.cache_read(block, index, "local")
+            sch.compute_at(cache, threads)
+            _vectorize_under(sch, cache, threads)
+    for index in reversed(range(len(sch.get(block).writes))):
+        if vectors(sch.get(block).writes[index]):
+            cache = sch.cache_write(block, index, "local")
+            sch.reverse_compute_at(cache, threads)
+            _vectorize_under(sch, cache, threads)
+    if lanes is not None:  # None: the caller unrolls (one lanes loop over several blocks)
+        sch.unroll(lanes)
+
+
+def _vectorize_under(sch, block, threads) -> None:
+    """Vectorise the loops a register copy got under the thread's loop: none where it copies one
+    element per thread (a per-row scale), whose innermost loop is the thread's own (vectorised, a
+    vector of `threads` lanes: "VectorizeLoop before LiftStorageAlloc")."""
+    loops = sch.get_loops(block)
+    below = [i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(threads))]
+    inner = loops[below[0] + 1:] if below else []
+    if inner:
+        sch.vectorize(fuse(sch, inner))
+
+
+def _computes_bools(node) -> bool:
+    """Whether a kernel (or block) computes a bool anywhere (a compare, a NaN test, a select's condition)."""
+    found = []
+
+    def visit(node):
+        ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
+        # a constant (a block's `T.bool(True)` predicate) is never a vector of bools
+        if isinstance(ty, tvm.ir.PrimType) and str(ty.dtype).startswith("bool") and not isinstance(node, tirx.IntImm):
+            found.append(node)
+    tvm_ffi.structural_walk(getattr(node, "body", node), visit)
+    return bool(found)

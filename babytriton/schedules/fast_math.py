@@ -1,0 +1,173 @@
+"""A vectorisable float32 exp, erf and tanh for CPU builds (LLVM would call libm once per lane), on
+while babytriton builds (`fast_exp`)."""
+from __future__ import annotations
+
+import threading
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+
+# LLVM has no vector exp here: it turns a vectorised exp into one libm expf call per lane, which
+# caps every exp, sigmoid and softmax at scalar speed. While babytriton builds (`fast_exp`), the llvm
+# lowering of float32 exp is Cody-Waite range reduction and the Cephes degree-6 polynomial (about
+# 1 ulp), with inf, 0 and NaN where libm gives them. The lowering is global to TVM, hence the flag.
+_EXP_LOWERING = tvm.ir.Op.get("tirx.exp").get_attr("llvm.FLowerIntrinsic")
+_fast = threading.local()
+
+
+def _exp_f32(arg, lanes: int):
+    x = tirx.Var("x", arg.ty.dtype if hasattr(arg, "ty") else arg.dtype)  # named once: exp(exp(..)) stays linear
+    return tirx.Let(x, bool_casts_as_selects(arg), _exp_f32_of(x, lanes))
+
+
+def bool_casts_as_selects(expr, scalar_too: bool = False):
+    """`expr` with each cast of a bool vector (`scalar_too`: of any bool) written as a select of 1 or
+    0 (the same values): the LLVM codegen analyses a Let's value, and TVM's interval analysis fails on
+    a bool vector's cast (it makes a vector IntImm), as in exp(x.astype('float32')) for a vectorised
+    bool x, or `where`'s `0 < int64(cond)` once its loop is vectorised."""
+    def as_select(cast):
+        source = cast.value.ty.dtype if hasattr(cast.value, "ty") else cast.value.dtype
+        if not source.is_bool or (source.lanes == 1 and not scalar_too):
+            return cast
+        dtype = cast.ty.dtype if hasattr(cast, "ty") else cast.dtype
+        scalar = str(dtype.with_lanes(1))
+        if source.lanes == 1:
+            return tirx.Select(cast.value, tirx.const(1, scalar), tirx.const(0, scalar))
+        return tirx.Select(cast.value, tirx.Broadcast(tirx.const(1, scalar), source.lanes),
+                           tirx.Broadcast(tirx.const(0, scalar), source.lanes))
+    return tvm_ffi.structural_map(tvm_ffi.structural_map(expr, (tirx.LT, _bool_test_of_cast)), (tirx.Cast, as_select))
+
+
+def _bool_test_of_cast(less):
+    """`0 < int(c)` (`where`'s condition, legalized) as c itself. Written as `0 < select(c, 1, 0)`,
+    nested `where`s (torch.nan_to_num: three) took TVM's simplifier 12 s instead of 0.08 s: it
+    explores both sides of every select it finds in a condition."""
+    zero, cast = less.a, less.b
+    if isinstance(zero, tirx.Broadcast):
+        zero = zero.value
+    if not (isinstance(zero, tirx.IntImm) and zero.value == 0 and isinstance(cast, tirx.Cast)):
+        return less
+    source = cast.value.ty.dtype if hasattr(cast.value, "ty") else cast.value.dtype
+    return cast.value if source.is_bool else less
+
+
+def _exp_f32_of(x, lanes: int):
+    f32 = lambda v: tirx.const(v, "float32")  # noqa: E731 - scalars broadcast to the lanes
+    i32 = lambda v: tirx.const(v, "int32")  # noqa: E731
+    fdt, idt = ("float32", "int32") if lanes == 1 else (f"float32x{lanes}", f"int32x{lanes}")
+    # clamped where the result has overflowed (e^89: inf) or underflowed (e^-104: 0) already, so
+    # the same arithmetic gives inf and 0 beyond, as libm does, with no select per bound
+    c = tirx.max(tirx.min(x, f32(89.0)), f32(-104.0))
+    n = tirx.floor(c * f32(1.4426950408889634) + f32(0.5))            # x = n ln2 + r
+    r = c - n * f32(0.693359375) - n * f32(-2.12194440e-4)             # ln2 as hi + lo
+    p = f32(1.9875691500e-4)
+    for coefficient in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+        p = p * r + f32(coefficient)
+    p = p * r * r + r + f32(1.0)                                        # e^r
+    # 2^n as two normal halves: n reaches 128 (e^89) and -150 (subnormal results)
+    half = n.astype(idt) // i32(2)
+    low = tirx.reinterpret(fdt, (half + i32(127)) * i32(1 << 23))
+    high = tirx.reinterpret(fdt, (n.astype(idt) - half + i32(127)) * i32(1 << 23))
+    return tirx.Select(tirx.isnan(x), x, p * low * high)  # NaN stays NaN (the clamp made it a number)
+
+
+def as_f32(dtype):
+    """float32 with the lanes of `dtype`."""
+    return "float32" if dtype.lanes == 1 else f"float32x{dtype.lanes}"
+
+
+def _in_float32(fast, tvms):
+    """The llvm lowering of a float math call: `fast(arg, lanes)` for float32 while babytriton builds
+    (`fast_exp`); float16 computed in float32 by it and rounded once, as torch does (LLVM scalarises a
+    float16 vector call); TVM's own lowering `tvms` otherwise."""
+    def lower(call):
+        dtype = call.ty.dtype
+        if getattr(_fast, "on", False) and dtype.is_float and dtype.bits == 32:
+            return fast(call.args[0], dtype.lanes)
+        if getattr(_fast, "on", False) and str(dtype.with_lanes(1)) == "float16":
+            return tirx.Cast(dtype, fast(tirx.Cast(as_f32(dtype), call.args[0]), dtype.lanes))
+        return tvms(call)
+    return lower
+
+
+def _rational(c, numerator, denominator):
+    """Eigen's odd rational form c * p(c^2) / q(c^2), each polynomial by Horner's rule in float32."""
+    f32 = lambda v: tirx.const(v, "float32")  # noqa: E731 - scalars broadcast to the lanes
+    c2 = c * c
+    p, q = f32(numerator[0]), f32(denominator[0])
+    for coefficient in numerator[1:]:
+        p = p * c2 + f32(coefficient)
+    for coefficient in denominator[1:]:
+        q = q * c2 + f32(coefficient)
+    return c * p / q
+
+
+tirx.op.register_intrin_lowering("tirx.exp", target="llvm", f=_in_float32(_exp_f32, _EXP_LOWERING), level=99)
+
+# erf the same way: LLVM calls libm's erff once per lane of a vectorised erf (gelu's), so float32 erf
+# is Eigen's rational approximation (the one of TVM's `topi.fast_erf`): odd degree 13 over even
+# degree 8 on x clamped to [-4, 4] (erf is +-1 in float32 beyond), within 7 ulp (4e-7) of torch.erf.
+_ERF_LOWERING = tvm.ir.Op.get("tirx.erf").get_attr("default.FLowerIntrinsic")
+_ERF_NUMERATOR = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+                  -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
+_ERF_DENOMINATOR = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+                    -7.37332916720468e-03, -1.42647390514189e-02)
+
+
+def _erf_f32(arg, _lanes=None):
+    x = tirx.Var("x", arg.ty.dtype)  # named once (the polynomial reads it several times)
+    c = tirx.max(tirx.min(x, tirx.const(4.0, "float32")), tirx.const(-4.0, "float32"))
+    # it overshoots +-1 by up to 2 ulp from |x| = 3.8 on: GELU's 1 + erf(x / sqrt 2) went below 0, and
+    # GELU itself above 0, for x near -5.6
+    ratio = tirx.max(tirx.min(_rational(c, _ERF_NUMERATOR, _ERF_DENOMINATOR), tirx.const(1.0, "float32")),
+                     tirx.const(-1.0, "float32"))
+    return tirx.Let(x, bool_casts_as_selects(arg), tirx.Select(tirx.isnan(x), x, ratio))
+
+
+tirx.op.register_intrin_lowering("tirx.erf", target="llvm", f=_in_float32(_erf_f32, _ERF_LOWERING), level=99)
+
+
+# tanh the same way: TVM's llvm lowering computes both exp(2x) and exp(-2x) and divides twice (an
+# arm for each sign; GELU-tanh ran 3.5x slower than GELU-erf). Float32 tanh here is Eigen's
+# rational approximation (TVM's `topi.fast_tanh`): odd degree 13 over even degree 6 of x clamped to
+# [-9, 9], exactly +-1 from |x| = 8.04 (torch: 9.01), within 5 float32 ulp of 1 below that (an exp form
+# 1 - 2 / (exp(2|x|) + 1) is within 1 ulp there but doubled GELU-tanh's time); x itself below 4e-4.
+_TANH_LOWERING = tvm.ir.Op.get("tirx.tanh").get_attr("llvm.FLowerIntrinsic")
+_TANH_NUMERATOR = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
+                   1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03)
+_TANH_DENOMINATOR = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
+TANH_CLAMP = 9.0
+
+
+def _tanh_f32(arg, _lanes=None):
+    x = tirx.Var("x", arg.ty.dtype)  # named once (the polynomial reads it several times)
+    f32 = lambda v: tirx.const(v, "float32")  # noqa: E731 - scalars broadcast to the lanes
+    c = tirx.max(tirx.min(x, f32(TANH_CLAMP)), f32(-TANH_CLAMP))
+    keep = tirx.Or(tirx.abs(x) < f32(0.0004), tirx.isnan(x))  # tanh(x) rounds to x; NaN stays NaN
+    # it overshoots 1 by an ulp near 8.5
+    ratio = tirx.max(tirx.min(_rational(c, _TANH_NUMERATOR, _TANH_DENOMINATOR), f32(1.0)), f32(-1.0))
+    return tirx.Let(x, bool_casts_as_selects(arg), tirx.Select(keep, x, ratio))
+
+
+def _tanh_lowering(call):
+    """float64 tanh is LLVM's own intrinsic (libm's tanh per lane): TVM's lowering, an exp formula,
+    cancelled near 0 (tanh(1e-12) was 9.99978e-13, tanh(1e-20) 0, tanh(-0.0) +0)."""
+    if str(call.ty.dtype.with_lanes(1)) == "float64":
+        return tirx.call_llvm_pure_intrin(call.ty.dtype, "llvm.tanh", call.args[0])
+    return _in_float32(_tanh_f32, _TANH_LOWERING)(call)
+
+
+tirx.op.register_intrin_lowering("tirx.tanh", target="llvm", f=_tanh_lowering, level=99)
+
+
+class fast_exp:  # noqa: N801 - used as `with schedules.fast_exp():`
+    """While active on this thread, LLVM builds lower float32 exp, erf and tanh to the vectorisable polynomials."""
+
+    def __enter__(self):
+        self.before = getattr(_fast, "on", False)
+        _fast.on = True
+
+    def __exit__(self, *exc):
+        _fast.on = self.before

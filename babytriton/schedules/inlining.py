@@ -1,0 +1,118 @@
+"""Inlining with limits (`inline`): producers go into their consumers while the inlined expression
+stays small enough for TVM's simplifier and LLVM (math calls nested at most MAX_CALL_DEPTH deep on a
+CPU, at most MAX_TREE_SIZE nodes everywhere)."""
+from __future__ import annotations
+
+import tvm
+
+from .. import legalize
+from .analysis import block_value
+
+
+MAX_CALL_DEPTH = 2  # math calls nested in one inlined expression (see `inline`); 3 tanh: 7 s of LLVM
+_FIELDS = ("a", "b", "value", "condition", "true_value", "false_value", "body")
+
+
+# calls whose lowering names their argument once: they don't grow an inlined expression. (Not
+# `reinterpret`, legalize.subtract's guard: a bfloat16 x - y under sigmoid under tanh, inlined, had
+# TVM's bf16 lowering bind the fast exp's variable twice; fuzz 9201028023.)
+LINEAR_CALLS = {f"tirx.{name}" for name in ("sqrt", "rsqrt", "pow", "fabs", "floor", "ceil", "round", "trunc",
+                                             "nearbyint", "isnan", "isinf", "isfinite",
+                                             "copysign", "if_then_else", "log", "exp", "sin", "cos")}
+
+
+def _call_depth(expr) -> int:
+    """How deeply math calls that repeat their argument (tanh, erf) nest in an expression:
+    tanh(erf(x)) is 2, sqrt(x / pow(b, n)) is 0."""
+    if isinstance(expr, tvm.ir.expr.Call):
+        if legalize.is_kept(expr):  # the guard's round trip through an integer: two bit casts, no work
+            return _call_depth(expr.args[0].args[0])
+        inner = max((_call_depth(arg) for arg in expr.args), default=0)
+        linear = isinstance(expr.op, tvm.ir.Op) and expr.op.name in LINEAR_CALLS
+        return inner + (0 if linear else 1)
+    return max((_call_depth(getattr(expr, f)) for f in _FIELDS if isinstance(getattr(expr, f, None), tvm.ir.expr.Expr)),
+               default=0)
+
+
+def _block_depth(sch, block) -> int:
+    value = block_value(sch, block)
+    return _call_depth(value) if value is not None else 0
+
+
+# On a GPU no call depth limits inlining: CUDA calls tanhf (erff, expf) on its argument written once,
+# and nvcc computes a call repeated on the same value once (a GELU-tanh backward's nine tanh: one
+# ex2 in the PTX). Kept buffers cost more there: the kernel leaves Elementwise for Fallback's scalar
+# loads. The tree size still bounds what TVM's simplifier walks.
+GPU_CALL_DEPTH = None
+
+MAX_TREE_SIZE = 4000  # nodes of one inlined expression, counted as a tree (as the simplifier walks it)
+
+
+def _tree_size(expr, memo: dict, leaf=None) -> int:
+    """Nodes of `expr` counted as a tree (a shared subexpression once per use), in time linear in
+    the DAG; with `leaf`, only the nodes that are instances of `leaf`."""
+    key = expr.__hash__()
+    if key in memo:
+        return memo[key][1]
+    children = [getattr(expr, f) for f in _FIELDS if isinstance(getattr(expr, f, None), tvm.ir.expr.Expr)]
+    if isinstance(expr, tvm.ir.expr.Call):
+        children += list(expr.args)
+    if isinstance(expr, tvm.ir.expr.TensorLoad):
+        children += list(expr.indices)
+    own = 1 if leaf is None or isinstance(expr, leaf) else 0
+    total = own + sum(_tree_size(c, memo, leaf) for c in children)
+    memo[key] = (expr, total)  # the expression kept alive: its hash (an address) stays its own
+    return total
+
+
+def _block_size(sch, block, leaf=None) -> int:
+    """The tree size of the block's stored expression (`leaf`: of its nodes of that kind only)."""
+    value = block_value(sch, block)
+    return _tree_size(value, {}, leaf) if value is not None else 0
+
+
+def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=()):
+    """Dlight's `try_inline` with limits: a producer goes into its consumers only while the math calls
+    nested in one expression stay within `max_depth`. LLVM's lowering of tanh (or erf) names its
+    argument several times, so forty inlined tanh would be a 5**40-node expression; the chain keeps a
+    buffer every few calls instead. GPU rules pass None (GPU_CALL_DEPTH): see there. Blocks in `keep`
+    stay blocks."""
+    kept = [sch.get(b) for b in keep]
+    blocks = [info for info in infos if not any(sch.get(info.block_rv).same_as(k) for k in kept)]
+
+    def fits(block, others) -> bool:
+        if max_depth is not None and _block_depth(sch, block) + max(
+                (_block_depth(sch, o) for o in others), default=0) > max_depth:
+            return False
+        # and the expression stays small: NaN-aware max/min and floor `//` name each operand several
+        # times, so a chain of them inlined grows exponentially (5 unrolled `maximum`s kept TVM's
+        # simplifier busy for hours: fuzz 9200028250)
+        size = _block_size(sch, block)
+        return all(_block_size(sch, o) + size * _block_size(sch, o, tvm.ir.expr.TensorLoad) <= MAX_TREE_SIZE
+                   for o in others)
+
+    def trial(inline, neighbours):
+        for i, info in enumerate(blocks):
+            if not fits(info.block_rv, neighbours(info.block_rv)):
+                continue
+            try:
+                inline(info.block_rv)
+            except Exception:  # noqa: BLE001 - not inlinable (TVM raises several types): the next block
+                continue
+            return i
+        return None
+
+    def reverse_inline(block):
+        # never into a reduction: a reduction over a unit axis may pass TVM's check (normalising
+        # dropped the axis) and the epilogue would then run on its init and on its update too
+        if any(sch.get(p).init is not None for p in sch.get_producers(block)):
+            raise ValueError("a producer is a reduction")
+        sch.reverse_compute_inline(block)
+
+    while True:
+        i = trial(sch.compute_inline, sch.get_consumers)
+        if i is None:
+            i = trial(reverse_inline, sch.get_producers)
+        if i is None:
+            return blocks
+        blocks.pop(i)

@@ -1,0 +1,297 @@
+"""GPU rule InnerReduction: any kernel over rows that reduces along the innermost axis only (a row sum or
+max, max and argmax, a softmax, a norm, a cross-entropy, several statistics of the same rows), whatever
+the rows' width (narrow, ragged, long or symbolic), its number of inputs and outputs and its dtypes."""
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.base import get_extent
+from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
+
+from .analysis import contiguous_reduction, find_all, fuse, is_buffer, normalized, reduce_count, uses
+from .inlining import GPU_CALL_DEPTH, inline
+from .lanes import branched_buffers, contiguous_lanes, most_lanes
+from .reasons import decline
+
+
+class InnerReduction(GPUScheduleRule):
+    """A kernel whose blocks all work on the same rows: reductions along the rows' innermost, contiguous
+    axis (one or several results per row: an argmax's (index, value), an online softmax's (max, sum)),
+    element-wise blocks over the rows or over one value per row, in any order and with any number of
+    inputs and outputs. The iteration space picks the launch:
+
+    * a row is spread over `threads` threads (a power of two: `_threads`), each reading `lanes`
+      contiguous elements per step, as one vector where whole vectors tile the row (16 bytes of the
+      widest dtype along it), one element where they don't (a width of 50257, a symbolic one); the
+      vectors of a last step that the threads don't fill are predicated off;
+    * narrow rows take few threads, and a block holds several rows (`threadIdx.y`) so that it has at
+      least `block_threads` threads: 64 experts of float32 over 32768 tokens are 4 threads per row (4
+      vectors each), 32 rows per block. A warp, or part of one, reduces with shuffles;
+    * long rows loop: each thread accumulates its steps in registers, then the row's threads reduce;
+      few rows get more threads each (up to 1024), until `busy_threads` are in flight.
+    The blocks run one after the other inside one loop over the rows (`sch.merge`), each split over
+    the row's threads the same way, so a thread reads back only what it wrote itself (`_own_reads`)
+    and no barrier is needed between them. A row's reduced values stay in registers: TVM's all-reduce
+    leaves them in every thread of the row."""
+
+    def __init__(self, block_threads: int = 128, max_threads: int = 256, vector_bytes: int = 16,
+                 vectors: int = 4, busy_threads: int = 1 << 17, symbolic_threads: int = 128):
+        self.block_threads, self.max_threads, self.vector_bytes = block_threads, max_threads, vector_bytes
+        self.vectors = vectors  # vectors per thread that size a row's threads (`_threads`)
+        self.busy_threads = busy_threads  # threads in flight that keep every SM of an H100 busy
+        self.symbolic_threads = symbolic_threads  # threads per row of a symbolic width
+
+    def apply(self, func, target, _tunable):
+        sch, infos = normalized(self, func, target)
+        if sch is None:
+            return None
+        blocks = [info.block_rv for info in inline(sch, infos, GPU_CALL_DEPTH)]
+        reductions = [b for b in blocks if reduce_count(sch, b)]
+        if not reductions:
+            return None  # no reduction: another kind of kernel
+        space = _row_space(sch, reductions)
+        if space is None:
+            return None
+        blocks = _results_in_registers(sch, blocks, func, space[0])
+        nests = _nests(sch, blocks, *space)
+        if nests is None:
+            return None
+        if not _own_reads(sch, nests):
+            return decline("a block reads another's result at another element (a shift, a transpose)")
+        rows, width = space
+        lanes = self._lanes(func, width)
+        threads, per_block = self._shape(rows, width, lanes)
+        row = sch.merge(*[row for _, row, _ in nests]) if len(nests) > 1 else nests[0][1]
+        grid, row = sch.split(row, [None, per_block])
+        sch.bind(grid, "blockIdx.x")
+        sch.bind(row, "threadIdx.y" if threads > 1 else "threadIdx.x")
+        for block in blocks:  # first: vectors then move only what stays in global memory
+            _in_registers(sch, block, func)
+        for block, _, column in nests:
+            self._spread(sch, block, column, threads, lanes)
+        return sch
+
+    def _lanes(self, func, width) -> int:
+        """Elements per vector: `vector_bytes` of the widest dtype of the buffers with rows of this
+        width, fewer where that many don't divide the width (1 for a symbolic or odd width)."""
+        if not isinstance(width, int):
+            return 1
+        along = [p for p in func.params if is_buffer(p) and len(p.ty.shape) and
+                 isinstance(p.ty.shape[-1], tirx.IntImm) and int(p.ty.shape[-1]) == width]
+        widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in along), default=4)
+        return most_lanes([width], max(self.vector_bytes // max(widest, 1), 1))
+
+    def _shape(self, rows, width, lanes: int) -> tuple[int, int]:
+        """(threads per row, rows per block): see `_threads`; rows share a block until it has
+        `block_threads` threads (never more rows than there are)."""
+        threads = self._threads(rows, width, lanes)
+        per_block = max(self.block_threads // threads, 1)
+        if isinstance(rows, int):
+            per_block = min(per_block, _pow2_at_least(rows))
+        return threads, per_block
+
+    def _threads(self, rows, width, lanes: int) -> int:
+        """Threads per row: a power of two giving each about `vectors` vectors (up to `max_threads`;
+        `symbolic_threads` for a symbolic width), doubled for few rows (to 1024) until `busy_threads`
+        run or each thread would have less than one vector."""
+        if not isinstance(width, int):
+            return self.symbolic_threads
+        vectors = -(-width // lanes)
+        threads = min(_pow2_at_least(-(-vectors // self.vectors)), self.max_threads)
+        guess = rows if isinstance(rows, int) else 4096
+        while threads < 1024 and guess * threads < self.busy_threads and threads * 2 <= vectors:
+            threads *= 2
+        return threads
+
+    def _spread(self, sch, block, column, threads: int, lanes: int) -> None:
+        """Split a block's columns over the row's threads as (thread, step, lane), through registers a
+        vector at a time where a vector's columns are contiguous in every buffer. A per-row block (no
+        column) runs in every thread of the row (a value it keeps is then in each thread's registers)."""
+        if column is None:
+            return  # every thread of the row computes it; TVM has only the first store a kernel result
+        whole = lanes > 1 and contiguous_lanes(sch, column, lanes) == lanes  # asked before the splits
+        vector, lane = sch.split(column, [None, lanes])
+        step, thread = sch.split(vector, [None, threads])
+        sch.reorder(thread, step, lane)
+        if threads > 1:
+            sch.bind(thread, "threadIdx.x")
+        sch.unroll(lane)
+        if whole:
+            _whole_vectors(sch, block, step)
+
+
+def _row_space(sch, reductions):
+    """(rows, width): the number of rows and the row's width of reductions that all reduce the same
+    rows along their trailing loops, in which consecutive steps read consecutive elements; None (having
+    said why) for other reductions."""
+    spaces = []
+    for block in reductions:
+        loops = sch.get_loops(block)
+        kinds = [iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(block).iter_vars]
+        n_rows = len(loops) - sum(kinds)
+        if len(kinds) != len(loops):
+            return decline("a reduction whose loops are not one per axis")
+        if any(kinds[:n_rows]):
+            return decline("a reduced axis that is not innermost")
+        if not (contiguous_reduction(sch, block) or _reads_nothing_along(sch, block)):
+            return decline("reduces across rows (a column sum): not contiguous")
+        spaces.append((_product(sch, loops[:n_rows]), _product(sch, loops[n_rows:])))
+    if any(not (_same(r, spaces[0][0]) and _same(w, spaces[0][1])) for r, w in spaces):
+        return decline("reductions over different rows")
+    return spaces[0]
+
+
+def _reads_nothing_along(sch, block) -> bool:
+    """Whether no buffer the reduction reads depends on its reduced axes (a count: the sum of ones)."""
+    stmt = sch.get(block)
+    reduced = [iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
+    written = [region.source for region in stmt.writes]
+    return not any(uses(r.min, var) for region in stmt.reads if not any(region.source.same_as(w) for w in written)
+                   for r in region.region for var in reduced)
+
+
+def _nests(sch, blocks, rows, width):
+    """Each block's loops as (block, a loop over the rows, a loop over the row's columns or None for
+    one value per row): the leading loops that make `rows` fused, the other loops of more than one
+    step fused. None (having said why) when a block's loops don't divide so (other rows, a part of
+    a row, a block outside every loop)."""
+    nests = []
+    for block in blocks:
+        loops = sch.get_loops(block)
+        cut = next((k for k in range(len(loops) + 1) if _same(_product(sch, loops[:k]), rows)), None)
+        if cut is None:
+            return decline("a block over other rows than the reductions'")
+        columns = [loop for loop in loops[cut:] if get_extent(sch, loop) != 1]
+        if columns and not _same(_product(sch, columns), width):
+            return decline("a block over part of a row, or over something else than rows")
+        try:
+            row = fuse(sch, loops[:cut]) if cut else sch.add_unit_loop(loops[0] if loops else block)
+            column = fuse(sch, columns) if columns else None
+        except tvm.error.TVMError:  # spatial and reduced loops together: not a row
+            return decline("a block over something else than rows")
+        nests.append((block, row, column))
+    return nests
+
+
+def _own_reads(sch, nests) -> bool:
+    """Whether each block reads what another block of the kernel wrote only at the element that the
+    same row and column wrote (the same thread wrote it): both in terms of a common row and column."""
+    realizes = find_all(sch.mod["main"].body, s_tir.SBlockRealize)
+    analyzer = tvm.sym.Analyzer()
+    written, shared = {}, {}  # shared: the common row and column variables, by name and dtype
+
+    def common(loop, name):
+        var = sch.get(loop).loop_var
+        return var, shared.setdefault((name, var.ty.dtype), tirx.Var(name, var.ty.dtype))
+    for block, row_loop, column_loop in nests:
+        stmt = sch.get(block)
+        common_vars = dict([common(row_loop, "row")] + ([common(column_loop, "column")] if column_loop else []))
+        realize = next(r for r in realizes if r.block.same_as(stmt))
+        values = {iv.var: _substituted(value, common_vars) for iv, value in zip(stmt.iter_vars, realize.iter_values)}
+        own = [region.source for region in stmt.writes]
+        for region in stmt.reads:
+            wrote = written.get(region.source)
+            if wrote is None or any(region.source.same_as(o) for o in own):
+                continue
+            here = [_substituted(r.min, values) for r in region.region]
+            if not all(_same(r.extent, 1) for r in region.region) or not all(
+                    analyzer.can_prove_equal(a, b) for a, b in zip(here, wrote)):
+                return False
+        for region in stmt.writes:
+            written[region.source] = [_substituted(r.min, values) for r in region.region]
+    return True
+
+
+def _results_in_registers(sch, blocks, func, rows) -> list:
+    """The blocks, where one writes a per-row result of the kernel that a later block reads (a row
+    statistic a training forward saves) followed by a block that stores it from registers, and the
+    later blocks reading the registers: TVM stores a per-row value from the row's first thread only,
+    which the others would read back with no barrier between."""
+    params = [p for p in func.params if is_buffer(p)]
+    out = []
+    for i, block in enumerate(blocks):
+        out.append(block)
+        wide = [loop for loop in sch.get_loops(block) if get_extent(sch, loop) != 1]
+        if not reduce_count(sch, block) and not _same(_product(sch, wide), rows):
+            continue  # an element-wise block over whole rows: its elements are read by the thread that wrote them
+        for index in reversed(range(len(sch.get(block).writes))):
+            buffer = sch.get(block).writes[index].source
+            readers = [later for later in blocks[i + 1:] if any(r.source.same_as(buffer) for r in sch.get(later).reads)]
+            if readers and any(buffer.same_as(p) for p in params):
+                out.append(sch.cache_write(block, index, "local"))
+                local = sch.get(block).writes[index].source
+                for reader in readers:
+                    _reads_instead(sch, reader, buffer, local)
+    return out
+
+
+def _reads_instead(sch, block, old, new) -> None:
+    """The block reading buffer `new` wherever it read `old`, in place (its handles stay valid)."""
+    stmt = sch.get(block)
+    changed = tvm_ffi.structural_map(stmt, [(tvm.ir.Var, lambda var: new if var.same_as(old) else var)])
+    sch.state.replace(sch.get_sref(block), changed, {stmt: changed})
+
+
+def _whole_vectors(sch, block, step) -> None:
+    """Each buffer the block reads or writes along the row moves through registers one vector per
+    step (one 16-byte load or store; the caller checked that a vector's columns are consecutive
+    elements of every buffer). Bool buffers, buffers read in a branch and the block's own
+    accumulators stay as they are."""
+    stmt = sch.get(block)
+    column = [iv.var for iv in stmt.iter_vars][-1]
+    skip = list(branched_buffers(stmt)) + [region.source for region in stmt.writes]
+    depth = 1 + [sch.get(loop).same_as(sch.get(step)) for loop in sch.get_loops(block)].index(True)
+
+    def along(region) -> bool:
+        return bool(region.region) and str(region.source.dtype) != "bool" and \
+            str(region.source.ty.storage_scope) == "global" and uses(region.region[-1].min, column)
+    for index in reversed(range(len(stmt.reads))):
+        region = stmt.reads[index]
+        if along(region) and not any(region.source.same_as(s) for s in skip):
+            cache = sch.cache_read(block, index, "local", consumer_blocks=[block])
+            sch.compute_at(cache, step)
+            _vectorize_inner(sch, cache, depth)
+    if stmt.init is None:
+        for index in reversed(range(len(stmt.writes))):
+            if along(stmt.writes[index]):
+                cache = sch.cache_write(block, index, "local")
+                sch.reverse_compute_at(cache, step)
+                _vectorize_inner(sch, cache, depth)
+
+
+def _vectorize_inner(sch, cache, depth: int) -> None:
+    loops = sch.get_loops(cache)
+    if len(loops) > depth:  # the region is a vector, not one element
+        sch.vectorize(loops[-1])
+
+
+def _in_registers(sch, block, func) -> None:
+    """What a block writes that is no result of the kernel stays in each thread: a reduction's value
+    (every thread of the row holds it after the all-reduce), a per-row value (computed in every
+    thread that reads it), an element (only the thread that wrote it reads it: `_own_reads`)."""
+    params = [p for p in func.params if is_buffer(p)]
+    for index, region in enumerate(sch.get(block).writes):
+        if not any(region.source.same_as(p) for p in params):
+            sch.set_scope(block, index, "local")
+
+
+def _substituted(expr, binding):
+    return tvm_ffi.structural_map(expr, [(tvm.ir.Var, lambda var: binding.get(var, var))])
+
+
+def _product(sch, loops):
+    total = 1
+    for loop in loops:
+        total = total * get_extent(sch, loop)
+    return total
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return tvm.sym.Analyzer().can_prove_equal(a, b)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()

@@ -1,0 +1,167 @@
+"""GPU rule Tiled: an injective kernel that reads an input across that input's contiguous axis (`a + b.T`,
+`x.permute(0, 2, 1) * y`, `x.transpose(1, 2).contiguous()`) goes through square tiles in shared memory,
+so that the global reads and the writes are both coalesced."""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
+from tvm.sym.pattern import detect_linear_equation
+
+from .analysis import find_all, fuse, is_int, normalized, uses
+from .inlining import GPU_CALL_DEPTH, inline
+from .lanes import across_reads
+from .reasons import decline
+
+# A tile's side, by the bytes of the element staged: a row of a tile is 128 bytes (a whole cache line)
+# for elements of up to 4 bytes, and at least 32 elements (a warp) for wider ones.
+_TILE = {1: 128, 2: 64, 4: 32, 8: 32}
+MIN_ACROSS = 8  # both axes of the tile at least this long: a narrower one is read well enough in place
+
+
+class Tiled(GPUScheduleRule):
+    """Injective kernels whose output's innermost loop indexes an input along an outer axis while
+    another loop indexes that input's innermost axis: the two loops are tiled (T x T, `_TILE`); a
+    block of threads reads each such input's tile into shared memory along the input's contiguous
+    axis, then computes the output's tile along the output's contiguous axis, in vectors of 16 bytes
+    where the output's row allows. The tile's rows are padded by one 4-byte bank, so reading a column
+    of it touches 32 banks. Which loop pairs with the innermost one is read from the indices of every
+    read (the loop that steps an input's last index by one), for any rank and permutation."""
+
+    def __init__(self, threads: int = 256, vector_bytes: int = 16):
+        self.threads, self.vector_bytes = threads, vector_bytes
+
+    def apply(self, func, target, _tunable):
+        sch, infos = normalized(self, func, target)
+        if sch is None:
+            return None
+        infos = inline(sch, infos, GPU_CALL_DEPTH)
+        if len(infos) != 1 or not infos[0].is_injective():
+            return None
+        block = infos[0].block_rv
+        loops = sch.get_loops(block)
+        realize = sch.get(loops[-1]).body if loops else None
+        if len(loops) < 2 or not isinstance(realize, tvm.s_tir.SBlockRealize) or not all(
+                value.same_as(sch.get(loop).loop_var) for value, loop in zip(realize.iter_values, loops)):
+            return None
+        ivs = [iv.var for iv in realize.block.iter_vars]
+        across = across_reads(realize.block, ivs)
+        if not across:
+            return None  # nothing read across its contiguous axis: Elementwise's
+        k = max(set(across.values()), key=list(across.values()).count)  # the loop most such reads pair with
+        staged = sorted(i for i, axis in across.items() if axis == k)
+        extents = [sch.get(loop).extent for loop in (loops[k], loops[-1])]
+        if not all(isinstance(e, tirx.IntImm) for e in extents):
+            # a tile at a symbolic edge would need shared memory of a symbolic size
+            return decline("a transposed read along a symbolic axis: read in place")
+        if any(int(e) < MIN_ACROSS for e in extents):
+            return decline(f"a transposed read whose tile side is under {MIN_ACROSS}: read in place")
+        return self._schedule(sch, block, loops, k, staged, realize.block)
+
+    def _schedule(self, sch, block, loops, k, staged, stmt):
+        """Tile loops k and the innermost, stage the `staged` reads in shared memory, bind threads."""
+        widest = max(tvm.DataType(stmt.reads[i].source.dtype).bits // 8 for i in staged)
+        tile = _TILE.get(widest, 32)
+        vector, contiguous = _output_lanes(stmt, sch.get(loops[-1]).extent, self.vector_bytes, staged)
+        vector = min(vector, tile * tile // self.threads)  # every thread a vector of the tile: no idle rows
+        ko, ki = sch.split(loops[k], [None, tile])
+        no, ni = sch.split(loops[-1], [None, tile])
+        others = [loop for i, loop in enumerate(loops) if i not in (k, len(loops) - 1)]
+        sch.reorder(*others, ko, no, ki, ni)
+        grid = fuse(sch, [*others, ko, no])
+        sch.bind(grid, "blockIdx.x")
+        # a warp's threads along the output's row (whole vectors), the rest of the block down the tile
+        across = tile // vector
+        nt, lanes = sch.split(ni, [across, vector])
+        steps, kt = sch.split(ki, [None, self.threads // across])
+        sch.reorder(kt, nt, steps, lanes)
+        sch.bind(sch.fuse(kt, nt), "threadIdx.x")
+        for index in reversed(staged):
+            cache = sch.cache_read(block, index, "shared")
+            sch.compute_at(cache, grid, preserve_unit_loops=True)
+            source = sch.get(cache).reads[0].source
+            size = tvm.DataType(source.dtype).bits // 8
+            # 4-byte words (two halves, four bytes) per load: what a padded row keeps aligned
+            words = max(1, 4 // size) if _divides(max(1, 4 // size), source.ty.shape[-1]) and str(
+                source.dtype) != "bool" else 1  # CUDA has no vector of bools
+            copy = fuse(sch, sch.get_loops(cache)[1:])
+            _, cache_threads, cache_lanes = sch.split(copy, [None, self.threads, words])
+            sch.bind(cache_threads, "threadIdx.x")
+            if words > 1:
+                sch.vectorize(cache_lanes)
+            rank = len(sch.get(cache).writes[0].region)
+            # rows of a tile one 4-byte bank apart: a column read by a warp hits 32 banks, not one
+            sch.storage_align(cache, 0, rank - 2, 128 // size, max(1, 4 // size))
+        if vector > 1:
+            _vectors_through_registers(sch, block, steps, lanes, contiguous)
+        return sch
+
+
+def _vectors_through_registers(sch, block, steps, lanes, contiguous) -> None:
+    """Each thread's vector of the output, and of each input read along it, moves between global
+    memory and registers as one vector; the lanes are computed one by one in between (a lane of the
+    shared tile is a column apart from the next: as a vector, eight halves would be a gather CUDA
+    has no type for)."""
+    for index in reversed(range(len(sch.get(block).reads))):
+        if any(sch.get(block).reads[index].source.same_as(b) for b in contiguous):
+            cache = sch.cache_read(block, index, "local")
+            sch.compute_at(cache, steps, preserve_unit_loops=True)
+            _vectorize_below(sch, cache, steps)
+    for index in reversed(range(len(sch.get(block).writes))):
+        cache = sch.cache_write(block, index, "local")
+        sch.reverse_compute_at(cache, steps, preserve_unit_loops=True)
+        _vectorize_below(sch, cache, steps)
+    sch.unroll(lanes)
+
+
+def _vectorize_below(sch, block, loop) -> None:
+    """Vectorise the loops of `block` below `loop` (a register copy's loops over one vector)."""
+    loops = sch.get_loops(block)
+    below = [i for i, other in enumerate(loops) if sch.get(other).same_as(sch.get(loop))][0]
+    sch.vectorize(fuse(sch, loops[below + 1:]))
+
+
+def _divides(lanes: int, extent) -> bool:
+    return isinstance(extent, tirx.IntImm) and int(extent) % lanes == 0
+
+
+def _output_lanes(stmt, extent, vector_bytes: int, staged) -> tuple[int, list]:
+    """Lanes of the output's vectors along the innermost loop (of `extent`): 16 bytes of the widest
+    buffer read or written along it, fewer where the row's width or an offset is not a multiple, 1
+    where a read (not staged) goes across the innermost axis some other way; and the buffers read
+    along it, which then move as vectors."""
+    inner = stmt.iter_vars[-1].var
+    staged_buffers = [stmt.reads[i].source for i in staged]
+    multiples, widest, contiguous = [], 1, []
+    for load in find_all(stmt.body, tvm.ir.TensorLoad):
+        if any(load.source.same_as(b) for b in staged_buffers) or not any(uses(i, inner) for i in load.indices):
+            continue
+        widest = max(widest, tvm.DataType(load.source.dtype).bits // 8)
+        if not _contiguous_along(load.indices, load.source.ty.shape, inner, multiples):
+            return 1, []
+        if str(load.source.dtype) != "bool":  # a bool is read in place: CUDA has no vector of bools
+            contiguous.append(load.source)
+    for store in find_all(stmt.body, tirx.BufferStore):
+        widest = max(widest, tvm.DataType(store.buffer.dtype).bits // 8)
+        if not _contiguous_along(store.indices, store.buffer.ty.shape, inner, multiples) or str(
+                store.buffer.dtype) == "bool":
+            return 1, []
+    if not isinstance(extent, tirx.IntImm):
+        return 1, []
+    lanes = max(vector_bytes // widest, 1)
+    while lanes > 1 and any(m % lanes for m in multiples + [int(extent)]):
+        lanes //= 2
+    return lanes, contiguous
+
+
+def _contiguous_along(indices, shape, var, multiples: list) -> bool:
+    """Whether an access steps its last index by one along `var` and no other index with it; adds
+    what a vector's lane count must divide (the row's width, the offset) to `multiples`."""
+    *outer, last = indices
+    coeffs = detect_linear_equation(last, [var])
+    if any(uses(i, var) for i in outer) or len(coeffs) != 2 or not is_int(coeffs[0], 1) or not isinstance(
+            shape[-1], tirx.IntImm):
+        return False
+    offset = tvm.sym.Analyzer().modular_set(coeffs[1])
+    multiples += [int(shape[-1]), int(offset.coeff), int(offset.base)]
+    return True

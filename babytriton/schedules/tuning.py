@@ -1,0 +1,95 @@
+"""MetaSchedule: tuning with an on-disk database (under the cache directory) that later runs reuse."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+from pathlib import Path
+
+import tvm
+from tvm import relax
+
+from ..errors import debug_enabled
+
+
+TUNE_EXTRAS = ("psutil", "cloudpickle", "xgboost")
+BUILD_TIMEOUT_S = 300
+
+
+def tuning_dir() -> Path:
+    from ..config import cache_dir
+    return cache_dir() / "meta_schedule"
+
+
+def require_tuning_extras() -> None:
+    missing = [name for name in TUNE_EXTRAS if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(f"schedule='meta_schedule' needs {', '.join(missing)}: "
+                          "pip install 'babytriton[tune]'")
+
+
+def _tuning_target(target: tvm.target.Target) -> tvm.target.Target:
+    config = dict(target.export())
+    if config["kind"] == "llvm" and "num-cores" not in config:
+        config["num-cores"] = os.cpu_count() or 1  # MetaSchedule refuses a CPU target without it
+    return tvm.target.Target(config)
+
+
+def meta_schedule(mod: tvm.IRModule, target: tvm.target.Target, trials: int) -> tvm.IRModule:
+    """Tune the kernels that the database has no record of, then apply the best records."""
+    require_tuning_extras()
+    from tvm.s_tir import meta_schedule as ms
+
+    target = _tuning_target(target)
+    work_dir = tuning_dir() / hashlib.sha256(str(target).encode()).hexdigest()[:16]
+    work_dir.mkdir(parents=True, exist_ok=True)
+    database = ms.database.JSONDatabase(work_dir=str(work_dir))
+    tasks = ms.relax_integration.extract_tasks(mod, target)
+    todo = [t for t in tasks if database.query_tuning_record(t.dispatched[0], target, "main") is None]
+    if todo:
+        contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(todo, work_dir=str(work_dir))
+        per_task = max(trials, 1)
+        progress = _progress_bar([t.task_name for t in todo], per_task)
+        # MetaSchedule logs every round to stdout; keep that in its log files and show the bar instead.
+        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.DEBUG if debug_enabled() else logging.WARNING)
+        ms.tune_tasks(
+            tasks=contexts, task_weights=weights, work_dir=str(work_dir), database=database,
+            # each build is a fresh process importing TVM: on a busy 2-core machine that alone can take 30 s
+            # each build worker knows babytriton's NaN-propagating reducers (cross-thread reductions look them up)
+            builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S, initializer=_register_reducers),
+            max_trials_global=per_task * len(todo), max_trials_per_task=per_task,
+            num_trials_per_iter=min(8, per_task), cost_model="xgb",
+            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), progress])
+        sys.stderr.write("\n")
+    with target, database:
+        return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+
+
+def _register_reducers():
+    from .. import legalize
+    legalize.reducers()
+
+
+def _progress_bar(names: list[str], per_task: int):
+    """A one-line progress bar on stderr while MetaSchedule measures candidates."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+    @derived_object
+    class Progress(PyMeasureCallback):
+        def __init__(self):
+            self.total = per_task * len(names)
+            self.done = 0
+
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+            self.done = min(self.done + len(measure_candidates), self.total)
+            width = 30
+            filled = width * self.done // max(self.total, 1)
+            name = names[task_id] if task_id < len(names) else ""
+            sys.stderr.write(f"\r[babytriton] tuning [{'#' * filled}{'.' * (width - filled)}] "
+                             f"{self.done}/{self.total} trials  {name[:40]:40s}")
+            sys.stderr.flush()
+
+    return Progress()

@@ -1,0 +1,303 @@
+"""Element-wise kernels of every layout (issue 28): inputs read across their contiguous axis (`a + b.T`,
+permutes) go through tiles (GPU: Tiled, shared memory; CPU: CPUTiled, cache-sized tiles), ragged and
+symbolic sizes get whole vectors and a scalar tail (Elementwise), other reads (a slice at an odd
+offset, a gather, a broadcast across an odd row) are read in place. Results against torch on the CPU;
+the CUDA generated for sm_90 and compiled by nvcc; the same programs against torch on a GPU (`gpu`)."""
+import math
+import shutil
+
+import pytest
+import torch
+import tvm
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import babytriton as bt
+
+SM90 = {"kind": "cuda", "arch": "sm_90"}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}
+GPU_RULES = ("Tiled", "Elementwise")
+
+
+def nvcc_ptx(source: str) -> bytes:
+    from tvm.support import nvcc
+    with tvm.target.Target(SM90):
+        return nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
+
+
+def assert_builds_with_nvcc(k) -> None:
+    if shutil.which("nvcc"):
+        assert b".entry" in nvcc_ptx(k.source)
+
+
+def values(shape, dtype: str, seed: int, device: str = "cpu", special: bool = True) -> torch.Tensor:
+    """Random values of `dtype`, with a NaN, +inf and -inf among them (floats, `special`)."""
+    gen = torch.Generator().manual_seed(seed)
+    if dtype == "int8":
+        return torch.randint(-100, 100, shape, generator=gen, dtype=torch.int8).to(device)
+    x = torch.randn(shape, generator=gen)
+    if special and x.numel() >= 3:
+        flat = x.view(-1)
+        flat[x.numel() // 3], flat[x.numel() // 2], flat[-1] = float("nan"), float("inf"), -float("inf")
+    return x.to(DTYPES[dtype]).to(device)
+
+
+def close(got, expected) -> None:
+    if expected.dtype == torch.bfloat16:  # one rounding of bfloat16 apart (torch.compile is, too)
+        torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2, equal_nan=True)
+    else:
+        torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+# -- generated permutes -----------------------------------------------------------------------------
+
+def permute_program(stored, perm, dtype, axis):
+    """`x.permute(perm) * y + s`: x stored as `stored`, y contiguous in the permuted shape, s broadcast
+    along `axis` of it (every axis broadcast once across the examples)."""
+    out = tuple(stored[p] for p in perm)
+    scale = tuple(1 if i == axis else d for i, d in enumerate(out))
+
+    def f(x: bt.Tensor(stored, dtype), y: bt.Tensor(out, dtype), s: bt.Tensor(scale, dtype)):
+        return x.permute(perm) * y + s
+    return f, out, scale
+
+
+@st.composite
+def layouts(draw, low: int, high: int):
+    """(stored shape, permutation, dtype, broadcast axis): rank 2-4, sides ragged and round, at
+    least `low` and at most `high` elements."""
+    rank = draw(st.integers(2, 4))
+    sides = st.sampled_from((3, 8, 17, 32, 33, 64, 100))
+    shape = tuple(draw(sides) for _ in range(rank))
+    while math.prod(shape) < low:
+        shape = tuple(d * 2 for d in shape)
+    while math.prod(shape) > high:  # the longest side halved: stays above high / 2
+        longest = shape.index(max(shape))
+        shape = shape[:longest] + (shape[longest] // 2,) + shape[longest + 1:]
+    perm = tuple(draw(st.permutations(range(rank))))
+    return shape, perm, draw(st.sampled_from(tuple(DTYPES))), draw(st.integers(0, rank - 1))
+
+
+def crosses(stored, perm) -> bool:
+    """Whether the permute reads x across its contiguous axis with both tile sides over 8."""
+    inner = perm.index(len(perm) - 1)  # the output axis indexed by x's innermost
+    return inner != len(perm) - 1 and stored[-1] >= 8 and stored[perm[-1]] >= 8
+
+
+@settings(max_examples=4, deadline=None)
+@given(layouts(1 << 15, 1 << 17), st.integers(0, 1000))
+def test_generated_permutes_match_torch_on_the_cpu(layout, seed):
+    stored, perm, dtype, axis = layout
+    f, out, scale = permute_program(stored, perm, dtype, axis)
+    x, y, s = values(stored, dtype, seed), values(out, dtype, seed + 1), values(scale, dtype, seed + 2)
+    k = bt.jit(target="cpu")(f).compile()
+    close(k(x, y, s), x.permute(perm) * y + s)
+    if crosses(stored, perm):
+        assert [kernel.rule for kernel in k.fusion] == ["CPUTiled"], str(k.fusion)
+
+
+def three_permutes(layouts3):
+    """Three permute programs (`permute_program`) as one function: three kernels, one nvcc call."""
+    (f1, *_), (f2, *_), (f3, *_) = (permute_program(*layout) for layout in layouts3)
+    (s1, p1, t1, a1), (s2, p2, t2, a2), (s3, p3, t3, a3) = layouts3
+    o1, o2, o3 = (permute_program(*layout)[1:] for layout in layouts3)
+
+    def f(x1: bt.Tensor(s1, t1), y1: bt.Tensor(o1[0], t1), c1: bt.Tensor(o1[1], t1),
+          x2: bt.Tensor(s2, t2), y2: bt.Tensor(o2[0], t2), c2: bt.Tensor(o2[1], t2),
+          x3: bt.Tensor(s3, t3), y3: bt.Tensor(o3[0], t3), c3: bt.Tensor(o3[1], t3)):
+        return x1.permute(p1) * y1 + c1, x2.permute(p2) * y2 + c2, x3.permute(p3) * y3 + c3
+    return f
+
+
+@settings(max_examples=2, deadline=None)
+@given(st.lists(layouts(1 << 12, 1 << 16), min_size=3, max_size=3))
+def test_generated_permutes_build_for_sm90(layouts3):
+    k = bt.jit(target=SM90)(three_permutes(layouts3)).compile()
+    assert len(k.fusion) == 3 and all(kernel.rule in GPU_RULES for kernel in k.fusion), str(k.fusion)
+    tiled = sum(crosses(stored, perm) for stored, perm, *_ in layouts3)
+    assert [kernel.rule for kernel in k.fusion].count("Tiled") == tiled, str(k.fusion)
+    assert_builds_with_nvcc(k)
+
+
+def test_a_transposed_argument_and_an_empty_axis_match_torch():
+    def add(a: bt.Tensor((64, 48)), b: bt.Tensor((64, 48))):
+        return a + b
+    k = bt.jit(target="cpu")(add).compile()
+    a, b = values((64, 48), "float32", 1), values((48, 64), "float32", 2).T  # b not contiguous
+    close(k(a, b), a + b)
+
+    def empty(a: bt.Tensor((0, 40)), b: bt.Tensor((40, 0))):
+        return a + b.T
+    e = bt.jit(target="cpu")(empty)
+    assert e(torch.randn(0, 40), torch.randn(40, 0)).shape == (0, 40)
+
+
+# -- the programs of the issue: rules on both devices ------------------------------------------------
+
+def add_transposed(a: bt.Tensor((512, 384)), b: bt.Tensor((384, 512))):
+    return a + b.T
+
+
+def transposed_copy(x: bt.Tensor((8, 256, 96), "float16")):
+    return x.transpose(1, 2).contiguous()
+
+
+def quantise(x: bt.Tensor((256, 384)), s: bt.Tensor((256, 1))):
+    return torch.clamp(torch.round(x / s), -128, 127).to(torch.int8)
+
+
+def clamp_polynomial(x: bt.Tensor((256, 384), "float16"), y: bt.Tensor((256, 384), "float16")):
+    t = torch.clamp(x, -2.0, 2.0)
+    return 0.5 * t * t * t - 1.5 * t + y
+
+
+@pytest.mark.parametrize("f, rule", [(add_transposed, "CPUTiled"), (transposed_copy, "CPUTiled"),
+                                     (quantise, "CPUElementwise"), (clamp_polynomial, "CPUElementwise")])
+def test_cpu_rules_and_results(f, rule):
+    k = bt.jit(target="cpu")(f).compile()
+    args = [values(p.shape, p.dtype, i, special=f is not quantise) for i, p in enumerate(k.specs)]
+    if f is quantise:
+        args[1] = args[1].abs() + 0.01
+    close(k(*args), f(*args))
+    (kernel,) = k.fusion
+    assert kernel.rule == rule and "vector" in kernel.launch, str(k.fusion)
+
+
+def test_quantisation_converts_through_int32_in_vectors():
+    """float32 -> int8 goes through int32 as torch's does (2^31 + 773 is 0, not 5), which a CPU
+    converts in vectors; through int64 every lane was a scalar conversion."""
+    k = bt.jit(target="cpu")(quantise).compile()
+    assert '"int64"' not in k.stages["schedule"].split("def quantise")[0].split("def fused")[1]
+
+    def narrow(x: bt.Tensor((8,))):
+        return x.to(torch.int8), x.to(torch.uint8), x.to(torch.int16)
+    x = torch.tensor([2.0 ** 31 + 773, -2.7, 300.0, 70000.0, -2.0 ** 33 - 3, 3e10, float("inf"), -0.5])
+    for got, expected in zip(bt.jit(target="cpu")(narrow)(x), narrow(x)):
+        assert torch.equal(got, expected), (got, expected)
+
+
+def test_a_clamp_against_numbers_is_one_loop_and_keeps_nan():
+    """max/min against a number is one compare (the NaN operand is the answer itself): the clamp's
+    polynomial inlines whole, no intermediate buffer, and NaN and ±inf still come out as torch's."""
+    k = bt.jit(target="cpu")(clamp_polynomial).compile()
+    kernel_text = k.stages["schedule"].split("def clamp_polynomial")[0]
+    assert "alloc_buffer" not in kernel_text and kernel_text.count("T.parallel") == 1
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0, -3.0, 2.0] * 16384, dtype=torch.float16)
+    x, y = x.reshape(256, 384), torch.ones(256, 384, dtype=torch.float16)
+    close(k(x, y), clamp_polynomial(x, y))
+
+
+SIDE_PROGRAMS = [add_transposed, transposed_copy, quantise, clamp_polynomial]
+
+
+# -- ragged and symbolic sizes, odd offsets, gathers -------------------------------------------------
+
+def symbolic_rows(x: bt.Tensor(("n", 37), "float16"), y: bt.Tensor(("n", 37), "float16")):
+    return torch.sigmoid(x) * y
+
+
+def symbolic_flat(x: bt.Tensor(("n",))):
+    return x * 2.0 + 1.0
+
+
+def ragged_bias(x: bt.Tensor((129, 1001)), b: bt.Tensor((1001,))):
+    return torch.relu(x + b)
+
+
+def odd_slice(x: bt.Tensor((64, 1024), "bfloat16")):
+    return x[:, 1:] * 2.0
+
+
+def gathered(x: bt.Tensor((64, 512)), index: bt.Tensor((64, 512), "int64")):
+    return torch.gather(x, 1, index) + 1.0
+
+
+def erf_halves(x: bt.Tensor((33, 62), "float16")):
+    h, g = x.chunk(2, dim=-1)
+    return h * torch.erf(g)
+
+
+IRREGULAR = [symbolic_rows, symbolic_flat, ragged_bias, odd_slice, gathered, erf_halves]
+
+
+def irregular_args(f, n: int = 1000, device: str = "cpu"):
+    if f is symbolic_rows:
+        return values((n, 37), "float16", 1, device), values((n, 37), "float16", 2, device)
+    if f is symbolic_flat:
+        return (values((n,), "float32", 3, device),)
+    if f is ragged_bias:
+        return values((129, 1001), "float32", 4, device), values((1001,), "float32", 5, device)
+    if f is odd_slice:
+        return (values((64, 1024), "bfloat16", 6, device),)
+    if f is gathered:
+        return values((64, 512), "float32", 7, device), torch.randint(0, 512, (64, 512), device=device)
+    return (values((33, 62), "float16", 8, device),)
+
+
+def all_programs(a: bt.Tensor((512, 384)), b: bt.Tensor((384, 512)), x: bt.Tensor((8, 256, 96), "float16"),
+                 q: bt.Tensor((256, 384)), s: bt.Tensor((256, 1)), c: bt.Tensor((256, 384), "float16"),
+                 d: bt.Tensor((256, 384), "float16"), r: bt.Tensor(("n", 37), "float16"),
+                 rr: bt.Tensor(("n", 37), "float16"), f: bt.Tensor(("m",)), g: bt.Tensor((129, 1001)),
+                 h: bt.Tensor((1001,)), o: bt.Tensor((64, 1024), "bfloat16"), e: bt.Tensor((64, 512)),
+                 i: bt.Tensor((64, 512), "int64"), u: bt.Tensor((33, 62), "float16")):
+    """The programs above as one: a kernel each, one CUDA source for nvcc."""
+    return (add_transposed(a, b), transposed_copy(x), quantise(q, s), clamp_polynomial(c, d),
+            symbolic_rows(r, rr), symbolic_flat(f), ragged_bias(g, h), odd_slice(o), gathered(e, i),
+            erf_halves(u))
+
+
+def test_every_program_here_gets_a_rule_of_its_layout_on_sm90_and_builds():
+    """Tiled where an input is read across its contiguous axis, Elementwise for the rest (ragged and
+    symbolic sizes, odd slices, gathers): no kernel left to Fallback."""
+    k = bt.jit(target=SM90)(all_programs).compile()
+    rules = sorted(kernel.rule for kernel in k.fusion)
+    assert rules == ["Elementwise"] * 8 + ["Tiled"] * 2, str(k.fusion)
+    assert_builds_with_nvcc(k)
+
+
+def test_a_ragged_size_is_whole_vectors_and_a_scalar_tail():
+    k = bt.jit(target=SM90)(ragged_bias).compile()  # 129 x 1001: not whole float4 rows, a float4 whole
+    schedule = k.stages["schedule"]
+    assert "T.vectorized(T.int64(4))" in schedule and '_tail"' in schedule
+    assert "*(float4*)(x_ptr + " in k.source and "b_ptr[" in k.source  # b read in place, per lane
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 1027])
+def test_symbolic_sizes_match_torch_on_the_cpu(n):
+    for f in (symbolic_rows, symbolic_flat):
+        args = irregular_args(f, n)
+        close(bt.jit(target="cpu")(f)(*args), f(*args))
+
+
+@pytest.mark.parametrize("f", [ragged_bias, odd_slice, gathered, erf_halves])
+def test_irregular_kernels_match_torch_on_the_cpu(f):
+    args = irregular_args(f)
+    close(bt.jit(target="cpu")(f)(*args), f(*args))
+
+
+# -- on a GPU ----------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("f", IRREGULAR + SIDE_PROGRAMS)
+def test_gpu_kernels_match_torch(f):
+    if f in IRREGULAR:
+        sizes = (0, 1, 3, 1000, 4099) if f in (symbolic_rows, symbolic_flat) else (None,)
+        for n in sizes:
+            args = irregular_args(f, n or 1000, "cuda")
+            close(bt.jit(target="gpu")(f)(*args), f(*args))
+        return
+    k = bt.jit(target="gpu")(f).compile()
+    args = [values(p.shape, p.dtype, i, "cuda", special=f is not quantise) for i, p in enumerate(k.specs)]
+    if f is quantise:
+        args[1] = args[1].abs() + 0.01
+    close(k(*args), f(*args))
+
+
+@pytest.mark.gpu
+@settings(max_examples=10, deadline=None)
+@given(layouts(1 << 10, 1 << 18), st.integers(0, 1000))
+def test_generated_permutes_match_torch_on_a_gpu(layout, seed):
+    stored, perm, dtype, axis = layout
+    f, out, scale = permute_program(stored, perm, dtype, axis)
+    x, y, s = (values(shape, dtype, seed + i, "cuda") for i, shape in enumerate((stored, out, scale)))
+    close(bt.jit(target="gpu")(f)(x, y, s), x.permute(perm) * y + s)

@@ -1,0 +1,108 @@
+"""Sorts on a GPU go to torch's stable sort (offload._SortsToTorch): sort, argsort and topk become packed
+calls of torch.sort/torch.argsort (a topk: the first k indices, values gathered at them).
+
+The rewrite's meaning is checked on the CPU (a Relax module rewritten, built for LLVM, its packed
+calls running torch on CPU tensors); GPU builds are checked for sm_90 with nvcc; on a GPU,
+gpu_probe_topk.py's programs (sorts of values the function computes, issue 27's topk_router_sigmoid
+among them) are compared with torch.
+"""
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import relax
+
+import babytriton as bt
+from babytriton import offload
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+import gpu_probe_topk as probe  # noqa: E402
+from torch_corpus import CORPUS  # noqa: E402
+
+SM90 = {"kind": "cuda", "arch": "sm_90"}
+
+
+def _module(dtype: str, shape: tuple, build):
+    """A Relax function of one tensor whose body is `build(x)` (a Relax expression), rewritten."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(build(x))
+        bb.emit_func_output(out)
+    return offload.offload_sorts(bb.get())
+
+
+def _run_on_cpu(mod, x: torch.Tensor):
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x.numpy()))
+    items = list(out) if isinstance(out, (tvm.ir.Array, list, tuple)) else [out]
+    return [torch.from_numpy(item.numpy()) for item in items]
+
+
+def _first(t, k, dim, descending):
+    """torch's stable sort's first k along `dim`: (values, indices), ties in index order."""
+    result = torch.sort(t, dim=dim, descending=descending, stable=True)
+    return result.values.narrow(dim, 0, k), result.indices.narrow(dim, 0, k)
+
+
+# (Relax op, torch's answer): a topk is the stable sort's first k (torch's own topk orders ties as it
+# likes); the inputs below have ties in every row, and a NaN
+REWRITES = {
+    "topk both, largest, last axis": (lambda x: relax.op.topk(x, 3, axis=-1, ret_type="both", largest=True, dtype="int32"),
+                                      lambda t: _first(t, 3, -1, True)),
+    "topk values, smallest, axis 0": (lambda x: relax.op.topk(x, 2, axis=0, ret_type="values", largest=False),
+                                      lambda t: _first(t, 2, 0, False)[:1]),
+    "topk indices, k < 1 takes all": (lambda x: relax.op.topk(x, 0, axis=1, ret_type="indices", dtype="int64"),
+                                      lambda t: _first(t, t.shape[1], 1, True)[1:]),
+    "argsort descending, int32": (lambda x: relax.op.argsort(x, axis=1, descending=True, dtype="int32"),
+                                  lambda t: (torch.argsort(t, dim=1, descending=True, stable=True),)),
+    "sort ascending, axis 0": (lambda x: relax.op.sort(x, axis=0, descending=False),
+                               lambda t: (torch.sort(t, dim=0, stable=True).values,)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("name", list(REWRITES))
+def test_rewritten_sorts_mean_what_torch_means(name, dtype):
+    build, reference = REWRITES[name]
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(-4, 5, (6, 7), generator=g).to(getattr(torch, dtype))
+    if dtype == "float32":
+        x[2, 3] = float("nan")
+    mod = _module(dtype, tuple(x.shape), build)
+    assert "relax.topk" not in mod.script() and "R.argsort" not in mod.script() and "R.sort" not in mod.script()
+    got, want = _run_on_cpu(mod, x), reference(x)
+    assert len(got) == len(want)
+    for g_, w in zip(got, want):
+        np.testing.assert_array_equal(g_.numpy(), w.to(g_.dtype).numpy())
+
+
+def test_router_on_sm90_sorts_with_torch_and_builds():
+    case = next(c for c in CORPUS if c.name == "topk_router_sigmoid")
+    k = bt.jit(case.fn, target=SM90).compile(*case.make_inputs("cpu"))
+    rules = [kernel.rule for kernel in k.fusion]
+    assert rules.count("torch.argsort") == 2, k.fusion
+    assert "argsort" not in k.source  # no TVM sort kernel left
+    if shutil.which("nvcc"):
+        from tvm.support import nvcc
+        with tvm.target.Target(SM90):
+            assert b".entry" in nvcc.compile_cuda(k.source, target_format="ptx", compiler="nvcc")
+
+
+def test_cpu_builds_keep_tvms_sort():
+    case = next(c for c in CORPUS if c.name == "topk_router_sigmoid")
+    k = bt.jit(case.fn).compile(*case.make_inputs("cpu"))
+    assert "SortsToTorch" not in k.stages and "torch.argsort" not in {kernel.rule for kernel in k.fusion}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", probe.CASES, ids=[c.name for c in probe.CASES])
+def test_gpu_sorts_of_computed_values_match_torch(case):
+    assert probe.run_case(case) is None, probe.run_case(case)
