@@ -313,7 +313,7 @@ def test_a_reduction_written_twice_is_computed_once():
     for target in ("cpu", SM90):
         fusion = kernels(mean_twice, x, target=target)
         assert len(fusion) == 2 and sum("mean" in k.name for k in fusion) == 1, str(fusion)
-    assert_like_torch(mean_twice, x)
+    assert_like_torch(mean_twice, x, rtol=1e-5, atol=1e-5)  # values of 1e3-1e4: float32 sums differ by a few ulps
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
