@@ -164,6 +164,14 @@ def _clip(y, call, g, ctx):
     return [op.where(inside, g, _c(0, g)), no_grad(lo), no_grad(hi)]
 
 
+@_rule("relax.where")
+def _where(y, call, g, ctx):
+    """torch.where: each side gets the gradient where the condition picks it, summed back to its own
+    shape where it was broadcast (TVM's rule gives it the result's shape: `y[:, 0] = ...` failed)."""
+    cond, x1, x2 = call.args
+    return [no_grad(cond), _fit(ctx, op.where(cond, g, _c(0, g)), x1), _fit(ctx, op.where(cond, _c(0, g), g), x2)]
+
+
 @_rule("relax.square")
 def _square(y, call, g, ctx):
     x = call.args[0]

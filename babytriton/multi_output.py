@@ -23,7 +23,7 @@ from tvm import relax, s_tir, tirx
 
 from .blocks import BlockRewriter
 from .rowwise import PREFIX as ROWS_PREFIX
-from .rowwise import _BROADCAST, _CALL_TIR, _Graph, _outputs, _same, _shape
+from .rowwise import _BROADCAST, _CALL_TIR, _Graph, _outputs, _same, _shape, with_free_sizes
 
 PREFIX = "fused_"
 
@@ -271,8 +271,7 @@ class _Rewriter(BlockRewriter):
         for members in groups:
             outputs = _outputs(members, graph)
             func, args, names = _group_function(self.mod, bindings_of, members, outputs)
-            if relax.analysis.free_symbolic_vars(func):
-                continue  # a size its parameters do not define (a (2 * n, 1) tensor's n): left apart
+            func, args = with_free_sizes(func, args)
             gvar = self.builder.add_func(func, PREFIX + "_".join(names))
             self.inlined.update(bindings_of[v].value.op for v in members
                                 if isinstance(bindings_of[v].value.op, tvm.ir.GlobalVar))

@@ -27,10 +27,13 @@ FLOATS = ("float16", "bfloat16", "float32")
 # what `k.fusion` says schedules an offloaded kernel, by the name prefix of its packed function
 TORCH_ARGSORT = "babytriton.torch_argsort"
 TORCH_SORT = "babytriton.torch_sort"
+TORCH_SCANS = {"relax.cumsum": "babytriton.torch_cumsum", "relax.cumprod": "babytriton.torch_cumprod"}
 RULES = {TORCH_ATTENTION: ("SDPA", "torch scaled_dot_product_attention"),
          TORCH_MATMUL: ("torch.matmul", "cuBLAS or the CPU BLAS, through torch"),
          TORCH_ARGSORT: ("torch.argsort", "torch's stable sort (CUB's segmented radix sort)"),
-         TORCH_SORT: ("torch.sort", "torch's stable sort (CUB's segmented radix sort)")}
+         TORCH_SORT: ("torch.sort", "torch's stable sort (CUB's segmented radix sort)"),
+         TORCH_SCANS["relax.cumsum"]: ("torch.cumsum", "torch's parallel scan (CUB)"),
+         TORCH_SCANS["relax.cumprod"]: ("torch.cumprod", "torch's parallel scan (CUB)")}
 
 
 def rule_of(name: str) -> tuple[str, str] | None:
@@ -117,9 +120,30 @@ def _sort(x, axis, descending, out):
     out.copy_(torch.sort(x, dim=int(axis), descending=bool(descending), stable=True).values)
 
 
+def _scan(step):
+    """torch's scan `step` (cumsum, cumprod) of x along `axis` (-1: of x flattened) into `out`, in
+    out's dtype; `exclusive`: each element the scan of those before it (the identity first)."""
+    def scan(x, axis, exclusive, out):
+        axis = int(axis)
+        if axis < 0:
+            x, axis = x.reshape(-1), 0
+        n = x.shape[axis]
+        if n == 0:
+            return
+        if not exclusive:
+            out.copy_(step(x, dim=axis, dtype=out.dtype))
+            return
+        out.narrow(axis, 0, 1).fill_(0 if step is torch.cumsum else 1)
+        if n > 1:
+            out.narrow(axis, 1, n - 1).copy_(step(x.narrow(axis, 0, n - 1), dim=axis, dtype=out.dtype))
+    return scan
+
+
 # not TORCH_FUNCTIONS: a direct call would give torch's int64 indices where the function says int32
 tvm.register_global_func(TORCH_ARGSORT, _packed(_argsort, 1), override=True)
 tvm.register_global_func(TORCH_SORT, _packed(_sort, 1), override=True)
+tvm.register_global_func(TORCH_SCANS["relax.cumsum"], _packed(_scan(torch.cumsum), 1), override=True)
+tvm.register_global_func(TORCH_SCANS["relax.cumprod"], _packed(_scan(torch.cumprod), 1), override=True)
 
 
 def direct_call(func: relax.Function):
@@ -391,13 +415,20 @@ def _sorted(name: str, x, axis: int, descending: bool, ty) -> relax.Call:
 
 @relax.expr_functor.mutator
 class _SortsToTorch(_Offload):
-    """sort, argsort and topk on a GPU as torch's stable sort: a topk is the first k of an argsort and
-    the values gathered at them. TVM's GPU sort (odd-even sorts of 128-element blocks, then merges by
-    one thread per run) is slow on long rows, and a topk through it was wrong on the H200 (issue 27's
-    topk_router_sigmoid) for a reason its IR does not show."""
+    """sort, argsort and topk on a GPU as torch's stable sort (a topk is the first k of an argsort and
+    the values gathered at them): TVM's GPU sort (odd-even sorts of 128-element blocks, then merges by
+    one thread per run) is slow on long rows. cumsum and cumprod as torch's scans: TVM's GPU scan,
+    which tvm.compile dispatches them to, gave wrong scans over middle and outer axes on an H200
+    (the performance fuzzer's p12 and p89)."""
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
+        for op, name in TORCH_SCANS.items():
+            if _is_op(call, op) and call.args[0].ty.shape is not None:
+                axis = -1 if call.attrs.axis is None else int(call.attrs.axis) % call.args[0].ty.ndim
+                args = [call.args[0], relax.prim_value(tvm.tirx.IntImm("int64", axis)),
+                        relax.prim_value(tvm.tirx.IntImm("int64", bool(call.attrs.exclusive)))]
+                return relax.op.call_dps_packed(relax.ExternFunc(name), args, call.ty)
         if not any(_is_op(call, f"relax.{op}") for op in ("argsort", "sort", "topk")):
             return call
         x, attrs = call.args[0], call.attrs
@@ -438,5 +469,6 @@ def offload_matmul(mod: tvm.IRModule, offload: MatmulOffload = MatmulOffload(FLO
 
 
 def offload_sorts(mod: tvm.IRModule) -> tvm.IRModule:
-    """Replace every sort, argsort and topk by packed calls into torch's stable sort (for a GPU)."""
+    """Replace every sort, argsort and topk by packed calls into torch's stable sort, and every cumsum
+    and cumprod by torch's scan (for a GPU)."""
     return _rewrite(mod, _SortsToTorch)

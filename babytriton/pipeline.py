@@ -1,6 +1,7 @@
 """From a Relax IRModule to a runnable VM executable, one visible sequence of stages:
 
-ConvertToDataflow -> AttentionToSDPA -> [GPU: MatmulToCuBLAS -> OnlineSoftmax] -> LegalizeOps ->
+ConvertToDataflow -> AttentionToSDPA -> [GPU: MatmulToCuBLAS] -> DecomposeSoftmax -> [GPU: OnlineSoftmax] ->
+LegalizeOps ->
 AnnotateTIROpPattern -> FuseRowwise -> FuseOps -> FuseMultiOutput -> FuseTIR -> schedule (Dlight, Fallback
 or MetaSchedule) -> tvm.compile -> Relax VM. Every stage's IR is recorded.
 A module with vdevices (`with bt.device(...)` blocks) starts with RealizeVDevice and, after fusion,
@@ -9,6 +10,7 @@ gets each kernel's target and inputs on its device (PlaceOnDevices).
 from __future__ import annotations
 
 import functools
+import math
 
 from typing import Callable
 
@@ -17,7 +19,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from . import legalize, multi_output, nvrtc, offload, online, rowwise, schedules, shifts, views
+from . import decompose, legalize, multi_output, nvrtc, offload, online, rowwise, schedules, shifts, views
 from . import targets
 
 SCHEDULES = schedules.SCHEDULES
@@ -40,6 +42,9 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
         rewrites.append(("SortsToTorch", offload.offload_sorts))  # see offload._SortsToTorch
     sequence += [(name, tvm.transform.module_pass(lambda mod, _ctx, rewrite=rewrite: rewrite(mod), opt_level=0,
                                                   name=name)) for name, rewrite in rewrites]
+    if decompose.DECOMPOSE:
+        # a library softmax as its primitives: its producers and consumers join its row kernel
+        sequence.append(("DecomposeSoftmax", decompose.DecomposeSoftmax))
     if online.applies(target):
         # one reduction for a row's max and exp-sum: the GPU kernel reads each row once for both
         sequence.append(("OnlineSoftmax", online.OnlineSoftmax))
@@ -125,6 +130,7 @@ def schedule_kernels(mod: tvm.IRModule, target: tvm.target.Target, schedule: str
     mod = legalize.settle_kept_constants(mod)
     mod = schedules.half_math_in_float32(mod, None if heterogeneous else target)
     mod = schedules.bfloat16_broadcasts_serial(mod, None if heterogeneous else target)
+    mod = schedules.bfloat16_reads_in_binds(mod, None if heterogeneous else target)
     if not heterogeneous:
         mod = allocate_empty_results(mod)
     return schedules.kernels_as_built(mod)
@@ -132,10 +138,12 @@ def schedule_kernels(mod: tvm.IRModule, target: tvm.target.Target, schedule: str
 
 def failing_kernel(fused: tvm.IRModule, target: tvm.target.Target, schedule: str, trials: int = 16) -> str | None:
     """After the schedule or the build failed: the name of the first kernel of `fused` (FuseTIR's
-    module) that fails to schedule or build as a module of its own; None if none does (costly, so
-    only run after a failure). It locates the failure at the user's lines the kernel computes."""
+    module) that fails to schedule or build as a module of its own, built as every build is (the
+    TIR_PIPELINE, NVRTC, fast exp); None if none does (costly, so only run after a failure). It
+    locates the failure at the user's lines the kernel computes."""
     if "vdevice" in fused.global_infos:  # kernels get their devices' targets later (place_on_devices)
         return None
+    nvrtc.install()
     for gvar, func in fused.functions_items():
         if not isinstance(func, tvm.tirx.PrimFunc):
             continue
@@ -145,7 +153,7 @@ def failing_kernel(fused: tvm.IRModule, target: tvm.target.Target, schedule: str
             kernels = {gv: f.with_attr("global_symbol", gv.name_hint) for gv, f in scheduled.functions_items()
                        if isinstance(f, tvm.tirx.PrimFunc)}
             with schedules.fast_exp():
-                tvm.tirx.build(tvm.IRModule(kernels), target=target)
+                compile_module(tvm.IRModule(kernels), target)
         except Exception:  # noqa: BLE001 - the failure being located
             return gvar.name_hint
     return None
@@ -283,8 +291,43 @@ def branch_on_uniform_selects(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
     return func.with_body(tvm_ffi.structural_map(func.body, [(tvm.tirx.Select, branch)]))
 
 
+def unrestricted_if_read_back(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+    """A CUDA kernel that reads memory it writes (a multi-output kernel whose later results read its
+    earlier ones) without `__restrict__` on its pointers. With it, nvcc 13 merged such a read and a
+    read of a read-only input (`where(m, 5.0, y)`: `m ? c2[0] : y[i]`) into one load through the
+    read-only cache (`ld.global.nc`), which misses this kernel's own store to y[i]: stale values on
+    the GPU (issue 27: topk and sort of computed values). SplitHostDevice marks every kernel noalias."""
+    target = func.attrs.get("target") if func.attrs is not None else None
+    if target is None or target.kind.name != "cuda":
+        return func
+    # registers and shared memory are no pointer's: a copy staged through them (`x_local`) reads back
+    # only itself, and counted, it took `__restrict__` (so `ld.global.nc`) from every staged kernel
+    stored = {store.buffer for store in schedules.find_all(func.body, tvm.tirx.BufferStore)
+              if store.buffer.scope() in ("global", "")}
+    if not any(any(load.source.same_as(s) for s in stored) for load in schedules.find_all(func.body, tvm.ir.TensorLoad)):
+        return func
+    return func.with_attr("tirx.noalias", False)
+
+
+def half_specials_from_float32(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+    """A CUDA kernel's ±inf and NaN constants of a dtype narrower than float32 written as float32's
+    converted: TVM's CUDA code generator prints a bfloat16 one as `__float2bfloat16_rn(inff)` (a
+    hexfloat of inf: no such identifier, nvcc refuses it), whereas float32's are CUDART_INF_F and
+    CUDART_NAN_F. Run after the device module's last simplification, which would fold the cast back."""
+    target = func.attrs.get("target") if func.attrs is not None else None
+    if target is None or target.kind.name != "cuda":
+        return func
+
+    def spelled(const):
+        dtype = const.ty.dtype
+        if math.isfinite(const.value) or dtype.bits >= 32:
+            return const
+        return tvm.tirx.Cast(str(dtype), tvm.tirx.const(const.value, "float32"))
+    return func.with_body(tvm_ffi.structural_map(func.body, [(tvm.tirx.FloatImm, spelled)]))
+
+
 # The TIR pipeline babytriton builds with (every tvm.compile of its kernels): TVM's own, and before
-# each device module's code generation the fixes above.
+# each device module's code generation the fixes above (the constants last: nothing simplifies after).
 TIR_PIPELINE = "babytriton"
 
 
@@ -292,7 +335,12 @@ def _tir_pipeline():
     lower, finalize_host, finalize_device = tvm.tirx.get_tir_pipeline("s_tir")
     uniform = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: branch_on_uniform_selects(func),
                                                 opt_level=0, name="BranchOnUniformSelects")
-    return lower, finalize_host, lambda: tvm.transform.Sequential([uniform, finalize_device()])
+    constants = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: half_specials_from_float32(func),
+                                                  opt_level=0, name="HalfSpecialsFromFloat32")
+    unrestricted = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: unrestricted_if_read_back(func),
+                                                     opt_level=0, name="UnrestrictedIfReadBack")
+    return lower, finalize_host, lambda: tvm.transform.Sequential([uniform, unrestricted, finalize_device(),
+                                                                   constants])
 
 
 tvm.tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)

@@ -9,11 +9,13 @@ block that work on the same rows: reductions over the same axes of the same shap
 trailing ones of a norm, all of a `.mean()`, a middle one; several reductions only where a rule
 schedules them together, see several_reductions), element-wise ops on those row tiles or on their
 per-row results, views (a transpose, a slice) and gathers of what the group does not compute, read as
-tiles, reshapes between per-row results (`keepdims=False` then `expand_dims`) and gathers of one value
-per row (the picked logit of a cross-entropy). Each group becomes a Relax function
-marked "Primitive": FuseOps leaves it alone and FuseTIR merges it into one PrimFunc, which Dlight's row
-rules schedule as one thread block per row. FuseTIR keeps every op's arithmetic, so results only change
-by how the compiler reassociates floats; no op is computed twice (each belongs to at most one group).
+tiles, reshapes between per-row results (`keepdims=False` then `expand_dims`), gathers of one value
+per row (the picked logit of a cross-entropy) and element-wise producers of a smaller shape that only
+the group reads (a scalar's cast, an attention bias: recomputed where read). Each group becomes a
+Relax function marked "Primitive": FuseOps leaves it alone and FuseTIR merges it into one PrimFunc,
+which Dlight's row rules schedule as one thread block per row. FuseTIR keeps every op's arithmetic, so
+results only change by how the compiler reassociates floats; no op is computed twice (each belongs to
+at most one group; a producer recomputed where read belongs to the group that reads it).
 """
 from __future__ import annotations
 
@@ -364,7 +366,7 @@ def _join_producers(mine: _Group, group_of: dict, graph: _Graph, ops: dict) -> N
         for g in sorted(producers, key=lambda g: g.rows is None):  # groups with rows first
             if g is mine:
                 continue
-            rows = _joinable(g, mine)
+            rows = mine.rows if _broadcast_producer(g, mine, graph, ops) else _joinable(g, mine)
             if rows is False or not _reads_outside(g.members + mine.members, ops, rows) \
                     or _tile_after_whole(g.members + mine.members, ops, rows, graph) or not graph.convex(
                     g.members + mine.members, lambda v: group_of[v].members if v in group_of else (v,)):
@@ -375,6 +377,24 @@ def _join_producers(mine: _Group, group_of: dict, graph: _Graph, ops: dict) -> N
                 group_of[v] = g
             mine, merged = g, True
             break  # the producers again, of what `mine` is now
+
+
+# Whether element-wise producers of a smaller shape are recomputed in the row kernel that reads them
+# (_broadcast_producer); False keeps each a kernel of its own, as before.
+RECOMPUTE_PRODUCERS = True
+
+
+def _broadcast_producer(g: _Group, mine: _Group, graph: _Graph, ops: dict) -> bool:
+    """Whether `g` is element-wise work on a smaller shape than the rows of `mine`, read by it only
+    through element-wise ops (a scalar argument's cast, attention's (heads, 1, 1) slopes and (T, T)
+    bias or mask): its kernel recomputes each element where it reads it, as Inductor inlines a
+    pointwise producer into a reduction, instead of a kernel of its own writing it out (one thread for
+    a scalar). A gather reading it keeps it apart (_reads_outside)."""
+    if not RECOMPUTE_PRODUCERS or mine.rows is None or g.rows is not None or g.shape is None \
+            or _same(g.shape, mine.rows.shape) \
+            or any(ops[v].kind != "ewise" for v in g.members):
+        return False
+    return all(c in mine.members or c in g.members for v in g.members for c in graph.consumers[v])
 
 
 def _tile_after_whole(members: list, ops: dict, rows: Rows | None, graph: _Graph) -> bool:
@@ -495,7 +515,24 @@ def _group_function(bindings_of: dict, members: list, outs: list):
     out = remap[members[-1]] if len(outs) == 1 else relax.Tuple([remap[v] for v in outs])
     ty = out.ty if len(outs) == 1 else relax.TupleType([remap[v].ty for v in outs])
     func = relax.Function(params, relax.SeqExpr([relax.DataflowBlock(body)], out), ty, True)
+    func, args = with_free_sizes(func, args)
     return func.with_attr("Primitive", 1), args
+
+
+def with_free_sizes(func: relax.Function, args: list) -> tuple:
+    """A group's function and its call's arguments, plus a Shape parameter holding the symbolic sizes
+    no tensor parameter defines (`ones_like(x).sum()` names x's sizes only in its call's tir_vars; a
+    (2 * n, 1) tensor defines no n): FuseTIR makes them scalar parameters of the kernel."""
+    sizes = list(relax.analysis.free_symbolic_vars(func))
+    if not sizes:
+        return func, args
+    # a size its call passes as a scalar (LegalizeOps' kernel of a (2 * n, 1) tensor takes n) is that size
+    passed = {p: a for p, a in zip(func.params, args) if any(a.same_as(s) for s in sizes)}
+    if passed:
+        args = [a for p, a in zip(func.params, args) if p not in passed]
+        func = func.bind_params(passed)
+    params = [*func.params, relax.Var("sizes", relax.ShapeType(sizes))]
+    return relax.Function(params, func.body, func.ret_ty, True, func.attrs, func.span), [*args, relax.ShapeExpr(sizes)]
 
 
 class _Rewriter(BlockRewriter):
@@ -512,8 +549,6 @@ class _Rewriter(BlockRewriter):
         for members in groups:
             outs = _outputs(members, graph)
             func, args = _group_function(bindings_of, members, outs)
-            if relax.analysis.free_symbolic_vars(func):
-                continue  # a size no parameter defines (`ones(n)` summed for a std's count): left apart
             names = [bindings_of[v].value.args[0].name_hint for v in members
                      if isinstance(bindings_of[v].value, relax.Call)]
             gvar = self.builder.add_func(func, PREFIX + "_".join(names))
@@ -593,7 +628,15 @@ def reductions_once(mod: tvm.IRModule) -> tvm.IRModule:
             new = rewriter.function(func)
             if not new.same_as(func):
                 rewriter.builder.update_func(gvar, new)
-    return relax.transform.CanonicalizeBindings()(rewriter.builder.get()) if rewriter.merged else mod
+    if not rewriter.merged:
+        return mod
+    try:
+        return relax.transform.CanonicalizeBindings()(rewriter.builder.get())
+    except tvm.error.InternalError:
+        # TVM's CanonicalizeBindings fails on some functions with branches ("TypeFunctor cannot visit
+        # Type::Missing()": a reduction of uint8 values repeated inside an `if`); the reductions then
+        # stay as written, which costs a kernel, not a result
+        return mod
 
 
 ReductionsOnce = tvm.transform.module_pass(lambda mod, _ctx: reductions_once(mod), opt_level=0, name="ReductionsOnce")

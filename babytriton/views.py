@@ -252,11 +252,32 @@ def inline_views(func: tirx.PrimFunc) -> tirx.PrimFunc:
     except tvm.error.InternalError:  # a fused function that binds a size in a later stage: left whole
         return func
     for name in views:
+        block = sch.get(sch.get_sblock(name))
+        if any(_read_reversed(b, block.writes[0].source) for b in blocks if not b.same_as(block)):
+            continue
         try:
             sch.compute_inline(sch.get_sblock(name))
         except s_tir.ScheduleError:   # it writes a result of the kernel: kept
             continue
     return sch.mod["main"]
+
+
+def _read_reversed(block: s_tir.SBlock, buffer) -> bool:
+    """Whether `block` reads `buffer` at an index that decreases along one of its iterators (a flip).
+    Such a view stays a block: inlined, the view's `% size` and `// width` wrap the reversed index,
+    which Dlight's normalisation (TVM's iter-map rewriting) turns wrong (`(11 - v) % 4` became
+    `-(v % -4)`: `flip(x.reshape(-1))`, and with it the gradients of prod and cumsum)."""
+    loads = []
+    tvm_ffi.structural_walk(block.body, (tvm.ir.expr.TensorLoad, loads.append))
+    ivars = [iv.var for iv in block.iter_vars]
+    for load in loads:
+        if not load.source.same_as(buffer):
+            continue
+        for index in load.indices:
+            coefficients = tvm.sym.detect_linear_equation(index, ivars)
+            if any(isinstance(c, tirx.IntImm) and c.value < 0 for c in list(coefficients)[:-1]):
+                return True
+    return False
 
 
 def inline_fused_views(mod: tvm.IRModule) -> tvm.IRModule:

@@ -289,14 +289,14 @@ def label_smoothed(logits, target):
 
 
 def test_label_smoothed_cross_entropy_counts_its_mask_once():
-    # 11 kernels: the library rule sums the ignore mask twice (a reduction repeated on equal values
-    # is computed once), its gather's index was kernels of its own; one row kernel writing several
-    # per-row results and one kernel of several whole-tensor sums would make it two (several_outputs,
-    # several_reductions)
+    # 11 kernels, then 7: the library rule summed the ignore mask twice (a reduction repeated on equal
+    # values is computed once), its gather's index was kernels of its own; now 4: the log-softmax and
+    # the per-row loss are one row kernel (decompose.py, one sum over the classes). One kernel of
+    # several whole-tensor sums would make it two (several_reductions)
     logits, target = torch.randn(16, 10), torch.randint(0, 10, (16,))
     target[3] = -100
     for where in ("cpu", SM90):
-        assert len(kernels(label_smoothed, logits, target, target=where)) == 7
+        assert len(kernels(label_smoothed, logits, target, target=where)) == 4
     assert_like_torch(label_smoothed, logits, target, rtol=1e-5, atol=1e-6)
 
 

@@ -176,6 +176,26 @@ def test_gradcheck_where_and_masks():
     gradcheck(masked, x, rand(3, 5), mask)
 
 
+@bt.jit
+def where_of_broadcast_sides(x, row, col):
+    return torch.where(x > 0.0, row, col * 2.0) * x
+
+
+@bt.jit
+def row_assigned(x):
+    y = x.clone()
+    y[:, 0] = y[:, 0] * 2.0
+    return y
+
+
+def test_gradcheck_where_of_broadcast_sides():
+    """A side of `where` broadcast to the result (as a slice assignment `y[:, 0] = ...` writes it) gets
+    its gradient summed back to its own shape: TVM's rule gave it the result's, which failed the
+    Gradient pass (the backward fell back to torch autograd)."""
+    gradcheck(where_of_broadcast_sides, away_from(rand(3, 5), [0.0]), rand(1, 5), rand(3, 1))
+    gradcheck(row_assigned, rand(2, 4, 3))
+
+
 # --------------------------------------------------------------------------------------------------
 # reductions and scans
 # --------------------------------------------------------------------------------------------------

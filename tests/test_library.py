@@ -279,8 +279,10 @@ def test_benchmark_ops_are_scheduled_for_cuda():
         return softmax(x, axis=-1), layer_norm(x, g, b, axes=-1), x.sum(axis=-1)
 
     k = rows.compile()
-    assert set(re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)", k.source)) == {
-        "softmax_kernel", "layer_norm_kernel", "sum_kernel"}
+    names = set(re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)", k.source))
+    # softmax reaches the fusion passes as the ops a hand-written one is (decompose.py): a row kernel
+    assert len(names) == 3 and "layer_norm_kernel" in names, names
+    assert any("exp_sum_divide" in n for n in names) and any(n.startswith("sum") for n in names), names
     assert k.stages["schedule"].count('"tirx.is_scheduled": True') == 3
 
 

@@ -178,11 +178,34 @@ def test_a_symbolic_size_is_one_kernel():
             torch.testing.assert_close(a, b)
 
 
+def doubled_in_a_branch(x: bt.Tensor(("n", 1), "float32"), flag: bool):
+    y = torch.cat((x, x), 0)  # (2 * n, 1): no tensor of the branch's kernels defines n
+    if flag:
+        a = torch.exp(y) + 1
+        b = a * y
+        return a, b, torch.sigmoid(b)
+    return y, y, y
+
+
+def test_a_size_no_tensor_defines_is_passed_to_the_kernel():
+    """The branch's kernels take n as a scalar (LegalizeOps' kernels of a (2 * n, 1) tensor): the merged
+    kernel receives it too (such a group was left apart, a kernel per op)."""
+    k = bt.jit(doubled_in_a_branch, target="cpu", cache=False)
+    assert any(len(kernel.ops) == 4 for kernel in k.compile(torch.randn(3, 1), True).fusion)
+    for rows in (0, 1, 5):
+        x = torch.randn(rows, 1)
+        for flag in (True, False):
+            for a, b in zip(k(x, flag), doubled_in_a_branch(x, flag)):
+                torch.testing.assert_close(a, b)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision(dtype):
     args = adamw_inputs((64, 256), dtype)
     k = bt.jit(target="cpu")(adamw).compile(*args)
-    assert len(k.fusion) == 1 and len(cuda_kernels(bt.jit(target=SM90)(adamw).compile(*args))) == 1
+    gpu = bt.jit(target=SM90)(adamw).compile(*args)
+    # Elementwise's one vectorised loop, not Fallback's (a failed staging once sent it there)
+    assert len(k.fusion) == 1 and len(cuda_kernels(gpu)) == 1 and gpu.fusion[0].rule == "Elementwise", gpu.fusion
     expected = torch_adamw(*[a.float() if torch.is_tensor(a) else a for a in args])
     for a, b in zip(k(*args), expected):
         torch.testing.assert_close(a.float(), b, rtol=2e-2, atol=2e-2)

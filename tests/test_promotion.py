@@ -9,7 +9,7 @@ import os
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import babytriton as bt
@@ -100,8 +100,10 @@ _COUNT = [0]
 operand = st.tuples(st.sampled_from(TENSOR_KINDS + SCALAR_KINDS), st.sampled_from(DTYPES + list(NUMBERS)))
 
 
-@settings(max_examples=int(os.environ.get("PROMOTION_EXAMPLES", 30)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=int(os.environ.get("PROMOTION_EXAMPLES", 20)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(left=operand, right=operand, swap=st.booleans(), context=st.sampled_from(CONTEXTS))
+# a uint8 reduction repeated inside an `if`: TVM's CanonicalizeBindings failed after ReductionsOnce
+@example(left=("tensor", "uint8"), right=("reduced", "uint8"), swap=False, context="if")
 def test_operators_promote_as_torch(tmp_path, left, right, swap, context):
     sides = []
     for i, (kind, sort) in enumerate((left, right)):

@@ -227,6 +227,22 @@ def test_a_symbolic_row_count_fuses_too():
     assert len(cuda_kernels(gpu)) == 1 and launch(gpu)["blockIdx.x"] == {"n"}
 
 
+@bt.jit(target="cpu", cache=False)
+def count_of_symbolic_sizes(x: bt.Tensor(("n", "m"), "float32")):
+    return torch.ones_like(x).sum() > 3, torch.ones_like(x).sum(1) * 2
+
+
+@pytest.mark.parametrize("shape", [(0, 2), (2, 0), (1, 1), (3, 5)])
+def test_sizes_no_buffer_carries_reach_the_row_kernel(shape):
+    """`ones_like(x).sum()` reads no buffer of x's sizes (only its call names them): the row kernel
+    takes them as parameters (it failed to build: "undefined variable d1", fuzz seed 8)."""
+    k = count_of_symbolic_sizes.compile(torch.randn(3, 5))
+    assert sum(kernel.name.startswith(rowwise.PREFIX) for kernel in k.fusion) == 2
+    x = torch.randn(shape)
+    for got, want in zip(count_of_symbolic_sizes(x), (torch.ones_like(x).sum() > 3, torch.ones_like(x).sum(1) * 2)):
+        torch.testing.assert_close(got, want)
+
+
 @settings(max_examples=6, deadline=None)
 @given(lead=st.lists(st.integers(1, 5), min_size=1, max_size=3), cols=st.sampled_from([1, 3, 32, 200]))
 def test_softmax_over_any_leading_axes(lead, cols):

@@ -45,7 +45,11 @@ def values(shape, dtype: str, seed: int, device: str = "cpu", special: bool = Tr
 def close(got, expected) -> None:
     if expected.dtype == torch.bfloat16:  # one rounding of bfloat16 apart (torch.compile is, too)
         torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2, equal_nan=True)
-    else:
+    elif expected.dtype == torch.float16 and expected.is_cuda:
+        # nvcc contracts a * b + c into one fma, eager rounds a * b first (torch.compile differs from
+        # eager as much): one float16 rounding of a product up to ~16 is 16 * 2^-11, about 8e-3
+        torch.testing.assert_close(got, expected, atol=1e-2, rtol=1e-2, equal_nan=True)
+    else:  # float32, and float16 on the CPU (bit-exact there)
         torch.testing.assert_close(got, expected, equal_nan=True)
 
 

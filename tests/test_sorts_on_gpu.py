@@ -3,7 +3,7 @@ calls of torch.sort/torch.argsort (a topk: the first k indices, values gathered 
 
 The rewrite's meaning is checked on the CPU (a Relax module rewritten, built for LLVM, its packed
 calls running torch on CPU tensors); GPU builds are checked for sm_90 with nvcc; on a GPU,
-gpu_probe_topk.py's programs (sorts of values the function computes, issue 27's topk_router_sigmoid
+benchmarks/probes/topk.py's programs (sorts of values the function computes, issue 27's topk_router_sigmoid
 among them) are compared with torch.
 """
 import shutil
@@ -20,9 +20,9 @@ import babytriton as bt
 from babytriton import offload
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks" / "probes"))
 sys.path.insert(0, str(ROOT / "tests"))
-import gpu_probe_topk as probe  # noqa: E402
+import topk as probe  # noqa: E402
 from torch_corpus import CORPUS  # noqa: E402
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
@@ -65,6 +65,13 @@ REWRITES = {
                                   lambda t: (torch.argsort(t, dim=1, descending=True, stable=True),)),
     "sort ascending, axis 0": (lambda x: relax.op.sort(x, axis=0, descending=False),
                                lambda t: (torch.sort(t, dim=0, stable=True).values,)),
+    # scans (offload._scan): TVM's GPU scan was wrong over middle and outer axes
+    "cumsum, axis 0": (lambda x: relax.op.cumsum(x, axis=0), lambda t: (torch.cumsum(t, 0),)),
+    "cumsum exclusive, axis 1": (lambda x: relax.op.cumsum(x, axis=1, exclusive=True),
+                                 lambda t: (torch.cat([torch.zeros_like(t[:, :1]), torch.cumsum(t, 1)[:, :-1]], 1),)),
+    "cumsum of the flattened tensor": (lambda x: relax.op.cumsum(x), lambda t: (torch.cumsum(t.reshape(-1), 0),)),
+    "cumprod exclusive, axis 0": (lambda x: relax.op.cumprod(x, axis=0, exclusive=True),
+                                  lambda t: (torch.cat([torch.ones_like(t[:1]), torch.cumprod(t, 0)[:-1]]),)),
 }
 
 
@@ -77,7 +84,7 @@ def test_rewritten_sorts_mean_what_torch_means(name, dtype):
     if dtype == "float32":
         x[2, 3] = float("nan")
     mod = _module(dtype, tuple(x.shape), build)
-    assert "relax.topk" not in mod.script() and "R.argsort" not in mod.script() and "R.sort" not in mod.script()
+    assert not any(op in mod.script() for op in ("relax.topk", "R.argsort", "R.sort", "R.cumsum", "R.cumprod"))
     got, want = _run_on_cpu(mod, x), reference(x)
     assert len(got) == len(want)
     for g_, w in zip(got, want):
@@ -106,3 +113,20 @@ def test_cpu_builds_keep_tvms_sort():
 @pytest.mark.parametrize("case", probe.CASES, ids=[c.name for c in probe.CASES])
 def test_gpu_sorts_of_computed_values_match_torch(case):
     assert probe.run_case(case) is None, probe.run_case(case)
+
+
+SCAN_SHAPES = [(12, 16, 9158), (299, 4, 96), (503, 2048), (0, 5), (7, 1)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SCAN_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_gpu_scans_over_every_axis_match_torch(shape, dtype):
+    """The shapes and axes of the performance fuzzer's wrong GPU scans (p12, p88, p89), and empty."""
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to("cuda", dtype)
+    for axis in range(x.dim()):
+        def scans(t, axis=axis):
+            return torch.cumsum(t * 2, dim=axis), torch.cumprod(1 + t / 64, dim=axis)
+        got, want = bt.jit(scans, target="gpu")(x), scans(x)
+        for g_, w in zip(got, want):
+            torch.testing.assert_close(g_, w, rtol=2e-2 if dtype == torch.float16 else 1e-4, atol=1e-2)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import tvm
 from tvm.s_tir import dlight as dl
 
-from .analysis import updated
+from .analysis import find_all, updated
 from .cpu_elementwise import LONG_CHAIN_VECTORS, CPUElementwise
 from .cpu_matmul import CPUMatmul
 from .cpu_outer_reduction import CPUOuterReduction
@@ -53,7 +53,8 @@ from .inner_reduction import InnerReduction
 from .loops import launch_unscheduled, loops_to_kernels
 from .outer_reduction import OuterReduction
 from .passes import (bool_buffers_as_bytes, empty_kernels_done, half_math_in_float32, init_outside_reductions,
-                     skip_empty_outputs, unit_reductions_as_maps, bfloat16_broadcasts_serial, kernels_as_built)
+                     skip_empty_outputs, unit_reductions_as_maps, bfloat16_broadcasts_serial, kernels_as_built,
+                     bfloat16_reads_in_binds)
 from .row_kernel import THREAD_AXIS, RowKernel, own_thread_slices
 from .row_reduction import RowReduction
 from .split_reduction import SplitReduction
@@ -70,7 +71,7 @@ __all__ = [
     "decline", "Declines", "DECLINED_ATTR", "OuterReduction", "CPUOuterReduction",
     "CPURule", "CPUElementwise", "CPUReduction", "CPUMatmul", "CPUSpatial", "MIN_PARALLEL", "LONG_CHAIN_VECTORS",
     "THREAD_AXIS", "own_thread_slices", "fast_exp", "loops_to_kernels", "launch_unscheduled",
-    "bool_buffers_as_bytes", "half_math_in_float32", "bfloat16_broadcasts_serial", "kernels_as_built", "init_outside_reductions", "skip_empty_outputs", "updated",
+    "bool_buffers_as_bytes", "half_math_in_float32", "bfloat16_broadcasts_serial", "bfloat16_reads_in_binds", "kernels_as_built", "init_outside_reductions", "skip_empty_outputs", "updated", "find_all",
     "SERIAL_LIMIT", "SYMBOLIC_GUESS", "SerialKernelWarning", "launch_shape", "schedule_summary", "serial_kernels",
     "serial_work", "TUNE_EXTRAS", "meta_schedule", "require_tuning_extras", "tuning_dir",
 ]

@@ -24,12 +24,14 @@ def normalized(rule, func, target):
     return sch, infos
 
 
-def one_loop(sch, blocks):
+def one_loop(sch, blocks, lanes: int = 1):
     """The loops of injective blocks that each write a result of the kernel fused into one loop over
     all of them (a kernel with several outputs: AdamW's p, m and v), or None when they don't fit one
     loop: different sizes, a block reading another's result at some index other than its own (a
-    later element may not exist yet), or an intermediate buffer. One block: its loops fused."""
-    if len(blocks) == 1:
+    later element may not exist yet), or an intermediate buffer. One block: its loops fused. With
+    `lanes` (dividing the innermost extent), each block keeps a loop of that many steps of its row
+    inside the one loop, split off before fusing: their indices then have no div or mod."""
+    if len(blocks) == 1 and lanes == 1:
         loops = sch.get_loops(blocks[0])
         return fuse(sch, loops) if loops else None
     nests = []
@@ -53,7 +55,11 @@ def one_loop(sch, blocks):
                 _at_own_index(region, block) for region in block.reads
                 if any(region.source.same_as(w) for w in written)):
             return None
+    if lanes > 1:
+        nests = [(loops[:-1] + sch.split(loops[-1], [None, lanes])[:1], block) for loops, block in nests]
     fused = [fuse(sch, loops) for loops, _ in nests]
+    if len(fused) == 1:
+        return fused[0]
     try:
         return sch.merge(*fused)
     except Exception:  # noqa: BLE001 - not mergeable (TVM raises several types): each loop on its own

@@ -192,7 +192,9 @@ class CPUReduction(CPURule):
     def _cut(self, sch, block, n_rows):
         """Few rows: split the reduction into up to `parts` chunks of at least 2048 elements, made rows
         of their own (rfactor). An odd or symbolic size gets chunks of a fixed size, the last one
-        ragged: a chunk that the predicate leaves empty would never initialise its partial result."""
+        ragged: a chunk that the predicate leaves empty would never initialise its partial result.
+        The chunk loop goes outside the rows: fused with them, a row is then the fused index modulo
+        the static row count, never modulo the chunk count (0 for an empty symbolic size)."""
         loops = sch.get_loops(block)
         k = fuse(sch, loops[n_rows:])
         extent = get_extent(sch, k)
@@ -207,7 +209,11 @@ class CPUReduction(CPURule):
             kp, _ = sch.split(k, [parts, None])
         else:
             kp, _ = sch.split(k, [None, 2048 if isinstance(extent, int) else 4096])
-        return sch.rfactor(kp, factor_axis=0)
+        rf = sch.rfactor(kp, factor_axis=0)
+        *rows, chunk, _ = sch.get_loops(rf)
+        if rows:
+            sch.reorder(chunk, *rows)
+        return rf
 
     def _columns(self, sch, block, n_rows, lanes):
         """Reduce over a leading or middle axis: the kept elements in parallel, vectors of contiguous ones."""

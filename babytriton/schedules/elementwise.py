@@ -42,11 +42,7 @@ class Elementwise(GPUScheduleRule):
         if len(infos) > 1:
             if only_output(sch, infos) is not None:
                 return self._per_thread(sch, infos, func, widest)
-            try:
-                return self._several_outputs(sch, infos, func, widest)
-            except Exception:  # noqa: BLE001 - registers did not fit these blocks (TVM raises several types)
-                sch, infos = normalized(self, func, target)
-                return self._several_outputs(sch, inline(sch, infos, GPU_CALL_DEPTH), func, widest, stage=False)
+            return self._several_outputs_staged(sch, infos, func, target, widest)
         info = infos[0]
         loops = sch.get_loops(info.block_rv)
         if not loops:  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
@@ -183,7 +179,21 @@ class Elementwise(GPUScheduleRule):
             return decline(f"{extent} elements: not whole {vector}-lane vectors")
         return True
 
-    def _several_outputs(self, sch, infos, func, widest, stage: bool = True):
+    def _several_outputs_staged(self, sch, infos, func, target, widest):
+        """`_several_outputs` with each staging in turn (`_STAGINGS`), from a fresh schedule after one that
+        fails: a buffer several blocks read copied into registers once, else once per block (where TVM
+        sizes the shared copy by a min..max of two forms of one index: `UnsizedCopy`), else no registers."""
+        for i, staging in enumerate(_STAGINGS):
+            if i:
+                sch, infos = normalized(self, func, target)
+                infos = inline(sch, infos, GPU_CALL_DEPTH)
+            try:
+                return self._several_outputs(sch, infos, func, widest, *staging)
+            except Exception:  # noqa: BLE001 - registers did not fit these blocks (TVM raises several types)
+                if staging is _STAGINGS[-1]:
+                    raise
+
+    def _several_outputs(self, sch, infos, func, widest, stage: bool = True, share: bool = True):
         """Several outputs (AdamW's p, m and v): one loop computes every block's element in turn,
         vectorised where every block's lanes are contiguous, else one predicated scalar loop (Fallback
         would give each output a loop nest, so a launch of its own)."""
@@ -198,31 +208,44 @@ class Elementwise(GPUScheduleRule):
         staged = stage and (_has_bool_buffers(func) or any(
             _too_wide(sch.get(info.block_rv), vector) or _narrow_int_math(sch.get(info.block_rv))
             or _scalar_calls(sch.get(info.block_rv)) for info in infos))
-        fused = one_loop(sch, [info.block_rv for info in infos])
+        extent = static_product(sch, sch.get_loops(infos[0].block_rv))
+        # lanes_fit: each block's row is whole vectors, split off before the loops are fused (as `apply`
+        # does), so a thread's vector of each buffer is one region TVM can size
+        vectors = lanes_fit and extent is not None and extent >= vector * self.threads
+        fused = one_loop(sch, [info.block_rv for info in infos], vector if vectors else 1)
         if fused is None:
             return decline("outputs of different shapes, or reading each other elsewhere: not one loop")
-        extent = sch.get(fused).extent
-        if not lanes_fit or not isinstance(extent, tirx.IntImm) or int(extent) % vector \
-                or int(extent) < vector * self.threads:
+        if not vectors:
             blocks, threads = sch.split(fused, [None, self.threads])
             sch.bind(blocks, "blockIdx.x")
             sch.bind(threads, "threadIdx.x")
             return sch
-        blocks, threads, lanes = sch.split(fused, [None, self.threads, vector])
+        blocks, threads = sch.split(fused, [None, self.threads])
         sch.bind(blocks, "blockIdx.x")
         sch.bind(threads, "threadIdx.x")
+        lanes = [sch.get_loops(info.block_rv)[-1] for info in infos]
         if not staged:
-            sch.vectorize(lanes)
+            for loop in lanes:
+                sch.vectorize(loop)
             return sch
         # a result another block reads (AdamW's m, read by p) stays where it is: a copy out of registers
         # after the lanes would come after its reader
         written = [w.source for info in infos for w in sch.get(info.block_rv).writes]
         shared = {r.source for info in infos for r in sch.get(info.block_rv).reads
                   if any(r.source.same_as(w) for w in written)}
-        for info in infos:  # a buffer read by several blocks is copied in once: the first copy serves all
-            _through_registers(sch, info.block_rv, threads, None, shared)
-        sch.unroll(lanes)
+        for info in infos:  # a buffer read by several blocks: the first copy serves all where `share`
+            _through_registers(sch, info.block_rv, threads, None, shared, share)
+        for loop in lanes:
+            sch.unroll(loop)
         return sch
+
+
+class UnsizedCopy(ValueError):
+    """A register copy whose region under the thread TVM gives no static size (`_vectorize_under`)."""
+
+
+# (stage, share) for `_several_outputs`, tried in turn: see `_several_outputs_staged`
+_STAGINGS = ((True, True), (True, False), (False, True))
 
 
 def _total(loops, sch):
@@ -384,11 +407,11 @@ _VECTORISED_SPECIALLY = {"reinterpret", "if_then_else", "likely", "bitwise_and",
                          "bitwise_not", "shift_left", "shift_right"}
 
 
-def _through_registers(sch, block, threads, lanes, inplace=()) -> None:
+def _through_registers(sch, block, threads, lanes, inplace=(), share: bool = True) -> None:
     """Each thread loads its inputs into registers and stores its results from them as vectors, and
     computes lane by lane in between: the calls stay scalar, the memory traffic does not. Bool
     buffers and 0-d ones (run-time scalars), and those in `inplace`, are read and written in place,
-    one element at a time."""
+    one element at a time. An input copy serves every block that reads it, or (not `share`) this one."""
     # a buffer read in a branch (concat's pieces) is read at other offsets per branch, and one read
     # at several indices per element (alibi's `pos[k] - pos[q]`) covers a span that moves with the
     # thread: registers would have to hold a whole row, or a vector of no fixed width, so both are
@@ -402,7 +425,7 @@ def _through_registers(sch, block, threads, lanes, inplace=()) -> None:
                 region.source.same_as(b) for b in inplace)
     for index in reversed(range(len(sch.get(block).reads))):
         if vectors(sch.get(block).reads[index]):
-            cache = sch.cache_read(block, index, "local")
+            cache = sch.cache_read(block, index, "local", None if share else [block])
             sch.compute_at(cache, threads)
             _vectorize_under(sch, cache, threads)
     for index in reversed(range(len(sch.get(block).writes))):
@@ -422,7 +445,12 @@ def _vectorize_under(sch, block, threads) -> None:
     below = [i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(threads))]
     inner = loops[below[0] + 1:] if below else []
     if inner:
-        sch.vectorize(fuse(sch, inner))
+        lanes = fuse(sch, inner)
+        if not isinstance(sch.get(lanes).extent, tirx.IntImm):
+            # TVM covered its consumers' regions by a min..max it can't size (two blocks reading one
+            # copy through a flattened rank-3 index): the build refuses that vector loop
+            raise UnsizedCopy(f"a register copy of {sch.get(lanes).extent} elements")
+        sch.vectorize(lanes)
 
 
 def _computes_bools(node) -> bool:

@@ -244,8 +244,11 @@ def _whole_vectors(sch, block, step) -> None:
     depth = 1 + [sch.get(loop).same_as(sch.get(step)) for loop in sch.get_loops(block)].index(True)
 
     def along(region) -> bool:
+        # a buffer read at several indices (`pos[k] - pos[q]` of a (T, T) bias recomputed in the
+        # row) spans a range that moves with the thread, no vector of fixed width: read in place
         return bool(region.region) and str(region.source.dtype) != "bool" and \
-            str(region.source.ty.storage_scope) == "global" and uses(region.region[-1].min, column)
+            str(region.source.ty.storage_scope) == "global" and uses(region.region[-1].min, column) and \
+            all(isinstance(r.extent, tirx.IntImm) for r in region.region) and _one_vector(region, sch.get(step))
     for index in reversed(range(len(stmt.reads))):
         region = stmt.reads[index]
         if along(region) and not any(region.source.same_as(s) for s in skip):
@@ -295,3 +298,11 @@ def _same(a, b) -> bool:
 
 def _pow2_at_least(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _one_vector(region, step) -> bool:
+    """Whether a read spans at most one vector of the step's lanes along its last axis: two reads of
+    one buffer far apart (the halves of `split`: x[j] and x[4096 + j]) span thousands of elements,
+    which as one cached "vector" CUDA has no type for (`int32x4100`: perf fuzzer p161)."""
+    extent, lanes = region.region[-1].extent, step.extent
+    return isinstance(lanes, tirx.IntImm) and int(extent) <= int(lanes)

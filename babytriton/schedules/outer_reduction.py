@@ -51,7 +51,7 @@ class OuterReduction(GPUScheduleRule):
       stage leaves each result, in a register; one over a larger shape (`x - x.mean(0)`) is a
       kernel of its own, 16 bytes per thread.
     Each reduction is a kernel of its own: a second reduction that reads the first one's result
-    (a variance after its mean) must wait for every block of the first. On an H200 (gpu_probe_outer.py):
+    (a variance after its mean) must wait for every block of the first. On an H200 (benchmarks/probes/outer.py):
     a (32, 2048, 1024) max over the middle axis took 68 us where Fallback took 190 and torch.compile
     76; a (2^20, 4) column sum 20 us, Dlight's Reduction (one block) 656."""
 

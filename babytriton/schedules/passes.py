@@ -123,7 +123,7 @@ def _skip_if_empty(func: tirx.PrimFunc, target: tvm.target.Target | None) -> tir
     if conditions and (own is None or own.kind.name != "llvm"):
         return func
     if conditions:
-        guard = functools.reduce(tirx.Or, conditions)
+        guard = _any_of(conditions)
         body = lambda stmt: tirx.IfThenElse(guard, stmt, None)  # noqa: E731
     else:
         body = lambda stmt: tirx.Evaluate(0)  # noqa: E731
@@ -138,6 +138,26 @@ def _skip_if_empty(func: tirx.PrimFunc, target: tvm.target.Target | None) -> tir
     else:
         root = body(root)
     return func.with_body(root)
+
+
+def _any_of(conditions):
+    """`c1 or c2 or ...` as `shared and (rest1 or rest2 ...)`, the sizes every output has taken out.
+    TVM's analyzer learns each fact of an `and` around the body but nothing from an `or`: under
+    `(d1 > 0 and d2 > 0) or (d1 > 0 and d2 > 0)` (two outputs) it sized an intermediate buffer by
+    its accesses `i // d2` with a division by d2, which TVM's storage pass computes above the guard
+    (SIGFPE for a (3, 0) tensor); knowing d2 > 0 the size is d1 * d2."""
+    def facts(c):
+        return facts(c.a) + facts(c.b) if isinstance(c, tirx.And) else [c]
+
+    def among(c, cs):
+        return any(tvm_ffi.structural_equal(c, d) for d in cs)
+    split = [facts(c) for c in conditions]
+    shared = [c for c in split[0] if all(among(c, other) for other in split[1:])]
+    rests = [[c for c in cs if not among(c, shared)] for cs in split]
+    if shared and any(not rest for rest in rests):  # an output empty only where the shared sizes are 0
+        return functools.reduce(tirx.And, shared)
+    either = functools.reduce(tirx.Or, [functools.reduce(tirx.And, rest) for rest in rests])
+    return functools.reduce(tirx.And, [*shared, either])
 
 
 def _nonempty(buffer):
@@ -222,6 +242,47 @@ def _serial_if_broadcast(loop):
     return loop
 
 
+def bfloat16_reads_in_binds(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
+    """On a CPU, each bfloat16 element read inside a `let` value (the (index, value) step of an argmax,
+    read through a float32 cast) widened to float32 by its bits: TVM's bfloat16 compute legalization
+    skips `let` values, its storage pass still retypes the buffer to uint16, and the cast then
+    converted the bits as an integer (a whole-tensor bfloat16 argmin returned the wrong index)."""
+    def on_cpu(func):
+        own = own_target(func, target)
+        if own is None or own.kind.name != "llvm":
+            return func
+        return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.Bind, _bind_reads_widened),
+                                                                 (tirx.Let, _let_reads_widened)]))
+    return updated(mod, tirx.PrimFunc, on_cpu)
+
+
+def _bind_reads_widened(bind):
+    value = _bfloat16_reads_widened(bind.value)
+    return bind if value.same_as(bind.value) else tirx.Bind(bind.var, value)
+
+
+def _let_reads_widened(let):
+    value = _bfloat16_reads_widened(let.value)
+    return let if value.same_as(let.value) else tirx.Let(let.var, value, let.body)
+
+
+def _bfloat16_reads_widened(expr):
+    """`expr` with each cast of a bfloat16 buffer load made from the float32 of its bits (a load of
+    uint16 once TVM's storage pass retypes the buffer: exact, NaN and infinities kept)."""
+    def widened(cast):
+        load = cast.value
+        dtype = load.ty.dtype if hasattr(load, "ty") else load.dtype
+        if not isinstance(load, tvm.ir.TensorLoad) or str(dtype.with_lanes(1)) != "bfloat16":
+            return cast
+        lanes = "" if dtype.lanes == 1 else f"x{dtype.lanes}"
+        bits = tirx.Cast(f"uint32{lanes}", tirx.reinterpret(f"uint16{lanes}", load))
+        sixteen = tirx.const(16, "uint32")
+        wide = tirx.reinterpret(as_f32(dtype), tirx.shift_left(
+            bits, sixteen if dtype.lanes == 1 else tirx.Broadcast(sixteen, dtype.lanes)))
+        return tirx.Cast(cast.ty.dtype if hasattr(cast, "ty") else cast.dtype, wide)
+    return tvm_ffi.structural_map(expr, (tirx.Cast, widened))
+
+
 def _uses(expr, var) -> bool:
     found = []
     tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: found.append(v) if v.same_as(var) else None))
@@ -238,15 +299,16 @@ def half_math_in_float32(mod: tvm.IRModule, target: tvm.target.Target | None) ->
     one rounding), but x86 without AVX512-FP16 has no half vector arithmetic, and LLVM split a
     `<64 x half>` compare or subtract into scalar conversions (a float16 softmax ran 3x slower than
     its bfloat16 twin, which TVM already computes in float32); explicit casts are vector conversions.
-    On a GPU only float16 and bfloat16 division: CUDA's is a correctly rounded software routine, and
-    torch's kernels divide in float32 too (a 4096-wide float16 softmax on the H100: 36.9 -> 33.1 us)."""
+    On a GPU only float16 and bfloat16 division and fmod: CUDA's division is a correctly rounded software
+    routine, and torch's kernels divide in float32 too (a 4096-wide float16 softmax on the H100: 36.9 ->
+    33.1 us); CUDA has no half fmod (TVM refused a float16 `%`), and float32's is exact for halves."""
     def widened(func):
         own = own_target(func, target)
         if own is None:
             return func
         if own.kind.name == "cuda":   # CUDA's half division is a correctly rounded software routine
             body = _half_calls_in_float32(func.body)
-            return func.with_body(_half_math_in_float32(body, (tirx.Div,), (), ("float16", "bfloat16")))
+            return func.with_body(_half_math_in_float32(body, (tirx.Div, tirx.Mod), (), ("float16", "bfloat16")))
         if own.kind.name != "llvm":
             return func
         return func.with_body(_bfloat16_casts_rounded(_half_math_in_float32(func.body)))

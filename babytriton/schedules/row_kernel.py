@@ -228,10 +228,11 @@ def _row_vectors(sch, block, along, step) -> None:
     branched = branched_buffers(sch.get(block))
     depth = 1 + [sch.get(loop).same_as(sch.get(step)) for loop in sch.get_loops(block)].index(True)
 
-    def row_vector(region, skip) -> bool:
+    def row_vector(region, skip) -> bool:  # a span of no fixed width (`pos[k] - pos[q]`) is read in place
         return bool(region.region) and str(region.source.dtype) != "bool" and \
             str(region.source.ty.storage_scope) != "local" and not any(
-            region.source.same_as(b) for b in skip) and any(uses(region.region[-1].min, v) for v in along)
+            region.source.same_as(b) for b in skip) and any(uses(region.region[-1].min, v) for v in along) \
+            and all(isinstance(r.extent, tirx.IntImm) for r in region.region) and _one_vector(region, sch.get(step))
     written = [region.source for region in sch.get(block).writes]
     for index in reversed(range(len(sch.get(block).reads))):
         if row_vector(sch.get(block).reads[index], list(branched) + written):
@@ -253,3 +254,11 @@ def _row_vectors(sch, block, along, step) -> None:
 
 def _same_extents(a, b) -> bool:
     return len(a) == len(b) and all(tvm_ffi.structural_equal(x, y) for x, y in zip(a, b))
+
+
+def _one_vector(region, step) -> bool:
+    """Whether a read spans at most one vector of the step's lanes along its last axis: two reads of
+    one buffer far apart (the halves of `split`: x[j] and x[4096 + j]) span thousands of elements,
+    which as one cached "vector" CUDA has no type for (`int32x4100`: perf fuzzer p161)."""
+    extent, lanes = region.region[-1].extent, step.extent
+    return isinstance(lanes, tirx.IntImm) and int(extent) <= int(lanes)

@@ -268,9 +268,16 @@ def cross_entropy(b, input, target, weight=None, size_average=None, ignore_index
     if b.dtype(target) == b.dtype(input) or b.dtype(target).startswith(("float", "bfloat")):
         return _soft_cross_entropy(b, logp, target, weight, reduction, label_smoothing, where)
     target = op(b, "expand_dims", target, [0]) if b.ndim(target) == 0 else target
-    nll = _nll(b, logp, target, weight, ignore_index, reduction, where)
     if not label_smoothing:
-        return nll
+        return _nll(b, logp, target, weight, ignore_index, reduction, where)
+    if b.dtype(logp) == "float16":  # torch's own steps, each rounded: its sum over the classes overflows
+        return _smoothed_nll_in_steps(b, logp, target, weight, ignore_index, reduction, label_smoothing, where)
+    return _smoothed_nll(b, logp, target, weight, ignore_index, reduction, label_smoothing, where)
+
+
+def _smoothed_nll_in_steps(b, logp, target, weight, ignore_index, reduction, label_smoothing, where):
+    """Label-smoothed NLL as torch computes it: the NLL, and the mean over classes apart, mixed."""
+    nll = _nll(b, logp, target, weight, ignore_index, reduction, where)
     classes = b.shape(logp)[1]
     _, keep, _ = _class_picked(b, logp, target, ignore_index, where)
     spread = logp if weight is None else op(b, "multiply", logp, _along_axis1(b, weight, logp))
@@ -286,6 +293,30 @@ def cross_entropy(b, input, target, weight=None, size_average=None, ignore_index
         smooth = _reduce(b, smooth, reduction, where)
     return op(b, "add", op(b, "multiply", nll, 1.0 - label_smoothing),
               op(b, "multiply", smooth, label_smoothing / classes))
+
+
+def _smoothed_nll(b, logp, target, weight, ignore_index, reduction, label_smoothing, where):
+    """Label-smoothed NLL at integer targets, torch's weighting and mean: each position's
+    -sum_j q_j w_j logp_j with q = (1 - eps) at the target class plus eps / C, the target found by
+    comparing class indices. One sum over the classes after the log-softmax (its row kernel reads
+    logp once), where a gather of the target and a second sum each read logp written out. (float16
+    keeps torch's steps: torch rounds its sum of logp over the classes, which overflows at large C.)"""
+    if b.dtype(target) not in ("int64", "int32", "int16", "int8", "uint8"):
+        raise Diagnostic(f"{where}: class-index targets must be an integer tensor, got {b.describe(target)}")
+    classes, dtype = b.shape(logp)[1], b.dtype(logp)
+    keep = op(b, "not_equal", target, ignore_index)
+    safe = op(b, "astype", op(b, "where", keep, target, 0), "int64")
+    index = op(b, "reshape", op(b, "arange", 0, classes, 1, "int64"), [1, -1] + [1] * (b.ndim(logp) - 2))
+    hit = op(b, "astype", op(b, "equal", index, op(b, "expand_dims", safe, [1])), dtype)
+    share = op(b, "add", op(b, "multiply", hit, 1.0 - label_smoothing), label_smoothing / classes)
+    if weight is not None:
+        share = op(b, "multiply", share, _along_axis1(b, weight, logp))
+    loss = op(b, "where", keep, op(b, "negative", op(b, "sum", op(b, "multiply", logp, share), [1])), 0.0)
+    if reduction != "mean":
+        return _reduce(b, loss, reduction, where)
+    counted = op(b, "astype", keep, dtype) if weight is None else \
+        op(b, "where", keep, op(b, "take", weight, safe, 0), 0.0)
+    return op(b, "divide", op(b, "sum", loss), op(b, "sum", counted))
 
 
 def _soft_cross_entropy(b, logp, target, weight, reduction, label_smoothing, where):

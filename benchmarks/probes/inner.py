@@ -4,8 +4,8 @@ softmax over 64 experts, rows of 1000 / 50257 / a symbolic width, max and argmax
 squares, two and three inputs), at realistic sizes. Checks every result against torch eager, times
 each with CUDA events (median), and prints one table with the rule that scheduled each kernel.
 
-    python gpu_probe_inner.py            # on the GPU machine: < 2 minutes on an H100
-    python gpu_probe_inner.py --survey   # no GPU needed: build each program for sm_90 over a grid of
+    python benchmarks/probes/inner.py            # on the GPU machine: < 2 minutes on an H100
+    python benchmarks/probes/inner.py --survey   # no GPU needed: build each program for sm_90 over a grid of
                                          # widths, dtypes and rows, and tabulate which rule took each kernel
 """
 import argparse

@@ -5,16 +5,16 @@
 # (--max-seconds: warm-up by 16 worker processes until 60% of it, then timing in one process; a run
 # that runs out of time reports the programs it finished):
 #
-#   bash gpu_probe_perf.sh gpu        # 200 generated programs on the GPU      (about 5-8 min)
-#   bash gpu_probe_perf.sh outside    # outside.py's 29 programs on the GPU    (about 2-3 min)
-#   bash gpu_probe_perf.sh cpu        # the same 200 programs, 16 CPU threads  (about 6-8 min)
-#   bash gpu_probe_perf.sh outside-cpu  # outside.py's programs on the CPU     (about 2-3 min)
+#   bash benchmarks/probes/perf.sh gpu        # 200 generated programs on the GPU      (about 5-8 min)
+#   bash benchmarks/probes/perf.sh outside    # outside.py's 29 programs on the GPU    (about 2-3 min)
+#   bash benchmarks/probes/perf.sh cpu        # the same 200 programs, 16 CPU threads  (about 6-8 min)
+#   bash benchmarks/probes/perf.sh outside-cpu  # outside.py's programs on the CPU     (about 2-3 min)
 #
 # From the project root, with `.gpu` carried (TVM for the machine: ../shared/gpu/bundle.sh). Each mode
 # writes $OUT/perf_<mode>.md (the tables for benchmarks/RESULTS.md), .jsonl (a record per program:
 # times, kernels with rule, launch and work) and .log (progress, one line per program).
 set -uo pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "$0")/../.."
 python3 -c "import tvm" 2>/dev/null || source .gpu/setup.sh   # TVM from the carried bundle where none is installed
 OUT=${OUT:-/tmp/perf_out}
 mkdir -p "$OUT"

@@ -2,6 +2,10 @@
 # Compilation error:
 # /tmp/tmpps481ycn/tvm_kernels.cu(130): error: identifier "inff" is undefined
 # 1 error detected in the compilation of "/tmp/tmpps481ycn/tvm_kernels.cu".
+# Found (fuzzer, seed 100000422, --cuda): torch.nan_to_num of a bfloat16 tensor compares with ±inf; TVM's
+# CUDA code generator prints a bfloat16 ±inf or NaN constant as `__float2bfloat16_rn(inff)` (`nanf`).
+# Fixed: on CUDA each non-finite constant narrower than float32 is float32's (CUDART_INF_F, CUDART_NAN_F)
+# converted, after the device module's last simplification (pipeline.half_specials_from_float32).
 # babytriton fuzz program (minimised)
 import torch
 import babytriton as bt

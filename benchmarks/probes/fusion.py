@@ -1,6 +1,6 @@
 """GPU probe for issue 28 items 2-3 (fusion coverage, views): each user-style program compiled for the
 GPU, its kernels listed with their rules, its results compared with torch on the GPU, and its time
-against torch eager (and torch.compile with --inductor). Run: python gpu_probe_fusion.py [--inductor]
+against torch eager (and torch.compile with --inductor). Run: python benchmarks/probes/fusion.py [--inductor]
 Prints one line per program: kernels, rules, max error, bt / eager / inductor microseconds."""
 import sys
 import time

@@ -2,8 +2,8 @@
 eager and torch.compile, at sizes people run (a column sum of (8192, 4096), mean pooling of
 (32, 2048, 1024) over the sequence, batch-norm statistics, group-norm-style (N, H, W) statistics).
 
-    python gpu_probe_outer.py            # on the GPU machine: < 2 minutes on an H100
-    python gpu_probe_outer.py --cpu      # the same programs on the CPU (smaller sizes), threads as torch's
+    python benchmarks/probes/outer.py            # on the GPU machine: < 2 minutes on an H100
+    python benchmarks/probes/outer.py --cpu      # the same programs on the CPU (smaller sizes), threads as torch's
 
 Each program is checked against torch, then timed with CUDA events (median of repeats); the table gives
 babytriton's time, torch eager's and torch.compile's, the ratios (> 1: babytriton is faster) and the rule

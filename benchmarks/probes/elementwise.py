@@ -1,11 +1,11 @@
 """Element-wise kernels as users write them (issue 28, item 1): babytriton against torch eager and
 torch.compile, with each kernel's rule and launch shape.
 
-    python gpu_probe_elementwise.py            # GPU (CUDA events; < 2 minutes on an H100)
-    python gpu_probe_elementwise.py --cpu      # CPU, smaller sizes (rough ratios on a busy machine)
-    python gpu_probe_elementwise.py --table    # no timing: the rule and launch of every kernel,
+    python benchmarks/probes/elementwise.py            # GPU (CUDA events; < 2 minutes on an H100)
+    python benchmarks/probes/elementwise.py --cpu      # CPU, smaller sizes (rough ratios on a busy machine)
+    python benchmarks/probes/elementwise.py --table    # no timing: the rule and launch of every kernel,
                                                # built for sm_90 and for the CPU (no GPU needed)
-    python gpu_probe_elementwise.py --only add_T,permute_mul
+    python benchmarks/probes/elementwise.py --only add_T,permute_mul
 
 The programs cover the element-wise space: ranks 1-4, 2^16..2^24 elements, ragged sizes (not
 multiples of 1024, odd row widths) and symbolic ones, inputs read across their contiguous axis

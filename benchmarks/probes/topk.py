@@ -3,7 +3,7 @@ on the H200, the topk of a parameter did not).
 
 Run on the GPU machine, from the project root (after `source .gpu/setup.sh`):
 
-    python gpu_probe_topk.py            # about 30-60 s: PASS/FAIL per case, then the diagnosis
+    python benchmarks/probes/topk.py            # about 30-60 s: PASS/FAIL per case, then the diagnosis
 
 Part 1 runs programs that sort values the function computes (topk, sort, argsort; several shapes,
 k, dtypes, largest/smallest, dims, NaN) on CUDA, as babytriton now builds them (sorts through torch's
@@ -261,7 +261,7 @@ def diagnose() -> dict[str, str]:
         found["babytriton, TVM's sort, scores returned too"] = (
             verdict(compare(case, got[:2], router(*args), args[0])) + f"; scores {'intact' if scores_ok else 'WRONG'}")
     env = {**os.environ, "CUDA_LAUNCH_BLOCKING": "1"}
-    code = ("import gpu_probe_topk as p\nwith p.tvm_sorts():\n"
+    code = ("import sys; sys.path.insert(0, \"benchmarks/probes\"); import topk as p\nwith p.tvm_sorts():\n"
             "    print(p.verdict(p.run_case(next(c for c in p.CASES if c.name == 'router 16x8 k=2'))))")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                           cwd=os.path.dirname(os.path.abspath(__file__)))
