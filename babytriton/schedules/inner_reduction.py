@@ -11,7 +11,7 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
 from .analysis import contiguous_reduction, find_all, fuse, is_buffer, normalized, reduce_count, uses
 from .inlining import GPU_CALL_DEPTH, inline
-from .lanes import branched_buffers, contiguous_lanes, most_lanes
+from .lanes import branched_buffers, contiguous_lanes, most_lanes, one_vector
 from .reasons import decline
 
 
@@ -248,7 +248,7 @@ def _whole_vectors(sch, block, step) -> None:
         # row) spans a range that moves with the thread, no vector of fixed width: read in place
         return bool(region.region) and str(region.source.dtype) != "bool" and \
             str(region.source.ty.storage_scope) == "global" and uses(region.region[-1].min, column) and \
-            all(isinstance(r.extent, tirx.IntImm) for r in region.region) and _one_vector(region, sch.get(step))
+            all(isinstance(r.extent, tirx.IntImm) for r in region.region) and one_vector(region, sch.get(step))
     for index in reversed(range(len(stmt.reads))):
         region = stmt.reads[index]
         if along(region) and not any(region.source.same_as(s) for s in skip):
@@ -298,11 +298,3 @@ def _same(a, b) -> bool:
 
 def _pow2_at_least(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
-
-
-def _one_vector(region, step) -> bool:
-    """Whether a read spans at most one vector of the step's lanes along its last axis: two reads of
-    one buffer far apart (the halves of `split`: x[j] and x[4096 + j]) span thousands of elements,
-    which as one cached "vector" CUDA has no type for (`int32x4100`: perf fuzzer p161)."""
-    extent, lanes = region.region[-1].extent, step.extent
-    return isinstance(lanes, tirx.IntImm) and int(extent) <= int(lanes)

@@ -236,3 +236,10 @@ def flat_offsets(stmt, shape, total):
         reads[load.source] = here if load.source not in reads or reads[load.source] == here else None
     return reads
 
+
+def one_vector(region, step) -> bool:
+    """Whether a read spans at most one vector of the step's lanes along its last axis: two reads of
+    one buffer far apart (the halves of `split`: x[j] and x[4096 + j]) span thousands of elements,
+    which as one cached "vector" CUDA has no type for (`int32x4100`: perf fuzzer p161)."""
+    extent, lanes = region.region[-1].extent, step.extent
+    return isinstance(lanes, tirx.IntImm) and int(extent) <= int(lanes)

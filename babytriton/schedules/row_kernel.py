@@ -12,7 +12,7 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from .analysis import (find_all, fuse, is_buffer, is_int, kept_in_order, math_read_twice, normalized, retype,
                        updated, uses)
 from .inlining import GPU_CALL_DEPTH, inline
-from .lanes import branched_buffers, contiguous_lanes, innermost_var
+from .lanes import branched_buffers, contiguous_lanes, innermost_var, one_vector
 from .reasons import decline
 
 
@@ -232,7 +232,7 @@ def _row_vectors(sch, block, along, step) -> None:
         return bool(region.region) and str(region.source.dtype) != "bool" and \
             str(region.source.ty.storage_scope) != "local" and not any(
             region.source.same_as(b) for b in skip) and any(uses(region.region[-1].min, v) for v in along) \
-            and all(isinstance(r.extent, tirx.IntImm) for r in region.region) and _one_vector(region, sch.get(step))
+            and all(isinstance(r.extent, tirx.IntImm) for r in region.region) and one_vector(region, sch.get(step))
     written = [region.source for region in sch.get(block).writes]
     for index in reversed(range(len(sch.get(block).reads))):
         if row_vector(sch.get(block).reads[index], list(branched) + written):
@@ -254,11 +254,3 @@ def _row_vectors(sch, block, along, step) -> None:
 
 def _same_extents(a, b) -> bool:
     return len(a) == len(b) and all(tvm_ffi.structural_equal(x, y) for x, y in zip(a, b))
-
-
-def _one_vector(region, step) -> bool:
-    """Whether a read spans at most one vector of the step's lanes along its last axis: two reads of
-    one buffer far apart (the halves of `split`: x[j] and x[4096 + j]) span thousands of elements,
-    which as one cached "vector" CUDA has no type for (`int32x4100`: perf fuzzer p161)."""
-    extent, lanes = region.region[-1].extent, step.extent
-    return isinstance(lanes, tirx.IntImm) and int(extent) <= int(lanes)
