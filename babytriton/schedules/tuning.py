@@ -1,8 +1,10 @@
 """MetaSchedule: tuning with an on-disk database (under the cache directory) that later runs reuse."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import inspect
 import logging
 import os
 import sys
@@ -49,6 +51,7 @@ def meta_schedule(mod: tvm.IRModule, target: tvm.target.Target, trials: int) -> 
     tasks = ms.relax_integration.extract_tasks(mod, target)
     todo = [t for t in tasks if database.query_tuning_record(t.dispatched[0], target, "main") is None]
     if todo:
+        _import_tensor_intrinsics()
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(todo, work_dir=str(work_dir))
         per_task = max(trials, 1)
         progress = _progress_bar([t.task_name for t in todo], per_task)
@@ -57,8 +60,9 @@ def meta_schedule(mod: tvm.IRModule, target: tvm.target.Target, trials: int) -> 
         ms.tune_tasks(
             tasks=contexts, task_weights=weights, work_dir=str(work_dir), database=database,
             # each build is a fresh process importing TVM: on a busy 2-core machine that alone can take 30 s
-            # each build worker knows babytriton's NaN-propagating reducers (cross-thread reductions look them up)
-            builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S, initializer=_register_reducers),
+            # each build worker knows babytriton's NaN-propagating reducers (cross-thread reductions look them
+            # up) and imports TVM's tensor intrinsics the fast way (34 s otherwise, in every batch's new process)
+            builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S, initializer=_prepare_worker),
             max_trials_global=per_task * len(todo), max_trials_per_task=per_task,
             num_trials_per_iter=min(8, per_task), cost_model="xgb",
             measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), progress])
@@ -67,9 +71,39 @@ def meta_schedule(mod: tvm.IRModule, target: tvm.target.Target, trials: int) -> 
         return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
 
 
-def _register_reducers():
+@contextlib.contextmanager
+def _frames_memoised():
+    """Memoise inspect.getmodule for frames by file name while TVM parses its ~500 TVMScript intrinsics.
+
+    Each parse calls inspect.stack(), and with torch loaded every frame's lookup scans all of sys.modules:
+    75 of the 130 s that tuning one element-wise kernel took on 2 cores. A frame's module is its file's.
+    """
+    original = inspect.getmodule
+    memo: dict = {}
+
+    def getmodule(obj, _filename=None):
+        if _filename is None or not (inspect.isframe(obj) or inspect.iscode(obj)):
+            return original(obj, _filename)
+        if _filename not in memo:
+            memo[_filename] = original(obj, _filename)
+        return memo[_filename]
+
+    inspect.getmodule = getmodule
+    try:
+        yield
+    finally:
+        inspect.getmodule = original
+
+
+def _import_tensor_intrinsics():
+    with _frames_memoised():
+        import tvm.s_tir.tensor_intrin  # noqa: F401  (tuning imports it; see _frames_memoised)
+
+
+def _prepare_worker():
     from .. import legalize
     legalize.reducers()
+    _import_tensor_intrinsics()
 
 
 def _progress_bar(names: list[str], per_task: int):
