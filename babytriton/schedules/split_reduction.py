@@ -22,7 +22,7 @@ class SplitReduction(GPUScheduleRule):
     cross-thread reduction in that kernel), and the fold reduces their partial results."""
 
     def __init__(self, threads: int = 256, parts: int = 1024, max_rows: int = 32, min_chunk: int = 4096,
-                 strided_threads: int = 32768):
+                 strided_threads: int = 1 << 16):
         self.threads, self.parts, self.max_rows, self.min_chunk = threads, parts, max_rows, min_chunk
         self.strided_threads = strided_threads
 
@@ -67,11 +67,11 @@ class SplitReduction(GPUScheduleRule):
                 min(self.strided_threads, 1 << ((extent // 8).bit_length() - 1))
             _, across = sch.split(k, [None, grid_size])
             rf = sch.rfactor(across, factor_axis=0)
-            *rows, serial, lanes = sch.get_loops(rf)
+            *row_loops, serial, lanes = sch.get_loops(rf)
             sch.reorder(lanes, serial)
             grid, lane = sch.split(lanes, [None, self.threads])
-            if rows:
-                sch.reorder(grid, lane, *rows)
+            if row_loops:
+                sch.reorder(grid, lane, *row_loops)
             sch.bind(grid, "blockIdx.x")
             sch.bind(lane, "threadIdx.x")
             # the partial accumulates in a register, set before the loop (a thread with no element
@@ -86,17 +86,38 @@ class SplitReduction(GPUScheduleRule):
         _, lane = sch.split(reduced, [None, self.threads])
         sch.bind(row, "blockIdx.x")
         sch.bind(lane, "threadIdx.x")
-        if epilogues:  # every thread holds the folded value: the epilogue reads a register
-            sch.set_scope(red, 0, "local")
-        for epilogue in reversed(epilogues):
-            sch.reverse_compute_at(epilogue, row, preserve_unit_loops=True)
+        if epilogues:
+            self._epilogues(sch, red, row, epilogues, rows)
         return sch
 
+    def _epilogues(self, sch, red, row, epilogues, rows: int) -> None:
+        """The element-wise work after the fold. A few values a result (a norm's sqrt) run in the fold's
+        blocks, spread over their threads, reading the folded value from a register; more (`x / x.norm()`)
+        get a grid of their own, since one block a result would leave the GPU idle."""
+        total = static_product(sch, sch.get_loops(epilogues[-1]))
+        if total is not None and total <= rows * self.threads:
+            sch.set_scope(red, 0, "local")  # every thread holds the folded value
+            for epilogue in reversed(epilogues):
+                sch.reverse_compute_at(epilogue, row, preserve_unit_loops=True)
+                inner = sch.get_loops(epilogue)[1:]
+                if inner:
+                    _, lane = sch.split(fuse(sch, inner), [None, self.threads])
+                    sch.bind(lane, "threadIdx.x")
+            return
+        for epilogue in epilogues:
+            grid, lane = sch.split(fuse(sch, sch.get_loops(epilogue)), [None, self.threads])
+            sch.bind(grid, "blockIdx.x")
+            sch.bind(lane, "threadIdx.x")
+
     def _parts(self, extent) -> int:
-        """The most chunks, up to `parts`, of at least `min_chunk` elements that divide `extent`."""
+        """The most chunks, up to `parts`, of at least `min_chunk` elements that divide `extent`; 1 where
+        they are under half of what the size allows."""
         if not isinstance(extent, int):
             return 1
-        for parts in range(min(self.parts, extent // self.min_chunk), 1, -1):
+        wanted = min(self.parts, extent // self.min_chunk)
+        for parts in range(wanted, 1, -1):
             if extent % parts == 0:
-                return parts
+                # few chunks (a size with only small divisors, 2 x a prime) would leave the GPU idle:
+                # the strided grid instead
+                return parts if 2 * parts >= wanted else 1
         return 1
