@@ -19,7 +19,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from . import decompose, legalize, multi_output, nvrtc, offload, online, rowwise, schedules, shifts, views
+from . import decompose, inplace, legalize, multi_output, nvrtc, offload, online, rowwise, schedules, shifts, views
 from . import targets
 
 SCHEDULES = schedules.SCHEDULES
@@ -71,9 +71,15 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
         # optimizer's p, m and v): FuseOps keeps a value that is also a result out of its consumer
         ("FuseMultiOutput", multi_output.FuseMultiOutput),
         # a reshape left as a kernel of its own is a view of its input's memory; in a kernel, what
-        # reads a view reads through its index (views.py)
-        ("FuseTIR", tvm.transform.Sequential([relax.transform.FuseTIR(), views.FreeReshapes, views.InlineViews])),
+        # reads a view reads through its index (views.py); a parameter updated in place is written
+        # where it is, by the kernel computing it, where that is safe (inplace.py)
+        ("FuseTIR", tvm.transform.Sequential([relax.transform.FuseTIR(), views.FreeReshapes, views.InlineViews,
+                                              _WriteInPlace])),
     ]
+
+
+_WriteInPlace = tvm.transform.module_pass(lambda mod, _ctx: inplace.write_in_place(mod), opt_level=0,
+                                          name="WriteInPlace")
 
 
 def _attached(mod: tvm.IRModule) -> tvm.IRModule:

@@ -65,7 +65,7 @@ REWRITES = {
                                   lambda t: (torch.argsort(t, dim=1, descending=True, stable=True),)),
     "sort ascending, axis 0": (lambda x: relax.op.sort(x, axis=0, descending=False),
                                lambda t: (torch.sort(t, dim=0, stable=True).values,)),
-    # scans (offload._scan): TVM's GPU scan was wrong over middle and outer axes
+    # scans (offload._scan, where scans.py declines): TVM's GPU scan was wrong over middle and outer axes
     "cumsum, axis 0": (lambda x: relax.op.cumsum(x, axis=0), lambda t: (torch.cumsum(t, 0),)),
     "cumsum exclusive, axis 1": (lambda x: relax.op.cumsum(x, axis=1, exclusive=True),
                                  lambda t: (torch.cat([torch.zeros_like(t[:, :1]), torch.cumsum(t, 1)[:, :-1]], 1),)),
@@ -77,8 +77,10 @@ REWRITES = {
 
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
 @pytest.mark.parametrize("name", list(REWRITES))
-def test_rewritten_sorts_mean_what_torch_means(name, dtype):
+def test_rewritten_sorts_mean_what_torch_means(name, dtype, monkeypatch):
     build, reference = REWRITES[name]
+    # scans: torch's, where our GPU kernels (scans.py, tests/test_scans.py) decline; those cannot run here
+    monkeypatch.setattr(offload.scans, "plan", lambda *args, **kwargs: None)
     g = torch.Generator().manual_seed(3)
     x = torch.randint(-4, 5, (6, 7), generator=g).to(getattr(torch, dtype))
     if dtype == "float32":
@@ -122,11 +124,16 @@ SCAN_SHAPES = [(12, 16, 9158), (299, 4, 96), (503, 2048), (0, 5), (7, 1)]
 @pytest.mark.parametrize("shape", SCAN_SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_gpu_scans_over_every_axis_match_torch(shape, dtype):
-    """The shapes and axes of the performance fuzzer's wrong GPU scans (p12, p88, p89), and empty."""
+    """The shapes and axes of the performance fuzzer's wrong GPU scans (p12, p88, p89), and empty. A half
+    scan accumulates in float32 and rounds once (README, semantics; torch's CPU scan does the same), so
+    its reference is torch's scan of float32 copies: torch's CUDA kernel rounds to float16 at every step,
+    which over 9158 elements strays by tens of float16 steps from either."""
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to("cuda", dtype)
     for axis in range(x.dim()):
         def scans(t, axis=axis):
             return torch.cumsum(t * 2, dim=axis), torch.cumprod(1 + t / 64, dim=axis)
-        got, want = bt.jit(scans, target="gpu")(x), scans(x)
+        got = bt.jit(scans, target="gpu")(x)
+        want = torch.cumsum((x * 2).float(), dim=axis), torch.cumprod((1 + x / 64).float(), dim=axis)
         for g_, w in zip(got, want):
-            torch.testing.assert_close(g_, w, rtol=2e-2 if dtype == torch.float16 else 1e-4, atol=1e-2)
+            assert g_.dtype == dtype
+            torch.testing.assert_close(g_, w.to(dtype), rtol=1e-3 if dtype == torch.float16 else 1e-4, atol=1e-3)

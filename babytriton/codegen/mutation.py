@@ -37,6 +37,8 @@ VIEW_METHODS = {"view", "view_as", "reshape", "reshape_as", "transpose", "t", "p
                 "permute_dims"}
 VIEW_PROPERTIES = {"T", "mT", "H", "mH", "data"}                                   # `y = x.T`
 TUPLE_VIEWS = {"chunk", "split", "unbind", "tensor_split", "split_with_sizes"}  # `a, b = x.chunk(2)`
+# the Relax function's attribute naming, in order, the parameters its trailing results update
+WRITTEN = "babytriton.written_back"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -387,16 +389,41 @@ def positions(kernel, params) -> list[int]:
 def write_back(run, written: list[int]):
     """A runner that copies the extra results of a function updating parameters into their tensors."""
     def call(args):
-        out = run(args)
+        out = run(_apart(list(args), written))
         result, values = out[0], out[1:]
         for i, value in zip(written, values):
             target = unwrap(args[i])
+            if _same_memory(target, value):  # the kernel wrote it in place (inplace.py)
+                continue
             if isinstance(target, np.ndarray):
                 np.copyto(target, value if isinstance(value, np.ndarray) else value.numpy(force=True))
             else:
                 target.copy_(value)
         return result
     return call
+
+
+def _same_memory(target, value) -> bool:
+    return isinstance(target, torch.Tensor) and isinstance(value, torch.Tensor) and \
+        value.data_ptr() == target.data_ptr() and value.shape == target.shape and value.dtype == target.dtype
+
+
+def _apart(args: list, written: list[int]) -> list:
+    """`args` with a copy of each updated parameter whose memory another argument shares: a kernel
+    writing it in place (inplace.py) would change what it still reads through the other."""
+    tensors = {i: unwrap(a) for i, a in enumerate(args)}
+    tensors = {i: t for i, t in tensors.items() if isinstance(t, torch.Tensor) and t.numel()}
+    shared = {i for i in written if i in tensors and any(
+        j != i and _overlap(tensors[i], t) for j, t in tensors.items())}
+    return [tensors[i].clone() if i in shared else a for i, a in enumerate(args)] if shared else args
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    start_a, start_b = a.data_ptr(), b.data_ptr()
+    end_a, end_b = start_a + a.numel() * a.element_size(), start_b + b.numel() * b.element_size()
+    return start_a < end_b and start_b < end_a
 
 
 def no_grad_only(run, name: str, params, written: list[int], requires: tuple):

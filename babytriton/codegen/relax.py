@@ -253,6 +253,8 @@ class RelaxCodeGen(CodeGenerator):
                 mutation.start(self)  # the tensor parameters, as the caller's tensors
                 self.visit_body(node.body)
                 RB.func_ret_value(mutation.results(self, self.to_expr(self.returned)))  # and those updated in place
+                if mutation.state(self).written:  # which results those are: inplace.py writes them in place
+                    RB.func_attr({mutation.WRITTEN: list(mutation.state(self).written)})
 
     def declare_param(self, arg: ast.arg):
         spec = self.specs[arg.arg]
