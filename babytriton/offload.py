@@ -17,6 +17,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from . import scans
 from .dlpack import vm_to_torch
 from .targets import MatmulOffload
 
@@ -417,14 +418,21 @@ def _sorted(name: str, x, axis: int, descending: bool, ty) -> relax.Call:
 class _SortsToTorch(_Offload):
     """sort, argsort and topk on a GPU as torch's stable sort (a topk is the first k of an argsort and
     the values gathered at them): TVM's GPU sort (odd-even sorts of 128-element blocks, then merges by
-    one thread per run) is slow on long rows. cumsum and cumprod as torch's scans: TVM's GPU scan,
+    one thread per run) is slow on long rows. cumsum and cumprod as our scan kernels (scans.py), or
+    where those decline as torch's scans; not TVM's GPU scan,
     which tvm.compile dispatches them to, gave wrong scans over middle and outer axes on an H200
     (the performance fuzzer's p12 and p89)."""
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
+        rounded = scans.rounded_once(self.builder_, call, self.bound)   # a half scan's result written by it
+        if rounded is not None:
+            return rounded
         for op, name in TORCH_SCANS.items():
             if _is_op(call, op) and call.args[0].ty.shape is not None:
+                ours = scans.rewrite(self.builder_, call, self.bound)   # our templates; torch's where they decline
+                if ours is not None:
+                    return ours
                 axis = -1 if call.attrs.axis is None else int(call.attrs.axis) % call.args[0].ty.ndim
                 args = [call.args[0], relax.prim_value(tvm.tirx.IntImm("int64", axis)),
                         relax.prim_value(tvm.tirx.IntImm("int64", bool(call.attrs.exclusive)))]
@@ -453,7 +461,11 @@ def _rewrite(mod: tvm.IRModule, mutator_class) -> tvm.IRModule:
     mod = mod.clone()  # passes must not change the module a previous stage recorded
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr):
-            mod[gv] = relax.analysis.remove_all_unused(mutator_class(mod, func).visit_expr(func))
+            mutator = mutator_class(mod, func)
+            mod[gv] = relax.analysis.remove_all_unused(mutator.visit_expr(func))
+            for added, kernel in mutator.builder_.get().functions_items():  # kernels a rewrite added (scans)
+                if added.name_hint not in [g.name_hint for g in mod.get_global_vars()]:
+                    mod[added] = kernel
     return mod
 
 

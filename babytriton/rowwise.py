@@ -83,6 +83,7 @@ class _Op:
     pattern: int = _OPAQUE  # its op_pattern
     reshape: bool = False   # an injective op that only reshapes: a view of the same memory (views.py)
     plain: bool = True      # an injective op reading at loop indices (times a stride) or constants only
+    across: tuple = ()      # output axes along which a view reads its source's contiguous axis (_reads_across)
 
 
 def _shape(expr) -> tuple | None:
@@ -127,7 +128,7 @@ def _classify(mod: tvm.IRModule, binding) -> _Op | None:
         return _Op("ewise", out, None, tuple(tensors), pattern)
     if pattern == _INJECTIVE or (pattern == _OPAQUE and _one_spatial_block(func)):  # a gather is opaque
         return _Op("injective", out, None, tuple(tensors), pattern, relax.analysis.has_reshape_pattern(func),
-                   _reads_plainly(func))
+                   _reads_plainly(func), _reads_across(func))
     if len(tensors) != 1:  # a matmul (OUT_EWISE_FUSABLE too) reads two tensors
         return None
     (full,) = shapes
@@ -174,6 +175,35 @@ def _reads_plainly(func) -> bool:
             index = index.a if isinstance(index.b, tirx.IntImm) else index.b if isinstance(index.a, tirx.IntImm) else index
         return isinstance(index, (tirx.Var, tirx.IntImm))
     return all(plain(i) for load in loads for i in load.indices)
+
+
+def _reads_across(func) -> tuple:
+    """The output axes along which a one-block view loads some source's contiguous axis (its last
+    one of more than one element), other than the output's own contiguous axis: (1,) for a 2-d
+    transpose, () for a view that keeps the contiguous axis (a slice, a broadcast)."""
+    blocks = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, blocks.append))
+    blocks = [b for b in blocks if b.iter_vars]
+    if len(blocks) != 1:
+        return ()
+    loops = [iv.var for iv in blocks[0].iter_vars]
+    spatial = [v for iv, v in zip(blocks[0].iter_vars, loops) if not _is_one(iv.dom.extent)]
+    loads = []
+    tvm_ffi.structural_walk(blocks[0].body, (tvm.ir.expr.TensorLoad, loads.append))
+    inner = [_inner_index(load) for load in loads]
+    return tuple(sorted({p for p, v in enumerate(loops) for i in inner
+                         if i is not None and i.same_as(v) and spatial and not v.same_as(spatial[-1])}))
+
+
+def _inner_index(load):
+    """The loop variable that indexes a load's source along its contiguous axis, or None."""
+    axes = [i for i, d in enumerate(load.source.shape) if not _is_one(d)]
+    if not axes:
+        return None
+    index = load.indices[axes[-1]]
+    if isinstance(index, tirx.Mul):  # a strided slice: step times a loop
+        index = index.a if isinstance(index.b, tirx.IntImm) else index.b
+    return index if isinstance(index, tirx.Var) else None
 
 
 def _one_spatial_block(func) -> bool:
@@ -333,7 +363,7 @@ def partition(mod: tvm.IRModule, bindings: list, side_outputs: bool = False) -> 
         outs = _outputs(members, graph)
         rows = rows_of.get(members[-1]) if members else None
         if _writes_several(members, outs, rows, graph, side_outputs):
-            result.append(members)
+            result.append(_transposes_apart(members, ops, rows, outs))
             continue
         if len(outs) > 1:
             # Dlight's row rules take one output: split off the first one and what it needs (both
@@ -349,7 +379,7 @@ def partition(mod: tvm.IRModule, bindings: list, side_outputs: bool = False) -> 
         if len(trimmed) < len(members) and len(_outputs(trimmed, graph)) > 1:
             todo.append(trimmed)   # a value the dropped members read is now read outside: look again
             continue
-        members = _scheduled_views(trimmed, ops)
+        members = _transposes_apart(_scheduled_views(trimmed, ops), ops, rows, outs)
         if len(members) > 1 and any(ops[v].kind == "reduce" for v in members) and not _fuse_ops_does_it(
                 members, ops):
             result.append(members)
@@ -418,6 +448,29 @@ def _scheduled_views(members: list, ops: dict) -> list:
     if len(reductions) != 1 or reductions[0] is not members[-1]:
         return members
     return [v for v in members if ops[v].kind != "injective" or ops[v].plain]
+
+
+def _transposes_apart(members: list, ops: dict, rows: Rows | None, outs: list) -> list:
+    """The group without its transposes (views that read their source's contiguous axis along
+    another axis than the tile's contiguous one, _reads_across) where the kernel also reads or writes
+    a tile row-major: its reads and writes disagree on the contiguous axis, so any schedule of it
+    strides through one of them (a warp touching 32 lines a load). Apart, each transpose is a kernel of
+    its own (Tiled: coalesced on both sides through shared memory) and the row kernel is row-major:
+    one more pass over that tensor. Tiles read only through one transpose (`x.t().sum(-1)`) stay
+    fused: the reduction rules see one layout (an outer or inner reduction of the source)."""
+    inside = set(members)
+    views = [v for v in members if ops[v].kind == "injective" and not any(u in inside for u in ops[v].operands)]
+    across = [v for v in views if ops[v].across]
+    if rows is None or not across:
+        return members
+    tile = lambda v: _same(_shape(v), rows.shape)  # noqa: E731
+    row_major = any(tile(o) for o in outs) or any(
+        tile(v) and getattr(ops.get(v), "kind", None) != "injective"  # a parameter, or a computed tile
+        for m in members for v in ops[m].operands if v not in inside) or any(
+        tile(v) and not ops[v].across for v in views)
+    if not row_major and len({ops[v].across for v in across}) == 1:
+        return members
+    return [v for v in members if v not in across]
 
 
 def _writes_several(members: list, outs: list, rows: Rows | None, graph: _Graph, side_outputs: bool) -> bool:
@@ -563,7 +616,24 @@ class _Rewriter(BlockRewriter):
             grouped.update(members)
         new = [n for b in bindings if b.var in replaced or b.var not in grouped
                for n in replaced.get(b.var, [b])]
-        return type(block)(new, block.span)
+        return type(block)(_transposes_once(self.mod, new, grouped, graph) if groups else new, block.span)
+
+
+def _transposes_once(mod: tvm.IRModule, bindings: list, grouped: set, graph: _Graph) -> list:
+    """The transposes left out of row groups (_transposes_apart) computed once: views.py gives each
+    reader its own copy of a view (free where it fuses into the reader), but apart each copy would be
+    a kernel writing the same tensor; a copy read only by row groups becomes a name for the first."""
+    first, out = {}, []
+    for b in bindings:
+        readers = graph.consumers.get(b.var)
+        op = _classify(mod, b) if readers and all(r in grouped for r in readers) else None
+        if op is None or op.kind != "injective" or not op.across:
+            out.append(b)
+            continue
+        key = (b.value.args[0], tuple(b.value.args[1].fields), tvm_ffi.structural_hash(b.value.ty))
+        out.append(relax.VarBinding(b.var, first[key], b.span) if key in first else b)
+        first.setdefault(key, b.var)
+    return out
 
 
 def _value(value, numbers: dict):

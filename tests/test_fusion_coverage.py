@@ -204,12 +204,14 @@ def offset_slice_sum(x):
     return x[:, 2:].sum(-1)
 
 
-@pytest.mark.parametrize("fn, count", [(transposed_rows, 1), (transposed_norm, 1), (middle_mean, 1),
+@pytest.mark.parametrize("fn, count", [(transposed_rows, 1), (transposed_norm, 2), (middle_mean, 1),
                                        (sliced_then_centred, 1), (offset_slice_sum, 2)])
 def test_a_reduction_reads_through_views(fn, count):
     # a transpose or a slice read by a reduction was a copy kernel (FuseOps fuses an injective op
     # only into an injective consumer); a slice at an offset feeding a lone reduction stays apart:
-    # Dlight's Reduction declines the offset read and the kernel would end on Fallback
+    # Dlight's Reduction declines the offset read and the kernel would end on Fallback. A transpose
+    # read by a row kernel that also writes its tile row-major (transposed_norm) is one Tiled kernel
+    # apart, computed once (rowwise._transposes_apart): fused, one side would be read with a stride
     x = torch.randn(384, 520)  # enough work for the CPU's threads
     for target in ("cpu", SM90):
         fusion = kernels(fn, x, target=target)

@@ -329,6 +329,8 @@ def _half_calls_in_float32(body):
         return expr.ty.dtype if hasattr(expr, "ty") else expr.dtype
 
     def is_half(expr) -> bool:
+        if hasattr(expr, "ty") and not hasattr(expr.ty, "dtype"):
+            return False   # a pointer (`buffer_data`: a buffer declared over another's memory)
         return str(dtype_of(expr).with_lanes(1)) in ("float16", "bfloat16")
 
     def widen(call):

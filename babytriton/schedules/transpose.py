@@ -54,20 +54,28 @@ class Tiled(GPUScheduleRule):
         if not all(isinstance(e, tirx.IntImm) for e in extents):
             # a tile at a symbolic edge would need shared memory of a symbolic size
             return decline("a transposed read along a symbolic axis: read in place")
-        if any(int(e) < MIN_ACROSS for e in extents):
+        tile = _TILE.get(max(tvm.DataType(realize.block.reads[i].source.dtype).bits // 8 for i in staged), 32)
+        merged = _run_before(sch, loops, k, staged, realize.block, ivs, tile) if int(extents[0]) < MIN_ACROSS else None
+        if int(extents[1]) < MIN_ACROSS or (int(extents[0]) < MIN_ACROSS and merged is None):
             return decline(f"a transposed read whose tile side is under {MIN_ACROSS}: read in place")
-        return self._schedule(sch, block, loops, k, staged, realize.block)
+        return self._schedule(sch, block, loops, k, staged, realize.block, merged)
 
-    def _schedule(self, sch, block, loops, k, staged, stmt):
-        """Tile loops k and the innermost, stage the `staged` reads in shared memory, bind threads."""
+    def _schedule(self, sch, block, loops, k, staged, stmt, merged=None):
+        """Tile loops k (with loop `merged` before it, when k is short) and the innermost, stage the
+        `staged` reads in shared memory, bind threads."""
         widest = max(tvm.DataType(stmt.reads[i].source.dtype).bits // 8 for i in staged)
         tile = _TILE.get(widest, 32)
         vector, contiguous = _output_lanes(stmt, sch.get(loops[-1]).extent, self.vector_bytes, staged)
         vector = min(vector, tile * tile // self.threads)  # every thread a vector of the tile: no idle rows
-        ko, ki = sch.split(loops[k], [None, tile])
         no, ni = sch.split(loops[-1], [None, tile])
-        others = [loop for i, loop in enumerate(loops) if i not in (k, len(loops) - 1)]
-        sch.reorder(*others, ko, no, ki, ni)
+        others = [loop for i, loop in enumerate(loops) if i not in (k, len(loops) - 1, merged)]
+        if merged is None:
+            ko, ki = sch.split(loops[k], [None, tile])
+            sch.reorder(*others, ko, no, ki, ni)
+        else:  # the short loop k whole, under tile / k's extent of the loop before: `tile` source elements in a run
+            ko, ji = sch.split(loops[merged], [None, tile // int(sch.get(loops[k]).extent)])
+            sch.reorder(*others, ko, no, ji, loops[k], ni)
+            ki = sch.fuse(ji, loops[k])
         grid = fuse(sch, [*others, ko, no])
         sch.bind(grid, "blockIdx.x")
         # a warp's threads along the output's row (whole vectors), the rest of the block down the tile
@@ -91,10 +99,31 @@ class Tiled(GPUScheduleRule):
                 sch.vectorize(cache_lanes)
             rank = len(sch.get(cache).writes[0].region)
             # rows of a tile one 4-byte bank apart: a column read by a warp hits 32 banks, not one
-            sch.storage_align(cache, 0, rank - 2, 128 // size, max(1, 4 // size))
+            # (a merged tile's row spans the source's last two axes)
+            row = rank - 2 if merged is None else rank - 3
+            if row >= 0:
+                sch.storage_align(cache, 0, row, 128 // size, max(1, 4 // size))
         if vector > 1:
             _vectors_through_registers(sch, block, steps, lanes, contiguous)
         return sch
+
+
+def _run_before(sch, loops, k, staged, stmt, ivs, tile):
+    """The loop before a short loop k (a transposed read whose last axis is shorter than MIN_ACROSS,
+    `y.permute(1, 2, 0)` of a [n, m, 2] tensor) where every staged read indexes its last two axes by
+    those two loops, whole: the two axes are one contiguous run of the source, tiled together. None
+    where there is no such loop."""
+    j, short = k - 1, sch.get(loops[k]).extent
+    if j < 0 or tile % int(short) or not isinstance(sch.get(loops[j]).extent, tirx.IntImm) or int(
+            sch.get(loops[j]).extent) * int(short) < MIN_ACROSS:
+        return None
+    for i in staged:
+        region = stmt.reads[i].region
+        shape = stmt.reads[i].source.ty.shape
+        if len(region) < 2 or not is_int(shape[-1], int(short)) or not (
+                region[-2].min.same_as(ivs[j]) and region[-1].min.same_as(ivs[k])):
+            return None
+    return j
 
 
 def _vectors_through_registers(sch, block, steps, lanes, contiguous) -> None:

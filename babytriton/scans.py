@@ -1,0 +1,452 @@
+"""cumsum and cumprod on a GPU as kernels of our own: TIR templates made for the scan's iteration space.
+
+A scan of axis `a` of a tensor is (outer, n, inner): `outer` the product of the sizes before `a`,
+`n` its size, `inner` the product of those after it. Two templates cover every such space:
+
+- rows (inner == 1, the scanned axis contiguous): a warp, or a block of warps, per row. Each thread
+  loads a few contiguous elements (vector loads), scans them in registers; the warp scans its threads'
+  totals with shuffles, a block its warps' totals through shared memory; a running total carries
+  the row's sum across tiles of a long row, and each thread writes its elements back (coalesced).
+- columns (inner > 1): a thread per (outer, inner) column (a few adjacent columns with vector loads),
+  each running down its column sequentially: adjacent threads read adjacent addresses. Where the
+  columns are too few to fill the GPU, the scanned axis is split into chunks: a first kernel sums each
+  chunk, a second scans those sums (the same template over the chunk axis), the third scans each chunk
+  from its prefix.
+
+Both are written as TVMScript templates, functions of the scan's extents and dtypes (static or symbolic),
+handed to the Relax module as call_tir in place of the scan (offload._SortsToTorch), marked scheduled so
+that Dlight leaves them alone. A half scan reads and writes its halves, accumulating in float32.
+
+A few long rows (a 1-d cumsum of millions of elements) stay with torch's scan (offload._SortsToTorch):
+a block per row would leave most of the GPU idle, and CUB's single-pass scan with decoupled look-back
+is near bandwidth there. TVM's own GPU scan is not used: it gave wrong scans over middle and outer axes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax, s_tir, tirx
+from tvm.script import tirx as T
+
+RULE_ATTR = "babytriton.rule"   # schedules.wrappers.RULE_ATTR (not imported: schedules imports offload)
+SCAN_ATTR = "babytriton.scan"   # "op axis exclusive" of the scan a kernel computes (rounded_once)
+OPAQUE = 8                      # relax.transform's OpPatternKind.kOpaque: FuseOps leaves the kernel alone
+FULL_MASK = tirx.const(0xFFFFFFFF, "uint32")
+I64 = lambda value: tirx.IntImm("int64", value)  # noqa: E731
+WARP = 32
+VECTOR_BYTES = 16               # one 128-bit load or store per vector
+THREAD_BYTES = 64               # a row scan's elements a thread, in the accumulator's dtype
+TARGET_WARPS = 4096             # warps that keep an H100/H200's memory busy (132 SMs x ~32)
+TARGET_THREADS = 131072         # column threads: ~1000 a SM, each with a few loads in flight
+MIN_CHUNK = 32                  # a chunk of a split column scan: long enough to amortise its carry
+FEW_ROWS, LONG_ROW = 32, 32768  # fewer rows than this, longer than that: torch's single-pass scan
+HALVES = ("float16", "bfloat16")
+DTYPES = ("float32", "float64", "int32", "int64") + HALVES
+
+# op name -> (combine, identity)
+STEPS = {"relax.cumsum": (lambda a, b: a + b, 0), "relax.cumprod": (lambda a, b: a * b, 1)}
+
+
+@dataclass(frozen=True)
+class Scan:
+    """One scan: its op, the input's shape (static ints or symbolic sizes), axis and dtypes."""
+    op: str
+    shape: tuple
+    axis: int
+    in_dtype: str
+    out_dtype: str
+    exclusive: bool
+    dtype: str = ""      # in which it accumulates: the result's, float32 for a half result
+
+    def __post_init__(self):
+        if not self.dtype:
+            object.__setattr__(self, "dtype", "float32" if self.out_dtype in HALVES else self.out_dtype)
+
+    def split(self):
+        """(outer, n, inner) as PrimExprs of `self.shape`."""
+        one = tirx.const(1, "int64")
+        prod = lambda sizes: math.prod(sizes, start=one)  # noqa: E731
+        return prod(self.shape[:self.axis]), self.shape[self.axis], prod(self.shape[self.axis + 1:])
+
+    def cast(self, value):
+        """An input value in the accumulator's dtype (no cast where they are one: nothing to hide)."""
+        return value if self.in_dtype == self.dtype else tirx.Cast(self.dtype, value)
+
+    def rounded(self, value):
+        """An accumulated value in the result's dtype: a half result is rounded once, at its store."""
+        return value if self.out_dtype == self.dtype else tirx.Cast(self.out_dtype, value)
+
+    def combine(self, a, b):
+        return STEPS[self.op][0](a, b)
+
+    @property
+    def identity(self):
+        return tirx.const(STEPS[self.op][1], self.dtype)
+
+    @property
+    def narrowest(self) -> str:
+        """The narrower of the input's and the result's dtypes, which sets the vector width."""
+        return min(self.in_dtype, self.out_dtype, key=lambda d: tvm.DataType(d).bits)
+
+
+def _static(expr) -> int | None:
+    """The value of a size known at compile time, None for a symbolic one."""
+    expr = tvm.sym.Analyzer().simplify(expr)
+    return int(expr.value) if isinstance(expr, tirx.IntImm) else None
+
+
+def _lanes(dtype: str, extent) -> int:
+    """Elements per vector of `dtype` where `extent` (static) is a multiple of it, else 1: rows and
+    columns then start at vector-aligned addresses."""
+    lanes = VECTOR_BYTES // (tvm.DataType(dtype).bits // 8)
+    size = _static(extent)
+    while lanes > 1 and (size is None or size % lanes):
+        lanes //= 2
+    return lanes
+
+
+def _ceildiv(a, b):
+    return tirx.floordiv(a + b - 1, b)
+
+
+def _pow2_at_most(x: int) -> int:
+    return 1 << (max(1, x).bit_length() - 1)
+
+
+# --------------------------------------------------------------------------------------------------
+# rows: the scanned axis contiguous
+# --------------------------------------------------------------------------------------------------
+
+def row_shape(scan: Scan) -> tuple[int, int, int, int, int]:
+    """(lanes, vectors per thread, threads per row, warps per row, warps per block) of a row scan:
+    vectors (16 bytes of the narrower dtype) of THREAD_BYTES a thread; short rows share a warp (segments of
+    2..16 lanes), long ones take several warps where the rows are too few to keep memory busy."""
+    rows, n, _ = scan.split()
+    rows, n = _static(rows), _static(n)
+    lanes = _lanes(scan.narrowest, n)
+    # 64 bytes of accumulator a thread: four float4 loads in flight before the first is used
+    per_thread = max(lanes, THREAD_BYTES // (tvm.DataType(scan.dtype).bits // 8))
+    if n is None:
+        return lanes, per_thread // lanes, WARP, 1 if rows is not None and rows >= TARGET_WARPS else 4, 1
+    threads = min(WARP, 1 << (_ceil(n, per_thread) - 1).bit_length())
+    warps = 1 if rows is None or threads < WARP else \
+        min(32, _pow2_at_most(TARGET_WARPS // max(rows, 1)), _pow2_at_most(_ceil(n, WARP * per_thread)))
+    rows_a_block = _ceil(rows, WARP // threads) if rows is not None else 8
+    return lanes, per_thread // lanes, threads, warps, (min(8, rows_a_block) if warps == 1 else 1)
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def row_kernel(scan: Scan) -> tirx.PrimFunc:
+    """The row template for `scan` (inner size 1): a tile is `threads x per_thread` elements of a row,
+    each thread scanning its elements in registers, the row's threads their totals (shuffles within
+    a segment of a warp; across warps through shared memory), the carry adding earlier tiles' totals."""
+    lanes, vectors, seg, warps, per_block = row_shape(scan)
+    rows, n, _ = scan.split()
+    per_thread = lanes * vectors
+    threads = WARP * warps if warps > 1 else seg   # a row's threads
+    tile, steps = threads * per_thread, (min(threads, WARP) - 1).bit_length()
+    total = rows * n
+    in_dtype, out_dtype, dtype, ident = scan.in_dtype, scan.out_dtype, scan.dtype, scan.identity
+    combine, cast, rounded, exclusive, shape = scan.combine, scan.cast, scan.rounded, scan.exclusive, scan.shape
+    aligned = lanes > 1
+    width = min(threads, WARP)   # the shuffles' segment
+    # index expressions written out, not bound to names: a bound index hides its alignment from the
+    # CUDA code generator, which then gathers a vector's elements one by one
+    row = lambda bx, ty, tx: (bx * per_block + ty) * (WARP // width) + tx // width if warps == 1 else bx  # noqa: E731
+    lane = lambda tx: tx % width  # noqa: E731 - within the row's segment or warp
+    start = lambda t, tx: t * tile + (tx % threads) * per_thread  # noqa: E731
+    base = lambda bx, ty, t, tx: row(bx, ty, tx) * n + start(t, tx)  # noqa: E731
+    # a thread whose elements all lie in the row loads and stores vectors, whatever the others do
+    full = lambda bx, ty, t, tx: T.And(row(bx, ty, tx) < rows, start(t, tx) + per_thread <= n)  # noqa: E731
+    inside = lambda bx, ty, t, tx, e: T.And(row(bx, ty, tx) < rows, start(t, tx) + e < n)  # noqa: E731
+    blocks = _ceildiv(rows, per_block * (WARP // width)) if warps == 1 else rows
+
+    # state: 0 the row's carry, 1 the thread's inclusive prefix among its warp, 2 the thread's prefix.
+    # Every lane runs every shuffle (a row past the end too): its loads and stores are guarded instead.
+    @T.prim_func(private=True)
+    def scan_rows(x: T.handle, y: T.handle):
+        X = T.match_buffer(x, shape, in_dtype)
+        Y = T.match_buffer(y, shape, out_dtype)
+        Xf = T.decl_buffer((total,), in_dtype, data=X.data)
+        Yf = T.decl_buffer((total,), out_dtype, data=Y.data)
+        for bx in T.thread_binding(blocks, thread="blockIdx.x"):
+            for ty in T.thread_binding(per_block, thread="threadIdx.y"):
+                for tx in T.thread_binding(WARP * warps, thread="threadIdx.x"):
+                    vals = T.alloc_buffer((per_thread,), dtype, scope="local")
+                    state = T.alloc_buffer((3,), dtype, scope="local")
+                    totals = T.alloc_buffer((2, warps), dtype, scope="shared")
+                    state[0] = ident
+                    for t in T.serial(_ceildiv(n, tile)):
+                        if aligned and full(bx, ty, t, tx):
+                            for u in T.serial(vectors):
+                                for v in T.vectorized(lanes):
+                                    vals[u * lanes + v] = cast(Xf[base(bx, ty, t, tx) + u * lanes + v])
+                        else:
+                            for e in T.serial(per_thread):
+                                vals[e] = T.if_then_else(inside(bx, ty, t, tx, e), cast(Xf[base(bx, ty, t, tx) + e]),
+                                                         ident)
+                        for e in T.serial(per_thread - 1):
+                            vals[e + 1] = combine(vals[e], vals[e + 1])
+                        state[1] = vals[per_thread - 1]
+                        for k in T.unroll(steps):
+                            up = T.tvm_warp_shuffle_up(FULL_MASK, state[1], T.shift_left(1, k), width, WARP)
+                            if lane(tx) >= T.shift_left(1, k):
+                                state[1] = combine(up, state[1])
+                        before = T.tvm_warp_shuffle_up(FULL_MASK, state[1], 1, width, WARP)
+                        state[2] = combine(state[0], T.if_then_else(lane(tx) == 0, ident, before))
+                        if warps == 1:
+                            state[0] = combine(state[0], T.tvm_warp_shuffle(FULL_MASK, state[1], width - 1,
+                                                                            width, WARP))
+                        else:
+                            # two slots: a tile's totals never overwrite those the last tile still reads
+                            if lane(tx) == WARP - 1:
+                                totals[t % 2, tx // WARP] = state[1]
+                            T.tvm_storage_sync("shared")
+                            for w in T.serial(warps):
+                                if w < tx // WARP:
+                                    state[2] = combine(state[2], totals[t % 2, w])
+                                state[0] = combine(state[0], totals[t % 2, w])
+                        if exclusive:
+                            for e in T.serial(per_thread - 1):
+                                vals[per_thread - 1 - e] = combine(state[2], vals[per_thread - 2 - e])
+                            vals[0] = state[2]
+                        else:
+                            for e in T.serial(per_thread):
+                                vals[e] = combine(state[2], vals[e])
+                        if aligned and full(bx, ty, t, tx):
+                            for u in T.serial(vectors):
+                                for v in T.vectorized(lanes):
+                                    Yf[base(bx, ty, t, tx) + u * lanes + v] = rounded(vals[u * lanes + v])
+                        else:
+                            for e in T.serial(per_thread):
+                                if inside(bx, ty, t, tx, e):
+                                    Yf[base(bx, ty, t, tx) + e] = rounded(vals[e])
+    return scan_rows
+
+
+# --------------------------------------------------------------------------------------------------
+# columns: the scanned axis outer or in the middle
+# --------------------------------------------------------------------------------------------------
+
+def column_shape(scan: Scan) -> tuple[int, int]:
+    """(lanes, chunks) of a column scan: adjacent columns per thread (one vector), and how many
+    chunks the scanned axis is split into so that enough threads run."""
+    outer, n, inner = scan.split()
+    # no wider than a 16-byte accumulator: TVM writes a float32x8 register vector as a ulonglong4 that
+    # make_ulonglong4 of 8 floats builds, which nvcc refuses
+    lanes = min(_lanes(scan.narrowest, inner), VECTOR_BYTES // (tvm.DataType(scan.dtype).bits // 8))
+    columns, n = _static(outer * inner), _static(n)
+    if columns is None:
+        return lanes, 1
+    wanted = _ceil(TARGET_THREADS, max(columns // lanes, 1))
+    return lanes, max(1, min(wanted, n // MIN_CHUNK if n is not None else 16))
+
+
+def _column_grid(scan: Scan, lanes: int, chunks: int):
+    outer, n, inner = scan.split()
+    threads = outer * chunks * tirx.floordiv(inner, lanes)
+    per_block = 256 if _static(threads) is None else max(WARP, min(256, _static(threads)))
+    return threads, per_block
+
+
+def column_kernels(scan: Scan, split: bool = True) -> list[tirx.PrimFunc]:
+    """The column template for `scan`: one kernel (always, for split=False), or three: each chunk's
+    sum, the exclusive scan of those sums (this template again, over the chunk axis), and the scan of
+    each chunk from its prefix."""
+    lanes, chunks = column_shape(scan)
+    chunks = chunks if split else 1
+    outer, n, inner = scan.split()
+    threads, per_block = _column_grid(scan, lanes, chunks)
+    vectors = tirx.floordiv(inner, lanes)
+    chunk = _ceildiv(n, chunks)
+    total, sums = outer * n * inner, outer * chunks * inner
+    in_dtype, out_dtype, dtype, ident = scan.in_dtype, scan.out_dtype, scan.dtype, scan.identity
+    combine, cast, rounded, exclusive, shape = scan.combine, scan.cast, scan.rounded, scan.exclusive, scan.shape
+    split = chunks > 1
+    # index expressions written out (see row_kernel): thread g runs `lanes` adjacent columns from i
+    # (outer index o) over chunk c
+    g = lambda bx, tx: bx * per_block + tx  # noqa: E731
+    i = lambda bx, tx: g(bx, tx) % vectors * lanes  # noqa: E731
+    c = lambda bx, tx: g(bx, tx) // vectors % chunks  # noqa: E731
+    o = lambda bx, tx: g(bx, tx) // vectors // chunks  # noqa: E731
+    at = lambda bx, tx, j: (o(bx, tx) * n + c(bx, tx) * chunk + j) * inner + i(bx, tx)  # noqa: E731
+    length = lambda bx, tx: T.max(T.min(n, (c(bx, tx) + 1) * chunk) - c(bx, tx) * chunk, 0)  # noqa: E731
+
+    @T.prim_func(private=True)
+    def chunk_sums(x: T.handle, s: T.handle):
+        X = T.match_buffer(x, shape, in_dtype)
+        S = T.match_buffer(s, (outer, chunks, inner), dtype)
+        Xf = T.decl_buffer((total,), in_dtype, data=X.data)
+        Sf = T.decl_buffer((sums,), dtype, data=S.data)
+        for bx in T.thread_binding(_ceildiv(threads, per_block), thread="blockIdx.x"):
+            for tx in T.thread_binding(per_block, thread="threadIdx.x"):
+                acc = T.alloc_buffer((lanes,), dtype, scope="local")
+                if g(bx, tx) < threads:
+                    for v in T.vectorized(lanes):
+                        acc[v] = ident
+                    for j in T.serial(length(bx, tx)):
+                        for v in T.vectorized(lanes):
+                            acc[v] = combine(acc[v], cast(Xf[at(bx, tx, j) + v]))
+                    for v in T.vectorized(lanes):
+                        Sf[(o(bx, tx) * chunks + c(bx, tx)) * inner + i(bx, tx) + v] = acc[v]
+
+    @T.macro
+    def scan_body(Xf, Sf, Yf):
+        for bx in T.thread_binding(_ceildiv(threads, per_block), thread="blockIdx.x"):
+            for tx in T.thread_binding(per_block, thread="threadIdx.x"):
+                acc = T.alloc_buffer((lanes,), dtype, scope="local")
+                if g(bx, tx) < threads:
+                    for v in T.vectorized(lanes):
+                        acc[v] = ident
+                    if split:
+                        for v in T.vectorized(lanes):
+                            acc[v] = Sf[(o(bx, tx) * chunks + c(bx, tx)) * inner + i(bx, tx) + v]
+                    for j in T.serial(length(bx, tx)):
+                        if exclusive:
+                            for v in T.vectorized(lanes):
+                                Yf[at(bx, tx, j) + v] = rounded(acc[v])
+                                acc[v] = combine(acc[v], cast(Xf[at(bx, tx, j) + v]))
+                        else:
+                            for v in T.vectorized(lanes):
+                                acc[v] = combine(acc[v], cast(Xf[at(bx, tx, j) + v]))
+                                Yf[at(bx, tx, j) + v] = rounded(acc[v])
+
+    if not split:
+        return [_columns(shape, in_dtype, out_dtype, total, scan_body)]
+
+    @T.prim_func(private=True)
+    def scan_chunks(x: T.handle, s: T.handle, y: T.handle):
+        X = T.match_buffer(x, shape, in_dtype)
+        S = T.match_buffer(s, (outer, chunks, inner), dtype)
+        Y = T.match_buffer(y, shape, out_dtype)
+        Xf = T.decl_buffer((total,), in_dtype, data=X.data)
+        Sf = T.decl_buffer((sums,), dtype, data=S.data)
+        Yf = T.decl_buffer((total,), out_dtype, data=Y.data)
+        scan_body(Xf, Sf, Yf)
+    size = lambda e, name: I64(_static(e)) if _static(e) is not None else tirx.Var(name, "int64")  # noqa: E731
+    sums_shape = (size(outer, "outer"), I64(chunks), size(inner, "inner"))
+    prefixes = Scan(scan.op, sums_shape, 1, dtype, dtype, True, dtype)
+    return [chunk_sums, column_kernels(prefixes, split=False)[0], scan_chunks]
+
+
+def _columns(shape, in_dtype: str, out_dtype: str, total, scan_body) -> tirx.PrimFunc:
+    """The unsplit column scan: `scan_body` with no chunk sums."""
+    @T.prim_func(private=True)
+    def scan_columns(x: T.handle, y: T.handle):
+        X = T.match_buffer(x, shape, in_dtype)
+        Y = T.match_buffer(y, shape, out_dtype)
+        Xf = T.decl_buffer((total,), in_dtype, data=X.data)
+        Yf = T.decl_buffer((total,), out_dtype, data=Y.data)
+        scan_body(Xf, None, Yf)
+    return scan_columns
+
+
+# --------------------------------------------------------------------------------------------------
+# Relax
+# --------------------------------------------------------------------------------------------------
+
+def plan(op: str, x: relax.Expr, axis: int, exclusive: bool, dtype: str, out_dtype: str | None = None) -> Scan | None:
+    """The Scan of `x` (the scan's input, or the half tensor its float32 input was cast from) along
+    `axis`, accumulated in `dtype` and written in `out_dtype` (default: dtype); None where the templates
+    decline it."""
+    if op not in STEPS or not isinstance(x.ty.shape, relax.ShapeExpr):
+        return None
+    if str(x.ty.dtype) not in DTYPES or dtype not in DTYPES:
+        return None   # narrow integers and bools arrive as int64 (the library accumulates them there)
+    shape = tuple(_size(s, f"n{k}") for k, s in enumerate(x.ty.shape.values))
+    scan = Scan(op, shape, axis % len(shape), str(x.ty.dtype), out_dtype or dtype, exclusive, dtype)
+    rows, n, inner = (_static(s) for s in scan.split())
+    if inner == 1 and rows is not None and rows < FEW_ROWS and (n is None or n > LONG_ROW):
+        return None   # a few long rows: torch's single-pass scan fills the GPU, a block per row would not
+    return scan
+
+
+def _size(size, name: str):
+    """A size for the kernel: an int64 constant, or a variable of its own for a symbolic one (Relax's
+    may be an expression, `m + 1`, which a kernel's buffer cannot bind)."""
+    return tirx.IntImm("int64", int(size.value)) if isinstance(size, tirx.IntImm) else tirx.Var(name, "int64")
+
+
+def _prepared(func: tirx.PrimFunc, rule: str, scan: Scan) -> tirx.PrimFunc:
+    """A kernel as the pipeline takes a scheduled one: a root block, scheduled, opaque, named; SCAN_ATTR
+    says which scan it computes (`rounded_once` reads it)."""
+    root = s_tir.SBlockRealize([], True, s_tir.SBlock([], [], [], "root", func.body))
+    return func.with_body(root).with_attrs({"s_tir": True, "tirx.is_scheduled": True, "op_pattern": OPAQUE,
+                                            RULE_ATTR: rule, SCAN_ATTR: f"{scan.op} {scan.axis} {int(scan.exclusive)}"})
+
+
+def _half_source(x: relax.Expr, bound) -> relax.Expr:
+    """The half tensor a float32 scan input was cast from where the scan alone reads the cast (the
+    library scans halves as float32 copies, codegen.library.VIA_FLOAT32): the kernel casts as it
+    loads, reading 2 bytes an element instead of a producer writing 4 for it. Else x."""
+    value = bound(x)
+    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.astype" \
+            and str(value.args[0].ty.dtype) in HALVES and str(x.ty.dtype) == "float32":
+        return value.args[0]
+    return x
+
+
+def rewrite(builder: relax.BlockBuilder, call: relax.Call, bound=lambda x: None) -> relax.Expr | None:
+    """The Relax cumsum/cumprod `call` as call_tir of our kernels (added to the builder's module),
+    None to decline. `bound(var)`: the value var is bound to, where the scan alone reads it."""
+    if call.attrs.axis is None:
+        return None   # the library reshapes to 1-d first; a Relax module of our own may not
+    return _scan_call(builder, call.op.name, _half_source(call.args[0], bound), int(call.attrs.axis),
+                      bool(call.attrs.exclusive), call.ty)
+
+
+def _scan_call(builder, op: str, x, axis: int, exclusive: bool, ty, out_dtype=None, sums=None):
+    """call_tir of the kernels of a scan of x giving `ty` (or its shape in `out_dtype`); `sums`: the
+    chunk sums of a split column scan, already computed."""
+    scan = plan(op, x, axis, exclusive, str(ty.dtype), out_dtype)
+    if scan is None:
+        return None
+    out_ty = relax.TensorType(ty.shape, scan.out_dtype, ty.vdevice)
+    inner = scan.split()[2]
+    name = op.split(".")[1]
+    if _static(inner) == 1:
+        lanes, vectors, seg, warps, _ = row_shape(scan)
+        threads = f"{warps} warps" if warps > 1 else "1 warp" if seg == WARP else f"{seg} lane{'s' * (seg > 1)}"
+        rule = f"Scan (rows: {threads} a row, {lanes * vectors} elements a thread)"
+        gv = builder.add_func(_prepared(row_kernel(scan), rule, scan), f"{name}_rows")
+        return relax.call_tir(gv, [x], out_ty)
+    kernels = column_kernels(scan)
+    lanes, chunks = column_shape(scan)
+    rule = f"Scan (columns: {lanes} a thread, {chunks} chunk{'s' * (chunks > 1)})"
+    if len(kernels) == 1:
+        gv = builder.add_func(_prepared(kernels[0], rule, scan), f"{name}_columns")
+        return relax.call_tir(gv, [x], out_ty)
+    if sums is None:   # each chunk's sum, then the scan of those: each chunk's prefix
+        sums_gv = builder.add_func(_prepared(kernels[0], rule + ": chunk sums", scan), f"{name}_chunk_sums")
+        prefix_gv = builder.add_func(_prepared(kernels[1], rule + ": chunk prefixes", scan), f"{name}_chunk_prefixes")
+        sizes = list(x.ty.shape.values)   # the chunk sums' shape in the caller's sizes
+        one = tirx.const(1, "int64")
+        outer, inner = math.prod(sizes[:scan.axis], start=one), math.prod(sizes[scan.axis + 1:], start=one)
+        sums_ty = relax.TensorType([outer, chunks, inner], scan.dtype, out_ty.vdevice)
+        sums = builder.emit(relax.call_tir(sums_gv, [x], sums_ty))
+        sums = builder.emit(relax.call_tir(prefix_gv, [sums], sums_ty))
+    gv = builder.add_func(_prepared(kernels[2], rule, scan), f"{name}_columns")
+    return relax.call_tir(gv, [x, sums], out_ty)
+
+
+def rounded_once(builder: relax.BlockBuilder, call: relax.Call, bound) -> relax.Expr | None:
+    """`astype(scan, half)` of one of our float32 scans that nothing else reads, as that scan writing
+    the half result itself, rounded once from its float32 accumulator; None for any other call."""
+    if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.astype" and str(call.attrs.dtype) in HALVES):
+        return None
+    value = bound(call.args[0])
+    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.call_tir"
+            and str(value.ty.dtype) == "float32"):
+        return None
+    kernel = builder.get()[value.args[0]]
+    if kernel.attrs is None or SCAN_ATTR not in kernel.attrs:
+        return None
+    op, axis, exclusive = str(kernel.attrs[SCAN_ATTR]).split()
+    operands = list(value.args[1].fields)
+    return _scan_call(builder, op, operands[0], int(axis), exclusive == "1", value.ty, str(call.attrs.dtype),
+                      operands[1] if len(operands) > 1 else None)
