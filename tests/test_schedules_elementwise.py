@@ -305,3 +305,100 @@ def test_generated_permutes_match_torch_on_a_gpu(layout, seed):
     f, out, scale = permute_program(stored, perm, dtype, axis)
     x, y, s = (values(shape, dtype, seed + i, "cuda") for i, shape in enumerate((stored, out, scale)))
     close(bt.jit(target="gpu")(f)(x, y, s), x.permute(perm) * y + s)
+
+
+# -- long chains: intermediates kept in registers ----------------------------------------------------
+# A chain whose inlined expression passes MAX_TREE_SIZE (NaN-aware clamps and selects name their operand
+# several times) keeps intermediates: each thread computes them per element into registers
+# (Elementwise._per_element), its loads and stores 16-byte vectors where every buffer's lanes are
+# contiguous, else one element per thread. Fallback inlined them whole and moved scalars.
+
+CHAIN_STEPS = {  # one step of a chain: `h` in, `h` out, `y` a second operand of the chain's shape
+    "clamp": "h = h.clamp(-3.0, 3.0)", "mish": "h = F.mish(h)", "gelu": "h = F.gelu(h)",
+    "log1p": "h = torch.log1p(h.abs())", "select": "h = torch.where(h > y, h, y * 0.5)",
+    "erf": "h = torch.erf(h) * y", "softplus": "h = F.softplus(h)", "rsqrt": "h = torch.rsqrt(h * h + 1.0)",
+    "leaky": "h = F.leaky_relu(h, 0.1)", "tanh": "h = torch.tanh(h) - y"}
+Y_LAYOUTS = {  # how y is passed and read: its stored shape from the chain's (rows, cols), and its read
+    "full": (lambda r, c: (r, c), "y"), "row": (lambda r, c: (c,), "y"), "column": (lambda r, c: (r, 1), "y"),
+    "transposed": (lambda r, c: (c, r), "y.T")}
+
+
+def chain_source(steps, layout: str, halves: bool, xdtype: str, ydtype: str, rows, cols: int) -> str:
+    """The source of `f(x, y)`: the steps in turn, y read as `layout` says, the halves of the last
+    axis multiplied (`a * erf(g)`) at the end where `halves`; `rows` a name for a symbolic size."""
+    shape, read = Y_LAYOUTS[layout]
+    body = [f"    y = {read}", "    h = x"] + ["    " + CHAIN_STEPS[s] for s in steps]
+    if halves:
+        body += ["    a, g = h.chunk(2, dim=-1)", "    h = a * torch.erf(g)"]
+    return (f"import torch\nimport torch.nn.functional as F\nimport babytriton as bt\n\n\n"
+            f"def f(x: bt.Tensor({(rows, cols)!r}, {xdtype!r}), y: bt.Tensor({shape(rows, cols)!r}, {ydtype!r})):\n"
+            + "\n".join(body) + "\n    return h\n")
+
+
+def load_chain(tmp_path, source: str):
+    import importlib.util
+    path = tmp_path / f"chain_{abs(hash(source))}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.f
+
+
+@st.composite
+def chains(draw):
+    """(steps, y layout, halves, x dtype, y dtype, rows, cols): 3-4 steps, a clamp first (what
+    keeps intermediates), every y layout, half dtypes, ragged and round rows."""
+    steps = draw(st.lists(st.sampled_from(sorted(CHAIN_STEPS)), min_size=2, max_size=3)) + ["clamp"]
+    steps = [steps[-1]] + steps[:-1]
+    xdtype = draw(st.sampled_from(("float32", "float16", "bfloat16")))
+    ydtype = draw(st.sampled_from(("float32", xdtype)))
+    cols = draw(st.sampled_from((62, 256, 1001, 1024)))
+    halves = draw(st.booleans()) and cols % 2 == 0
+    return (steps, draw(st.sampled_from(sorted(Y_LAYOUTS))), halves, xdtype, ydtype,
+            draw(st.sampled_from((33, 256, 300))), cols)
+
+
+P2_LIKE = ["gelu", "clamp", "mish", "rsqrt"]         # the fuzzer's p2: x * y at the end
+P119_LIKE = ["rsqrt", "log1p", "log1p", "select"]    # p119: float16 x, float32 y
+
+
+@pytest.mark.parametrize("steps, xdtype, ydtype, vector", [(P2_LIKE + ["erf"], "float32", "float32", "float4"),
+                                                          (P119_LIKE, "float16", "float32", "half4")])
+def test_a_kept_chain_is_vectors_through_registers_on_sm90(tmp_path, steps, xdtype, ydtype, vector):
+    """p2's and p119's chains (Fallback: one scalar a thread, 0.2x torch.compile on an H200): Elementwise,
+    4 elements a thread (16 bytes of float32 y), x and y loaded as vectors, the result stored as one."""
+    f = load_chain(tmp_path, chain_source(steps, "full", False, xdtype, ydtype, 512, 1024))
+    k = bt.jit(target=SM90)(f).compile()
+    (kernel,) = k.fusion
+    assert kernel.rule == "Elementwise" and kernel.launch == "grid 512 x block 256", str(k.fusion)
+    assert k.source.count(f"*({vector}*)(x_ptr + ") == 1 and "*(float4*)(y_ptr + " in k.source
+    assert_builds_with_nvcc(k)
+
+
+@settings(max_examples=2, deadline=None)  # long chains: tens of seconds a compile (inlining.py's `fits`)
+@given(chains())
+def test_generated_kept_chains_get_elementwise_and_build_for_sm90(tmp_path_factory, chain):
+    """Any chain, any y layout (a transposed y: one element a thread), halves, half dtypes: no Fallback."""
+    f = load_chain(tmp_path_factory.mktemp("chains"), chain_source(*chain))
+    k = bt.jit(target=SM90)(f).compile()
+    assert all(kernel.rule != "dlight.gpu.Fallback" for kernel in k.fusion), str(k.fusion)
+    assert_builds_with_nvcc(k)
+
+
+@pytest.mark.gpu
+@settings(max_examples=8, deadline=None)
+@given(chains(), st.sampled_from((None, 1, 5, 1027)), st.integers(0, 1000))
+def test_generated_kept_chains_match_torch_on_a_gpu(tmp_path_factory, chain, symbolic, seed):
+    """Against torch, NaN and infinities among the inputs; `symbolic`: rows a size known at run time."""
+    steps, layout, halves, xdtype, ydtype, rows, cols = chain
+    f = load_chain(tmp_path_factory.mktemp("chains"), chain_source(
+        steps, layout, halves, xdtype, ydtype, "n" if symbolic else rows, cols))
+    rows = symbolic or rows
+    x = values((rows, cols), xdtype, seed, "cuda")
+    y = values(Y_LAYOUTS[layout][0](rows, cols), ydtype, seed + 1, "cuda")
+    got, expected = bt.jit(target="gpu")(f)(x, y), f(x, y)
+    if expected.dtype != torch.float32 or x.dtype != torch.float32:  # half inputs: each step rounds
+        torch.testing.assert_close(got.float(), expected.float(), atol=3e-2, rtol=3e-2, equal_nan=True)
+    else:
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4, equal_nan=True)

@@ -40,8 +40,10 @@ class Elementwise(GPUScheduleRule):
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if is_buffer(p) and len(p.ty.shape)),
                      default=4)  # a 0-d buffer (a run-time scalar) is read once, not in vectors
         if len(infos) > 1:
-            if only_output(sch, infos) is not None:
+            if only_output(sch, infos) is not None and _vector_chain(sch, infos, func, self._chain_lanes(func, widest)):
                 return self._per_thread(sch, infos, func, widest)
+            if _last_is_only_output(sch, infos):
+                return self._per_element_staged(sch, infos, func, target, widest)
             return self._several_outputs_staged(sch, infos, func, target, widest)
         info = infos[0]
         loops = sch.get_loops(info.block_rv)
@@ -133,18 +135,10 @@ class Elementwise(GPUScheduleRule):
         thread computes its vector of every intermediate into registers, then its vector of the
         output, as CPUElementwise does per vector (Fallback inlined them whole, a tree that grows
         exponentially). Only whole, contiguous, branch-free vectors; anything else stays Fallback's."""
-        vector = max(self.vector_bytes // widest, 1)
-        if _computes_bools(func):  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
-            vector = min(vector, 4)
+        vector = self._chain_lanes(func, widest)
         blocks = [info.block_rv for info in infos]
         if any(_too_wide(sch.get(block), vector) for block in blocks):
             vector = 4  # half math in float32: 4 lanes, CUDA's widest float vector (see `_too_wide`)
-        for block in blocks:
-            loops = sch.get_loops(block)
-            var = innermost_var(sch, loops[-1]) if loops else None
-            if var is None or branch_multiples(sch.get(block), var) != [] or contiguous_lanes(
-                    sch, loops[-1], vector) != vector or _scalar_calls(sch.get(block)) or _has_bool_buffers(func):
-                return decline("intermediates kept (too large to inline) that are not whole contiguous vectors")
         loops = sch.get_loops(blocks[-1])
         extent = static_product(sch, loops)
         if vector == 1:
@@ -166,6 +160,66 @@ class Elementwise(GPUScheduleRule):
                 return decline("a kept intermediate's region is wider than the thread's vector")
             sch.vectorize(inner)
         sch.vectorize(lanes)
+        return sch
+
+    def _chain_lanes(self, func, widest: int) -> int:
+        """The lanes of a vector of 16 bytes of the kernel's widest buffer; 4 where it computes a bool
+        (CUDA has no 8-lane bool type: a float16 compare or NaN test)."""
+        vector = max(self.vector_bytes // widest, 1)
+        return min(vector, 4) if _computes_bools(func) else vector
+
+    def _per_element_staged(self, sch, infos, func, target, widest):
+        """`_per_element` with each staging in turn, from a fresh schedule after one that fails (a
+        register copy wider than a vector: two blocks read a buffer at two offsets, a split's halves):
+        an input's vector loaded once for every block, else once per block, else no vectors."""
+        for i, (vectors, share) in enumerate(((True, True), (True, False), (False, False))):
+            if i:
+                sch, infos = normalized(self, func, target)
+                infos = inline(sch, infos, GPU_CALL_DEPTH)
+            try:
+                return self._per_element(sch, infos, func, widest, vectors, share)
+            except Exception:  # noqa: BLE001 - registers did not fit these blocks (TVM raises several types)
+                if not vectors:
+                    raise
+
+    def _per_element(self, sch, infos, func, widest, vectors: bool, share: bool):
+        """One output and kept intermediates that can't be computed as vectors (a call with no vector
+        form, a bool, a select, a broadcast or transpose, a symbolic size): each thread takes `vector`
+        consecutive output elements (1 where lanes are not contiguous in every buffer) and computes
+        them one at a time, every intermediate into a register of its own per element; its global
+        loads and stores move as vectors through registers. Fallback inlined the intermediates
+        whole, a tree that grows exponentially, and moved one scalar per thread."""
+        blocks = [info.block_rv for info in infos]
+        loops = sch.get_loops(blocks[-1])
+        if not loops:
+            return decline("a 0-d result: one thread")
+        total = _total(loops, sch)
+        if isinstance(total, tirx.IntImm) and int(total) < self.threads:
+            return decline(f"{int(total)} elements: fewer than one block's {self.threads}")
+        vector = self._chain_lanes(func, widest) if vectors else 1
+        if not (_same_loops(sch, blocks) and isinstance(total, tirx.IntImm) and int(total) >= vector * self.threads
+                and get_extent(sch, loops[-1]) % vector == 0 and all(
+                    contiguous_lanes(sch, sch.get_loops(b)[-1], vector) == vector for b in blocks)):
+            vector = 1  # a plain grid: one element per thread, coalesced on the output
+        if vector > 1:
+            *outer, inner = loops
+            inner, lanes = sch.split(inner, [None, vector])
+            grid, threads = sch.split(sch.fuse(*outer, inner), [None, self.threads])
+        else:
+            grid, threads = sch.split(fuse(sch, loops), [None, self.threads])
+            lanes = threads
+        sch.bind(grid, "blockIdx.x")
+        sch.bind(threads, "threadIdx.x")
+        depth = len(sch.get_loops(blocks[-1]))
+        for block in reversed(blocks[:-1]):  # consumers first: each producer then goes under its consumer
+            sch.compute_at(block, lanes, preserve_unit_loops=True)
+            sch.set_scope(block, 0, "local")
+            if any(get_extent(sch, loop) != 1 for loop in sch.get_loops(block)[depth:]):
+                return decline("a kept intermediate read at several elements per output element")
+        if vector > 1:
+            for block in blocks:
+                _through_registers(sch, block, threads, None, share=share, width=vector)
+            sch.unroll(lanes)
         return sch
 
     def _size_fits(self, extent, vector: int) -> bool | None:
@@ -238,6 +292,33 @@ class Elementwise(GPUScheduleRule):
         for loop in lanes:
             sch.unroll(loop)
         return sch
+
+
+def _vector_chain(sch, infos, func, vector: int) -> bool:
+    """Whether every block of a chain computes whole contiguous vectors of `vector` lanes: no call
+    without a vector form, no bool buffer, no select on the row index (`Elementwise._per_thread`)."""
+    for info in infos:
+        loops = sch.get_loops(info.block_rv)
+        var = innermost_var(sch, loops[-1]) if loops else None
+        if var is None or branch_multiples(sch.get(info.block_rv), var) != [] or contiguous_lanes(
+                sch, loops[-1], vector) != vector or _scalar_calls(sch.get(info.block_rv)) or _has_bool_buffers(func):
+            return False
+    return True
+
+
+def _last_is_only_output(sch, infos) -> bool:
+    """Whether the last block writes the kernel's one output and every other block an intermediate
+    (TVM computes no block that writes an output at another's loop)."""
+    params = [p for p in sch.mod["main"].params if tirx.is_buffer_var(p)]
+    writers = [info for info in infos if any(w.source.same_as(p) for w in sch.get(info.block_rv).writes
+                                             for p in params)]
+    return len(writers) == 1 and writers[0] is infos[-1]
+
+
+def _same_loops(sch, blocks) -> bool:
+    """Whether the blocks have the same static loop extents (one value per output element each)."""
+    extents = [[get_extent(sch, loop) for loop in sch.get_loops(b)] for b in blocks]
+    return all(isinstance(e, int) for e in extents[0]) and all(e == extents[0] for e in extents)
 
 
 class UnsizedCopy(ValueError):
@@ -407,11 +488,12 @@ _VECTORISED_SPECIALLY = {"reinterpret", "if_then_else", "likely", "bitwise_and",
                          "bitwise_not", "shift_left", "shift_right"}
 
 
-def _through_registers(sch, block, threads, lanes, inplace=(), share: bool = True) -> None:
+def _through_registers(sch, block, threads, lanes, inplace=(), share: bool = True, width: int | None = None) -> None:
     """Each thread loads its inputs into registers and stores its results from them as vectors, and
     computes lane by lane in between: the calls stay scalar, the memory traffic does not. Bool
     buffers and 0-d ones (run-time scalars), and those in `inplace`, are read and written in place,
-    one element at a time. An input copy serves every block that reads it, or (not `share`) this one."""
+    one element at a time. An input copy serves every block that reads it, or (not `share`) this
+    one; a copy of more than `width` elements (reads at two offsets) raises UnsizedCopy."""
     # a buffer read in a branch (concat's pieces) is read at other offsets per branch, and one read
     # at several indices per element (alibi's `pos[k] - pos[q]`) covers a span that moves with the
     # thread: registers would have to hold a whole row, or a vector of no fixed width, so both are
@@ -427,17 +509,17 @@ def _through_registers(sch, block, threads, lanes, inplace=(), share: bool = Tru
         if vectors(sch.get(block).reads[index]):
             cache = sch.cache_read(block, index, "local", None if share else [block])
             sch.compute_at(cache, threads)
-            _vectorize_under(sch, cache, threads)
+            _vectorize_under(sch, cache, threads, width)
     for index in reversed(range(len(sch.get(block).writes))):
         if vectors(sch.get(block).writes[index]):
             cache = sch.cache_write(block, index, "local")
             sch.reverse_compute_at(cache, threads)
-            _vectorize_under(sch, cache, threads)
+            _vectorize_under(sch, cache, threads, width)
     if lanes is not None:  # None: the caller unrolls (one lanes loop over several blocks)
         sch.unroll(lanes)
 
 
-def _vectorize_under(sch, block, threads) -> None:
+def _vectorize_under(sch, block, threads, width: int | None = None) -> None:
     """Vectorise the loops a register copy got under the thread's loop: none where it copies one
     element per thread (a per-row scale), whose innermost loop is the thread's own (vectorised, a
     vector of `threads` lanes: "VectorizeLoop before LiftStorageAlloc")."""
@@ -450,6 +532,8 @@ def _vectorize_under(sch, block, threads) -> None:
             # TVM covered its consumers' regions by a min..max it can't size (two blocks reading one
             # copy through a flattened rank-3 index): the build refuses that vector loop
             raise UnsizedCopy(f"a register copy of {sch.get(lanes).extent} elements")
+        if width is not None and int(sch.get(lanes).extent) > width:  # a span of reads, not one vector
+            raise UnsizedCopy(f"a register copy of {sch.get(lanes).extent} elements, more than {width}")
         sch.vectorize(lanes)
 
 
