@@ -280,8 +280,12 @@ def test_gpu_pairs_and_tiles_compile_with_nvcc():
     registers (a tile's array indexed by blockIdx lives in local memory); rows stacked in a block
     where a row's columns take few threads."""
     k = bt.jit(target=SM90)(pairs).compile()
-    reducing = [kk for kk in k.fusion if any(op.op in ("argmax", "argmin", "max", "sum") for op in kk.ops)]
+    reducing = [kk for kk in k.fusion if any(op.op in ("max", "sum") for op in kk.ops)
+                and not any(op.op in ("argmax", "argmin") for op in kk.ops)]
     assert reducing and all(kk.rule == "OuterReduction" for kk in reducing), k.fusion
+    # argmax/argmin (an index and a value) were wrong through OuterReduction on an H200: declined for now
+    pairs_ = [kk for kk in k.fusion if any(op.op in ("argmax", "argmin") for op in kk.ops)]
+    assert pairs_ and all(kk.rule not in ("OuterReduction", "dlight.gpu.Fallback") for kk in pairs_), k.fusion
     for size in re.findall(r"local_ptr\[(\d+)\]", k.source):
         assert int(size) <= 8, size
     assert "__launch_bounds__(250) softmax_kernel" in k.source  # softmax's sum: 10 rows of 25 threads
