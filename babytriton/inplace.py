@@ -7,8 +7,11 @@ writes it into the parameter itself (`call_tir_inplace`) and the driver finds no
 - the value is one result of a kernel that takes the parameter once, with its shape and dtype, and no
   later binding reads the parameter;
 - every block of that kernel is element-wise at its own index for the parameter, the result and every
-  buffer computed from the parameter (`p[i]` is read only where element i is written, and before it
-  is), so no element is read after another thread or loop has overwritten it.
+  buffer computed from the parameter (`p[i]` is read only where element i is written), every read of
+  the parameter comes before the block that writes its new value, and nothing reads the new value back
+  (`buf.mul_(m).add_(g); p.add_(buf)`: buf stays a copy back, p is written in place): no element is
+  read after a thread or loop has overwritten it, and an input the rules read once into a register
+  for every block is never stale.
 """
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ from .codegen.mutation import WRITTEN  # main's attribute: the parameters its tr
 
 
 def write_in_place(mod: tvm.IRModule) -> tvm.IRModule:
-    """Every function's parameter updates that can be, written in place."""
+    """Every function's parameter updates that can be, written in place. CPU only (the pipeline adds
+    it for llvm targets): no GPU rule schedules a kernel whose input is also its output yet (Elementwise
+    declines it, Fallback fails on it), so on a GPU the new values are still copied back (open)."""
     if "vdevice" in mod.global_infos:  # kernels are placed on devices by call_tir later (PlaceOnDevices)
         return mod
     for gvar, func in list(mod.functions_items()):
@@ -117,8 +122,10 @@ def _safe(kernel: tirx.PrimFunc, param_in, param_out) -> bool:
     written_y = False
     for block in _blocks(kernel):
         reads, writes = _accesses(block)
-        if written_y and any(b.same_as(x) for b, _ in reads):
-            return False  # x read after y (now x) was written
+        if any(b.same_as(y) for b, _ in reads) or (written_y and any(b.same_as(x) for b, _ in reads)):
+            # the new value read back, or x read after it is written: the schedule rules may hold an input
+            # in a register from the kernel's start (read once for every block), which would then be stale
+            return False
         from_x = any(any(b.same_as(t) for t in tainted) for b, _ in reads)
         for buffer, indices in reads + writes:
             watched = buffer.same_as(y) or any(buffer.same_as(t) for t in tainted) or (
@@ -158,41 +165,13 @@ def _own_index(block, buffer, indices, like) -> bool:
 
 
 def _kernel_in_place(kernel, inputs: int, pairs: dict[int, int]):
-    """The kernel with each result of `pairs` computed into a buffer of its own, copied into its input by
-    a last block: every read of the input, and every read of the result, then comes before that write
-    (the rules may hold an input in registers from the kernel's start, assuming nothing writes it)."""
-    root = kernel.body.block
-    copies, allocated, remap = [], [], {}
-    for r, a in pairs.items():
-        result, target = kernel.params[inputs + r], kernel.params[a]
-        own = tirx.Var(f"{result.name}_new", result.ty)
-        remap[result] = own
-        allocated.append(own)
-        copies.append(_copy_block(own, target))
-    body = tvm_ffi.structural_map(root.body, [(tvm.ir.Var, lambda v: next(
-        (new for old, new in remap.items() if v.same_as(old)), v))])
-    block = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, tirx.SeqStmt([body, *copies]),
-                         root.init, [*root.alloc_buffers, *allocated], root.match_buffers, root.annotations)
+    """The kernel with each result of `pairs` stored into its input's buffer, that result's parameter gone."""
+    remap = [(kernel.params[inputs + r], kernel.params[a]) for r, a in pairs.items()]
+    body = tvm_ffi.structural_map(kernel.body, [(tvm.ir.Var, lambda v: next(
+        (new for old, new in remap if v.same_as(old)), v))])
     dropped = {inputs + r for r in pairs}
     params = [p for i, p in enumerate(kernel.params) if i not in dropped]
-    realize = s_tir.SBlockRealize(kernel.body.iter_values, kernel.body.predicate, block)
-    return tirx.PrimFunc(params, realize, kernel.ret_type, kernel.attrs, kernel.span)
-
-
-def _copy_block(source, target):
-    """Loops over `target`'s shape around a block `target[v] = source[v]`."""
-    shape = list(target.ty.shape)
-    loops = [tirx.Var(f"ax{i}", n.ty.dtype if hasattr(n, "ty") else "int64") for i, n in enumerate(shape)]
-    ivs = [tirx.IterVar(tvm.ir.Range(0, n), tirx.Var(f"v_ax{i}", loop.ty.dtype), tirx.IterVar.DataPar)
-           for i, (n, loop) in enumerate(zip(shape, loops))]
-    index = [iv.var for iv in ivs]
-    region = [tvm.ir.Range.from_min_extent(v, 1) for v in index]
-    block = s_tir.SBlock(ivs, [tirx.BufferRegion(source, region)], [tirx.BufferRegion(target, region)],
-                         f"{target.name}_written", tirx.BufferStore(target, tirx.BufferLoad(source, index), index))
-    stmt = s_tir.SBlockRealize(loops, True, block)
-    for loop, n in reversed(list(zip(loops, shape))):
-        stmt = tirx.For(loop, 0, n, tirx.ForKind.SERIAL, stmt)
-    return stmt
+    return tirx.PrimFunc(params, body, kernel.ret_type, kernel.attrs, kernel.span)
 
 
 def _call_in_place(kernel_gvar, call, pairs: dict[int, int]):

@@ -71,10 +71,11 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
         # optimizer's p, m and v): FuseOps keeps a value that is also a result out of its consumer
         ("FuseMultiOutput", multi_output.FuseMultiOutput),
         # a reshape left as a kernel of its own is a view of its input's memory; in a kernel, what
-        # reads a view reads through its index (views.py); a parameter updated in place is written
-        # where it is, by the kernel computing it, where that is safe (inplace.py)
-        ("FuseTIR", tvm.transform.Sequential([relax.transform.FuseTIR(), views.FreeReshapes, views.InlineViews,
-                                              _WriteInPlace])),
+        # reads a view reads through its index (views.py); on a CPU, a parameter updated in place is
+        # written where it is, by the kernel computing it, where that is safe (inplace.py)
+        ("FuseTIR", tvm.transform.Sequential([relax.transform.FuseTIR(), views.FreeReshapes, views.InlineViews]
+                                             + ([_WriteInPlace] if target is not None and target.kind.name == "llvm"
+                                                else []))),
     ]
 
 

@@ -361,6 +361,8 @@ def plan(op: str, x: relax.Expr, axis: int, exclusive: bool, dtype: str, out_dty
     shape = tuple(_size(s, f"n{k}") for k, s in enumerate(x.ty.shape.values))
     scan = Scan(op, shape, axis % len(shape), str(x.ty.dtype), out_dtype or dtype, exclusive, dtype)
     rows, n, inner = (_static(s) for s in scan.split())
+    if 0 in (rows, n, inner):
+        return None   # nothing to scan: a launch of no blocks is a CUDA error (torch's scan returns at once)
     if inner == 1 and rows is not None and rows < FEW_ROWS and (n is None or n > LONG_ROW):
         return None   # a few long rows: torch's single-pass scan fills the GPU, a block per row would not
     return scan

@@ -3,7 +3,6 @@ with torch on generated shapes, axis sets and dtypes, NaN/inf, empty axes, symbo
 non-contiguous inputs; their CUDA generated for sm_90 and compiled by nvcc; on a GPU, compared there."""
 import hashlib
 import importlib.util
-import re
 import shutil
 import warnings
 
@@ -194,9 +193,9 @@ def with_nan_and_inf(x):
 
 
 def test_nan_and_inf_propagate_as_in_torch(cpu_target):
-    x = with_nan_and_inf(torch.randn(200, 40, generator=torch.Generator().manual_seed(0)))
-    for f in (column_max, column_sum, column_mean):  # (a sum of 200 in another order: atol 1e-4)
-        torch.testing.assert_close(bt.jit(target=cpu_target)(f)(x), f(x), equal_nan=True, rtol=1e-5, atol=1e-4)
+    x = with_nan_and_inf(torch.randn(200, 40))
+    for f in (column_max, column_sum, column_mean):
+        torch.testing.assert_close(bt.jit(target=cpu_target)(f)(x), f(x), equal_nan=True)
 
 
 @pytest.mark.parametrize("shape", [(0, 5), (4, 0), (0, 0)])
@@ -228,12 +227,11 @@ def test_symbolic_sizes():
 
 
 def test_non_contiguous_inputs():
-    g = torch.Generator().manual_seed(0)
-    base = torch.randn(96, 300, generator=g)
-    for f in (column_sum, column_max):  # (sums in another order than torch's: atol 1e-4)
-        torch.testing.assert_close(bt.jit(target="cpu")(f)(base.t()), f(base.t()), rtol=1e-5, atol=1e-4)
-    sliced = torch.randn(400, 130, generator=g)[::2, 1:97]
-    torch.testing.assert_close(bt.jit(target="cpu")(column_mean)(sliced), column_mean(sliced), rtol=1e-5, atol=1e-4)
+    base = torch.randn(96, 300)
+    for f in (column_sum, column_max):
+        torch.testing.assert_close(bt.jit(target="cpu")(f)(base.t()), f(base.t()))
+    sliced = torch.randn(400, 130)[::2, 1:97]
+    torch.testing.assert_close(bt.jit(target="cpu")(column_mean)(sliced), column_mean(sliced))
 
 
 # -- on a GPU: the same against torch there ------------------------------------------------------
@@ -262,119 +260,3 @@ def test_gpu_edges_match_torch():
         check(k(y), symbolic_columns(y), torch.float32, shape[0])
     empty = torch.randn(0, 5, device="cuda")
     torch.testing.assert_close(bt.jit(target="gpu")(column_sum)(empty), column_sum(empty))
-
-
-# -- argmax/argmin (value and index pairs), tiles over several kept axes, short reduced axes -------
-def pairs(a: bt.Tensor((967, 320), "float16"), b: bt.Tensor((138, 128, 150), "float16"),
-          c: bt.Tensor((805, 12, 64), "float16"), d: bt.Tensor((4096, 32, 12, 16), "float32"),
-          e: bt.Tensor((9000, 2, 100), "float32"), g: bt.Tensor(("n", 12, 64), "float32")):
-    """argmax/argmin over outer and middle axes; a max whose parts cross a tile of two kept axes
-    (12, 16); a tile that is no rectangle of the kept (128, 150); a softmax over a middle axis of 2."""
-    vals, idx = b.max(dim=0)
-    return (a.argmax(0), vals, idx, c.float().argmin(1), c.argmax(0), d.amax(0), torch.softmax(e, 1),
-            g.argmax(1), g.argmin(0))
-
-
-def test_gpu_pairs_and_tiles_compile_with_nvcc():
-    """Every reduction here on OuterReduction, none on Fallback; each thread's accumulators are a few
-    registers (a tile's array indexed by blockIdx lives in local memory); rows stacked in a block
-    where a row's columns take few threads."""
-    k = bt.jit(target=SM90)(pairs).compile()
-    reducing = [kk for kk in k.fusion if any(op.op in ("max", "sum") for op in kk.ops)
-                and not any(op.op in ("argmax", "argmin") for op in kk.ops)]
-    assert reducing and all(kk.rule == "OuterReduction" for kk in reducing), k.fusion
-    # argmax/argmin (an index and a value) were wrong through OuterReduction on an H200: declined for now
-    pairs_ = [kk for kk in k.fusion if any(op.op in ("argmax", "argmin") for op in kk.ops)]
-    assert pairs_ and all(kk.rule not in ("OuterReduction", "dlight.gpu.Fallback") for kk in pairs_), k.fusion
-    for size in re.findall(r"local_ptr\[(\d+)\]", k.source):
-        assert int(size) <= 8, size
-    assert "__launch_bounds__(250) softmax_kernel" in k.source  # softmax's sum: 10 rows of 25 threads
-    if shutil.which("nvcc"):
-        assert b".entry" in nvcc_ptx(k.source)
-
-
-def arg_pairs(x):
-    vals, idx = x.max(dim=0)
-    return vals, idx, x.argmin(1), x.amax(1)
-
-
-def with_ties_and_nan(shape, dtype, device="cpu"):
-    """Small integers (many ties: the first index wins), a NaN in some columns (it wins)."""
-    x = torch.randint(-3, 4, shape, generator=torch.Generator().manual_seed(1)).to(dtype)
-    flat = x.view(-1, shape[-1])
-    flat[min(5, flat.shape[0] - 1), 1 % shape[-1]] = float("nan")
-    flat[flat.shape[0] // 2, shape[-1] - 1] = float("nan")
-    return x.to(device)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(805, 12, 64), (138, 128, 150), (3, 1000, 40), (97, 7, 33), (2, 3, 1)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_gpu_argmax_argmin_match_torch(shape, dtype):
-    x = with_ties_and_nan(shape, dtype, "cuda")
-    got, want = bt.jit(target="gpu")(arg_pairs)(x), arg_pairs(x)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0)
-
-
-def symbolic_pairs(x: bt.Tensor(("n", "s", 64), "float32")):
-    return x.argmax(0), x.argmin(1), x.amax(0)
-
-
-@pytest.mark.gpu
-def test_gpu_symbolic_pairs_and_short_axes_match_torch(tmp_dir):
-    k = bt.jit(target="gpu")(symbolic_pairs)
-    for shape in [(1, 1, 64), (805, 12, 64), (5, 3000, 64), (4097, 2, 64)]:
-        x = with_ties_and_nan(shape, torch.float32, "cuda")
-        for g, w in zip(k(x), symbolic_pairs(x)):
-            torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0)
-    for form, axes, shape, dtype in [("amax", (0,), (8192, 32, 12, 16), torch.float32),
-                                     ("sum", (1,), (97271, 2, 100), torch.float32),
-                                     ("mean", (1,), (11413, 2, 999), torch.float16),
-                                     ("amax", (0,), (967, 32000), torch.bfloat16)]:
-        f = program(form, axes, tmp_dir)
-        x = make(shape, dtype).cuda()
-        check(bt.jit(target="gpu")(f)(x), f(x), dtype, max(shape))
-
-
-@pytest.mark.parametrize("shape, dtype", [((805, 12, 64), torch.float32), ((97, 7, 33), torch.bfloat16)])
-def test_cpu_argmax_argmin_match_torch(shape, dtype):
-    """Ties (the first index wins) and NaN (it wins), as on the GPU."""
-    x = with_ties_and_nan(shape, dtype)
-    for g, w in zip(bt.jit(target="cpu")(arg_pairs)(x), arg_pairs(x)):
-        torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0)
-
-
-def softmax_middle(x):
-    m = x.max(dim=-2, keepdim=True).values
-    e = torch.exp(x - m)
-    return e / e.sum(-2, keepdim=True)
-
-
-def rms_middle(x, res):
-    return x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-12) + res
-
-
-def test_gpu_short_axes_run_their_epilogues_in_the_reducing_threads():
-    """A middle axis of 2: each thread reduces its columns alone, then writes the whole-input block
-    for them (one CUDA kernel a reduction, no kernel of its own for `exp(x - m)` or the rms's scaling)."""
-    x = torch.empty(9000, 2, 100, device="meta")
-    k = bt.jit(target=SM90)(softmax_middle).compile(x)
-    assert [kk.rule for kk in k.fusion] == ["OuterReduction", "OuterReduction"], k.fusion
-    assert all(len(kk.cuda_kernels) == 1 for kk in k.fusion), k.fusion
-    k = bt.jit(target=SM90)(rms_middle).compile(torch.empty(1141, 2, 1000, device="meta"), torch.empty(1141, 2, 1000, device="meta"))
-    assert [(kk.rule, len(kk.cuda_kernels)) for kk in k.fusion] == [("OuterReduction", 1)], k.fusion
-    assert "block 250" in k.fusion[0].launch  # a row of 250 float4 columns a block
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(97271, 2, 100), (1000, 3, 37), (7, 16, 4096), (4099, 2, 64)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_gpu_short_axes_match_torch(shape, dtype):
-    """The short-axis path on the GPU: softmax and rms over a middle axis, NaN and inf in some columns."""
-    x = make(shape, dtype).cuda()
-    x[0, 0, 0], x[-1, -1, -1], x[1, 0, shape[2] // 2] = float("nan"), float("inf"), float("-inf")
-    res = make(shape, dtype, seed=1).cuda()
-    tol = 2e-2 if dtype in HALF else 1e-5
-    for f, args in ((softmax_middle, (x,)), (rms_middle, (x, res))):
-        torch.testing.assert_close(bt.jit(target="gpu")(f)(*args), f(*args), equal_nan=True, rtol=tol, atol=tol)

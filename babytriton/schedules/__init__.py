@@ -14,7 +14,7 @@ schedules a kernel wins, each inside `Guarded`):
   RowReduction      row_reduction.py      a lone reduction along contiguous rows of a static width
   RowKernel         row_kernel.py         reductions then an element-wise block over static-width rows (64+ threads)
   InnerReduction    inner_reduction.py    any kernel reducing rows along their innermost axis: any width, outputs
-  OuterReduction    outer_reduction.py    reductions over outer or middle axes (argmax too): threads across the kept columns
+  OuterReduction    outer_reduction.py    reductions over outer or middle axes: threads across the kept columns
   dlight.gpu.Reduction                    a reduction and its epilogue (Dlight's)
   LongRows          wrappers.py           Dlight's GeneralReduction, long row loops left as loops
   Tiled             transpose.py          an input read across its contiguous axis: tiles in shared memory

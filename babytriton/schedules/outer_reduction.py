@@ -1,7 +1,7 @@
-"""GPU rule OuterReduction: reductions over outer or middle axes (`x.sum(0)`, `x.amax(1)`,
-`x.argmax(0)` of a (B, S, H) `x`, batch-norm statistics), threads across the kept contiguous axis so
-that a warp reads whole rows, the reduced axes looped per thread, split over blocks in two stages
-when the kept columns are too few to fill the GPU."""
+"""GPU rule OuterReduction: reductions over outer or middle axes (`x.sum(0)`, `x.amax(1)` of a
+(B, S, H) `x`, batch-norm statistics), threads across the kept contiguous axis so that a warp reads
+whole rows, the reduced axes looped per thread, split over blocks in two stages when the kept
+columns are too few to fill the GPU."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,7 +30,6 @@ class Plan:
     ty: int
     parts: int
     across: bool  # the `ty` threads' results reduced across them, else each a partial result of its own
-    stack: int = 1  # outer rows per block, where one row's columns take few threads and none go along it
 
 
 class OuterReduction(GPUScheduleRule):
@@ -50,16 +49,7 @@ class OuterReduction(GPUScheduleRule):
       column reduction itself, over the parts);
     * a block after the reduction over the reduced shape (a mean's division) runs where the last
       stage leaves each result, in a register; one over a larger shape (`x - x.mean(0)`) is a
-      kernel of its own, 16 bytes per thread, except where the reduced axes are short (fewer than
-      `2 * min_steps` steps, a softmax over a middle axis of 2): one thread reduces its columns
-      alone, then runs the blocks over the whole input for them too, re-reading them from cache.
-      Such a kernel is nearly element-wise: a whole row of columns a block, rows stacked in a block
-      where a row takes few threads;
-    * a reduction to several results (argmax and argmin: an index and a value) keeps each in
-      registers alike; the combiner (legalize.py) picks NaN first, then the first index of ties,
-      so no order of the partial results changes the answer;
-    * a thread's partial results are one buffer axis, fused from the kept ones: over several
-      (a (12, 16) tile) TVM sized them as the tile's box, indexed by blockIdx, in local memory.
+      kernel of its own, 16 bytes per thread.
     Each reduction is a kernel of its own: a second reduction that reads the first one's result
     (a variance after its mean) must wait for every block of the first. On an H200 (benchmarks/probes/outer.py):
     a (32, 2048, 1024) max over the middle axis took 68 us where Fallback took 190 and torch.compile
@@ -80,56 +70,26 @@ class OuterReduction(GPUScheduleRule):
         layouts = [columns(sch, b) for b in reductions]
         if not reductions or any(layout is None for layout in layouts):
             return None
-        if any(len(sch.get(b).writes) > 1 for b in reductions):
-            # the index-and-value path gave wrong argmax/argmin on an H200 (tests/test_schedules_outer.py,
-            # its GPU tests): Dlight's GeneralReduction takes them until it is found
-            return decline("two results per reduction (argmax, argmin): wrong on a GPU, open")
-        home, followers, wide = None, set(), set()
-        for index, block in enumerate(blocks):
+        if any(len(sch.get(b).writes) != 1 for b in reductions):
+            return decline("two results per reduction (an argmax's index and value)")
+        home, kept = None, None
+        for block in blocks:
+            loops = sch.get_loops(block)
             if reduce_count(sch, block):
-                followers, wide = self._followers(sch, blocks, index)
+                kept = _wide_extents(sch, loops[:len(loops) - reduce_count(sch, block)])
                 # its results stay in registers where every block reading them runs in its fold
                 local = not _writes_param(sch, block) and all(
-                    sch.get(c).name_hint in followers for c in sch.get_consumers(block))
+                    not reduce_count(sch, c) and _wide_extents(sch, sch.get_loops(c)) == kept
+                    for c in sch.get_consumers(block))
                 if local:
-                    for i in range(len(sch.get(block).writes)):
-                        sch.set_scope(block, i, "local")
+                    sch.set_scope(block, 0, "local")
                 home = self._reduce(sch, block, layouts[reductions.index(block)])
                 home = home if local else None
-            elif home is not None and sch.get(block).name_hint in followers:
+            elif home is not None and _wide_extents(sch, loops) == kept:
                 sch.reverse_compute_at(block, home, preserve_unit_loops=True)
-                last = sch.get_loops(block)[-1]
-                if sch.get(block).name_hint in wide and get_extent(sch, last) in (2, 4, 8):  # a thread's vector
-                    sch.vectorize(last)
             else:
                 self._spread(sch, block)
         return sch
-
-    def _followers(self, sch, blocks, index):
-        """The names of the element-wise blocks after the reduction `blocks[index]` that can run where
-        it leaves each result: over the reduced shape, or over the whole input where threads reduce
-        their columns alone (a short reduced axis: softmax's `exp(x - max)`, its columns still in
-        cache), reading only the reduction and blocks that run there too; and those of the latter."""
-        block = blocks[index]
-        loops = sch.get_loops(block)
-        kept = _wide_extents(sch, loops[:len(loops) - reduce_count(sch, block)])
-        whole = sorted(_wide_extents(sch, loops)) if self._alone(sch, loops, block) else None
-        there, wide = {sch.get(block).name_hint}, set()
-        for later in blocks[index + 1:]:
-            if reduce_count(sch, later):
-                break
-            extents = _wide_extents(sch, sch.get_loops(later))
-            if (extents == kept or (whole is not None and sorted(extents) == whole)) and \
-                    all(sch.get(p).name_hint in there for p in sch.get_producers(later)):
-                there.add(sch.get(later).name_hint)
-                wide |= {sch.get(later).name_hint} if extents != kept else set()
-        return there - {sch.get(block).name_hint}, wide
-
-    def _alone(self, sch, loops, block) -> bool:
-        """Whether each thread reduces its columns alone: too few steps to share them (the plan's `ty`
-        and `parts` are then 1)."""
-        steps = static_product(sch, loops[len(loops) - reduce_count(sch, block):])
-        return steps is not None and steps < 2 * self.min_steps
 
     # -- one reduction ----------------------------------------------------------------------------
     def _reduce(self, sch, block, layout):
@@ -155,13 +115,10 @@ class OuterReduction(GPUScheduleRule):
         work = block
         if shares > 1:
             work = sch.rfactor(sch.get_loops(block)[-2 if plan.across else -1], factor_axis=0)
-            _flatten(sch, work, 1)
         partial = work
         if plan.across and plan.ty > 1:  # each thread's partial result, in registers
             partial = sch.rfactor(sch.get_loops(work)[-1], factor_axis=0)
-            for i in range(len(sch.get(partial).writes)):  # an argmax's index and value
-                sch.set_scope(partial, i, "local")
-            _flatten(sch, partial, 1)
+            sch.set_scope(partial, 0, "local")
         bx, lane_x = self._in_thread(sch, partial, plan, outer is not None)
         if plan.across and plan.ty > 1:
             lane_x = self._across_threads(sch, work, bx, plan)
@@ -178,38 +135,23 @@ class OuterReduction(GPUScheduleRule):
         outer, loops = (loops[0], loops[1:]) if has_outer else (None, loops)
         column, rows, *shares = loops
         tile, lane_x, vec = sch.split(column, [None, plan.tx, plan.vector])
-        if plan.stack > 1:  # a few short columns a row (a softmax over a middle axis of 2): rows side by side
-            outer, row = sch.split(outer, [None, plan.stack])
-            sch.reorder(outer, tile, row, lane_x)
-            lane_x = sch.fuse(row, lane_x)
         if plan.across:
             part, lane_y = shares
         else:  # the thread's share: a block of the parts and a thread of the block
             part, lane_y = sch.split(shares[0], [None, plan.ty]) if shares else (None, None)
-        blocks = [loop for loop in (tile, outer) if loop is not None]
+        blocks = [loop for loop in (tile, outer) if loop is not None] + ([part] if plan.parts > 1 else [])
         threads = ([lane_y] if plan.ty > 1 else []) + [lane_x]
-        # the parts on blockIdx.y: fused into blockIdx.x, a tile of several kept axes became a
-        # difference of quotients that TVM refused as the cross-thread reduction's region
-        by = [part] if plan.parts > 1 else []
-        sch.reorder(*by, *blocks, *threads, rows, vec)
+        sch.reorder(*blocks, *threads, rows, vec)
         bx = fuse(sch, blocks)
         sch.bind(bx, "blockIdx.x")
-        if by:
-            sch.bind(part, "blockIdx.y")
         if plan.ty > 1:
             sch.bind(lane_y, "threadIdx.y")
         sch.bind(lane_x, "threadIdx.x")
         if plan.vector > 1:
             sch.vectorize(vec)
         if not _in_registers(sch, partial):  # summed in a register, stored once
-            stores = [sch.cache_write(partial, i, "local") for i in range(len(sch.get(partial).writes))]
-            _flatten(sch, partial, 0)
-            for store in stores:
-                sch.reverse_compute_at(store, lane_x)
-                last = sch.get_loops(store)[-1]
-                # the thread's columns stored at once too, where TVM sees them as one run of a row
-                if plan.vector > 1 and get_extent(sch, last) == plan.vector:
-                    sch.vectorize(last)
+            store = sch.cache_write(partial, 0, "local")
+            sch.reverse_compute_at(store, lane_x)
         sch.decompose_reduction(partial, rows)
         return bx, lane_x
 
@@ -217,8 +159,7 @@ class OuterReduction(GPUScheduleRule):
         """The `ty` partial results of each column reduced across the block's threads (every thread
         of the column gets the result); returns the threadIdx.x loop."""
         sch.reverse_compute_at(work, bx)
-        loops = sch.get_loops(work)
-        loops = loops[next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(bx))) + 1:]
+        loops = sch.get_loops(work)[1:]
         lane_y = _reduction_loop(sch, work, loops)
         column = fuse(sch, [loop for loop in loops if not sch.get(loop).same_as(sch.get(lane_y))])
         lane_x, vec = sch.split(column, [plan.tx, plan.vector])
@@ -227,13 +168,13 @@ class OuterReduction(GPUScheduleRule):
         sch.bind(lane_y, "threadIdx.y")
         return lane_x
 
-    def _plan(self, sch, block, outer, column, reduced, dims, split, most=None) -> Plan:
+    def _plan(self, sch, block, outer, column, reduced, dims, split) -> Plan:
         """The block shape and the parts for `outer` x `column` results over `reduced` steps; `dims`:
         the extents of the kept axes that `column` fuses. A thread's vector, and a block's tile of
         columns, is a rectangle of them (TVM places the steps after the reduction by regions)."""
         width, count = get_extent(sch, column), get_extent(sch, reduced)
         rows = get_extent(sch, outer) if outer is not None else 1
-        vector = self._lanes(sch, block, dims[-1], most or self.max_lanes)
+        vector = self._lanes(sch, block, dims[-1])
         vectors = width // vector if isinstance(width, int) else None
         steps = count if isinstance(count, int) else SYMBOLIC
         rows = rows if isinstance(rows, int) else SYMBOLIC
@@ -246,45 +187,29 @@ class OuterReduction(GPUScheduleRule):
             return _rectangle(tx * vector, dims)
 
         tx, ty, threads = shape(_threads_across(vectors, fits))
-        if steps < 2 * self.min_steps and vectors is not None and tx < vectors <= self.threads and fits(vectors):
-            # a short reduction, one thread along it anyway: a whole row of columns a block
-            tx, ty, threads = shape(vectors)
-        if not split and vector > 1 and not fits(tx):
-            # the fold of a tile that is no rectangle of several kept axes: TVM bounds a vector's
-            # columns by each axis's range, sizing a thread's registers as the whole tile's
-            return self._plan(sch, block, outer, column, reduced, dims, split, most=1)
         # fewer threads across (a warp still reads rows of 32 contiguous elements or more) leave more
         # along the rows in each block: the grid fills before the reduction is cut into parts
         for narrower in (t for t in (16, 8) if t < tx and t * vector >= 32 and vectors and vectors % t == 0
                          and fits(t)):
             if threads >= self.min_threads:
                 break
-            if shape(narrower)[2] > threads:  # only where it puts more threads along the rows
-                tx, ty, threads = shape(narrower)
+            tx, ty, threads = shape(narrower)
         parts = 1
         if split and threads < self.min_threads and steps >= 2 * self.min_steps * ty:
             parts = min(self.max_parts, _pow2_floor(-(-self.min_threads // threads)),
                         _pow2_floor(steps // (self.min_steps * ty)))
         # a ragged row (threads without a column) reduces within each thread only: a cross-thread
-        # reduction would wait for threads that skip it; so does a tile that is no rectangle of the
-        # kept axes (TVM cannot place the cross-thread step over it)
-        across = vectors is not None and vectors % tx == 0 and fits(tx)
-        stack = 1
-        if ty == 1 and parts == 1 and vectors is not None and tx == vectors and rows > 1:
-            stack = max(1, min(self.threads // tx, rows // self.min_steps))
-        if not across and parts == 1:  # the `ty` partial results go through memory: no more than fill the GPU
-            ty = min(ty, _pow2_ceil(-(-self.min_threads // (threads // ty))))
-        return Plan(vector, tx, ty, parts, across, stack)
+        # reduction would wait for threads that skip it
+        return Plan(vector, tx, ty, parts, across=vectors is not None and vectors % tx == 0)
 
-    def _lanes(self, sch, block, width, most: int) -> int:
+    def _lanes(self, sch, block, width) -> int:
         """Columns per thread: a vector of `vector_bytes` of the widest buffer read along the
-        reduction (at most `most`), dividing the row."""
+        reduction (at most `max_lanes`), dividing the row."""
         if not isinstance(width, int):
             return 1
         stmt = sch.get(block)
-        inputs = [r for r in stmt.reads if not any(r.source.same_as(w.source) for w in stmt.writes)] or stmt.reads
-        widest = max(tvm.DataType(r.source.ty.dtype).bits // 8 for r in inputs)
-        lanes = min(most, max(1, self.vector_bytes // widest))
+        widest = max(tvm.DataType(r.source.ty.dtype).bits // 8 for r in stmt.reads)
+        lanes = min(self.max_lanes, max(1, self.vector_bytes // widest))
         while lanes > 1 and width % lanes:
             lanes //= 2
         return lanes
@@ -338,25 +263,6 @@ def _rectangle(size: int, dims) -> bool:
     return True
 
 
-def _flatten(sch, block, keep: int):
-    """The block's result buffer (an intermediate) with its axes after the first `keep` fused into
-    one: indexed over several kept axes, a thread's few registers were compacted to a tile of
-    the axes' rectangle indexed by blockIdx, an array in local memory."""
-    for i, write in enumerate(sch.get(block).writes):
-        if len(write.source.shape) - keep >= 2:
-            sch.transform_layout(block, ("write", i), _flat_map(write.source.shape, keep))
-
-
-def _flat_map(shape, keep: int):
-    """The index map of `_flatten` (a closure: TVM reads the mapped axes off its signature)."""
-    def flat(*axes):
-        index = axes[keep]
-        for axis, extent in zip(axes[keep + 1:], shape[keep + 1:]):
-            index = index * extent + axis
-        return [*axes[:keep], index]
-    return flat
-
-
 def _in_registers(sch, block) -> bool:
     return sch.get(block).writes[0].source.ty.storage_scope == "local"
 
@@ -377,10 +283,6 @@ def _reduction_loop(sch, block, loops):
 def _wide_extents(sch, loops) -> list[str]:
     """The extents of the loops that are not unit loops, as text (symbolic sizes compare by name)."""
     return [str(e) for e in (get_extent(sch, loop) for loop in loops) if not (isinstance(e, int) and e == 1)]
-
-
-def _pow2_ceil(n: int) -> int:
-    return 1 << (max(int(n), 1) - 1).bit_length()
 
 
 def _pow2_floor(n: int) -> int:

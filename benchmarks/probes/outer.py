@@ -90,31 +90,6 @@ def masked_mean_pool(x, m):
     return (x * m.unsqueeze(-1)).sum(1) / m.sum(1, keepdim=True)
 
 
-def pool_outer(x, y):  # perf fuzz p104
-    return (torch.nn.functional.silu(x).abs() / (1.0 + y * y)).amax(dim=0)
-
-
-def max_argmax_outer(x):  # p46, p56
-    vals, idx = x.max(dim=0)
-    return vals, idx
-
-
-def argmin_middle_max_outer(x):  # p71
-    h = torch.sin(x)
-    vals, idx = h.max(dim=0)
-    return torch.argmin(h.float(), dim=1), vals, idx
-
-
-def softmax_middle(x):  # p116: a middle axis of 2
-    m = x.max(dim=-2, keepdim=True).values
-    e = torch.exp(x - m)
-    return e / e.sum(-2, keepdim=True)
-
-
-def rms_middle(x, res):  # p0
-    return x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-12) + res
-
-
 def _randn(*shape, dtype=torch.float32):
     return lambda dev: (torch.randn(*shape, device=dev, dtype=torch.float32).to(dtype),)
 
@@ -127,23 +102,8 @@ def _masked(b, s, h):
     return lambda dev: (torch.randn(b, s, h, device=dev), (torch.rand(b, s, device=dev) > 0.2).float())
 
 
-def _two(a, b):
-    return lambda dev: (torch.randn(*a, device=dev), torch.randn(*b, device=dev))
-
-
 # name: (function, GPU inputs, CPU inputs)
 PROGRAMS = {
-    "p104 silu amax(0) 8192x32x12x16": (pool_outer, _two((8192, 32, 12, 16), (1, 32, 12, 16)),
-                                        _two((1024, 32, 12, 16), (1, 32, 12, 16))),
-    "p56 max+argmax(0) fp16 138x128x1500": (max_argmax_outer, _randn(138, 128, 1500, dtype=torch.float16),
-                                             _randn(64, 128, 150, dtype=torch.float16)),
-    "p46 max+argmax(0) fp16 967x32000": (max_argmax_outer, _randn(967, 32000, dtype=torch.float16),
-                                          _randn(967, 3200, dtype=torch.float16)),
-    "p71 argmin(1) max(0) fp16 805x12x64": (argmin_middle_max_outer, _randn(805, 12, 64, dtype=torch.float16),
-                                             _randn(805, 12, 64, dtype=torch.float16)),
-    "p116 softmax(1) 97271x2x100": (softmax_middle, _randn(97271, 2, 100), _randn(9727, 2, 100)),
-    "p0 rms(1) 11413x2x1000": (rms_middle, _two((11413, 2, 1000), (11413, 2, 1000)),
-                               _two((1141, 2, 1000), (1141, 2, 1000))),
     "colsum 8192x4096": (column_sum, _randn(8192, 4096), _randn(2048, 1024)),
     "colsum 4096x1000": (column_sum, _randn(4096, 1000), _randn(1024, 1000)),
     "colmean 65536x96": (column_mean, _randn(65536, 96), _randn(16384, 96)),
