@@ -172,3 +172,21 @@ def test_a_statically_empty_result_is_an_allocation_on_the_cpu():
     x = torch.empty(3, 0)
     for got, want in zip(f(x), (x.sum(0, keepdim=True), torch.softmax(x, 1), torch.exp(x) + x * 2)):
         assert got.shape == want.shape and got.dtype == want.dtype
+
+
+def scans_along(t, axis: bt.constexpr):
+    return torch.cumsum(t, dim=axis), torch.cumprod(t, dim=axis), bt.cumsum(t, axis=axis, exclusive=True)
+
+
+@pytest.mark.parametrize("shape", [(5, 0), (0, 5), (2, 0, 3)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int32, torch.bool])
+def test_scans_of_an_empty_tensor_along_any_axis(shape, dtype):
+    """An empty tensor scanned along a non-empty axis too (the scan kernels divided by the empty size
+    as TVM built them, on the CPU and for CUDA): an empty result of torch's dtype."""
+    x = torch.zeros(shape, dtype=dtype)
+    for axis in range(len(shape)):
+        got = bt.jit(scans_along)(x, axis)
+        for g, w in zip(got, (torch.cumsum(x, axis), torch.cumprod(x, axis))):
+            assert g.dtype == w.dtype and g.shape == w.shape
+        meta = torch.empty(shape, dtype=dtype, device="meta")
+        bt.jit(scans_along, target={"kind": "cuda", "arch": "sm_90"}).compile(meta, axis)

@@ -591,8 +591,9 @@ SCANS = {"cumsum", "cumprod"}
 
 def _scan(cg, op: Op, values: dict):
     """cumsum/cumprod. TVM's scan kernel stores its first element before it looks at the axis's size,
-    past the end of an empty result (a segfault, or corrupted memory): over a size that is or may be
-    0 (static 0, symbolic), the axis gets one more element, and the result is cut back to the size."""
+    past the end of an empty result (a segfault, or corrupted memory): over a symbolic size, which may
+    be 0, the axis gets one more element, and the result is cut back to the size. A statically empty
+    tensor has nothing to scan: its result is an empty tensor of the result's dtype."""
     x, axis = values["data"], values.get("axis")
     if core.shape_of(x) and None in core.shape_of(x):
         return cg.emit(op.fn(**values))
@@ -600,7 +601,10 @@ def _scan(cg, op: Op, values: dict):
         x, axis = cg.emit(relax.op.reshape(x, [-1])), 0
     shape = list(core.shape_of(x))
     axis %= len(shape)
-    if isinstance(shape[axis], int) and shape[axis] > 0:
+    if any(isinstance(d, int) and d == 0 for d in shape):  # statically empty: nothing to scan (TVM's
+        # scan kernels, padded or not, divide by the empty size as they are built)
+        return cg.emit(relax.op.zeros(relax.ShapeExpr(shape), str(values.get("dtype") or core.dtype_of(x))))
+    if isinstance(shape[axis], int):
         return cg.emit(op.fn(**{**values, "data": x, "axis": axis}))
     pad = cg.emit(relax.op.zeros(relax.ShapeExpr(shape[:axis] + [1] + shape[axis + 1:]), core.dtype_of(x)))
     padded = cg.emit(relax.op.concat([x, pad], axis=axis))
