@@ -177,6 +177,15 @@ def kinds(cell) -> list:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_notebook_runs_under_jupyter(path):
+    """Top to bottom in a real Jupyter kernel, as a reader runs it (tests/test_notebooks.py says why here)."""
+    nb = build_book.execute_notebook(path, path.parent)
+    shown = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs]
+    assert not [out for out in shown if out.output_type == "error"]
+    assert "BlockBuilder destroyed" not in "".join(out.get("text", "") for out in shown)  # no C++ noise
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_the_plain_executor_shows_what_jupyter_shows(plain_store, path):
     """Cell by cell, the same kinds of output as nbclient's run (text, SVG graphs, HTML, PNG plots),
     written as valid nbformat v4 with execution counts and the book's metadata."""
