@@ -10,7 +10,6 @@ each with CUDA events (median), and prints one table with the rule that schedule
 """
 import argparse
 import contextlib
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import babytriton as bt  # noqa: E402
+from timing import gpu_time  # noqa: E402 - benchmarks/probes/timing.py
 from babytriton import schedules  # noqa: E402
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
@@ -280,22 +280,6 @@ def variant(name: str | None):
         yield
     finally:
         schedules.gpu_rules = original
-
-
-def gpu_time(fn, args, reps: int = 30) -> float:
-    """Median microseconds of one call, by CUDA events around each call."""
-    for _ in range(3):
-        fn(*args)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(*args)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000)
-    return statistics.median(times)
 
 
 def ranked(name: str, args: tuple):

@@ -12,12 +12,12 @@ bandwidth babytriton reached (one read and one write of the tensor), and each ke
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
 
 import babytriton as bt
+from timing import gpu_time  # noqa: E402 - benchmarks/probes/timing.py
 
 DEVICE = "cuda"
 
@@ -56,22 +56,6 @@ CASES = [
 ]
 
 
-def gpu_time(fn, args, reps: int = 20) -> float:
-    """Median microseconds of one call, by CUDA events around each call."""
-    for _ in range(3):
-        fn(*args)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(*args)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000)
-    return statistics.median(times)
-
-
 def make(shape, dtype) -> torch.Tensor:
     g = torch.Generator(device=DEVICE).manual_seed(0)
     if dtype.is_floating_point:
@@ -99,9 +83,9 @@ def row(name, shape, dtype, axis, compile_torch: bool) -> str:
     jitted = bt.jit(fn, target="gpu")
     verdict = check(jitted(x, axis), x, axis, reference)
     kernels = "; ".join(f"{k.name}: {k.rule} ({k.launch})" for k in jitted.compile(x, axis).fusion)
-    ours = gpu_time(jitted, (x, axis))
-    eager = gpu_time(reference, (x, axis))
-    compiled = gpu_time(torch.compile(reference, dynamic=False), (x, axis)) if compile_torch else float("nan")
+    ours = gpu_time(jitted, (x, axis), reps=20)
+    eager = gpu_time(reference, (x, axis), reps=20)
+    compiled = gpu_time(torch.compile(reference, dynamic=False), (x, axis), reps=20) if compile_torch else float("nan")
     moved = 2 * x.numel() * x.element_size()
     return (f"| {name} | {tuple(shape)} | {str(dtype)[6:]} | {axis} | {verdict} | {ours:.1f} | {eager:.1f} | "
             f"{compiled:.1f} | {eager / ours:.2f}x | {compiled / ours:.2f}x | {moved / ours / 1e3:.0f} | {kernels} |")

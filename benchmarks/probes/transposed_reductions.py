@@ -7,7 +7,6 @@ scheduled it. torch.compile's ratios come from benchmarks/perf_fuzz.py --only ..
     python benchmarks/probes/transposed_reductions.py [p22,p91,...]     # < 1 minute on an H100
 """
 import importlib.util
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -17,6 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import babytriton as bt  # noqa: E402
 import perf_programs  # noqa: E402
+from timing import gpu_time  # noqa: E402 - benchmarks/probes/timing.py
 
 NAMES = ["p22", "p91", "p124", "p140", "p179", "p185"]
 
@@ -30,21 +30,6 @@ def load(index: int, workdir: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return program, module.f, perf_programs.make_args(program.args, "cuda", 0)
-
-
-def median_ms(fn, args, repeats: int = 30) -> float:
-    """Median time of one call, CUDA events around each."""
-    for _ in range(3):
-        fn(*args)
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(*args)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def results(out) -> tuple:
@@ -73,7 +58,7 @@ def probe(name: str, workdir: Path) -> None:
         close = torch.isclose(g.double(), w.double(), rtol=tol, atol=tol, equal_nan=True)
         if not close.all():
             print(f"{name}: result {i} differs from torch at {int((~close).sum())} of {w.numel()} elements")
-    ours, eager = median_ms(k, args), median_ms(f, args)
+    ours, eager = gpu_time(k, args) / 1000, gpu_time(f, args) / 1000
     moved = sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor)) + sum(
         w.numel() * w.element_size() for w in want)
     print(f"\n{name}: {program.summary}\n  babytriton {ours * 1e3:.1f} us ({moved / ours / 1e6:.0f} GB/s of inputs+results)"
