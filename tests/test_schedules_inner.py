@@ -320,8 +320,10 @@ def test_cpu_row_statistics_agree_with_torch(rows, width):
     """One compiled version for every size (a symbolic row count and width): softmax, max and argmax,
     sum and sum of squares over rows holding NaN and inf, no rows at all, and rows of one element."""
     got = bt.jit(target="cpu")(softmax_stats_any)(x := rows_with_specials(rows, width, torch.float32))
-    for g, w in zip(got, reference_stats(x)):
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, equal_nan=True)
+    for g, w, terms in zip(got, reference_stats(x), (None, None, None, x, x * x)):
+        # a sum in another order than torch's (vectors of partial sums) is within its terms' rounding
+        spread = 0.0 if terms is None or not terms.numel() else terms.abs().nan_to_num(0, 0, 0).sum(-1).max().item()
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5 + 1e-6 * spread, equal_nan=True)
 
 
 # -- marked gpu: against torch on the GPU ------------------------------------------------------------

@@ -3,14 +3,18 @@ rows in parallel with vectors of partial results, few or long rows cut into chun
 vectorised across the kept elements."""
 from __future__ import annotations
 
-from tvm import tirx
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
+from tvm.sym.pattern import detect_linear_equation
 
-from .analysis import contiguous_reduction, fuse, kept_in_order, math_read_twice, reduce_count, static_product
+from .analysis import (contiguous_reduction, find_all, fuse, is_int, kept_in_order, math_read_twice, normalized,
+                       reduce_count, static_product, uses)
 from .cpu_rule import (CPURule, MIN_PARALLEL_ELEMENTWISE, MIN_PARALLEL_REDUCTION, pow2_divisor, vector_lanes,
                        vectorizable)
 from .inlining import inline
-from .lanes import uniform_lanes
+from .lanes import substituted, uniform_lanes
 from .reasons import decline
 
 
@@ -19,7 +23,8 @@ class CPUReduction(CPURule):
 
     * rows (a reduction over contiguous elements, at least `min_rows` of them): one row per parallel
       iteration; the row is summed into `accum` partial results that fill vector registers (rfactor),
-      then folded. A kernel of several blocks over the same rows (softmax: max, exp-sum, divide)
+      then folded. A row of any length: an odd, prime or symbolic one is whole vectors and a scalar
+      tail (`with_tails`), its element-wise blocks too. A kernel of several blocks over the same rows (softmax: max, exp-sum, divide)
       inlines its element-wise blocks and computes every block per row inside one parallel loop.
     * a full reduction, or too few rows: the reduction is first cut into `parts` chunks (rfactor)
       that become the parallel rows; the final fold of `parts` values, and any epilogue, is tiny.
@@ -29,6 +34,12 @@ class CPUReduction(CPURule):
 
     def __init__(self, accum: int = 64, parts: int = 256, min_rows: int = 64):
         self.accum, self.parts, self.min_rows = accum, parts, min_rows
+
+    def apply(self, func, target, _tunable):
+        sch, infos = normalized(self, func, target)
+        if sch is None or not self.schedule(sch, infos, target):
+            return None
+        return with_tails(sch)
 
     def schedule(self, sch, infos, target):
         if all(info.is_injective() for info in infos):
@@ -175,8 +186,8 @@ class CPUReduction(CPURule):
         if not many_rows or not n_rows:
             fold, block = block, self._cut(sch, block, n_rows)
             n_rows = len(sch.get_loops(block)) - 1
-        row, rf = _rfactor_rows(sch, block, n_rows, self.accum)
-        if rf is None:  # a short or odd row: rows in parallel, each summed serially
+        row, rf = _rfactor_rows(sch, block, n_rows, self.accum, lanes)
+        if rf is None:  # a row shorter than two vectors: rows in parallel, each summed serially
             self._parallel(sch, row)
             sch.decompose_reduction(block, sch.get_loops(block)[-1])
         else:
@@ -241,6 +252,17 @@ class CPUReduction(CPURule):
         sch.decompose_reduction(block, red)
         return True
 
+    def _vector_row(self, sch, loop, lanes):
+        """An element-wise block's row vectorised: whole vectors where a power of two of a register
+        divides it, else (odd, prime, symbolic) split raggedly, `with_tails` cutting the last
+        vector off; a row shorter than two registers stays a loop for LLVM."""
+        extent = get_extent(sch, loop)
+        vector = pow2_divisor(extent, lanes)
+        if vector < lanes and (not isinstance(extent, int) or extent >= 2 * lanes):
+            vector = lanes
+        if vector > 1:
+            self._vectorize(sch, sch.split(loop, [None, vector])[1])
+
     # several blocks over the same rows ---------------------------------------------------------------
     def _rows(self, sch, blocks, reductions, lanes):
         last = blocks[-1]
@@ -250,10 +272,10 @@ class CPUReduction(CPURule):
         order, rfs = [], []
         for b in blocks[:-1]:          # 1. rfactor while each reduction still owns its loop nest
             if reduce_count(sch, b):
-                _, rf = _rfactor_rows(sch, b, n_rows, self.accum)
+                _, rf = _rfactor_rows(sch, b, n_rows, self.accum, lanes)
                 if rf is not None:
                     order.append(rf)
-                    rfs.append(rf)
+                    rfs.append((rf, _ragged(sch, rf)))
             order.append(b)
         loops = sch.get_loops(last)    # 2. the last block's rows in parallel, its row vectorised
         def units(nest):
@@ -266,14 +288,11 @@ class CPUReduction(CPURule):
         row = fuse(sch, loops[:n_rows])
         inner = loops[n_rows:]
         if inner:
-            j = fuse(sch, inner)
-            vector = pow2_divisor(get_extent(sch, j), lanes)
-            if vector > 1:
-                self._vectorize(sch, sch.split(j, [None, vector])[1])
+            self._vector_row(sch, fuse(sch, inner), lanes)
         self._parallel(sch, row)
         for b in reversed(order):      # 3. every other block per row, consumers first
             sch.compute_at(b, row, preserve_unit_loops=True)
-        for rf in rfs:                 # 4. the partial-result axis innermost, one vector register wide
+        for rf, tail in rfs:           # 4. the partial-result axis innermost, one vector register wide
             ki, ko = _rfactor_loops(sch, rf)
             under = sch.get_loops(rf)[1:]  # below the row: ki, ko and unit loops of the other axes
             sch.reorder(*[loop for loop in under if not sch.get(loop).same_as(sch.get(ki))
@@ -281,32 +300,71 @@ class CPUReduction(CPURule):
             self._vectorize(sch, ki)
         for b in blocks[:-1]:          # 5. element-wise blocks that could not be inlined
             if not reduce_count(sch, b) and len(sch.get_loops(b)) > 1:
-                loop = sch.get_loops(b)[-1]
-                vector = pow2_divisor(get_extent(sch, loop), lanes)
-                if vector > 1:
-                    self._vectorize(sch, sch.split(loop, [None, vector])[1])
-        for rf in rfs:                 # 6. last: the partials' initialisation apart from their update
+                self._vector_row(sch, sch.get_loops(b)[-1], lanes)
+        for rf, _ in rfs:              # 6. the partials' initialisation apart from their update
             sch.decompose_reduction(rf, sch.get_loops(rf)[-2])
+        for rf, tail in rfs:           # 7. last (no primitive checks the block after): ragged rows' tails
+            if tail is not None:
+                _restore_tail(sch, rf, *tail)
         return True
 
 
-def _rfactor_rows(sch, block, n_rows, accum):
-    """A reduction block of loops [rows..., reduced...] as (row loop, rfactor block): the reduced loop
-    split by up to `accum` partial results (a power of two dividing it), which the original block then
-    folds. (row loop, None) when the row is too short or odd for at least 4 partials."""
+def _rfactor_rows(sch, block, n_rows, accum, lanes):
+    """A reduction block of loops [rows..., reduced...] as (row loop, rfactor block) (`_split_row`);
+    (row loop, None) for a row too short for vectors."""
     loops = sch.get_loops(block)
     row = fuse(sch, loops[:n_rows])
-    k = fuse(sch, loops[n_rows:])
+    if _split_row(sch, fuse(sch, loops[n_rows:]), accum, lanes) is None:
+        return row, None
+    rf = sch.rfactor(sch.get_loops(block)[-1], factor_axis=-1)
+    return sch.get_loops(rf)[0], rf
+
+
+def _ragged(sch, rf):
+    """For an rfactor block whose split was ragged (it has a predicate): (its predicate, its block
+    variables, their bindings), for `_restore_tail`; else None."""
+    realize = sch.get(sch.get_loops(rf)[-1]).body
+    if is_int(realize.predicate, 1):
+        return None
+    return realize.predicate, [iv.var for iv in realize.block.iter_vars], list(realize.iter_values)
+
+
+def _restore_tail(sch, rf, predicate, old_vars, old_values):
+    """Put back the predicate of a ragged rfactor block (`k_0 * partials + k_1 < row`), which
+    `compute_at` drops (TVM 0.27), leaving loops that read past the row. The predicate is rewritten
+    from the old loop variables to the block's iteration variables and then to its new bindings."""
+    ki = sch.get_loops(rf)[-1]
+    loop = sch.get(ki)
+    realize = loop.body
+    # each old binding of the row's steps is one loop variable: it becomes the same block
+    # variable's new binding
+    new_of = {var: value for var, value in zip([iv.var for iv in realize.block.iter_vars], realize.iter_values)}
+    mapping = {value: new_of[var] for var, value in zip(old_vars, old_values) if isinstance(value, tirx.Var)}
+    predicate = substituted(predicate, mapping)
+    new = s_tir.SBlockRealize(list(realize.iter_values), predicate, realize.block)
+    body = tvm_ffi.structural_map(loop, (s_tir.SBlockRealize, lambda r: new if r.same_as(realize) else r))
+    sch.state.replace(sch.get_sref(ki), body, {realize.block: realize.block})
+
+
+def _split_row(sch, k, accum, lanes):
+    """The reduced loop `k` of a row split by up to `accum` partial results; the inner loop, or None
+    where the row is shorter than two vector registers. A row with no power of two of a vector
+    register dividing it (odd, prime, symbolic) is split raggedly (a predicate on the last step),
+    which `with_tails` later cuts off: the steps before it are whole vectors, only the tail scalar."""
     extent = get_extent(sch, k)
     # at least 16 steps a row: each row ends folding its partials one by one, which for short rows
     # cost more than the steps saved (a 32x256 softmax on one Zen 5 core: 5.4 us with 64 partials,
     # 4.5 with 16)
-    vector = pow2_divisor(extent, min(accum, max(extent // 16, 4)) if isinstance(extent, int) else accum)
-    if vector < 4:
-        return row, None
-    sch.split(k, [None, vector])
-    rf = sch.rfactor(sch.get_loops(block)[-1], factor_axis=-1)
-    return sch.get_loops(rf)[0], rf
+    want = 1 << (min(accum, max(extent // 16, lanes)).bit_length() - 1) if isinstance(extent, int) else accum
+    vector = pow2_divisor(extent, want)
+    if vector >= min(want, lanes) and vector >= 4:
+        return sch.split(k, [None, vector])[1]
+    if isinstance(extent, int) and extent < 2 * lanes or want < 4:
+        return None
+    # more partials than a vector register only where the row is long enough that the scalar tail
+    # (up to that many steps) is small
+    vector = want if not isinstance(extent, int) or extent >= 16 * want else lanes
+    return sch.split(k, [None, vector])[1]
 
 
 def _rfactor_loops(sch, rf):
@@ -326,3 +384,65 @@ def _rfactor_loops(sch, rf):
     ko = loop_of(next(value for iv, value in zip(block.iter_vars, realize.iter_values)
                       if iv.iter_type == tirx.IterVar.CommReduce))
     return ki, ko
+
+
+def with_tails(sch):
+    """The schedule with each ragged vectorised reduction loop (a predicate on its vector lanes,
+    `_split_row`) cut in two: the whole vectors, without the predicate, then the last, partial step,
+    its lanes one by one. TVM's vectoriser would run the whole loop a lane at a time (LoopPartition
+    could cut it, but NarrowDataType leaves its hint on the old int64 loop variable: TVM 0.27)."""
+    func = sch.mod["main"]
+    parents = [loop for loop in find_all(func.body, tirx.For) if _ragged_vector(loop) is not None]
+    if not parents:
+        return sch
+    def cut(node):
+        return _cut_tail(node) if any(node.same_as(p) for p in parents) else node
+    return s_tir.Schedule(tvm_ffi.structural_map(func, (tirx.For, cut)))
+
+
+def _ragged_vector(step):
+    """For a loop of steps over a vectorised loop of one block whose predicate is
+    `base + step * lanes + lane < row` (`base`: a chunk's start, free of both loops): (the realize,
+    the number of whole steps, the elements left after a step: a function of it), else None."""
+    lanes_loop = step.body if isinstance(step.body, tirx.For) else None
+    if lanes_loop is None or lanes_loop.kind != tirx.ForKind.VECTORIZED or not is_int(step.min, 0):
+        return None
+    realize = lanes_loop.body
+    if not isinstance(realize, s_tir.SBlockRealize) or not isinstance(realize.predicate, tirx.LT):
+        return None
+    a, row = realize.predicate.a, realize.predicate.b
+    coeffs = detect_linear_equation(a, [step.loop_var, lanes_loop.loop_var])
+    if len(coeffs) != 3 or not is_int(coeffs[1], 1) or not is_int(coeffs[0], int(lanes_loop.extent)) or any(
+            uses(coeffs[2], v) or uses(row, v) for v in (step.loop_var, lanes_loop.loop_var)):
+        return None
+    whole = tirx.max(tirx.min(tirx.floordiv(row - coeffs[2], lanes_loop.extent), step.extent),
+                     tirx.const(0, step.extent.ty.dtype))
+    zero = tirx.const(0, step.extent.ty.dtype)
+
+    def left(at):
+        return tirx.min(lanes_loop.extent, tirx.max(row - coeffs[2] - at * lanes_loop.extent, zero))
+    return realize, tvm.sym.Analyzer().simplify(whole), left
+
+
+def _cut_tail(step):
+    """A loop over the steps of a ragged vectorised loop (`_ragged_vector`) as two: the whole
+    vectors (the predicate dropped: it holds there) and the rest, a serial loop of the block renamed
+    with fresh variables over the elements left (no step of the lanes loop tests and skips one)."""
+    lanes_loop = step.body
+    realize, whole, left = _ragged_vector(step)
+    lanes = lanes_loop.extent
+    body = tirx.For(step.loop_var, step.min, whole, step.kind, tirx.For(
+        lanes_loop.loop_var, lanes_loop.min, lanes, lanes_loop.kind,
+        s_tir.SBlockRealize(realize.iter_values, tirx.const(True, "bool"), realize.block),
+        lanes_loop.thread_binding, lanes_loop.annotations), step.thread_binding, step.annotations)
+    fresh = {iv.var: tirx.Var(iv.var.name + "_tail", iv.var.ty.dtype) for iv in realize.block.iter_vars}
+    block = tvm_ffi.structural_map(realize.block, [(tvm.ir.Var, lambda var: fresh.get(var, var))])
+    block = s_tir.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint + "_tail", block.body)
+    s_var = tirx.Var(step.loop_var.name + "_tail", step.loop_var.ty.dtype)
+    l_var = tirx.Var(lanes_loop.loop_var.name + "_tail", lanes_loop.loop_var.ty.dtype)
+    loops = {step.loop_var: s_var, lanes_loop.loop_var: l_var}
+    tail_realize = s_tir.SBlockRealize([substituted(v, loops) for v in realize.iter_values],
+                                       substituted(realize.predicate, loops), block)
+    tail = tirx.For(s_var, whole, step.min + step.extent - whole, tirx.ForKind.SERIAL,
+                    tirx.For(l_var, lanes_loop.min, left(s_var), tirx.ForKind.SERIAL, tail_realize))
+    return tirx.SeqStmt([body, tail])

@@ -1,0 +1,134 @@
+"""CPUReduction (babytriton/schedules/cpu_reduction.py) on rows of any length: odd, prime, short and
+long rows are reduced in vectors of partial results with a scalar tail (`with_tails`), their
+element-wise epilogues vectorised the same way, the rows in parallel; few long rows are cut into
+chunks. Every result against torch, with NaN and inf, float16 and bfloat16, symbolic and empty sizes."""
+import math
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import babytriton as bt
+
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float16: dict(rtol=1e-2, atol=2e-2),
+       torch.bfloat16: dict(rtol=2e-2, atol=5e-2)}
+
+
+def softmax(x):
+    m = x.max(dim=-1, keepdim=True).values
+    e = torch.exp(x - m)
+    return e / e.sum(-1, keepdim=True)
+
+
+def gelu_mean(x):
+    return F.gelu(x).mean(dim=-1)
+
+
+def rms_norm(x, w):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def quantise(x):
+    scale = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-5) / 127.0
+    return torch.clamp(torch.round(x / scale), -127, 127)
+
+
+def softmax_any(x: bt.Tensor(("n", "w"), "float32")):
+    return softmax(x)
+
+
+def gelu_mean_any(x: bt.Tensor(("n", "w"), "float32")):
+    return gelu_mean(x)
+
+
+def with_specials(rows, width, dtype=torch.float32, seed=0):
+    """Random rows with a NaN, an inf, a -inf and a row of -inf where there are rows enough."""
+    x = torch.randn(rows, width, generator=torch.Generator().manual_seed(seed)) * 3
+    if rows >= 4 and width >= 8:
+        x[0, width // 2], x[1, width - 1], x[2, 3], x[3] = math.nan, math.inf, -math.inf, -math.inf
+    return x.to(dtype)
+
+
+def vector_ops(source: str) -> int:
+    """Float vector instructions in LLVM IR (<16 x float> with AVX-512, <8 x float> with AVX2)."""
+    return len(re.findall(r"= (?:fadd|fmul|fsub|fdiv|call) .*<\d+ x float>", source))
+
+
+def only_kernel(k):
+    (kernel,) = [kernel for kernel in k.fusion if kernel.rule != "none"]
+    return kernel
+
+
+@pytest.fixture(scope="module")
+def compiled_softmax_139():
+    x = with_specials(64, 139)
+    return bt.jit(target="cpu")(softmax).compile(x)
+
+
+def test_an_odd_row_is_vectors_and_a_tail(compiled_softmax_139):
+    """Rows of 139 (no power of two divides them): the max, the exp-sum and the division each run
+    in whole vectors without a predicate, then one tail block for the last elements."""
+    k = compiled_softmax_139
+    kernel = only_kernel(k)
+    assert kernel.rule == "CPUReduction" and "vector" in kernel.launch, kernel
+    scheduled = k.stages["schedule"]
+    assert scheduled.count('_rf_update_tail"') == 2 and 'T_divide_tail"' in scheduled, scheduled
+    assert vector_ops(k.source) >= 10
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_an_odd_row_softmax_matches_torch(compiled_softmax_139, seed):
+    x = with_specials(64, 139, seed=seed)
+    torch.testing.assert_close(compiled_softmax_139(x), torch.softmax(x, -1), equal_nan=True, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("rows, width", [(97, 2035), (64, 33)])
+def test_gelu_then_mean_is_one_vectorised_row_kernel(rows, width):
+    """The gelu inlined into the mean's vectors of partial sums (its erf the float32 polynomial)."""
+    x = with_specials(rows, width)
+    k = bt.jit(target="cpu")(gelu_mean).compile(x)
+    kernel = only_kernel(k)
+    assert kernel.rule == "CPUReduction" and "vector" in kernel.launch, kernel
+    assert "_tail" in k.stages["schedule"] and vector_ops(k.source)
+    torch.testing.assert_close(k(x), gelu_mean(x), equal_nan=True, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("rows, width", [(0, 9), (1, 1), (5, 7), (6, 16), (9, 17), (8, 139), (4, 1000), (3, 2035)])
+def test_symbolic_widths_match_torch(rows, width):
+    """One compiled version of each for every size: the tail's bound and the number of whole vectors
+    are expressions of the width, from none (a row shorter than a vector) to hundreds."""
+    x = with_specials(rows, width)
+    torch.testing.assert_close(bt.jit(target="cpu")(softmax_any)(x), torch.softmax(x, -1), equal_nan=True,
+                               **TOL[torch.float32])
+    torch.testing.assert_close(bt.jit(target="cpu")(gelu_mean_any)(x), gelu_mean(x), equal_nan=True,
+                               **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_odd_rows_match_torch(dtype):
+    """Half rows of a prime length, read as halves and reduced in float32 vectors, NaN and inf kept."""
+    x = with_specials(16, 1009, dtype)
+    k = bt.jit(target="cpu")(softmax).compile(x)
+    assert "vector" in only_kernel(k).launch
+    torch.testing.assert_close(k(x), torch.softmax(x.float(), -1).to(dtype), equal_nan=True, **TOL[dtype])
+
+
+def test_few_long_prime_rows_are_cut_into_chunks():
+    """Three rows of 50,257 (a prime): each row cut into chunks reduced in parallel, a chunk's ragged
+    end (of the row, not of a vector) left to its predicate; then the quantised rows."""
+    x = with_specials(3, 50257)
+    x[1, 50000], x[2, 3] = math.inf, math.nan  # an inf at the last chunk's end; a NaN row
+    k = bt.jit(target="cpu")(quantise).compile(x)
+    assert any(kernel.rule == "CPUReduction" for kernel in k.fusion)
+    torch.testing.assert_close(k(x), quantise(x), equal_nan=True, rtol=0, atol=0)
+
+
+@settings(max_examples=4, deadline=None)
+@given(rows=st.integers(1, 70), width=st.integers(1, 300))
+def test_rms_norm_over_generated_sizes_matches_torch(rows, width):
+    x, w = with_specials(rows, width), torch.randn(width)
+    k = bt.jit(target="cpu")(rms_norm).compile(x, w)
+    torch.testing.assert_close(k(x, w), rms_norm(x, w), equal_nan=True, **TOL[torch.float32])
