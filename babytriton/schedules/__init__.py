@@ -24,7 +24,7 @@ The CPU rules, in order (`cpu_rules`):
   CPUMatmul         cpu_matmul.py         matrix products: a register-tiled micro-kernel
   CPUTiled          cpu_transpose.py      an input read across its contiguous axis: cache-sized tiles
   CPUElementwise    cpu_elementwise.py    injective kernels: one loop, vectorised, parallel
-  CPUOuterReduction cpu_outer_reduction.py  reductions over outer or middle axes: whole rows, chunks of them
+  CPUOuterReduction cpu_outer_reduction.py  reductions (argmax pairs too) over outer or middle axes: whole rows, chunks of them
   CPUReduction      cpu_reduction.py      reductions with their element-wise blocks: rows, chunks, columns
   dlight.cpu.GEMV, dlight.cpu.Reduction   Dlight's CPU rules
   CPUSpatial        cpu_spatial.py        anything left: leading spatial loops in parallel

@@ -3,10 +3,13 @@
 columns; in parallel over the outer kept axes, else over chunks of the reduced rows (then a fold)."""
 from __future__ import annotations
 
+import tvm
+import tvm_ffi
+from tvm import tirx
 from tvm.s_tir.dlight.base import get_extent
 
 from .analysis import fuse, kept_in_order, reduce_count, static_product
-from .columns import columns
+from .columns import Columns, columns
 from .cpu_rule import (CPURule, MIN_PARALLEL_ELEMENTWISE, MIN_PARALLEL_REDUCTION, pow2_divisor, vector_lanes,
                        vectorizable)
 from .inlining import inline
@@ -27,7 +30,12 @@ class CPUOuterReduction(CPURule):
       with AVX-512) until there are `tasks` tasks;
     * still too few (a column sum): the reduced rows are cut into chunks of at least `min_rows`,
       each summed by a task into a row of partial results (rfactor), which a second loop folds;
-    * an element-wise block after it runs as a loop of its own, parallel and vectorised.
+    * an element-wise block after it runs as a loop of its own, parallel and vectorised (rows of an
+      odd width as plain loops, which LLVM vectorises with a tail); one with at most 1/8 of the
+      elements of a block that reads it (a quantisation's per-column scale) stays a buffer;
+    * argmax/argmin (index, value) pairs: tiles of whole vectors of columns in parallel, each column
+      reduced in order (torch's first index of the maximum; NaN wins), never cut into chunks; an
+      odd width is left to Dlight (a predicate on the lanes made TVM run every tile lane by lane).
     `decompose_reduction` comes last: after it TVM refuses to vectorise or parallelise loops above."""
 
     def __init__(self, tasks: int = 64, min_rows: int = 16, max_row: int = 4096, min_tile: int = 8):
@@ -36,18 +44,18 @@ class CPUOuterReduction(CPURule):
     def schedule(self, sch, infos, target):
         if all(info.is_injective() for info in infos):
             return False
-        remaining = inline(sch, infos[:-1])
-        blocks = kept_in_order(infos[:-1], remaining, []) + [infos[-1].block_rv]
+        keep = [info for info in infos[:-1] if _per_column(sch, info.block_rv)]
+        remaining = inline(sch, infos[:-1], keep=[info.block_rv for info in keep])
+        blocks = kept_in_order(infos[:-1], remaining, keep) + [infos[-1].block_rv]
         reductions = [b for b in blocks if reduce_count(sch, b)]
         layouts = [columns(sch, b) for b in reductions]
         if not reductions or any(layout is None for layout in layouts):
             return False
-        if any(len(sch.get(b).writes) != 1 for b in reductions):
-            return decline("two results per reduction (an argmax's index and value)")
         lanes = vector_lanes(sch, target) if vectorizable(sch) else 1
         for block in blocks:
             if reduce_count(sch, block):
-                self._reduce(sch, block, layouts[reductions.index(block)], lanes)
+                if not self._reduce(sch, block, layouts[reductions.index(block)], lanes):
+                    return decline("(index, value) pairs over columns that whole vectors don't tile")
             else:
                 self._spread(sch, block, lanes)
         return True
@@ -57,31 +65,51 @@ class CPUOuterReduction(CPURule):
         or, with too few such tasks, in chunks of rows (`_chunks`)."""
         loops = sch.get_loops(block)
         n_kept = layout.n_outer + layout.n_inner
+        layout = self._narrowed(sch, loops, layout)
         outer = fuse(sch, loops[:layout.n_outer]) if layout.n_outer else None
         column = fuse(sch, loops[layout.n_outer:n_kept])
         reduced = fuse(sch, loops[n_kept:])
         width, count = get_extent(sch, column), get_extent(sch, reduced)
         rows = get_extent(sch, outer) if outer is not None else 1
         rows = rows if isinstance(rows, int) else SYMBOLIC
-        tile = self._tile(width, rows, lanes)
+        # argmax's (index, value) pairs: each column reduced in order, never in chunks (the pair's
+        # combiner is torch's only in order: the first index of the maximum, or of the first NaN)
+        pairs = len(sch.get(block).writes) > 1
+        if pairs and (not isinstance(width, int) or pow2_divisor(width, lanes) < min(lanes, 4)):
+            # a ragged last tile puts a predicate on the lanes, and TVM then runs every tile's pairs
+            # lane by lane: an argmax over 173 columns took 2.5 times Dlight's one column per task
+            return False
+        tile = self._pair_tile(width, rows, lanes) if pairs else self._tile(width, rows, lanes)
         tiles = -(-width // tile) if isinstance(width, int) else SYMBOLIC // tile
         work = static_product(sch, sch.get_loops(block))
         threads = work is None or work > MIN_PARALLEL_REDUCTION
         tasks = rows * tiles
         steps = count if isinstance(count, int) else SYMBOLIC
         parts = 1
-        if threads and tasks < self.tasks and steps >= 2 * self.min_rows:
+        if threads and not pairs and tasks < self.tasks and steps >= 2 * self.min_rows:
             parts = min(self.tasks // tasks, steps // self.min_rows)
         if parts > 1:
             self._chunks(sch, block, outer is not None, parts, tile, lanes)
-            return
+            return True
         tiled, inner = sch.split(column, [None, tile])
         spread = [loop for loop in (outer, tiled) if loop is not None]
         sch.reorder(*spread, reduced, inner)
+        if pairs:
+            _nan_tests_as_compares(sch, block)
         self._vectorize(sch, inner, lanes)
         if threads:
             sch.parallel(fuse(sch, spread))
         sch.decompose_reduction(block, reduced)
+        return True
+
+    def _narrowed(self, sch, loops, layout):
+        """The layout with contiguous kept axes beyond a row of `max_row` counted as outer rows
+        (197 x 1000 of a (15, 197, 1000) max: 197 rows of 1000): one fused loop of them was tiled
+        raggedly, a predicate and a division per element."""
+        n_kept, n_outer = layout.n_outer + layout.n_inner, layout.n_outer
+        while n_kept - n_outer > 1 and not _row_fits(sch, loops[n_outer:n_kept], self.max_row):
+            n_outer += 1
+        return Columns(n_outer, n_kept - n_outer, layout.n_reduced)
 
     def _tile(self, width, rows, lanes) -> int:
         """Columns per task: the row up to `max_row`, halved while there are fewer than `tasks`
@@ -90,11 +118,24 @@ class CPUOuterReduction(CPURule):
         as fast in tiles of 8 vectors as of 16, and 8 left no fold to 16 AVX-512 cores.)"""
         if not isinstance(width, int):
             return self.max_row
-        tile = width if width <= self.max_row else self.max_row
+        tile = width if width <= self.max_row else _dividing(width, self.max_row, lanes, self.min_tile * lanes)
         while rows * -(-width // tile) < self.tasks and tile % (2 * lanes) == 0 and tile // 2 >= self.min_tile * lanes \
                 and width % (tile // 2) == 0:
             tile //= 2
         return tile
+
+    def _pair_tile(self, width, rows, lanes) -> int:
+        """Columns per task for (index, value) pairs, which are never cut into chunks of rows: as few
+        as give `tasks` tasks, at least PAIR_TILE (a 64-byte cache line of float32), in whole vectors
+        (an argmax over axis 0 of (2048, 173): 11 tasks of 16 columns)."""
+        if not isinstance(width, int):
+            return self.max_row
+        want = -(-self.tasks // rows)
+        least = max(lanes, self.PAIR_TILE)
+        tile = min(max(least, -(-width // want // lanes) * lanes), width) if want > 1 else min(width, self.max_row)
+        return _dividing(width, tile, lanes, least) if width % tile else tile
+
+    PAIR_TILE = 16
 
     def _chunks(self, sch, block, has_outer, parts, tile, lanes):
         """Each task sums a chunk of the rows of a tile of columns into a row of partial results
@@ -117,8 +158,9 @@ class CPUOuterReduction(CPURule):
         *kept, chunk = sch.get_loops(block)  # the fold: [outer, columns, chunks]
         row = fuse(sch, kept)
         size, width = static_product(sch, [row, chunk]), get_extent(sch, row)
-        if (size is None or size >= MIN_PARALLEL_ELEMENTWISE) and (not isinstance(width, int) or width > tile):
-            tiled, row = sch.split(row, [None, tile])  # a wide row: tiles of it in parallel
+        piece = tile if not isinstance(width, int) or width > tile else _piece(width)
+        if (size is None or size >= MIN_PARALLEL_ELEMENTWISE) and piece is not None:
+            tiled, row = sch.split(row, [None, piece])  # a wide row: tiles of it in parallel
             sch.reorder(tiled, chunk, row)
             sch.parallel(tiled)
         else:
@@ -128,22 +170,99 @@ class CPUOuterReduction(CPURule):
 
     @staticmethod
     def _vectorize(sch, loop, lanes):
-        """Whole vectors of `lanes` columns where they tile the loop; else LLVM's loop vectoriser
-        takes the contiguous loop as it is."""
-        if pow2_divisor(get_extent(sch, loop), lanes) == lanes > 1:
-            sch.vectorize(sch.split(loop, [None, lanes])[1])
+        """Whole vectors of `lanes` columns where they tile the loop, or one narrower vector that is
+        the whole loop; else LLVM's loop vectoriser takes the contiguous loop as it is."""
+        extent = get_extent(sch, loop)
+        vector = pow2_divisor(extent, lanes)
+        if vector == lanes > 1 or vector == extent >= 4:  # (8 columns: a vector of 8 with 16 lanes)
+            sch.vectorize(sch.split(loop, [None, vector])[1])
 
     def _spread(self, sch, block, lanes):
         """An element-wise block (a mean's division, `x - x.mean(0)`): a loop of its own, the
-        innermost `lanes` vectorised where contiguous, the rest in parallel where large."""
+        innermost `lanes` vectorised where whole vectors tile it and every access is contiguous. Else
+        (an odd row of kept columns: (854, 12, 197)) rows of at most ROW contiguous elements, each a
+        plain loop that LLVM vectorises with a tail, in parallel: one fused loop of single elements
+        divided by the odd row per element and stayed scalar."""
         loops = sch.get_loops(block)
         if not loops:
             return
         total = static_product(sch, loops)
+        threads = total is None or total >= MIN_PARALLEL_ELEMENTWISE
         vector = contiguous_lanes(sch, loops[-1], lanes) if lanes > 1 else 1
-        fused = fuse(sch, loops)
-        if vector > 1 and pow2_divisor(total, vector) == vector:
-            fused, lane = sch.split(fused, [None, vector])
-            sch.vectorize(lane)
-        if total is None or total >= MIN_PARALLEL_ELEMENTWISE:
-            sch.parallel(fused)
+        if vector == lanes > 1 and pow2_divisor(total, vector) == vector or len(loops) == 1:
+            fused = fuse(sch, loops)
+            if vector > 1 and pow2_divisor(total, vector) == vector:
+                fused, lane = sch.split(fused, [None, vector])
+                sch.vectorize(lane)
+            if threads:
+                sch.parallel(fused)
+            return
+        n_row = 1
+        while n_row < len(loops) - 1 and _row_fits(sch, loops[-n_row - 1:], self.ROW):
+            n_row += 1
+        row = fuse(sch, loops[-n_row:])
+        if pow2_divisor(get_extent(sch, row), lanes) == lanes > 1 and vector > 1:
+            sch.vectorize(sch.split(row, [None, lanes])[1])
+        if threads:
+            sch.parallel(fuse(sch, loops[:-n_row]))
+
+    ROW = 4096  # contiguous elements of an element-wise block's row (`_spread`)
+
+
+def _nan_tests_as_compares(sch, block) -> None:
+    """The block with each `isnan(v)` of its (index, value) combiner written as a test of v's bits
+    (exponent all ones, mantissa not zero: `bits & ~sign > bits of inf`). TVM's vectoriser cannot
+    vectorise `isnan`: it ran the pair's Lets lane by lane, then stored one lane's value in all of them
+    (wrong indices); and it folds the float forms away (`not v == v`, `not (v < 0 or v >= 0)`)."""
+    def compare(call):
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.isnan"):
+            return call
+        value = call.args[0]
+        dtype = str(value.ty.dtype if hasattr(value, "ty") else value.dtype)
+        if dtype not in _NAN_BITS:
+            return call
+        bits, magnitude, inf = _NAN_BITS[dtype]
+        raw = tirx.reinterpret(bits, value)
+        return tirx.GT(tirx.bitwise_and(raw, tirx.const(magnitude, bits)), tirx.const(inf, bits))
+    old = sch.get(block)
+    new = tvm_ffi.structural_map(old, [(tvm.ir.Call, compare)])
+    if not new.same_as(old):
+        sch.state.replace(sch.get_sref(block), new, {old: new})
+
+
+# a float type's bits as an integer, the mask that drops its sign, and the bits of +inf
+_NAN_BITS = {"float32": ("int32", 0x7FFFFFFF, 0x7F800000), "float16": ("int16", 0x7FFF, 0x7C00),
+             "float64": ("int64", 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000)}
+
+
+def _dividing(width: int, most: int, lanes: int, least: int) -> int:
+    """The largest multiple of `lanes` from `least` to `most` that divides `width` (32000 in 8 tiles of
+    4000, not 7.8 of 4096: no predicate on the last tile's lanes), else `most`."""
+    return next((t for t in range(most - most % lanes, least - 1, -lanes) if t and width % t == 0), most)
+
+
+def _piece(width: int) -> int | None:
+    """A fold's row of `width` results in at least 8 pieces of at least 64 whole columns that
+    divide it (2364: 12 of 197), for threads; None for none."""
+    return next((d for d in range(width // 8, 63, -1) if width % d == 0), None)
+
+
+def _per_column(sch, block) -> bool:
+    """An element-wise block with at most 1/SMALL of the elements of a block that reads it (a
+    quantisation's scale from a column maximum, read by every element of x / scale): kept as a
+    buffer, computed once per column, rather than inlined and recomputed for every element."""
+    if reduce_count(sch, block):
+        return False
+    size = static_product(sch, sch.get_loops(block))
+    return size is not None and any(
+        (other := static_product(sch, sch.get_loops(c))) is not None and other >= SMALL * size
+        for c in sch.get_consumers(block))
+
+
+SMALL = 8
+
+
+def _row_fits(sch, loops, most: int) -> bool:
+    """Whether the loops have static extents of at most `most` elements in all."""
+    size = static_product(sch, loops)
+    return size is not None and size <= most
