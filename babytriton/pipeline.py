@@ -354,8 +354,10 @@ tvm.tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)
 
 
 def compile_module(mod: tvm.IRModule, target: tvm.target.Target | None):
-    """tvm.compile with babytriton's TIR pipeline."""
-    return tvm.compile(mod, target=target, tir_pipeline=TIR_PIPELINE)
+    """tvm.compile with babytriton's TIR pipeline and its vectorisable float32 math (`fast_exp`), for
+    whole-tensor functions and backend="tir" loops alike."""
+    with schedules.fast_exp():
+        return tvm.compile(mod, target=target, tir_pipeline=TIR_PIPELINE)
 
 
 def _build(mod: tvm.IRModule, target: tvm.target.Target):

@@ -1,7 +1,8 @@
-"""A vectorisable float32 exp, erf and tanh for CPU builds (LLVM would call libm once per lane), on
+"""A vectorisable float32 exp, erf, tanh and log for CPU builds (LLVM would call libm once per lane), on
 while babytriton builds (`fast_exp`)."""
 from __future__ import annotations
 
+import math
 import threading
 
 import tvm
@@ -162,8 +163,102 @@ def _tanh_lowering(call):
 tirx.op.register_intrin_lowering("tirx.tanh", target="llvm", f=_tanh_lowering, level=99)
 
 
+# log the same way (log_softmax, cross-entropy, softplus, mish, BCE: LLVM calls logf per lane): the
+# Cephes logf scheme. x = 2^e * m with m in [sqrt(1/2), sqrt(2)) by integer operations on its bits
+# (subnormals scaled by 2^23 first), log(m) = f - f^2/2 + f^3 P(f) for f = m - 1 (degree 8), plus
+# e ln2 as hi + lo: within 1 ulp of torch.log, log(1) exactly 0. log2 and log10 add e in their own
+# base (powers of 2 exact); log1p is Goldberg's log(u) * x / (u - 1), u = 1 + x, as codegen writes it.
+_LOG_POLY = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+             -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)
+_SQRT_HALF_BITS = 0x3F3504F3  # float32 sqrt(1/2): mantissas from here up to twice it share an exponent
+
+
+def _log_parts(x, lanes: int):
+    """(f, y, e) with log(x) = f + y + e ln2 for a finite x > 0: f = m - 1, y the polynomial rest."""
+    f32 = lambda v: tirx.const(v, "float32")  # noqa: E731 - scalars broadcast to the lanes
+    i32 = lambda v: tirx.const(v, "int32")  # noqa: E731
+    fdt, idt = ("float32", "int32") if lanes == 1 else (f"float32x{lanes}", f"int32x{lanes}")
+    subnormal = x < f32(1.1754943508222875e-38)
+    bits = tirx.reinterpret(idt, tirx.Select(subnormal, x * f32(8388608.0), x))
+    shifted = bits - i32(_SQRT_HALF_BITS)
+    k = shifted >> i32(23)                                   # arithmetic: m below 1 borrows from e
+    m = tirx.reinterpret(fdt, bits - (k << i32(23)))
+    e = (k - tirx.Select(subnormal, _lanes_of(i32(23), lanes), _lanes_of(i32(0), lanes))).astype(fdt)
+    f = m - f32(1.0)                                         # exact (Sterbenz)
+    z = f * f
+    p = f32(_LOG_POLY[0])
+    for coefficient in _LOG_POLY[1:]:
+        p = p * f + f32(coefficient)
+    return f, p * f * z - f32(0.5) * z, e
+
+
+def _lanes_of(scalar, lanes: int):
+    """`scalar` broadcast to `lanes` (a Select's arms need the lanes of its condition)."""
+    return scalar if lanes == 1 else tirx.Broadcast(scalar, lanes)
+
+
+def _log_specials(x, finite, lanes: int):
+    """`finite` where 0 < x < inf, else torch's log there: -inf at +-0, NaN below 0, x at inf and NaN."""
+    f32 = lambda v: tirx.const(v, "float32")  # noqa: E731
+    positive = tirx.And(x > f32(0.0), x < f32(math.inf))
+    special = tirx.Select(x == f32(0.0), _lanes_of(f32(-math.inf), lanes),
+                          tirx.Select(x < f32(0.0), _lanes_of(f32(math.nan), lanes), x))
+    return tirx.Select(positive, finite, special)
+
+
+def _named(arg, compute, lanes):
+    """compute(x) with x a Let-bound name for `arg`, so nested logs stay linear in size."""
+    x = tirx.Var("x", arg.ty.dtype if hasattr(arg, "ty") else arg.dtype)
+    return tirx.Let(x, bool_casts_as_selects(arg), compute(x, lanes))
+
+
+def _log_f32(arg, lanes: int):
+    def log(x, lanes):
+        f, y, e = _log_parts(x, lanes)
+        return _log_specials(x, (y + e * tirx.const(-2.12194440e-4, "float32")) + f
+                             + e * tirx.const(0.693359375, "float32"), lanes)
+    return _named(arg, log, lanes)
+
+
+def _log_in_base(hi: float, lo: float, e_hi: float, e_lo: float):
+    """log_b as (f + y)(hi + lo) + e (e_hi + e_lo): hi, e_hi short enough that their products are exact."""
+    def in_base(arg, lanes: int):
+        def log(x, lanes):
+            f, y, e = _log_parts(x, lanes)
+            c = lambda v: tirx.const(v, "float32")  # noqa: E731
+            r = y * c(lo) + f * c(lo) + y * c(hi) + f * c(hi)
+            return _log_specials(x, r + e * c(e_lo) + e * c(e_hi), lanes)
+        return _named(arg, log, lanes)
+    return in_base
+
+
+# log2: e + (f + y)(1 + (log2(e) - 1)); log10: e log10(2) and log10(e) each split hi + lo (Cephes)
+_log2_f32 = _log_in_base(1.0, 0.44269504088896340736, 1.0, 0.0)
+_log10_f32 = _log_in_base(4.3359375e-1, 7.00731903251827651129e-4, 3.0078125e-1, 2.48745663981195213739e-4)
+
+
+def _log1p_f32(arg, lanes: int):
+    def log1p(x, lanes):
+        u = tirx.Var("u", x.ty.dtype)  # named: TVM's simplifier would fold (x + 1) - 1 to x
+        r = _log_f32(u, lanes) * (x / (u - tirx.const(1.0, "float32")))
+        r = tirx.Select(u == tirx.const(1.0, "float32"), x, r)      # |x| below 1's ulp
+        return tirx.Let(u, x + tirx.const(1.0, "float32"), tirx.Select(u == tirx.const(math.inf, "float32"), u, r))
+    return _named(arg, log1p, lanes)
+
+
+_LOG_LOWERINGS = {
+    "tirx.log": (_log_f32, "llvm"), "prim.log2": (_log2_f32, "llvm"), "tirx.log10": (_log10_f32, "llvm"),
+    "tirx.log1p": (_log1p_f32, "default"),   # TVM has no llvm lowering of log1p: libm's log1pf
+}
+for _name, (_fast_log, _tvm_target) in _LOG_LOWERINGS.items():
+    tirx.op.register_intrin_lowering(
+        _name, target="llvm", level=99,
+        f=_in_float32(_fast_log, tvm.ir.Op.get(_name).get_attr(f"{_tvm_target}.FLowerIntrinsic")))
+
+
 class fast_exp:  # noqa: N801 - used as `with schedules.fast_exp():`
-    """While active on this thread, LLVM builds lower float32 exp, erf and tanh to the vectorisable polynomials."""
+    """While active on this thread, LLVM builds lower float32 exp, erf, tanh and log (log2, log10,
+    log1p) to the vectorisable polynomials."""
 
     def __enter__(self):
         self.before = getattr(_fast, "on", False)
