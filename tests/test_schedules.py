@@ -617,8 +617,7 @@ def test_cpu_half_softmax_rows_are_vectorised_and_match_torch(dtype, rows, width
     k = bt.jit(target="cpu")(user_softmax_any).compile(x)
     (kernel,) = k.fusion
     assert kernel.rule == "CPUReduction", kernel
-    if width % 64 == 0:  # an odd row is reduced serially (rfactor would drop the ragged step's predicate)
-        assert "vector" in kernel.launch and _vector_ops(k.source), kernel
+    assert "vector" in kernel.launch and _vector_ops(k.source), kernel  # odd rows too: vectors and a tail
     if rows * width >= schedules.MIN_PARALLEL:
         assert "TVMBackendParallelLaunch" in k.source
     torch.testing.assert_close(k(x), torch_softmax_any(x), equal_nan=True, **HALF_TOL[dtype])
@@ -635,7 +634,9 @@ def test_cpu_softmax_computes_each_exp_once(dtype, rows, width):
     k = bt.jit(target="cpu")(user_softmax_any).compile(x)
     (kernel,) = k.fusion
     assert kernel.rule == "CPUReduction", kernel
-    assert k.stages["schedule"].count("T.exp(") == 1, k.stages["schedule"]
+    # an odd row's last, partial vector is a block of its own (`_tail`) over the other elements
+    exps = [line for line in k.stages["schedule"].splitlines() if "T.exp(" in line and "_tail" not in line]
+    assert len(exps) == 1, k.stages["schedule"]
     torch.testing.assert_close(k(x), torch_softmax_any(x), equal_nan=True, **HALF_TOL[dtype])
 
 

@@ -227,9 +227,10 @@ def test_symbolic_sizes():
 
 
 def test_non_contiguous_inputs():
-    base = torch.randn(96, 300)
+    base = torch.randn(96, 300, generator=torch.Generator().manual_seed(0))
     for f in (column_sum, column_max):
-        torch.testing.assert_close(bt.jit(target="cpu")(f)(base.t()), f(base.t()))
+        # a sum of 300 in another order: within its rounding (an unseeded draw was 1.2e-5 apart)
+        torch.testing.assert_close(bt.jit(target="cpu")(f)(base.t()), f(base.t()), rtol=1e-5, atol=1e-4)
     sliced = torch.randn(400, 130)[::2, 1:97]
     torch.testing.assert_close(bt.jit(target="cpu")(column_mean)(sliced), column_mean(sliced))
 

@@ -3,13 +3,12 @@ registers a step for long-latency math) and parallel."""
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 from tvm.s_tir.dlight.base import get_extent
 
-from .analysis import block_value, calls_long_math, fuse, is_buffer, one_loop, only_output, static_product
+from .analysis import calls_long_math, fuse, is_buffer, one_loop, static_product
 from .cpu_rule import CPURule, MIN_PARALLEL_ELEMENTWISE, pow2_divisor, vector_lanes, vectorizable
-from .inlining import LINEAR_CALLS, inline
+from .inlining import inline
 from .lanes import flat_offsets, uniform_lanes
 
 
@@ -40,8 +39,8 @@ class CPUElementwise(CPURule):
         if not all(info.is_injective() for info in infos):
             return False
         lanes = vector_lanes(sch, target) * _vectors_per_step(sch) if vectorizable(sch) else 1
-        infos = inline(sch, infos)
-        if _into_one_output(sch, infos, lanes):
+        infos = inline(sch, infos, shared=False)
+        if _per_vector(sch, infos, lanes):
             return True
         # several outputs (AdamW's p, m and v): one loop nest, each element's inputs read once
         merged = one_loop(sch, [info.block_rv for info in infos]) if len(infos) > 1 else None
@@ -88,42 +87,52 @@ def _rows_apart(sch, block, loops, lanes: int) -> bool:
     return offsets is None or any(offset is None for offset in offsets.values())
 
 
-def _shared_calls(sch, infos) -> bool:
-    """Whether two blocks compute the same math call (tanh of the same expression of the same element):
-    computed per vector in one loop body, LLVM computes it once; in loops of their own, once per
-    block. Without such a call, separate streaming loops are as fast (a tanh chain's own values)."""
-    seen = set()
-    for info in infos:
-        value = block_value(sch, info.block_rv)
-        if value is None:
-            continue
-        calls = []
-        tvm_ffi.structural_walk(value, (tvm.ir.expr.Call, calls.append))
-        mine = {tvm_ffi.structural_hash(c, map_free_vars=True) for c in calls if isinstance(c.op, tvm.ir.Op)
-                and c.op.name not in LINEAR_CALLS and c.op.name != "tirx.reinterpret"}
-        if mine & seen:
-            return True
-        seen |= mine
-    return False
+def _outputs(sch, infos):
+    """The blocks of `infos` that write a result of the kernel, when every block (results and the
+    intermediates that `inline` kept) runs over the same static iteration space, else None."""
+    extents = [[get_extent(sch, loop) for loop in sch.get_loops(info.block_rv)] for info in infos]
+    if not extents[-1] or not all(isinstance(e, int) for e in extents[-1]) or any(e != extents[-1] for e in extents):
+        return None
+    params = [p for p in sch.mod["main"].params if tirx.is_buffer_var(p)]
+    return [info for info in infos if any(w.source.same_as(p) for w in sch.get(info.block_rv).writes for p in params)]
 
 
-def _into_one_output(sch, infos, lanes: int) -> bool:
-    """A kernel of one output block and intermediates that `inline` kept (a backward's chain of tanh
-    derivatives): each intermediate computed per vector of the output, inside its parallel loop, into
+def _reads_a_result(sch, infos, outputs) -> bool:
+    """Whether an intermediate reads a result (AdamW's sqrt of the new v): it would have to run
+    after that result's block inside the one loop, where compute_at puts it first."""
+    written = [w.source for info in outputs for w in sch.get(info.block_rv).writes]
+    return any(r.source.same_as(w) for info in infos if not any(info is o for o in outputs)
+               for r in sch.get(info.block_rv).reads for w in written)
+
+
+def _per_vector(sch, infos, lanes: int) -> bool:
+    """A kernel whose intermediates `inline` kept (a chain too deep to inline, a value several blocks
+    read): each intermediate computed per vector of the results, inside their one parallel loop, into
     a buffer of `lanes` elements, instead of a full-size buffer written and read back by a loop of its
-    own. Intermediates keep each value computed once, which inlining would repeat per use."""
-    out = only_output(sch, infos)
-    if out is None or not _shared_calls(sch, infos):
+    own. Each value is computed once, where inlining would repeat it in every reader."""
+    outputs = _outputs(sch, infos) if len(infos) > 1 else None
+    # one result: several merged into one loop (sch.merge) lost a kept buffer's allocation after
+    # compute_at (ill-formed TIR); those kernels keep a loop per block (still each value once)
+    if not outputs or len(outputs) != 1 or len(outputs) == len(infos) or _reads_a_result(sch, infos, outputs):
         return False
-    fused = fuse(sch, sch.get_loops(out))
-    extent = get_extent(sch, fused)
-    vector = pow2_divisor(extent, lanes)
-    if vector <= 1 or extent < MIN_PARALLEL_ELEMENTWISE:
+    loops = sch.get_loops(outputs[0].block_rv)
+    extent = static_product(sch, loops)
+    # the vectors split off the innermost axis: a kept block's part of a step is then one run of its
+    # row (split off the fused index, a step could straddle two rows: a loop of no constant extent)
+    row = get_extent(sch, loops[-1])
+    vector = pow2_divisor(row, lanes)
+    if vector * LONG_CHAIN_VECTORS < lanes:
+        # an odd row (a prime; 2 x an odd one gave p52 2-lane vectors) keeps a loop per block, which
+        # LLVM vectorises: split unevenly, TVM 0.27's compute_at drops the last step's predicate in
+        # the kept blocks (wrong lanes near a row's end, seen in the generated chains' test)
         return False
-    outer, inner = sch.split(fused, [None, vector])
-    for info in reversed(infos[:-1]):  # consumers first: each producer then goes under its consumer
+    outer, inner = sch.split(loops[-1], [None, vector])
+    outer = fuse(sch, [*loops[:-1], outer])
+    kept = [info for info in infos if not any(info is o for o in outputs)]
+    for info in reversed(kept):  # consumers first: each producer then goes under its consumer
         sch.compute_at(info.block_rv, outer, preserve_unit_loops=True)
         sch.vectorize(fuse(sch, sch.get_loops(info.block_rv)[1:]))
     sch.vectorize(inner)
-    sch.parallel(outer)
+    if extent >= MIN_PARALLEL_ELEMENTWISE:
+        sch.parallel(outer)
     return True

@@ -50,7 +50,7 @@ MAX_TREE_SIZE = 4000  # nodes of one inlined expression, counted as a tree (as t
 
 def _tree_size(expr, memo: dict, leaf=None) -> int:
     """Nodes of `expr` counted as a tree (a shared subexpression once per use), in time linear in
-    the DAG; with `leaf`, only the nodes that are instances of `leaf`."""
+    the DAG; with `leaf` (a node type, or a test of a node), only the nodes that are of it."""
     key = expr.__hash__()
     if key in memo:
         return memo[key][1]
@@ -59,7 +59,7 @@ def _tree_size(expr, memo: dict, leaf=None) -> int:
         children += list(expr.args)
     if isinstance(expr, tvm.ir.expr.TensorLoad):
         children += list(expr.indices)
-    own = 1 if leaf is None or isinstance(expr, leaf) else 0
+    own = 1 if leaf is None or (isinstance(expr, leaf) if isinstance(leaf, type) else leaf(expr)) else 0
     total = own + sum(_tree_size(c, memo, leaf) for c in children)
     memo[key] = (expr, total)  # the expression kept alive: its hash (an address) stays its own
     return total
@@ -71,16 +71,57 @@ def _block_size(sch, block, leaf=None) -> int:
     return _tree_size(value, {}, leaf) if value is not None else 0
 
 
-def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=()):
+# A producer read by several blocks, or several times by one (NaN-aware `maximum` names each operand
+# three times, `leaky_relu` twice), is copied into each read, and LLVM does not merge the copies:
+# p52's float32 chain ran 12 copies of its first three ops (48 ms against eager's 12). With
+# `shared=False` (rules that compute kept blocks per vector, next to their readers) only cheap
+# producers are copied: no math call (CHEAP_CALLS aside) and at most SMALL_SHARED nodes (a clamp, an
+# `x + 3`); the others stay blocks, computed once.
+SMALL_SHARED = 32
+CHEAP_CALLS = {f"tirx.{name}" for name in ("fabs", "isnan", "isinf", "isfinite", "if_then_else", "reinterpret",
+                                            "floor", "ceil", "round", "trunc", "nearbyint", "copysign")}
+
+
+def _cheap(sch, block) -> bool:
+    """Whether a block's expression is cheap to compute again in each read (see SMALL_SHARED)."""
+    value = block_value(sch, block)
+    if value is None or _tree_size(value, {}) > SMALL_SHARED:
+        return False
+    return not _tree_size(value, {}, lambda e: isinstance(e, tvm.ir.expr.Call) and not (
+        isinstance(e.op, tvm.ir.Op) and e.op.name in CHEAP_CALLS))
+
+
+def _reads_of(sch, consumer, block) -> int:
+    """How many times the consumer's stored expression, as a tree, loads what `block` writes."""
+    value = block_value(sch, consumer)
+    written = [region.source for region in sch.get(block).writes]
+    if value is None:
+        return 2  # not one store: counted as shared
+    return _tree_size(value, {}, lambda e: isinstance(e, tvm.ir.expr.TensorLoad)
+                      and any(e.source.same_as(w) for w in written))
+
+
+def _output_blocks(sch) -> set:
+    """Names of the blocks that write the function's outputs. compute_inline always refuses them, and
+    its refusal costs ~20 ms (it renders the IR): a 28-output kernel spent 48 s of 83 refused."""
+    try:
+        return {sch.get(b).name_hint for b in sch.get_output_blocks("root")}
+    except Exception:  # noqa: BLE001 - no root scope: every block is tried, as before
+        return set()
+
+
+def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: bool = True):
     """Dlight's `try_inline` with limits: a producer goes into its consumers only while the math calls
     nested in one expression stay within `max_depth`. LLVM's lowering of tanh (or erf) names its
     argument several times, so forty inlined tanh would be a 5**40-node expression; the chain keeps a
     buffer every few calls instead. GPU rules pass None (GPU_CALL_DEPTH): see there. Blocks in `keep`
-    stay blocks."""
+    stay blocks; with `shared=False`, so do producers read more than once (SMALL_SHARED) unless cheap."""
     kept = [sch.get(b) for b in keep]
     blocks = [info for info in infos if not any(sch.get(info.block_rv).same_as(k) for k in kept)]
 
-    def fits(block, others) -> bool:
+    def fits(block, others, forward: bool) -> bool:
+        if not shared and copies(block, others, forward):
+            return False
         if max_depth is not None and _block_depth(sch, block) + max(
                 (_block_depth(sch, o) for o in others), default=0) > max_depth:
             return False
@@ -91,9 +132,18 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=()):
         return all(_block_size(sch, o) + size * _block_size(sch, o, tvm.ir.expr.TensorLoad) <= MAX_TREE_SIZE
                    for o in others)
 
+    def copies(block, others, forward: bool) -> bool:
+        """Whether inlining would copy a producer that is not `_cheap` into more than one read:
+        forward, `block` into its consumers `others`; reversed, its producers `others` into it."""
+        if forward:
+            return not _cheap(sch, block) and (len(others) > 1 or any(_reads_of(sch, o, block) > 1 for o in others))
+        return any(not _cheap(sch, o) and _reads_of(sch, block, o) > 1 for o in others)
+
     def trial(inline, neighbours):
+        forward = neighbours == sch.get_consumers
+        skip = _output_blocks(sch) if forward else set()
         for i, info in enumerate(blocks):
-            if not fits(info.block_rv, neighbours(info.block_rv)):
+            if sch.get(info.block_rv).name_hint in skip or not fits(info.block_rv, neighbours(info.block_rv), forward):
                 continue
             try:
                 inline(info.block_rv)
@@ -107,6 +157,10 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=()):
         # dropped the axis) and the epilogue would then run on its init and on its update too
         if any(sch.get(p).init is not None for p in sch.get_producers(block)):
             raise ValueError("a producer is a reduction")
+        # nor into a producer another block reads: TVM 0.27 retargets the producer's store to this
+        # block's buffer and leaves the other reader with an undeclared one (ill-formed TIR)
+        if any(len(sch.get_consumers(p)) > 1 for p in sch.get_producers(block)):
+            raise ValueError("a producer has other readers")
         sch.reverse_compute_inline(block)
 
     while True:
