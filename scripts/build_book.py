@@ -44,6 +44,7 @@ STORED = BOOK / "executed"
 OUT = ROOT / "build" / "book"
 CHAPTER_TIMEOUT = 300
 NOTEBOOK_TIMEOUT = 600
+RUNS_ENV = "BABYTRITON_BOOK_RUNS"  # see _shared: a test session's runs, shared by its processes
 
 
 # --------------------------------------------------------------------------------------------------
@@ -56,36 +57,82 @@ _notebook_runs: dict = {}
 
 def run_chapter(path: Path, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """Run a chapter as a reader does (`python chapters/NN_x.py` in a fresh Python); `.seconds` is its
-    wall time. Remembered per (path, cwd) for the rest of the process."""
+    wall time. Remembered per (path, cwd) for the rest of the process (and a test session's, `_shared`)."""
     path, cwd = Path(path).resolve(), Path(cwd).resolve()
     if (path, cwd) not in _chapter_runs:
-        start = time.perf_counter()
-        result = subprocess.run([sys.executable, str(path.relative_to(cwd))], cwd=cwd, capture_output=True,
-                                text=True, timeout=CHAPTER_TIMEOUT)
-        result.seconds = time.perf_counter() - start
-        _chapter_runs[(path, cwd)] = result
+        _chapter_runs[(path, cwd)] = _shared("chapter", path, cwd, lambda: _run_chapter(path, cwd),
+                                             _dump_run, _load_run)
     return _chapter_runs[(path, cwd)]
+
+
+def _run_chapter(path: Path, cwd: Path) -> subprocess.CompletedProcess:
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, str(path.relative_to(cwd))], cwd=cwd, capture_output=True,
+                            text=True, timeout=CHAPTER_TIMEOUT)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _dump_run(run: subprocess.CompletedProcess) -> str:
+    return json.dumps({"args": run.args, "returncode": run.returncode, "stdout": run.stdout, "stderr": run.stderr,
+                       "seconds": run.seconds})
+
+
+def _load_run(text: str) -> subprocess.CompletedProcess:
+    data = json.loads(text)
+    run = subprocess.CompletedProcess(data["args"], data["returncode"], data["stdout"], data["stderr"])
+    run.seconds = data["seconds"]
+    return run
+
+
+def _shared(kind: str, path: Path, cwd: Path, compute, dump, load):
+    """`compute()`, kept in the folder $BABYTRITON_BOOK_RUNS names for the other processes of a test session
+    (tests/conftest.py: its xdist workers, which would each run a chapter again): keyed by where it runs and
+    the sources it may read (every file of its kind beside it), and locked, so a second process waits for
+    the first one's run instead of running it too. Without the variable, simply `compute()`."""
+    folder = os.environ.get(RUNS_ENV)
+    if not folder:
+        return compute()
+    import fcntl
+    sources = "\0".join(p.read_text() for p in sorted(path.parent.glob("*" + path.suffix)))
+    key = hashlib.sha256(f"{kind}\0{path}\0{cwd}\0{sources}".encode()).hexdigest()[:20]
+    record = Path(folder) / f"{kind}-{path.stem}-{key}.json"
+    with open(record.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if record.exists():
+            return load(record.read_text())
+        result = compute()
+        partial = record.with_suffix(".partial")
+        partial.write_text(dump(result))
+        partial.replace(record)
+        return result
 
 
 def execute_notebook(path: Path, cwd: Path | None = None):
     """Execute a notebook top to bottom in a real Jupyter kernel (nbclient raises on the first error),
     with a disk cache of its own (so compile times are cold ones); remembered for the process. The
-    caller must not change the notebook it gets (copy it first)."""
-    import nbclient
+    caller must not change the notebook it gets (copy it first); a test session's processes share it (`_shared`)."""
     import nbformat
     path = Path(path).resolve()
     cwd = Path(cwd).resolve() if cwd else path.parent
     if (path, cwd) not in _notebook_runs:
-        nb = nbformat.read(path, as_version=4)
-        with tempfile.TemporaryDirectory(prefix="babytriton-book-cache-") as cache:
-            env = {**os.environ, "BABYTRITON_CACHE_DIR": cache}
-            client = nbclient.NotebookClient(nb, timeout=NOTEBOOK_TIMEOUT, kernel_name="python3",
-                                             resources={"metadata": {"path": str(cwd)}})
-            start = time.perf_counter()
-            client.execute(env=env)
-            nb.metadata["babytriton_book"] = {"seconds": round(time.perf_counter() - start, 1)}
-        _notebook_runs[(path, cwd)] = nb
+        _notebook_runs[(path, cwd)] = _shared("notebook", path, cwd, lambda: _execute_notebook(path, cwd),
+                                              nbformat.writes, lambda text: nbformat.reads(text, as_version=4))
     return _notebook_runs[(path, cwd)]
+
+
+def _execute_notebook(path: Path, cwd: Path):
+    import nbclient
+    import nbformat
+    nb = nbformat.read(path, as_version=4)
+    with tempfile.TemporaryDirectory(prefix="babytriton-book-cache-") as cache:
+        env = {**os.environ, "BABYTRITON_CACHE_DIR": cache}
+        client = nbclient.NotebookClient(nb, timeout=NOTEBOOK_TIMEOUT, kernel_name="python3",
+                                         resources={"metadata": {"path": str(cwd)}})
+        start = time.perf_counter()
+        client.execute(env=env)
+        nb.metadata["babytriton_book"] = {"seconds": round(time.perf_counter() - start, 1)}
+    return nb
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,11 +1,32 @@
 """Test set-up shared by every test module: GPU tests skip cleanly on machines without CUDA, and the
 disk cache lives in a fresh folder per test session (never the user's ~/.cache, never warm in CI), and
-the CPU correctness tests that take `cpu_target` run for two vector widths (see `cpu_targets`)."""
+the CPU correctness tests that take `cpu_target` run for two vector widths (see `cpu_targets`); a chapter
+or notebook runs once per session, whichever worker asks first (`pytest_configure`)."""
 import functools
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
+
+RUNS_ENV = "BABYTRITON_BOOK_RUNS"  # scripts/build_book.py's `_shared`
+
+
+def pytest_configure(config):
+    """One folder for the session's chapter runs and notebook executions, shared by its xdist workers
+    (they inherit the variable): test_chapters, test_whole_chapters and test_book each run every chapter,
+    on whichever worker, and run it once."""
+    if not hasattr(config, "workerinput") and RUNS_ENV not in os.environ:
+        config.babytriton_runs = tempfile.mkdtemp(prefix="babytriton-runs-")
+        os.environ[RUNS_ENV] = config.babytriton_runs
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "babytriton_runs", None)
+    if folder:
+        os.environ.pop(RUNS_ENV, None)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
