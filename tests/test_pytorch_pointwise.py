@@ -169,6 +169,32 @@ def test_gradients_match_torch():
     torch.testing.assert_close(a.grad, b.grad)
 
 
+def log1p_of(x):
+    return torch.log1p(x)
+
+
+def expm1_of(x):
+    return torch.expm1(x)
+
+
+def softplus_of(x):
+    return F.softplus(x, beta=2.0)
+
+
+@pytest.mark.parametrize("fn, x", [
+    (log1p_of, [1e-9, -1e-9, 0.0, 3e-8, 1e-3, 2.0, -0.5, 1e30]),
+    (expm1_of, [1e-9, -1e-9, 0.0, 3e-8, 1e-3, 2.0, -0.5, -9.0, -20.0, -200.0]),
+    (softplus_of, [1e-9, 0.0, -8.5, -9.0, -20.0, -200.0, 2.0, 30.0])])
+def test_gradients_where_the_formulas_other_branch_divides_zero_by_zero(fn, x):
+    """log1p and expm1 are formulas with a branch for |x| below 1's ulp (1 + x, or exp(x), rounds to 1);
+    the other branch's 0 / 0 there must not reach the gradient as NaN (softplus of x < -8.5, beta 2)."""
+    x = torch.tensor(x)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    bt.jit(fn)(a).sum().backward()
+    fn(b).sum().backward()
+    torch.testing.assert_close(a.grad, b.grad)
+
+
 def bad_round(x):
     return torch.round(x, decimals=2)
 
