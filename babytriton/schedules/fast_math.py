@@ -1,5 +1,5 @@
-"""A vectorisable float32 exp, erf, tanh and log for CPU builds (LLVM would call libm once per lane), on
-while babytriton builds (`fast_exp`)."""
+"""A vectorisable float32 exp, erf, tanh, log, sin and cos for CPU builds (LLVM would call libm once
+per lane), on while babytriton builds (`fast_exp`)."""
 from __future__ import annotations
 
 import math
@@ -257,8 +257,8 @@ for _name, (_fast_log, _tvm_target) in _LOG_LOWERINGS.items():
 
 
 class fast_exp:  # noqa: N801 - used as `with schedules.fast_exp():`
-    """While active on this thread, LLVM builds lower float32 exp, erf, tanh and log (log2, log10,
-    log1p) to the vectorisable polynomials."""
+    """While active on this thread, LLVM builds lower float32 exp, erf, tanh, log (log2, log10,
+    log1p), and vectorised sin and cos to the vectorisable polynomials."""
 
     def __enter__(self):
         self.before = getattr(_fast, "on", False)
@@ -266,3 +266,66 @@ class fast_exp:  # noqa: N801 - used as `with schedules.fast_exp():`
 
     def __exit__(self, *exc):
         _fast.on = self.before
+
+
+# sin and cos the same way (LLVM calls sinf/cosf per lane; Inductor uses Sleef's vector forms): x = n pi/2
+# + r by Cody-Waite with pi/2 in four parts (Sleef's split of pi, halved): n times each of the first
+# three is exact and so is each subtraction but the last, so r keeps its bits near multiples of pi/2,
+# where sin and cos are tiny. Then Cephes' sinf and cosf polynomials on [-pi/4, pi/4], the one of
+# the quadrant n mod 4, its sign flipped in quadrants 2 and 3. Within 2 ulp of torch (1 near the
+# zeros) for |x| up to TRIG_BOUND (at 5e4 the zeros were 23 ulp off); a vector with a finite lane
+# beyond it takes TVM's lowering (libm per lane) in a branch.
+_PIO2_PARTS = (1.5703125, 4.8351287841796875e-4, 3.1385570764541625977e-7, 6.0771006282767103810e-11)
+_SIN_POLY = (-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1)
+_COS_POLY = (2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2)
+TRIG_BOUND = 3.0e4
+
+
+def _trig_fast(x, cosine: bool, lanes: int):
+    """sin or cos of x where |x| <= TRIG_BOUND, NaN at inf and NaN (0 at finite lanes beyond, which
+    the caller's branch never reads)."""
+    f32 = lambda v: tirx.const(v, "float32")  # noqa: E731 - scalars broadcast to the lanes
+    i32 = lambda v: tirx.const(v, "int32")  # noqa: E731
+    fdt, idt = ("float32", "int32") if lanes == 1 else (f"float32x{lanes}", f"int32x{lanes}")
+    inside = tirx.abs(x) <= f32(TRIG_BOUND)                  # false for NaN
+    c = tirx.Select(inside, x, _lanes_of(f32(0.0), lanes))  # keeps the int conversion defined
+    n = tirx.floor(c * f32(0.6366197723675814) + f32(0.5))
+    r = c
+    for part in _PIO2_PARTS:
+        r = r - n * f32(part)
+    z = r * r
+    s, k = f32(_SIN_POLY[0]), f32(_COS_POLY[0])
+    for a, b in zip(_SIN_POLY[1:], _COS_POLY[1:]):
+        s, k = s * z + f32(a), k * z + f32(b)
+    s = s * z * r + r
+    k = k * z * z - f32(0.5) * z + f32(1.0)
+    q = n.astype(idt) + i32(1 if cosine else 0)               # cos x = sin(x + pi/2)
+    v = tirx.Select((q & i32(1)) == i32(1), k, s)
+    v = tirx.reinterpret(fdt, tirx.reinterpret(idt, v) ^ ((q & i32(2)) << i32(30)))
+    if not cosine:
+        v = tirx.Select(x == f32(0.0), x, v)                   # sin(-0) is -0
+    return tirx.Select(inside, v, x - x)
+
+
+def _trig_f32(cosine: bool, tvms):
+    """The fast sin or cos of a vector, in a branch with TVM's lowering `tvms` for vectors with a
+    finite lane beyond TRIG_BOUND (the reduction loses bits there; a select would call libm always).
+    Scalars keep `tvms`: LLVM if-converts the branch of a loop it vectorises itself (llvm.sin is
+    speculatable), calling libm for every lane again (cos * sigmoid over symbolic n: 12 -> 13 ms)."""
+    op = tirx.cos if cosine else tirx.sin
+
+    def trig(arg, lanes: int):
+        def compute(x, lanes):
+            f32 = lambda v: tirx.const(v, "float32")  # noqa: E731
+            huge = tirx.And(tirx.abs(x) > f32(TRIG_BOUND), tirx.abs(x) < f32(math.inf))
+            any_huge = tirx.call_llvm_pure_intrin("bool", "llvm.vector.reduce.or", huge)
+            return tirx.if_then_else(any_huge, tvms(op(x)), _trig_fast(x, cosine, lanes))
+        return tvms(op(arg)) if lanes == 1 else _named(arg, compute, lanes)
+    return trig
+
+
+_TRIG_LOWERINGS = {name: (cosine, tvm.ir.Op.get(name).get_attr("llvm.FLowerIntrinsic"))
+                   for name, cosine in (("tirx.sin", False), ("tirx.cos", True))}
+for _name, (_cosine, _tvm_trig) in _TRIG_LOWERINGS.items():
+    tirx.op.register_intrin_lowering(_name, target="llvm", level=99,
+                                     f=_in_float32(_trig_f32(_cosine, _tvm_trig), _tvm_trig))
