@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import babytriton as bt
+from babytriton.testing.ulp import max_ulp
 from babytriton import schedules
 
 SPECIALS = [0.0, -0.0, -1.0, -1e-45, -math.inf, math.inf, math.nan, 1.0, 2.0, 0.5, 1e-45, 2.0 ** -149,
@@ -41,18 +42,6 @@ def mish(x):
 
 LOG = bt.jit(target="cpu")(logs)
 LOG_FAMILY = bt.jit(target="cpu")(log_family)
-
-
-def ordered(x: torch.Tensor) -> torch.Tensor:
-    """float32 bits as int64 that order as the floats do (ulp distance = difference)."""
-    bits = x.view(torch.int32).long()
-    return torch.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
-
-
-def max_ulp(got: torch.Tensor, want: torch.Tensor) -> int:
-    assert torch.equal(got.isnan(), want.isnan())
-    finite = ~want.isnan()
-    return int((ordered(got[finite]) - ordered(want[finite])).abs().max()) if finite.any() else 0
 
 
 def sweep() -> torch.Tensor:

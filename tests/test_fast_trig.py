@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import babytriton as bt
+from babytriton.testing.ulp import max_ulp
 from babytriton.schedules.fast_math import TRIG_BOUND
 
 SPECIALS = [0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, -1e-45, 1.1754942e-38, 3.4028235e38, -3.4028235e38,
@@ -41,18 +42,6 @@ def vectorised(x: torch.Tensor):
     padded = torch.cat([x, x.new_zeros(-len(x) % 1024 or (1024 if len(x) == 0 else 0))])
     assert "vector" in str(ANY.compile(padded).fusion)
     return tuple(r[:len(x)] for r in ANY(padded))
-
-
-def ordered(x: torch.Tensor) -> torch.Tensor:
-    """float32 bits as int64 that order as the floats do (ulp distance = difference)."""
-    bits = x.view(torch.int32).long()
-    return torch.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
-
-
-def max_ulp(got: torch.Tensor, want: torch.Tensor) -> int:
-    assert torch.equal(got.isnan(), want.isnan())
-    finite = ~want.isnan()
-    return int((ordered(got[finite]) - ordered(want[finite])).abs().max()) if finite.any() else 0
 
 
 def near_zeros(bound: float) -> torch.Tensor:

@@ -1,1 +1,1 @@
-"""Tools for testing babytriton itself: the differential fuzzer (`babytriton.testing.fuzz`)."""
+"""Tools for testing babytriton itself: the differential fuzzer (`babytriton.testing.fuzz`), ulp distances (`ulp`)."""
