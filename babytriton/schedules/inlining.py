@@ -110,6 +110,26 @@ def _output_blocks(sch) -> set:
         return set()
 
 
+def _copies(sch, block, others, forward: bool) -> bool:
+    """Whether inlining would copy a producer that is not `_cheap` into more than one read: forward,
+    `block` into its consumers `others`; reversed, its producers `others` into it."""
+    if forward:
+        return not _cheap(sch, block) and (len(others) > 1 or any(_reads_of(sch, o, block) > 1 for o in others))
+    return any(not _cheap(sch, o) and _reads_of(sch, block, o) > 1 for o in others)
+
+
+def _reverse_inline(sch, block) -> None:
+    """reverse_compute_inline, but never into a reduction: a reduction over a unit axis may pass TVM's
+    check (normalising dropped the axis) and the epilogue would then run on its init and on its update
+    too; nor into a producer another block reads: TVM 0.27 retargets the producer's store to this
+    block's buffer and leaves the other reader with an undeclared one (ill-formed TIR)."""
+    if any(sch.get(p).init is not None for p in sch.get_producers(block)):
+        raise ValueError("a producer is a reduction")
+    if any(len(sch.get_consumers(p)) > 1 for p in sch.get_producers(block)):
+        raise ValueError("a producer has other readers")
+    sch.reverse_compute_inline(block)
+
+
 def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: bool = True):
     """Dlight's `try_inline` with limits: a producer goes into its consumers only while the math calls
     nested in one expression stay within `max_depth`. LLVM's lowering of tanh (or erf) names its
@@ -120,7 +140,7 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: 
     blocks = [info for info in infos if not any(sch.get(info.block_rv).same_as(k) for k in kept)]
 
     def fits(block, others, forward: bool) -> bool:
-        if not shared and copies(block, others, forward):
+        if not shared and _copies(sch, block, others, forward):
             return False
         if max_depth is not None and _block_depth(sch, block) + max(
                 (_block_depth(sch, o) for o in others), default=0) > max_depth:
@@ -131,13 +151,6 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: 
         size = _block_size(sch, block)
         return all(_block_size(sch, o) + size * _block_size(sch, o, tvm.ir.expr.TensorLoad) <= MAX_TREE_SIZE
                    for o in others)
-
-    def copies(block, others, forward: bool) -> bool:
-        """Whether inlining would copy a producer that is not `_cheap` into more than one read:
-        forward, `block` into its consumers `others`; reversed, its producers `others` into it."""
-        if forward:
-            return not _cheap(sch, block) and (len(others) > 1 or any(_reads_of(sch, o, block) > 1 for o in others))
-        return any(not _cheap(sch, o) and _reads_of(sch, block, o) > 1 for o in others)
 
     def trial(inline, neighbours):
         forward = neighbours == sch.get_consumers
@@ -152,21 +165,10 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: 
             return i
         return None
 
-    def reverse_inline(block):
-        # never into a reduction: a reduction over a unit axis may pass TVM's check (normalising
-        # dropped the axis) and the epilogue would then run on its init and on its update too
-        if any(sch.get(p).init is not None for p in sch.get_producers(block)):
-            raise ValueError("a producer is a reduction")
-        # nor into a producer another block reads: TVM 0.27 retargets the producer's store to this
-        # block's buffer and leaves the other reader with an undeclared one (ill-formed TIR)
-        if any(len(sch.get_consumers(p)) > 1 for p in sch.get_producers(block)):
-            raise ValueError("a producer has other readers")
-        sch.reverse_compute_inline(block)
-
     while True:
         i = trial(sch.compute_inline, sch.get_consumers)
         if i is None:
-            i = trial(reverse_inline, sch.get_producers)
+            i = trial(lambda block: _reverse_inline(sch, block), sch.get_producers)
         if i is None:
             return blocks
         blocks.pop(i)
