@@ -6,7 +6,7 @@ import tvm
 from tvm import tirx
 from tvm.s_tir.dlight.base import get_extent
 
-from .analysis import calls_long_math, fuse, is_buffer, one_loop, static_product
+from .analysis import calls_long_math, fuse, is_buffer, one_loop, only_output, static_product
 from .cpu_rule import CPURule, MIN_PARALLEL_ELEMENTWISE, pow2_divisor, vector_lanes, vectorizable
 from .inlining import inline
 from .lanes import flat_offsets, uniform_lanes
@@ -87,35 +87,17 @@ def _rows_apart(sch, block, loops, lanes: int) -> bool:
     return offsets is None or any(offset is None for offset in offsets.values())
 
 
-def _outputs(sch, infos):
-    """The blocks of `infos` that write a result of the kernel, when every block (results and the
-    intermediates that `inline` kept) runs over the same static iteration space, else None."""
-    extents = [[get_extent(sch, loop) for loop in sch.get_loops(info.block_rv)] for info in infos]
-    if not extents[-1] or not all(isinstance(e, int) for e in extents[-1]) or any(e != extents[-1] for e in extents):
-        return None
-    params = [p for p in sch.mod["main"].params if tirx.is_buffer_var(p)]
-    return [info for info in infos if any(w.source.same_as(p) for w in sch.get(info.block_rv).writes for p in params)]
-
-
-def _reads_a_result(sch, infos, outputs) -> bool:
-    """Whether an intermediate reads a result (AdamW's sqrt of the new v): it would have to run
-    after that result's block inside the one loop, where compute_at puts it first."""
-    written = [w.source for info in outputs for w in sch.get(info.block_rv).writes]
-    return any(r.source.same_as(w) for info in infos if not any(info is o for o in outputs)
-               for r in sch.get(info.block_rv).reads for w in written)
-
-
 def _per_vector(sch, infos, lanes: int) -> bool:
-    """A kernel whose intermediates `inline` kept (a chain too deep to inline, a value several blocks
-    read): each intermediate computed per vector of the results, inside their one parallel loop, into
-    a buffer of `lanes` elements, instead of a full-size buffer written and read back by a loop of its
-    own. Each value is computed once, where inlining would repeat it in every reader."""
-    outputs = _outputs(sch, infos) if len(infos) > 1 else None
+    """A kernel of one result whose intermediates `inline` kept (a chain too deep to inline, a value
+    several blocks read): each intermediate computed per vector of the result, inside its one parallel
+    loop, into a buffer of `lanes` elements, instead of a full-size buffer written and read back by a
+    loop of its own. Each value is computed once, where inlining would repeat it in every reader."""
     # one result: several merged into one loop (sch.merge) lost a kept buffer's allocation after
     # compute_at (ill-formed TIR); those kernels keep a loop per block (still each value once)
-    if not outputs or len(outputs) != 1 or len(outputs) == len(infos) or _reads_a_result(sch, infos, outputs):
+    out = only_output(sch, infos)
+    loops = sch.get_loops(out) if out is not None else []
+    if not loops:
         return False
-    loops = sch.get_loops(outputs[0].block_rv)
     extent = static_product(sch, loops)
     # the vectors split off the innermost axis: a kept block's part of a step is then one run of its
     # row (split off the fused index, a step could straddle two rows: a loop of no constant extent)
@@ -128,8 +110,7 @@ def _per_vector(sch, infos, lanes: int) -> bool:
         return False
     outer, inner = sch.split(loops[-1], [None, vector])
     outer = fuse(sch, [*loops[:-1], outer])
-    kept = [info for info in infos if not any(info is o for o in outputs)]
-    for info in reversed(kept):  # consumers first: each producer then goes under its consumer
+    for info in reversed(infos[:-1]):  # consumers first: each producer then goes under its consumer
         sch.compute_at(info.block_rv, outer, preserve_unit_loops=True)
         sch.vectorize(fuse(sch, sch.get_loops(info.block_rv)[1:]))
     sch.vectorize(inner)
