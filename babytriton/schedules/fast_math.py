@@ -18,9 +18,15 @@ _EXP_LOWERING = tvm.ir.Op.get("tirx.exp").get_attr("llvm.FLowerIntrinsic")
 _fast = threading.local()
 
 
+def _named(arg, compute, lanes):
+    """compute(x, lanes) with x a Let-bound name for `arg`: a polynomial reads x several times, and
+    nested calls (exp(exp(..)), log(log(..))) then stay linear in size."""
+    x = tirx.Var("x", arg.ty.dtype if hasattr(arg, "ty") else arg.dtype)
+    return tirx.Let(x, bool_casts_as_selects(arg), compute(x, lanes))
+
+
 def _exp_f32(arg, lanes: int):
-    x = tirx.Var("x", arg.ty.dtype if hasattr(arg, "ty") else arg.dtype)  # named once: exp(exp(..)) stays linear
-    return tirx.Let(x, bool_casts_as_selects(arg), _exp_f32_of(x, lanes))
+    return _named(arg, _exp_f32_of, lanes)
 
 
 def bool_casts_as_selects(expr, scalar_too: bool = False):
@@ -117,14 +123,17 @@ _ERF_DENOMINATOR = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438
                     -7.37332916720468e-03, -1.42647390514189e-02)
 
 
-def _erf_f32(arg, _lanes=None):
-    x = tirx.Var("x", arg.ty.dtype)  # named once (the polynomial reads it several times)
+def _erf_f32(arg, lanes=None):
+    return _named(arg, _erf_of, lanes)
+
+
+def _erf_of(x, _lanes):
     c = tirx.max(tirx.min(x, tirx.const(4.0, "float32")), tirx.const(-4.0, "float32"))
     # it overshoots +-1 by up to 2 ulp from |x| = 3.8 on: GELU's 1 + erf(x / sqrt 2) went below 0, and
     # GELU itself above 0, for x near -5.6
     ratio = tirx.max(tirx.min(_rational(c, _ERF_NUMERATOR, _ERF_DENOMINATOR), tirx.const(1.0, "float32")),
                      tirx.const(-1.0, "float32"))
-    return tirx.Let(x, bool_casts_as_selects(arg), tirx.Select(tirx.isnan(x), x, ratio))
+    return tirx.Select(tirx.isnan(x), x, ratio)
 
 
 tirx.op.register_intrin_lowering("tirx.erf", target="llvm", f=_in_float32(_erf_f32, _ERF_LOWERING), level=99)
@@ -142,14 +151,17 @@ _TANH_DENOMINATOR = (1.19825839466702e-06, 1.18534705686654e-04, 2.2684346324390
 TANH_CLAMP = 9.0
 
 
-def _tanh_f32(arg, _lanes=None):
-    x = tirx.Var("x", arg.ty.dtype)  # named once (the polynomial reads it several times)
+def _tanh_f32(arg, lanes=None):
+    return _named(arg, _tanh_of, lanes)
+
+
+def _tanh_of(x, _lanes):
     f32 = lambda v: tirx.const(v, "float32")  # noqa: E731 - scalars broadcast to the lanes
     c = tirx.max(tirx.min(x, f32(TANH_CLAMP)), f32(-TANH_CLAMP))
     keep = tirx.Or(tirx.abs(x) < f32(0.0004), tirx.isnan(x))  # tanh(x) rounds to x; NaN stays NaN
     # it overshoots 1 by an ulp near 8.5
     ratio = tirx.max(tirx.min(_rational(c, _TANH_NUMERATOR, _TANH_DENOMINATOR), f32(1.0)), f32(-1.0))
-    return tirx.Let(x, bool_casts_as_selects(arg), tirx.Select(keep, x, ratio))
+    return tirx.Select(keep, x, ratio)
 
 
 def _tanh_lowering(call):
@@ -204,12 +216,6 @@ def _log_specials(x, finite, lanes: int):
     special = tirx.Select(x == f32(0.0), _lanes_of(f32(-math.inf), lanes),
                           tirx.Select(x < f32(0.0), _lanes_of(f32(math.nan), lanes), x))
     return tirx.Select(positive, finite, special)
-
-
-def _named(arg, compute, lanes):
-    """compute(x) with x a Let-bound name for `arg`, so nested logs stay linear in size."""
-    x = tirx.Var("x", arg.ty.dtype if hasattr(arg, "ty") else arg.dtype)
-    return tirx.Let(x, bool_casts_as_selects(arg), compute(x, lanes))
 
 
 def _log_f32(arg, lanes: int):
