@@ -127,7 +127,7 @@ def _expm1(b, x):
     one = op(b, "equal", u, 1.0)  # |x| tiny: exp(x) rounds to 1, and x / log(u) would be 0 / 0
     minus_one = op(b, "equal", um1, -1.0)  # x very negative (and -inf): log's slope at u = 0 is inf
     # log of 2 where another branch is taken: neither 0 / log(1) nor log's slope at 0 reaches the gradient
-    safe = op(b, "where", op(b, "logical_or", one, minus_one), 2.0, u)
+    safe = _unless(b, op(b, "logical_or", one, minus_one), u, 2.0)
     r = op(b, "multiply", um1, op(b, "divide", x, op(b, "log", safe)))
     r = op(b, "where", one, x, r)
     r = op(b, "where", minus_one, -1.0, r)
@@ -143,11 +143,11 @@ def _log1p(b, x):
     return op(b, "where", op(b, "equal", u, math.inf), math.inf, r)
 
 
-def _unless(b, where, divisor):
-    """The divisor, 1 where the formula's other branch is taken: that branch's 0 / 0 would be NaN,
-    and a NaN that `where` leaves out still reaches the gradient (0 times NaN): softplus's backward
-    of x below -8.5 (beta 2: exp(2x) rounds 1 + it to 1) was NaN."""
-    return op(b, "where", where, 1.0, divisor)
+def _unless(b, where, value, stand_in: float = 1.0):
+    """`value`, a harmless `stand_in` where the formula's other branch is taken: there a 0 / 0 (or an
+    infinite slope) would be NaN, and a NaN that `where` leaves out still reaches the gradient (0 times
+    NaN): softplus's backward of x below -8.5 (beta 2: exp(2x) rounds 1 + it to 1) was NaN."""
+    return op(b, "where", where, stand_in, value)
 
 
 # torch name -> how it is computed from exact library ops, in float32 for half inputs.
