@@ -97,7 +97,7 @@ def _run_columns(scan: scans.Scan, x: torch.Tensor) -> torch.Tensor:
 def _reference(x: torch.Tensor, axis: int, op: str, exclusive: bool, dtype) -> torch.Tensor:
     step, identity = (torch.cumsum, 0) if op == "relax.cumsum" else (torch.cumprod, 1)
     y = step(x.to(dtype), dim=axis)
-    if not exclusive:
+    if not exclusive or y.shape[axis] == 0:    # an empty axis has no first element to shift in
         return y
     first = torch.full_like(y.narrow(axis, 0, 1), identity)
     return torch.cat([first, y.narrow(axis, 0, y.shape[axis] - 1)], dim=axis)
