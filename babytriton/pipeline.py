@@ -53,7 +53,8 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
         # half precision (see legalize.py)
         # a view read by several kernels is repeated in each (views.py), then the ops become TIR
         ("LegalizeOps", tvm.transform.Sequential([
-            tvm.transform.module_pass(lambda mod, _ctx: views.repeat_views(mod), opt_level=0, name="RepeatViews"),
+            tvm.transform.module_pass(lambda mod, _ctx: views.repeat_views(views.casts_past_views(mod)), opt_level=0,
+                                      name="RepeatViews"),
             relax.transform.LegalizeOps(legalize.legalize_map())])),
         # a gather (`take`, `x[idx]`) is injective, not opaque: its consumers index through it (views.py);
         # a reduction repeated on equal values is computed once, and one over a whole tensor takes no

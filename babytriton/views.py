@@ -77,8 +77,96 @@ class _Repeat(relax.PyExprMutator):
                                   name_hint="view")
 
 
+def _casts_of_inputs(fn: relax.Function) -> dict:
+    """Var -> its value, for each cast (`x.float()`) of a parameter, or of a view or cast of one, and
+    each view on such a chain: repeated for each reader, every kernel reads the input itself, as
+    Inductor inlines a pointwise producer into each consumer. A kernel of its own would write the
+    converted copy (twice the bytes of a half input) for every reader to read back."""
+    found: dict = {}
+    for block in fn.body.blocks:
+        for b in block.bindings if isinstance(block, relax.DataflowBlock) else ():
+            value = b.value
+            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and \
+                    value.op.name in ("relax.astype", *VIEW_OPS) and value.args and \
+                    all(not isinstance(a.ty, relax.TensorType) or a in found or any(a.same_as(p) for p in fn.params)
+                        for a in value.args):
+                found[b.var] = value
+    return {v: value for v, value in found.items() if _casts(v, found)}
+
+
+def _casts(var, chains: dict) -> bool:
+    """Whether a chain of views and casts holds a cast (a chain of views alone is `_view`'s)."""
+    value = chains.get(var)
+    return value is not None and (value.op.name == "relax.astype" or any(_casts(a, chains) for a in value.args))
+
+
+def _cast_of(value):
+    return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.astype"
+
+
+@relax.expr_functor.mutator
+class _CastsPastViews(relax.PyExprMutator):
+    """A cast and a view commute; each pair is put in the order that lets the cast fuse: after the
+    views of an input (`x.float().reshape(n, g, -1)` -> `x.reshape(n, g, -1).float()`, a cast of the
+    rows a row kernel reads, the view free), before a view of a computed value (`y.reshape(s).half()`
+    -> `y.half().reshape(s)`, the cast in the kernel computing y, the view of its result free).
+    FuseOps fuses no reshape into a reduction nor a producer through one: each was a copy kernel."""
+
+    def __init__(self, mod, fn: relax.Function):
+        super().__init__(mod)
+        self.params = list(fn.params)
+        self.values: dict = {}     # var -> its value, as written
+        self.inputs: set = set()   # vars that are views and casts of a parameter
+        self.dataflow = False
+
+    def visit_dataflow_block_(self, block):
+        self.dataflow = True
+        try:
+            return super().visit_dataflow_block_(block)
+        finally:
+            self.dataflow = False
+
+    def _of_input(self, var) -> bool:
+        return isinstance(var, relax.Var) and (var in self.inputs or any(var.same_as(p) for p in self.params))
+
+    def _swapped(self, value):
+        """The rewritten value of a cast-view pair, its first op emitted; None where none applies."""
+        if _view(value) and _cast_of(self.values.get(value.args[0])) and \
+                self._of_input(self.values[value.args[0]].args[0]):
+            cast = self.values[value.args[0]]       # view(cast(input)) -> cast(view(input))
+            view = relax.Call(value.op, [self.visit_expr(cast.args[0]), *value.args[1:]], value.attrs, value.ty_args)
+            return relax.Call(cast.op, [self.builder_.emit(view, name_hint="view")], cast.attrs, cast.ty_args)
+        if _cast_of(value) and _view(self.values.get(value.args[0])) and not self._of_input(value.args[0]):
+            view = self.values[value.args[0]]       # cast(view(computed)) -> view(cast(computed))
+            cast = relax.Call(value.op, [self.visit_expr(view.args[0])], value.attrs, value.ty_args)
+            return relax.Call(view.op, [self.builder_.emit(cast, name_hint="cast"), *view.args[1:]], view.attrs,
+                              view.ty_args)
+        return None
+
+    def visit_var_binding_(self, binding):
+        value = binding.value
+        self.values[binding.var] = value
+        if (_view(value) or _cast_of(value)) and self._of_input(value.args[0]):
+            self.inputs.add(binding.var)
+        new = self._swapped(value) if self.dataflow else None
+        if new is None:
+            return super().visit_var_binding_(binding)
+        emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
+        self.set_var_remap(binding.var, emit(new, name_hint=binding.var.name))
+
+
+def casts_past_views(mod: tvm.IRModule) -> tvm.IRModule:
+    """`mod` with casts and views reordered so that casts fuse (_CastsPastViews)."""
+    out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
+    for gv, fn in mod.functions.items():
+        if isinstance(fn, relax.Function):
+            out[gv] = _CastsPastViews(mod, fn).visit_expr(fn)
+    return relax.transform.DeadCodeElimination()(out)
+
+
 def repeat_views(mod: tvm.IRModule) -> tvm.IRModule:
-    """`mod` with each view read by several consumers repeated for each (see the module's docstring)."""
+    """`mod` with each view read by several consumers repeated for each (see the module's docstring),
+    and each cast of an input with it (`_casts_of_inputs`)."""
     out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
     for gv, fn in mod.functions.items():
         if not isinstance(fn, relax.Function):
@@ -86,6 +174,9 @@ def repeat_views(mod: tvm.IRModule) -> tvm.IRModule:
         counts = _readers(fn)
         shared = {b.var: b.value for block in fn.body.blocks if isinstance(block, relax.DataflowBlock)
                   for b in block.bindings if _view(b.value) and counts.get(b.var, 0) > 1}
+        casts = _casts_of_inputs(fn)
+        if any(counts.get(v, 0) > 1 for v in casts):
+            shared.update(casts)
         if shared:
             out[gv] = _Repeat(mod, shared).visit_expr(fn)
     return relax.transform.DeadCodeElimination()(out)

@@ -107,3 +107,74 @@ def test_a_flip_of_a_view_reads_the_view_reversed(f, shape):
     normalisation rewrote `(11 - v) % 4` wrongly and every flip of a reshape read wrong elements."""
     x = torch.arange(math.prod(shape), dtype=torch.float64).reshape(shape)
     torch.testing.assert_close(bt.jit(f)(x), f(x), rtol=0, atol=0)
+
+
+# -- a cast of an input read by several kernels: each reads the input (views.repeat_views) --------
+
+def upcast_twice(x):
+    h = x.float()
+    scale = h.abs().amax(dim=0, keepdim=True).clamp_min(1e-5)
+    return (h / scale).round(), h.t() * 2, h.mean(-1)
+
+
+def upcast_of_a_view(x):
+    h = x.t().float()
+    return h.sum(0), h * h
+
+
+@settings(max_examples=6, deadline=None)
+@given(dtype=st.sampled_from([torch.float16, torch.bfloat16, torch.int8]), rows=st.integers(1, 9),
+       cols=st.integers(1, 70), which=st.sampled_from([upcast_twice, upcast_of_a_view]))
+def test_a_shared_cast_of_an_input_is_read_by_every_kernel(dtype, rows, cols, which):
+    """`h = x.float()` read by several kernels: no kernel writes the float32 copy, each reads x."""
+    gen = torch.Generator().manual_seed(rows * cols)
+    x = (torch.randn(rows, cols, generator=gen) * 8).to(dtype)
+    if dtype.is_floating_point:
+        x.view(-1)[0] = float("nan")
+    f = bt.jit(which)
+    kernels = [line for line in str(f.compile(x).fusion).splitlines() if line.startswith("kernel")]
+    assert not any(line.startswith("kernel cast ") for line in kernels), kernels
+    for got, want in zip(f(x), which(x)):
+        torch.testing.assert_close(got, want, equal_nan=True)
+
+
+# -- casts moved past views (views.casts_past_views): a cast before a reshape fuses into the rows ----
+
+def group_norm_of_halves(x):
+    h = x.float()
+    g = h.reshape(x.shape[0], 2, -1)
+    mu = g.mean(-1, keepdim=True)
+    var = g.var(-1, keepdim=True, unbiased=False)
+    return ((g - mu) / torch.sqrt(var + 1e-5)).reshape(x.shape).to(x.dtype)
+
+
+def cast_then_views(x):
+    return x.to(torch.float32).unsqueeze(0).sum(-1), x.to(torch.float32)[:, 1:].reshape(-1).amax()
+
+
+def row_sums_cast_back(x):
+    s = x.float().sum(-1, keepdim=True)
+    return (x / s).reshape(-1).half(), s.squeeze(-1).to(torch.bfloat16)
+
+
+@settings(max_examples=8, deadline=None)
+@given(which=st.sampled_from([group_norm_of_halves, cast_then_views, row_sums_cast_back]),
+       dtype=st.sampled_from([torch.float16, torch.bfloat16, torch.float32]), n=st.integers(1, 3),
+       c=st.sampled_from([2, 4, 6]), w=st.integers(2, 40))
+def test_casts_fuse_through_views(which, dtype, n, c, w):
+    """`x.float().reshape(...)` and `y.reshape(...).half()`: no kernel only casts (and views): the cast
+    is in the kernel reading or computing the rows; results equal torch's."""
+    gen = torch.Generator().manual_seed(n * 100 + c * 10 + w)
+    x = (torch.rand(n, c, w, generator=gen) + 0.5).to(dtype)
+    if which is cast_then_views:
+        x = x.reshape(n * c, w)
+    f = bt.jit(which)
+    for line in str(f.compile(x).fusion).splitlines():
+        if line.startswith("kernel"):
+            name = line.split()[1]
+            assert set(name.removeprefix("fused_").split("_")) - {"cast", "reshape", "transpose", "expand",
+                                                                  "dims", "1", "2"}, line
+    got, want = f(x), which(x)
+    for g, t in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        tol = {} if t.dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+        torch.testing.assert_close(g, t, **tol)

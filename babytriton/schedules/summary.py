@@ -28,6 +28,7 @@ def serial_work(func: tirx.PrimFunc, gpu: bool) -> int:
     blockIdx loop on a GPU (either of extent > 1). A symbolic size counts as SYMBOLIC_GUESS, a
     tensor's several symbolic sizes together as at most SYMBOLIC_GUESS ** SYMBOLIC_AXES (`_guesses`)."""
     total = 0
+    bound = False   # inside a thread-bound loop: one launch
     guesses = _guesses(func)
 
     def spreads(loop) -> bool:
@@ -46,10 +47,21 @@ def serial_work(func: tirx.PrimFunc, gpu: bool) -> int:
 
     def visit(stmt, iterations: int):
         nonlocal total
+        nonlocal bound
         if isinstance(stmt, tirx.For):
             if spreads(stmt):
                 return
+            inside, bound = bound, bound or stmt.kind == tirx.ForKind.THREAD_BINDING
             visit(stmt.body, iterations * extent_of(stmt))
+            bound = inside
+        elif isinstance(stmt, tirx.SeqStmt) and gpu and iterations == 1 and not bound:
+            # GPU launches one after another (a split reduction's chunks, then its fold): the
+            # work of the largest is what one block runs, not their sum
+            before, most = total, 0
+            for part in stmt.seq:
+                visit(part, iterations)
+                most, total = max(most, total - before), before
+            total = before + most
         elif isinstance(stmt, tirx.SeqStmt):
             for part in stmt.seq:
                 visit(part, iterations)
