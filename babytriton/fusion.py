@@ -206,9 +206,11 @@ def analyse(generated: tvm.IRModule, binding_lines: dict, modules: dict[str, tvm
                 continue
             legal_origin[binding.var.id_] = op
             stack = [binding.value]
-            while stack:  # the helper bindings this op reads belong to it
+            while stack:  # the helper bindings this op reads belong to it (an item of a pair: the pair)
                 value = stack.pop()
-                for arg in _operands(value) if isinstance(value, relax.Call) else []:
+                args = _operands(value) if isinstance(value, relax.Call) else \
+                    [value.tuple_value] if isinstance(value, relax.TupleGetItem) else []
+                for arg in args:
                     if isinstance(arg, relax.Var) and arg.id_ in helpers:
                         legal_origin[arg.id_] = op
                         stack.append(helpers.pop(arg.id_).value)

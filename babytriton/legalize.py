@@ -675,21 +675,28 @@ def _arg(name):
         if not is_float_dtype(x.ty.dtype) or x.ty.ndim == 0:
             return None
         axes = _axes(call.attrs.axis, x.ty.ndim)
-        reducer = reducers()[name]
         index_dtype = call.ty.dtype
 
         def te_fn(data):
-            def body(full, raxes):
-                index = tirx.const(0, index_dtype)
-                for r in raxes:  # the row-major position within the reduced axes
-                    index = index * tirx.Cast(index_dtype, r.dom.extent) + tirx.Cast(index_dtype, r.var)
-                return reducer((index, data[tuple(full)]), axis=raxes)
-            index, _ = _reduce_compute(data, axes, call.attrs.keepdims, body, f"T_{name}_temp")
+            index, _ = arg_reduce(data, name, axes, call.attrs.keepdims, index_dtype)
             # both halves of the pair stay temporaries, copied out by a block of their own (as
             # TVM's argmax is): Dlight's GeneralReduction keeps them in registers then
             return te.compute(index.shape, lambda *i: index(*i), name=f"T_{name}")
         return bb.call_te(te_fn, x, primfunc_name_hint=name)
     return legalize
+
+
+def arg_reduce(data, name: str, axes, keepdims, index_dtype):
+    """TE: the (index, value) pair of argmax or argmin (`name`) of `data` over `axes`, one reduction
+    (the index row-major within the reduced axes; the value is the element at it)."""
+    reducer = reducers()[name]
+
+    def body(full, raxes):
+        index = tirx.const(0, index_dtype)
+        for r in raxes:  # the row-major position within the reduced axes
+            index = index * tirx.Cast(index_dtype, r.dom.extent) + tirx.Cast(index_dtype, r.var)
+        return reducer((index, data[tuple(full)]), axis=raxes)
+    return _reduce_compute(data, axes, keepdims, body, f"T_{name}_temp")
 
 
 _RULES = {

@@ -19,7 +19,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from . import decompose, inplace, legalize, multi_output, nvrtc, offload, online, rowwise, schedules, shifts, views
+from . import decompose, inplace, legalize, max_argmax, multi_output, nvrtc, offload, online, rowwise, schedules, shifts, views
 from . import targets
 
 SCHEDULES = schedules.SCHEDULES
@@ -52,7 +52,8 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
         # babytriton's rules first where TVM's lowering loses NaN or infinities, or sums halves in
         # half precision (see legalize.py)
         # a view read by several kernels is repeated in each (views.py), then the ops become TIR
-        ("LegalizeOps", tvm.transform.Sequential([
+        # (on a GPU, torch's max.dim first: its values and indices from one reduction, max_argmax.py)
+        ("LegalizeOps", tvm.transform.Sequential(([max_argmax.MaxWithArgmax] if max_argmax.applies(target) else []) + [
             tvm.transform.module_pass(lambda mod, _ctx: views.repeat_views(views.casts_past_views(mod)), opt_level=0,
                                       name="RepeatViews"),
             relax.transform.LegalizeOps(legalize.legalize_map())])),

@@ -100,8 +100,49 @@ def _casts(var, chains: dict) -> bool:
     return value is not None and (value.op.name == "relax.astype" or any(_casts(a, chains) for a in value.args))
 
 
+_POINTWISE = (0, 1)   # AnnotateTIROpPattern's element-wise and broadcast kinds
+_POINTWISE_SEEN: dict = {}
+
+
+def _pointwise(call) -> bool:
+    """Whether `call` is an element-wise Relax op over tensors (each result element reads its own
+    position of every operand, broadcast ones included), by TVM's own analysis of the op legalized
+    alone (AnnotateTIROpPattern); remembered by op, attributes and operand types."""
+    if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)) or call.op.name in VIEW_OPS or \
+            not call.args or not all(isinstance(a.ty, relax.TensorType) for a in call.args):
+        return False
+    key = (call.op.name, str(call.attrs), tuple(str(a.ty) for a in call.args))
+    if key not in _POINTWISE_SEEN:
+        bb = relax.BlockBuilder()
+        params = [relax.Var(f"a{i}", a.ty) for i, a in enumerate(call.args)]
+        try:
+            with bb.function("main", params):
+                with bb.dataflow():
+                    out = bb.emit_output(relax.Call(call.op, params, call.attrs, call.ty_args))
+                bb.emit_func_output(out)
+            mod = relax.transform.AnnotateTIROpPattern()(relax.transform.LegalizeOps()(bb.get()))
+            kernels = [f for _, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)]
+            _POINTWISE_SEEN[key] = len(kernels) == 1 and int(kernels[0].attrs["op_pattern"]) in _POINTWISE
+        except Exception:  # noqa: BLE001 - an op TVM cannot legalize alone (any kind of error): not element-wise
+            _POINTWISE_SEEN[key] = False
+    return _POINTWISE_SEEN[key]
+
+
 def _cast_of(value):
     return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.astype"
+
+
+def _reshape(value) -> bool:
+    return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.reshape"
+
+
+def _is_one(dim) -> bool:
+    return isinstance(dim, tirx.IntImm) and dim.value == 1
+
+
+def _same_shape(a, b) -> bool:
+    return a is not None and b is not None and len(a) == len(b) and all(
+        tvm_ffi.structural_equal(x, y) for x, y in zip(a, b))
 
 
 @relax.expr_functor.mutator
@@ -141,7 +182,44 @@ class _CastsPastViews(relax.PyExprMutator):
             cast = relax.Call(value.op, [self.visit_expr(view.args[0])], value.attrs, value.ty_args)
             return relax.Call(view.op, [self.builder_.emit(cast, name_hint="cast"), *view.args[1:]], view.attrs,
                               view.ty_args)
-        return None
+        return self._reshaped_later(value)
+
+    def _reshaped_later(self, value):
+        """`f(y.reshape(s), w)` of a computed y and an element-wise f -> `f(y, w').reshape(s)`, w' being
+        w broadcast to s and viewed in y's shape: f joins the kernel computing y (group norm's
+        `g.reshape(n, c, h, w) * weight[:, None, None]`), reading w through its index."""
+        if not _pointwise(value):
+            return None
+        out = value.ty.shape if isinstance(value.ty, relax.TensorType) else None
+        first = next((a for a in value.args if _reshape(self.values.get(a)) and not self._of_input(a)), None)
+        if first is None or out is None or not _same_shape(first.ty.shape, out):
+            return None
+        source = self.visit_expr(self.values[first].args[0])
+        args = [source if a.same_as(first) else self._in_shape_of(self.visit_expr(a), list(out),
+                                                                  list(source.ty.shape)) for a in value.args]
+        inside = self.builder_.emit(relax.Call(value.op, args, value.attrs, value.ty_args), name_hint="pointwise")
+        return relax.op.reshape(inside, relax.ShapeExpr(list(out)))
+
+    def _in_shape_of(self, operand, out: list, inner: list):
+        """`operand`, which broadcasts to `out`, viewed in `inner` (the same elements in another shape):
+        axes that both shapes begin or end with stay as they are (size 1 where the operand broadcasts
+        along them: its copy is no larger than it need be), the others are broadcast and reshaped."""
+        shape = list(operand.ty.shape)
+        if not shape:
+            return operand
+        shape = [tirx.IntImm("int64", 1)] * (len(out) - len(shape)) + shape
+        lead = next((i for i, (a, b) in enumerate(zip(out, inner)) if not tvm_ffi.structural_equal(a, b)),
+                    min(len(out), len(inner)))
+        trail = next((i for i, (a, b) in enumerate(zip(out[::-1], inner[::-1]))
+                      if not tvm_ffi.structural_equal(a, b)), min(len(out), len(inner)) - lead)
+        trail = min(trail, len(out) - lead, len(inner) - lead)
+        kept = list(range(lead)) + list(range(len(out) - trail, len(out)))
+        target = [shape[i] if i in kept and _is_one(shape[i]) else d for i, d in enumerate(out)]
+        view = [target[i] for i in range(lead)] + inner[lead:len(inner) - trail] + \
+            [target[len(out) - trail + j] for j in range(trail)]
+        if not _same_shape(shape, target):
+            operand = self.builder_.emit(relax.op.broadcast_to(operand, relax.ShapeExpr(target)), name_hint="view")
+        return self.builder_.emit(relax.op.reshape(operand, relax.ShapeExpr(view)), name_hint="view")
 
     def visit_var_binding_(self, binding):
         value = binding.value
@@ -153,6 +231,7 @@ class _CastsPastViews(relax.PyExprMutator):
             return super().visit_var_binding_(binding)
         emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
         self.set_var_remap(binding.var, emit(new, name_hint=binding.var.name))
+        self.values[binding.var] = new   # its operands are new vars already (a chain of them goes on)
 
 
 def casts_past_views(mod: tvm.IRModule) -> tvm.IRModule:

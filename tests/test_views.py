@@ -178,3 +178,39 @@ def test_casts_fuse_through_views(which, dtype, n, c, w):
     for g, t in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
         tol = {} if t.dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
         torch.testing.assert_close(g, t, **tol)
+
+
+# -- element-wise work after a reshape of a computed value joins the kernel computing it -----------
+
+def group_norm_affine(x, weight, bias):
+    n, c, h, w = x.shape
+    g = x.reshape(n, 2, -1)
+    mean = g.mean(-1, keepdim=True)
+    var = g.var(-1, keepdim=True, unbiased=False)
+    g = (g - mean) / torch.sqrt(var + 1e-5)
+    return g.reshape(n, c, h, w) * weight[None, :, None, None] + bias[None, :, None, None]
+
+
+def softmax_reshaped_then_pointwise(x, y):
+    s = torch.softmax(x.reshape(x.shape[0], -1), dim=-1)
+    return torch.exp(s.reshape(x.shape)) * y - 2.0
+
+
+@settings(max_examples=8, deadline=None)
+@given(n=st.integers(1, 3), c=st.sampled_from([2, 4, 6]), hw=st.sampled_from([(1, 1), (2, 3), (5, 5)]),
+       which=st.sampled_from(["gn", "softmax"]))
+def test_pointwise_after_a_reshape_joins_the_rows(n, c, hw, which):
+    """`g.reshape(x.shape) * weight[:, None, None] + bias[...]`: the affine step is in the row kernel
+    (no kernel writes the normalised tensor for another to read), reading the weights through their
+    index; results equal torch's."""
+    gen = torch.Generator().manual_seed(n * 100 + c * 10 + hw[0])
+    x = torch.randn(n, c, *hw, generator=gen)
+    args = (x, torch.randn(c, generator=gen), torch.randn(c, generator=gen)) if which == "gn" else \
+        (x, torch.randn(c, *hw, generator=gen))
+    fn = group_norm_affine if which == "gn" else softmax_reshaped_then_pointwise
+    f = bt.jit(fn)
+    kernels = [line for line in str(f.compile(*args).fusion).splitlines() if line.startswith("kernel")]
+    last, reduced = ("add", ("mean",)) if which == "gn" else ("subtract", ("max", "sum", "softmax"))
+    apart = [line for line in kernels if last in line.split()[1] and not any(r in line.split()[1] for r in reduced)]
+    assert not apart, kernels
+    torch.testing.assert_close(f(*args), fn(*args), rtol=1e-4, atol=1e-5)

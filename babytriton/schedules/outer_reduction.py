@@ -1,7 +1,7 @@
-"""GPU rule OuterReduction: reductions over outer or middle axes (`x.sum(0)`, `x.amax(1)` of a
-(B, S, H) `x`, batch-norm statistics), threads across the kept contiguous axis so that a warp reads
-whole rows, the reduced axes looped per thread, split over blocks in two stages when the kept
-columns are too few to fill the GPU."""
+"""GPU rule OuterReduction: reductions over outer or middle axes (`x.sum(0)`, `x.amax(1)`,
+`x.max(dim=0)`'s values and indices of a (B, S, H) `x`, batch-norm statistics), threads across the
+kept contiguous axis so that a warp reads whole rows, the reduced axes looped per thread, split over
+blocks in two stages when the kept columns are too few to fill the GPU."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,7 +15,6 @@ from .analysis import fuse, normalized, reduce_count, static_product, uses
 from .columns import columns
 from .inlining import GPU_CALL_DEPTH, inline
 from .lanes import contiguous_lanes
-from .reasons import decline
 
 SYMBOLIC = 4096  # what a symbolic extent counts for when sizing the grid
 
@@ -47,6 +46,17 @@ class OuterReduction(GPUScheduleRule):
       the rows; when the grid still has fewer than `min_threads` threads, the rows are also cut
       into `parts` strided shares, one block each, whose partial results a second stage folds (a
       column reduction itself, over the parts);
+    * a short reduction (fewer than `2 * min_steps` rows: one thread along it) has every kept
+      column side by side, outer rows too, and a block's `threads` all across them;
+    * where no tile of 8 to 64 threads across is whole rows of the kept axes fused ((128, 150) in
+      float16), the outer kept axes count as rows of blocks instead; the parts are blockIdx.y
+      (fused into blockIdx.x with a tile of two kept axes, TVM bound the cross-thread step to a
+      difference of quotients and refused it: p104's (32, 12, 16) columns went to Fallback);
+    * argmax/argmin's (index, value) pairs (legalize.py's combiner: NaN first, then the first index
+      of ties, so no order of partial results changes the answer; max_argmax.py gives torch's
+      `x.max(dim)` both from one) are reduced alike, a thread's columns unrolled, not vectorised:
+      TVM's vectoriser runs the pair's Lets lane by lane, then stores the last lane's pair in
+      every lane (an H200 saw the wrong indices);
     * a block after the reduction over the reduced shape (a mean's division) runs where the last
       stage leaves each result, in a register; one over a larger shape (`x - x.mean(0)`) is a
       kernel of its own, 16 bytes per thread.
@@ -70,8 +80,6 @@ class OuterReduction(GPUScheduleRule):
         layouts = [columns(sch, b) for b in reductions]
         if not reductions or any(layout is None for layout in layouts):
             return None
-        if any(len(sch.get(b).writes) != 1 for b in reductions):
-            return decline("two results per reduction (an argmax's index and value)")
         home, kept = None, None
         for block in blocks:
             loops = sch.get_loops(block)
@@ -82,7 +90,7 @@ class OuterReduction(GPUScheduleRule):
                     not reduce_count(sch, c) and _wide_extents(sch, sch.get_loops(c)) == kept
                     for c in sch.get_consumers(block))
                 if local:
-                    sch.set_scope(block, 0, "local")
+                    _in_scope(sch, block, "local")
                 home = self._reduce(sch, block, layouts[reductions.index(block)])
                 home = home if local else None
             elif home is not None and _wide_extents(sch, loops) == kept:
@@ -97,18 +105,40 @@ class OuterReduction(GPUScheduleRule):
         element-wise block over the reduced shape can follow it (a mean's division)."""
         loops = sch.get_loops(block)
         n_kept = layout.n_outer + layout.n_inner
-        dims = [get_extent(sch, loop) for loop in loops[:n_kept]]
-        outer = fuse(sch, loops[:layout.n_outer]) if layout.n_outer else None
-        column = fuse(sch, loops[layout.n_outer:n_kept])
+        steps = static_product(sch, loops[n_kept:])
+        if steps is not None and steps < 2 * self.min_steps:
+            n_outer = 0  # a short reduction, a thread per column: the outer rows side by side in blocks too
+        else:
+            n_outer = self._narrowed(sch, block, loops[:n_kept], layout.n_outer)
+        dims = _wide_extents(sch, loops[n_outer:n_kept], text=False) or [1]
+        outer = fuse(sch, loops[:n_outer]) if n_outer else None
+        column = fuse(sch, loops[n_outer:n_kept])
         reduced = fuse(sch, loops[n_kept:])
-        return self._stage(sch, block, outer, column, reduced, [d for d in dims if d != 1], layout.n_outer)
+        return self._stage(sch, block, outer, column, reduced, dims)
 
-    def _stage(self, sch, block, outer, column, reduced, dims, n_outer, split=True):
+    def _narrowed(self, sch, block, kept, n_outer) -> int:
+        """How many kept loops count as outer rows: those of `n_outer`, then more while no tile of
+        columns (`_threads_across`) is a rectangle of the fused kept axes ((128, 150) in float16:
+        no 32 to 64 threads of 2 columns make whole rows of 150; TVM then sized the cross-thread
+        step as the tiles' bounding box), or an extent is symbolic."""
+        while n_outer < len(kept) - 1:
+            dims = _wide_extents(sch, kept[n_outer:], text=False)
+            if len(dims) <= 1:
+                break
+            if all(isinstance(d, int) for d in dims):
+                vector = self._lanes(sch, block, dims[-1])
+                vectors = static_product(sch, kept[n_outer:]) // vector
+                if vectors <= 64 or any(vectors % t == 0 and _rectangle(t * vector, dims) for t in _ACROSS):
+                    break
+            n_outer += 1
+        return n_outer
+
+    def _stage(self, sch, block, outer, column, reduced, dims, split=True):
         """One stage: blocks of threads over tiles of the columns; where the plan cuts the reduction
         into parts, their partial results (rfactor) are then folded by a stage of their own, a
-        column reduction over the parts. `dims`: the kept extents, the first `n_outer` of them fused
-        into `outer`. Returns the last stage's threadIdx.x loop."""
-        plan = self._plan(sch, block, outer, column, reduced, dims[n_outer:] or [1], split)
+        column reduction over the parts. `dims`: the extents of the kept axes fused into `column`
+        (`outer`: the others). Returns the last stage's threadIdx.x loop."""
+        plan = self._plan(sch, block, outer, column, reduced, dims, split)
         # each thread's share of the rows: i * parts * ty + part * ty + y
         shares = plan.parts if plan.across else plan.parts * plan.ty
         sch.split(reduced, [None, shares, plan.ty] if plan.across else [None, shares])
@@ -118,14 +148,14 @@ class OuterReduction(GPUScheduleRule):
         partial = work
         if plan.across and plan.ty > 1:  # each thread's partial result, in registers
             partial = sch.rfactor(sch.get_loops(work)[-1], factor_axis=0)
-            sch.set_scope(partial, 0, "local")
+            _in_scope(sch, partial, "local")
         bx, lane_x = self._in_thread(sch, partial, plan, outer is not None)
         if plan.across and plan.ty > 1:
             lane_x = self._across_threads(sch, work, bx, plan)
         if shares == 1:
             return lane_x
-        *kept, parts = sch.get_loops(block)  # the fold: [kept..., parts], contiguous along the kept
-        return self._stage(sch, block, None, fuse(sch, kept), parts, dims, 0, split=False)
+        *kept, parts = sch.get_loops(block)  # the fold: [outer, columns, parts], contiguous along the columns
+        return self._stage(sch, block, kept[0] if len(kept) > 1 else None, kept[-1], parts, dims, split=False)
 
     def _in_thread(self, sch, partial, plan, has_outer):
         """Each thread's loop over its rows, [blocks, threadIdx.y, threadIdx.x, rows, vector], with
@@ -139,19 +169,26 @@ class OuterReduction(GPUScheduleRule):
             part, lane_y = shares
         else:  # the thread's share: a block of the parts and a thread of the block
             part, lane_y = sch.split(shares[0], [None, plan.ty]) if shares else (None, None)
-        blocks = [loop for loop in (tile, outer) if loop is not None] + ([part] if plan.parts > 1 else [])
+        blocks = [loop for loop in (tile, outer) if loop is not None]
+        parts = [part] if plan.parts > 1 else []
         threads = ([lane_y] if plan.ty > 1 else []) + [lane_x]
-        sch.reorder(*blocks, *threads, rows, vec)
+        sch.reorder(*parts, *blocks, *threads, rows, vec)
         bx = fuse(sch, blocks)
         sch.bind(bx, "blockIdx.x")
+        if parts:
+            sch.bind(part, "blockIdx.y")
         if plan.ty > 1:
             sch.bind(lane_y, "threadIdx.y")
         sch.bind(lane_x, "threadIdx.x")
-        if plan.vector > 1:
+        if plan.vector > 1 and len(sch.get(partial).writes) > 1:
+            # an argmax's (index, value) update: TVM's vectoriser runs its Lets lane by lane, then
+            # stores the last lane's pair in every lane
+            sch.unroll(vec)
+        elif plan.vector > 1:
             sch.vectorize(vec)
         if not _in_registers(sch, partial):  # summed in a register, stored once
-            store = sch.cache_write(partial, 0, "local")
-            sch.reverse_compute_at(store, lane_x)
+            for i in range(len(sch.get(partial).writes)):  # (an argmax's index and value)
+                sch.reverse_compute_at(sch.cache_write(partial, i, "local"), lane_x)
         sch.decompose_reduction(partial, rows)
         return bx, lane_x
 
@@ -159,7 +196,8 @@ class OuterReduction(GPUScheduleRule):
         """The `ty` partial results of each column reduced across the block's threads (every thread
         of the column gets the result); returns the threadIdx.x loop."""
         sch.reverse_compute_at(work, bx)
-        loops = sch.get_loops(work)[1:]
+        loops = sch.get_loops(work)
+        loops = loops[next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(bx))) + 1:]
         lane_y = _reduction_loop(sch, work, loops)
         column = fuse(sch, [loop for loop in loops if not sch.get(loop).same_as(sch.get(lane_y))])
         lane_x, vec = sch.split(column, [plan.tx, plan.vector])
@@ -193,7 +231,13 @@ class OuterReduction(GPUScheduleRule):
                          and fits(t)):
             if threads >= self.min_threads:
                 break
-            tx, ty, threads = shape(narrower)
+            if shape(narrower)[2] > threads:  # only where it puts more threads along the rows
+                tx, ty, threads = shape(narrower)
+        if ty == 1 and (vectors is None or vectors > tx):
+            # one thread along a short reduction: a block's threads all across, a ragged last tile
+            # predicated, and no tile need be whole rows (no cross-thread step places a region
+            # over it; each thread's vector is in one row). Blocks of 16 threads left SMs a quarter full
+            tx = next((t for t in (self.threads, self.threads // 2, 64) if t <= (vectors or SYMBOLIC)), tx)
         parts = 1
         if split and threads < self.min_threads and steps >= 2 * self.min_steps * ty:
             parts = min(self.max_parts, _pow2_floor(-(-self.min_threads // threads)),
@@ -233,6 +277,9 @@ class OuterReduction(GPUScheduleRule):
             sch.vectorize(vec)
 
 
+_ACROSS = (32, *range(64, 7, -1))  # threads across a row of columns, in order of preference
+
+
 def _threads_across(vectors, fits) -> int:
     """Threads of a block across a row of `vectors` vectors: the whole row up to 64, else 32 (or
     another divisor from 8 to 64, so that no thread is idle) where their columns `fit`, else 32 and
@@ -241,7 +288,7 @@ def _threads_across(vectors, fits) -> int:
         return 32
     if vectors <= 64:
         return vectors
-    return next((t for t in [32, *range(64, 7, -1)] if vectors % t == 0 and fits(t)), 32)
+    return next((t for t in _ACROSS if vectors % t == 0 and fits(t)), 32)
 
 
 def _rectangle(size: int, dims) -> bool:
@@ -264,7 +311,13 @@ def _rectangle(size: int, dims) -> bool:
 
 
 def _in_registers(sch, block) -> bool:
-    return sch.get(block).writes[0].source.ty.storage_scope == "local"
+    return all(w.source.ty.storage_scope == "local" for w in sch.get(block).writes)
+
+
+def _in_scope(sch, block, scope: str) -> None:
+    """Every buffer the block writes (both of an argmax's (index, value) pairs) in `scope`."""
+    for i in range(len(sch.get(block).writes)):
+        sch.set_scope(block, i, scope)
 
 
 def _writes_param(sch, block) -> bool:
@@ -280,9 +333,11 @@ def _reduction_loop(sch, block, loops):
     return next(loop for loop in loops if uses(value, sch.get(loop).loop_var))
 
 
-def _wide_extents(sch, loops) -> list[str]:
-    """The extents of the loops that are not unit loops, as text (symbolic sizes compare by name)."""
-    return [str(e) for e in (get_extent(sch, loop) for loop in loops) if not (isinstance(e, int) and e == 1)]
+def _wide_extents(sch, loops, text: bool = True) -> list:
+    """The extents of the loops that are not unit loops, as text (symbolic sizes compare by name)
+    or as they are (ints, symbolic expressions)."""
+    extents = [e for e in (get_extent(sch, loop) for loop in loops) if not (isinstance(e, int) and e == 1)]
+    return [str(e) for e in extents] if text else extents
 
 
 def _pow2_floor(n: int) -> int:

@@ -2,7 +2,8 @@
 reduction after reduction, against the row rules' block a row (SplitReduction's chains turned off),
 eager and torch.compile, each checked against eager first.
 
-    python benchmarks/probes/few_rows.py     # on the GPU machine, about a minute
+    python benchmarks/probes/few_rows.py        # on the GPU machine, about a minute
+    python benchmarks/probes/few_rows.py rows   # RowKernel against InnerReduction, rows few and many
 """
 import os
 import sys
@@ -44,6 +45,36 @@ CASES = [(fn, shape) for fn in (softmax, layer_norm, log_softmax) for shape in
           (128, 100003))] + [(group_norm, (1, 256, 64, 64)), (group_norm, (4, 256, 28, 28))]
 
 
+def rms_norm(x):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6)
+
+
+ROW_CASES = [(fn, shape) for fn in (softmax, layer_norm, rms_norm) for shape in
+             ((64, 32000), (87, 32000), (108, 11008), (64, 11008), (256, 8192), (1142, 32000), (3351, 11008),
+              (512, 4096))]
+
+
+def row_rules():
+    """RowKernel (a block a row, threads x vectors tiling the row exactly) against InnerReduction
+    (RowKernel turned off) where rows are few: which fills an H200 better."""
+    from babytriton.schedules import row_kernel
+    original = row_kernel.RowKernel.apply
+    print(f"{'program':<14}{'shape':<20}{'row us':>10}{'inner us':>10}{'eager us':>10}  rules")
+    for fn, shape in ROW_CASES:
+        x = torch.randn(shape, device="cuda")
+        want = fn(x)
+        times, rules = [], []
+        for apply in (original, lambda self, *a: None):
+            row_kernel.RowKernel.apply = apply
+            f = bt.jit(target="gpu")(fn)
+            torch.testing.assert_close(f(x), want, rtol=1e-4, atol=1e-4)
+            times.append(gpu_time(f, (x,)))
+            rules.append(" ".join(f"{k.rule} {k.launch}" for k in f.compile(x).fusion))
+        row_kernel.RowKernel.apply = original
+        print(f"{fn.__name__:<14}{str(shape):<20}{times[0]:>10.1f}{times[1]:>10.1f}{gpu_time(fn, (x,)):>10.1f}  "
+              f"{' | '.join(rules)}", flush=True)
+
+
 def main():
     original = split_reduction.SplitReduction._long
     print(f"{'program':<14}{'shape':<20}{'split us':>10}{'rows us':>10}{'eager us':>10}{'compile us':>11}  rules")
@@ -65,4 +96,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    row_rules() if sys.argv[1:] == ["rows"] else main()

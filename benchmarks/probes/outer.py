@@ -4,6 +4,8 @@ eager and torch.compile, at sizes people run (a column sum of (8192, 4096), mean
 
     python benchmarks/probes/outer.py            # on the GPU machine: < 2 minutes on an H100
     python benchmarks/probes/outer.py --cpu      # the same programs on the CPU (smaller sizes), threads as torch's
+    python benchmarks/probes/outer.py -k pairs,prologue --kernels   # the fuzzer's slow ones (p104, p46,
+        # p56, p71, p22), each CUDA kernel's time too: < 1 minute
 
 Each program is checked against torch, then timed with CUDA events (median of repeats); the table gives
 babytriton's time, torch eager's and torch.compile's, the ratios (> 1: babytriton is faster) and the rule
@@ -90,6 +92,41 @@ def masked_mean_pool(x, m):
     return (x * m.unsqueeze(-1)).sum(1) / m.sum(1, keepdim=True)
 
 
+def silu_pool_outer(x, y):  # p104: a prologue reading y broadcast along the reduced axis
+    h = torch.nn.functional.silu(x).abs() / (1.0 + y * y)
+    return h.amax(dim=0)
+
+
+def values_and_indices_middle(x):  # p46: torch's max.dim over the second-to-last axis
+    return x.max(dim=-2)
+
+
+def values_and_indices_outer(x):  # p56: over the outer axis of three
+    vals, idx = x.max(dim=0)
+    return vals, idx
+
+
+def column_argmax(x):
+    return x.argmax(0)
+
+
+def argmin_short_middle(x):  # p71: a short middle axis
+    return torch.argmin(torch.sin(x).float(), dim=1)
+
+
+def transposed_gelu_amax(x, y, w):  # p22: a transposed input, gelu, a max over the outer axis, an epilogue
+    h = torch.nn.functional.gelu(torch.maximum(x.transpose(0, 1), y))
+    return h / (h.abs().amax(-2, keepdim=True) + 1e-6) * w
+
+
+def _two(x_shape, y_shape):
+    return lambda dev: (torch.randn(*x_shape, device=dev), torch.randn(*y_shape, device=dev))
+
+
+def _p22(n, c):
+    return lambda dev: tuple(torch.randn(*s, device=dev, dtype=torch.bfloat16) for s in ((n, c), (c, n), (n,)))
+
+
 def _randn(*shape, dtype=torch.float32):
     return lambda dev: (torch.randn(*shape, device=dev, dtype=torch.float32).to(dtype),)
 
@@ -126,6 +163,16 @@ PROGRAMS = {
                                _randn(4096, 1024, dtype=torch.float16)),
     "bf16 mean pool 32x2048x1024": (bf16_middle_mean, _randn(32, 2048, 1024, dtype=torch.bfloat16),
                                     _randn(8, 512, 1024, dtype=torch.bfloat16)),
+    # the performance fuzzer's slow ones (seed 0), `-k pairs,prologue` (< 1 minute)
+    "prologue p104 silu/(1+y^2) amax(0) 8192x32x12x16": (silu_pool_outer, _two((8192, 32, 12, 16), (1, 32, 12, 16)),
+                                                          _two((1024, 32, 12, 16), (1, 32, 12, 16))),
+    "pairs p46 max(dim=-2) fp16 967x32000": (values_and_indices_middle, _randn(967, 32000, dtype=torch.float16),
+                                             _randn(967, 3200, dtype=torch.float16)),
+    "pairs p56 max(dim=0) 138x128x1500": (values_and_indices_outer, _randn(138, 128, 1500), _randn(138, 128, 150)),
+    "pairs p71 argmin(1) fp16 805x12x64": (argmin_short_middle, _randn(805, 12, 64, dtype=torch.float16),
+                                           _randn(805, 12, 64, dtype=torch.float16)),
+    "pairs argmax(0) 4096x4099": (column_argmax, _randn(4096, 4099), _randn(1024, 4099)),
+    "prologue p22 transpose gelu amax bf16 784870x64": (transposed_gelu_amax, _p22(784870, 64), _p22(78487, 64)),
 }
 
 
@@ -186,6 +233,19 @@ def _try_outer(params: dict):
     schedules.gpu_rules = rules
 
 
+def _kernel_times(fn, args):
+    """Each CUDA kernel's time (microseconds) in one call of `fn`, as torch.profiler measures it."""
+    from torch.profiler import ProfilerActivity, profile
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    for event in prof.key_averages():
+        if event.device_type.name == "CUDA" and getattr(event, "device_time_total", 0):
+            print(f"    {event.device_time_total:9.1f} us  {event.key[:100]}")
+
+
 def main() -> int:
     import babytriton as bt
     parser = argparse.ArgumentParser()
@@ -193,6 +253,8 @@ def main() -> int:
     parser.add_argument("-k", default="", help="only programs whose name contains one of these (comma-separated)")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (torch's, which babytriton uses)")
     parser.add_argument("--outer", default="", help="OuterReduction's parameters to try, e.g. threads=256,min_steps=8")
+    parser.add_argument("--kernels", action="store_true",
+                        help="also each CUDA kernel's time in one babytriton call (torch.profiler)")
     parser.add_argument("--baseline", action="store_true",
                         help="also time babytriton without OuterReduction / CPUOuterReduction (the rules before)")
     opts = parser.parse_args()
@@ -224,6 +286,8 @@ def main() -> int:
         rows.append(t_comp / t_bt)
         print(f"{name:36} {t_bt:8.3f} {t_eager:8.3f} {t_comp:8.3f} {t_eager / t_bt:8.2f} {t_comp / t_bt:8.2f} "
               f"{t_before:8.3f} {t_before / t_bt:7.2f}  {kernels}", flush=True)
+        if opts.kernels and not opts.cpu:
+            _kernel_times(jitted, args)
     if rows:
         print(f"geometric mean vs torch.compile: {statistics.geometric_mean(rows):.2f}x over {len(rows)}; "
               f"min {min(rows):.2f}x; {failures} failed")
