@@ -1490,7 +1490,7 @@ HALF_ROWS = [(fn, dtype) for fn in (row_softmax, row_rmsnorm) for dtype in (torc
     (row_log_softmax, torch.float32, 1024, "grid 64 x block 128"),
     (row_layernorm, torch.float16, 4096, "grid 64 x block 128"),
     (row_rmsnorm, torch.float16, 512, "grid 64 x block 64"),      # 64 threads of 8 halves tile the row
-    (row_cross_entropy, torch.float32, 32000, "grid 64 x block 64"),  # the online (max, sum) pair
+    (row_cross_entropy, torch.float32, 8192, "grid 64 x block 128"),  # (online pairs: InnerReduction)
 ], ids=param_id)
 def test_row_kernel_rule_loads_and_stores_whole_vectors(fn, dtype, cols, launch):
     """One block per row; each thread moves 16 bytes per step: the row is read with vector loads into
