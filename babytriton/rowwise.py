@@ -226,6 +226,7 @@ class _Group:
     shape: tuple          # the common shape of a group without rows
     tile: bool            # whether a group without rows may join others of its shape (no lone injective op)
     singleton: _Op | None = field(default=None)  # the op of a one-member group (joins per-row values)
+    recomputed: set = field(default_factory=set)  # members recomputed where read (_broadcast_producer)
 
 
 def _vars(expr) -> list:
@@ -324,11 +325,12 @@ def _joinable(a: _Group, b: _Group) -> Rows | None | bool:
     return False
 
 
-def _reads_outside(members: list, ops: dict, rows: Rows | None) -> bool:
+def _reads_outside(members: list, ops: dict, rows: Rows | None, recomputed: set = frozenset()) -> bool:
     """Whether every injective op of a would-be group (a view, a gather: its index need not be the
-    row's own) reads only per-row values or what the group does not compute: a row kernel holds only
-    its own row of what it computes."""
-    inside = set(members)
+    row's own) reads only per-row values, what the group does not compute, or what it recomputes
+    where read from its inputs (a weight's broadcast): a row kernel holds only its own row of what it
+    computes."""
+    inside = set(members) - set(recomputed)
     return all(ops[m].kind != "injective" or all(
         v not in inside or (rows is not None and rows.per_row(_shape(v))) for v in ops[m].operands)
         for m in members)
@@ -396,13 +398,15 @@ def _join_producers(mine: _Group, group_of: dict, graph: _Graph, ops: dict) -> N
         for g in sorted(producers, key=lambda g: g.rows is None):  # groups with rows first
             if g is mine:
                 continue
-            rows = mine.rows if _broadcast_producer(g, mine, graph, ops) else _joinable(g, mine)
-            if rows is False or not _reads_outside(g.members + mine.members, ops, rows) \
+            recompute = _broadcast_producer(g, mine, graph, ops)
+            rows = mine.rows if recompute else _joinable(g, mine)
+            recomputed = g.recomputed | mine.recomputed | (set(g.members) if recompute else set())
+            if rows is False or not _reads_outside(g.members + mine.members, ops, rows, recomputed) \
                     or _tile_after_whole(g.members + mine.members, ops, rows, graph) or not graph.convex(
                     g.members + mine.members, lambda v: group_of[v].members if v in group_of else (v,)):
                 continue
             g.members = sorted(g.members + mine.members, key=graph.order.get)
-            g.rows, g.tile, g.singleton = rows, g.tile and mine.tile, None
+            g.rows, g.tile, g.singleton, g.recomputed = rows, g.tile and mine.tile, None, recomputed
             for v in mine.members:
                 group_of[v] = g
             mine, merged = g, True
@@ -422,9 +426,16 @@ def _broadcast_producer(g: _Group, mine: _Group, graph: _Graph, ops: dict) -> bo
     a scalar). A gather reading it keeps it apart (_reads_outside)."""
     if not RECOMPUTE_PRODUCERS or mine.rows is None or g.rows is not None or g.shape is None \
             or _same(g.shape, mine.rows.shape) \
-            or any(ops[v].kind != "ewise" for v in g.members):
+            or any(ops[v].kind != "ewise" and not _plain_view(ops[v]) for v in g.members):
         return False
     return all(c in mine.members or c in g.members for v in g.members for c in graph.consumers[v])
+
+
+def _plain_view(op: _Op) -> bool:
+    """A view (a broadcast, an `expand_dims`, a reshape: a weight viewed in the rows' shape, see
+    views.py), recomputed where read as an index into its source (views.InlineViews), like an
+    element-wise producer; a gather or a transposed read is not one."""
+    return op.kind == "injective" and (op.plain or op.reshape) and not op.across
 
 
 def _tile_after_whole(members: list, ops: dict, rows: Rows | None, graph: _Graph) -> bool:
