@@ -401,7 +401,8 @@ def _join_producers(mine: _Group, group_of: dict, graph: _Graph, ops: dict) -> N
             recompute = _broadcast_producer(g, mine, graph, ops)
             rows = mine.rows if recompute else _joinable(g, mine)
             recomputed = g.recomputed | mine.recomputed | (set(g.members) if recompute else set())
-            if rows is False or not _reads_outside(g.members + mine.members, ops, rows, recomputed) \
+            if rows is False or _feeds_other_rows(mine, g, graph, ops) \
+                    or not _reads_outside(g.members + mine.members, ops, rows, recomputed) \
                     or _tile_after_whole(g.members + mine.members, ops, rows, graph) or not graph.convex(
                     g.members + mine.members, lambda v: group_of[v].members if v in group_of else (v,)):
                 continue
@@ -411,6 +412,18 @@ def _join_producers(mine: _Group, group_of: dict, graph: _Graph, ops: dict) -> N
                 group_of[v] = g
             mine, merged = g, True
             break  # the producers again, of what `mine` is now
+
+
+def _feeds_other_rows(mine: _Group, g: _Group, graph: _Graph, ops: dict) -> bool:
+    """Whether `mine`, element-wise work on g's rows without a reduction, is read only by reductions
+    over those rows that cannot join g (several reductions over outer axes: a kernel each). It is
+    then the producer of their kernel (`(d * d).mean((0, 2))` after `d = h - h.mean((0, 2))`), not
+    a second output of g's, which a kernel of its own would write out for them to read back."""
+    if mine.rows is not None or g.rows is None or several_reductions(g.rows):
+        return False
+    readers = [c for v in mine.members for c in graph.consumers[v] if c not in mine.members]
+    return bool(readers) and all(ops.get(c) is not None and ops[c].kind == "reduce" and ops[c].rows == g.rows
+                                 for c in readers)
 
 
 # Whether element-wise producers of a smaller shape are recomputed in the row kernel that reads them

@@ -439,3 +439,23 @@ def test_gpu_rows_agree_with_torch(name):
     half = [a.half() for a in args]
     torch.testing.assert_close(bt.jit(target="gpu")(fn)(*half), reference(*[a.float() for a in half]).half(),
                                rtol=5e-3, atol=5e-3)
+
+
+def norm_over_outer_axes(x):
+    mu = x.mean((0, 2), keepdim=True)
+    d = x - mu
+    var = (d * d).mean((0, 2), keepdim=True)
+    return d * torch.rsqrt(var + 1e-5)
+
+
+@pytest.mark.parametrize("target", ["cpu", {"kind": "cuda", "arch": "sm_90"}])
+@pytest.mark.parametrize("shape", [(5, 3, 7), (64, 3, 1000)])
+def test_a_square_feeding_a_second_outer_reduction_is_in_its_kernel(target, shape):
+    """`(d * d).mean((0, 2))` after `d = x - x.mean((0, 2))`: over outer axes each reduction is a kernel
+    of its own; the square is the second one's producer, not a kernel writing d * d out."""
+    x = torch.randn(shape)
+    f = bt.jit(norm_over_outer_axes, target=target)
+    fusion = f.compile(x if target == "cpu" else x.to("meta")).fusion
+    assert not any(k.name == "multiply" for k in fusion) and len(fusion) == 2, str(fusion)
+    if target == "cpu":
+        torch.testing.assert_close(f(x), norm_over_outer_axes(x), rtol=1e-4, atol=1e-5)
