@@ -348,8 +348,11 @@ def _tir_pipeline():
                                                   opt_level=0, name="HalfSpecialsFromFloat32")
     unrestricted = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: unrestricted_if_read_back(func),
                                                      opt_level=0, name="UnrestrictedIfReadBack")
-    return lower, finalize_host, lambda: tvm.transform.Sequential([uniform, unrestricted, finalize_device(),
-                                                                   constants])
+    # before TVM's vectoriser: CPU kernels' math calls it has no vector form of (fast_math.vector_math)
+    vector_math = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: schedules.vector_math(func),
+                                                    opt_level=0, name="VectorMath")
+    return tvm.transform.Sequential([vector_math, lower]), finalize_host, lambda: tvm.transform.Sequential(
+        [uniform, unrestricted, finalize_device(), constants])
 
 
 tvm.tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)

@@ -130,3 +130,34 @@ def test_symbolic_argmax_argmin_match_torch():
         x = _with_ties_and_nans((n, 37), torch.float32, seed=n)
         got = f(x)
         assert torch.equal(got[0], torch.argmax(x, dim=0)) and torch.equal(got[1], torch.argmin(x, dim=0))
+
+
+def logsumexp0(x):
+    return torch.logsumexp(x, dim=0), x.amax(0)
+
+
+_logsumexp0 = bt.jit(target="cpu")(logsumexp0)
+
+
+@settings(max_examples=4, deadline=None)
+@given(rows=st.integers(17, 70), width=st.integers(2048, 10000).map(lambda k: 2 * k + 1), seed=st.integers(0, 100))
+def test_odd_widths_are_whole_vectors_and_a_tail(rows, width, seed):
+    """Reductions over the rows of an odd number of columns, cut into chunks of rows: the last tile
+    of columns is whole vectors and a scalar tail (`with_tails`, its chunk's bound kept), not a
+    predicate on the lanes that TVM ran lane by lane; results torch's with NaN and infinities."""
+    x = torch.randn(rows, width, generator=torch.Generator().manual_seed(seed)) * 3
+    x[0, 5], x[rows - 1, width - 1], x[3, width - 2] = float("nan"), float("inf"), float("-inf")
+    k = _logsumexp0.compile(x)
+    assert "CPUOuterReduction" in _rules(k)
+    scheduled = k.stages["schedule"]
+    assert "_update_tail\"" in scheduled, scheduled
+    for got, expected in zip(k(x), logsumexp0(x)):
+        torch.testing.assert_close(got, expected, equal_nan=True, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_odd_half_widths_match_torch(dtype):
+    x = (torch.randn(40, 13445) * 3).to(dtype)
+    x[0, 13444] = float("nan")
+    for got, expected in zip(_logsumexp0(x), logsumexp0(x.float())):
+        torch.testing.assert_close(got.float(), expected.to(dtype).float(), equal_nan=True, rtol=2e-2, atol=2e-2)

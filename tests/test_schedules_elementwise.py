@@ -4,6 +4,7 @@ symbolic sizes get whole vectors and a scalar tail (Elementwise), other reads (a
 offset, a gather, a broadcast across an odd row) are read in place. Results against torch on the CPU;
 the CUDA generated for sm_90 and compiled by nvcc; the same programs against torch on a GPU (`gpu`)."""
 import math
+import re
 import shutil
 
 import pytest
@@ -421,6 +422,9 @@ def kernel_text(stage: str, name: str) -> str:
 
 
 def math_calls(text: str) -> int:
+    # a ragged loop's scalar tail (`with_tails`: blocks and variables named `_tail`) is the same block
+    # over the elements left after the whole vectors, not a second computation of any of them
+    text = "\n".join(line for line in text.splitlines() if "_tail" not in line)
     return sum(text.count(call) for call in MATH_CALLS)
 
 
@@ -498,3 +502,97 @@ def test_a_chain_keeps_its_intermediates_per_vector(n, dtype):
     # when TVM lowers it), parallel
     top = [line for line in text.splitlines() if line.startswith(" " * 8 + "for ")]
     assert len(top) == 1 and "T.parallel" in top[0], text[:3000]
+
+
+# -- CPU: odd sizes, rows narrower than the fused vectors, math TVM's vectoriser has no vector form of --
+# An odd or symbolic size is whole vectors and a scalar tail (CPUElementwise `_ragged`: LLVM had
+# vectorised the loop itself, calling libm's cosf per lane); fused vectors never straddle rows whose
+# width a register's lanes divide (a float16 add over rows of 96 loaded and stored lane by lane); and
+# erf, log1p, rsqrt, round (nearbyint) and isnan reach TVM's vectoriser in a form it has
+# (fast_math.vector_math), which ran a kernel calling one a lane at a time.
+def odd_chain(x, y, b):
+    h = torch.erf(torch.exp(-x * x) + y) * torch.sigmoid(y)
+    return torch.cos(torch.maximum(h, b.reshape(-1, 1)))
+
+
+def odd_chain_any(x: bt.Tensor((3, "n"), "float32"), y: bt.Tensor((3, "n"), "float32"),
+                  b: bt.Tensor((3,), "float32")):
+    return odd_chain(x, y, b)
+
+
+def vector_math_calls(x):
+    return (torch.erf(x) + torch.rsqrt(torch.abs(x)) + torch.log1p(torch.abs(x)), torch.round(x),
+            torch.isnan(x) | torch.isinf(x), torch.nan_to_num(x, 1.0, 2.0, 3.0))
+
+
+def float_vector_ops(source: str) -> int:
+    return len(re.findall(r"<\d+ x (?:float|half)>", source))
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.integers(4097, 60000), st.integers(0, 1000))
+def test_odd_rows_are_vectors_and_a_tail_on_the_cpu(n, seed):
+    """Rows of any length (odd, prime): every block vectorised in TIR, the last partial vector of each
+    row (or of the fused loop) a scalar tail; results against torch with NaN and infinities."""
+    x, y, b = values((3, n), "float32", seed), values((3, n), "float32", seed + 1), values((3,), "float32", seed + 2)
+    k = bt.jit(target="cpu")(odd_chain).compile(x, y, b)
+    (kernel,) = k.fusion
+    assert kernel.rule == "CPUElementwise" and "vector" in kernel.launch, kernel
+    if n % 2:
+        assert "_tail" in k.stages["schedule"]
+    torch.testing.assert_close(k(x, y, b), odd_chain(x, y, b), equal_nan=True, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", [0, 1, 17, 5003, 50257])
+def test_odd_rows_of_symbolic_width_match_torch_on_the_cpu(n):
+    x, y, b = values((3, n), "float32", n), values((3, n), "float32", n + 1), values((3,), "float32", 2)
+    torch.testing.assert_close(bt.jit(target="cpu")(odd_chain_any)(x, y, b), odd_chain(x, y, b), equal_nan=True,
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_fused_vectors_stay_within_rows_on_the_cpu():
+    """A float16 add over rows of 96: vectors of 32 (which divides the row), loads and stores whole;
+    fused vectors of 64 were loads and stores of one lane each."""
+    x, y = values((50, 64, 96), "float16", 0), values((50, 64, 96), "float16", 1)
+    k = bt.jit(target="cpu")(lambda_free_add).compile(x, y)
+    (kernel,) = k.fusion
+    assert "vector 32" in kernel.launch or "vector 16" in kernel.launch, kernel
+    assert "T.Ramp" not in k.stages["schedule"] and "% T.int64(96)" not in k.stages["schedule"]
+    torch.testing.assert_close(k(x, y), x + y, equal_nan=True)
+
+
+def lambda_free_add(x, y):
+    return x + y
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("n", [5, 1001])
+def test_math_without_a_tvm_vector_form_is_vectorised_and_matches_torch(dtype, n):
+    """erf, rsqrt, log1p, round and isnan in vectors (float32 and float16: their LLVM IR has float
+    vector arithmetic), results torch's with NaN, infinities, -0.0 and halves' ties."""
+    x = values((4, n), dtype, n) * 3
+    x[1, :4] = torch.tensor([0.5, -0.5, 2.5, -0.2]).to(x.dtype)
+    k = bt.jit(target="cpu")(vector_math_calls).compile(x)
+    if dtype != "bfloat16" and n > 64:
+        assert float_vector_ops(k.source) > 50, k.source[:2000]
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == "float32" else dict(atol=2e-2, rtol=2e-2)
+    for got, expected in zip(k(x), vector_math_calls(x)):
+        if got.dtype == torch.bool:
+            assert torch.equal(got, expected)
+        else:
+            torch.testing.assert_close(got, expected, equal_nan=True, **tol)
+
+
+def test_float16_round_is_torchs_to_the_bit():
+    """Every float16 from -1094 to 1094 in steps of 1/64 (ties to even among them), the largest
+    halves, -0.0 results and the specials: round's float32 trick gives torch's bits."""
+    x = torch.cat([torch.arange(-70000, 70000, dtype=torch.float32) / 64,
+                   torch.tensor([65504., -65504., 0.5, -0.5, 1.5, -2.5, -0.2, math.inf, -math.inf])]).half()
+    got, expected = bt.jit(target="cpu")(half_round)(x), torch.round(x)
+    assert torch.equal(got.view(torch.int16), expected.view(torch.int16))
+    nan = torch.tensor([math.nan], dtype=torch.float16)
+    assert bt.jit(target="cpu")(half_round)(nan).isnan().all()
+
+
+def half_round(x):
+    return torch.round(x)

@@ -10,6 +10,7 @@ one thread (or one GPU block): the pipeline warns about them (SerialKernelWarnin
 One strategy a module. The GPU rules, in the order they are tried (`gpu_rules`; the first that
 schedules a kernel wins, each inside `Guarded`):
   dlight.gpu.Matmul, dlight.gpu.GEMV      matrix products and matrix-vector products (Dlight's)
+  SmallReduction    small_reduction.py    reductions of a few elements over outer axes: a thread an element
   SplitReduction    split_reduction.py    a reduction to few results: chunks in parallel, then a fold
   RowReduction      row_reduction.py      a lone reduction along contiguous rows of a static width
   RowKernel         row_kernel.py         reductions then an element-wise block over static-width rows (64+ threads)
@@ -28,7 +29,8 @@ The CPU rules, in order (`cpu_rules`):
   CPUReduction      cpu_reduction.py      reductions with their element-wise blocks: rows, chunks, columns
   dlight.cpu.GEMV, dlight.cpu.Reduction   Dlight's CPU rules
   CPUSpatial        cpu_spatial.py        anything left: leading spatial loops in parallel
-What the rules share: analysis.py, inlining.py (`inline`), lanes.py (vector widths), cpu_rule.py
+What the rules share: analysis.py, inlining.py (`inline`), lanes.py (vector widths), tails.py (ragged CPU
+rows: whole vectors, then a scalar tail), cpu_rule.py
 (CPURule), columns.py (which kept axes of a reduction are its inputs' contiguous ones); a rule that declines a kernel of its kind says why (reasons.py: `decline`; `k.fusion` shows
 it where a kernel ends on Fallback). Around them: passes.py (the TIR passes after scheduling), loops.py
 (parallel loops as GPU kernels), summary.py (`k.fusion`'s rule and launch shape; SerialKernelWarning),
@@ -48,7 +50,7 @@ from .cpu_rule import MIN_PARALLEL, CPURule
 from .cpu_spatial import CPUSpatial
 from .cpu_transpose import CPUTiled
 from .elementwise import Elementwise
-from .fast_math import fast_exp
+from .fast_math import fast_exp, vector_math
 from .inner_reduction import InnerReduction
 from .loops import launch_unscheduled, loops_to_kernels
 from .outer_reduction import OuterReduction
@@ -57,6 +59,7 @@ from .passes import (bool_buffers_as_bytes, empty_kernels_done, half_math_in_flo
                      bfloat16_reads_in_binds)
 from .row_kernel import THREAD_AXIS, RowKernel, own_thread_slices
 from .row_reduction import RowReduction
+from .small_reduction import SmallReduction
 from .split_reduction import SplitReduction
 from .summary import (SERIAL_LIMIT, SYMBOLIC_GUESS, SerialKernelWarning, launch_shape, schedule_summary,
                       serial_kernels, serial_work)
@@ -67,10 +70,10 @@ from .wrappers import DECLINED_ATTR, RULE_ATTR, Declines, Guarded, LongRows, rul
 
 __all__ = [
     "SCHEDULES", "gpu_rules", "cpu_rules", "apply",
-    "Elementwise", "Tiled", "CPUTiled", "RowReduction", "RowKernel", "InnerReduction", "SplitReduction", "Guarded", "LongRows", "rule_name", "RULE_ATTR",
+    "Elementwise", "Tiled", "CPUTiled", "SmallReduction", "RowReduction", "RowKernel", "InnerReduction", "SplitReduction", "Guarded", "LongRows", "rule_name", "RULE_ATTR",
     "decline", "Declines", "DECLINED_ATTR", "OuterReduction", "CPUOuterReduction",
     "CPURule", "CPUElementwise", "CPUReduction", "CPUMatmul", "CPUSpatial", "MIN_PARALLEL", "LONG_CHAIN_VECTORS",
-    "THREAD_AXIS", "own_thread_slices", "fast_exp", "loops_to_kernels", "launch_unscheduled",
+    "THREAD_AXIS", "own_thread_slices", "fast_exp", "vector_math", "loops_to_kernels", "launch_unscheduled",
     "bool_buffers_as_bytes", "half_math_in_float32", "bfloat16_broadcasts_serial", "bfloat16_reads_in_binds", "kernels_as_built", "init_outside_reductions", "skip_empty_outputs", "updated", "find_all",
     "SERIAL_LIMIT", "SYMBOLIC_GUESS", "SerialKernelWarning", "launch_shape", "schedule_summary", "serial_kernels",
     "serial_work", "TUNE_EXTRAS", "meta_schedule", "require_tuning_extras", "tuning_dir",
@@ -82,7 +85,7 @@ SCHEDULES = ("dlight", "fallback", "meta_schedule")
 def gpu_rules(schedule: str) -> list:
     if schedule == "fallback":  # the 2024 tutorial: one thread per element, nothing else
         return [Guarded(dl.gpu.Fallback(), guard=False)]
-    return [Guarded(r) for r in (dl.gpu.Matmul(), dl.gpu.GEMV(), SplitReduction(), RowReduction(), RowKernel(min_threads=64), InnerReduction(),
+    return [Guarded(r) for r in (dl.gpu.Matmul(), dl.gpu.GEMV(), SmallReduction(), SplitReduction(), RowReduction(), RowKernel(min_threads=64), InnerReduction(),
                                  OuterReduction(), dl.gpu.Reduction(), LongRows(dl.gpu.GeneralReduction()), Tiled(), Elementwise())] + \
         [Guarded(dl.gpu.Fallback(), guard=False)]
 

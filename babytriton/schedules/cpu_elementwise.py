@@ -3,13 +3,14 @@ registers a step for long-latency math) and parallel."""
 from __future__ import annotations
 
 import tvm
-from tvm import tirx
+from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
 
-from .analysis import calls_long_math, fuse, is_buffer, one_loop, only_output, static_product
+from .analysis import calls_long_math, find_all, fuse, is_buffer, one_loop, only_output, static_product, uses
 from .cpu_rule import CPURule, MIN_PARALLEL_ELEMENTWISE, pow2_divisor, vector_lanes, vectorizable
+from .tails import with_tails
 from .inlining import inline
-from .lanes import flat_offsets, uniform_lanes
+from .lanes import IF_THEN_ELSE, flat_offsets, uniform_lanes
 
 
 # A vector through an exp, erf or tanh polynomial and a division, or through half-precision rounding
@@ -29,16 +30,26 @@ def _vectors_per_step(sch) -> int:
     return LONG_CHAIN_VECTORS if calls_long_math(func.body) else 1
 
 
+# An odd row (`_ragged`) longer than this is cut into chunks of it that run in parallel:
+# three rows of 50,257 are then 39 parallel steps, not 3. A multiple of every vector's lanes.
+CHUNK = 4096
+
+
 class CPUElementwise(CPURule):
     """Injective kernels: inline every intermediate (one loop nest, no temporary buffers), fuse the
     loops, vectorise the innermost `lanes` (a register, or several for a long chain: `_vectors_per_step`)
-    and run the rest in parallel. An odd or symbolic size is only parallelised: LLVM's loop vectorizer
-    then takes each thread's range."""
+    and run the rest in parallel. An odd size is whole vectors and a scalar tail (`_ragged`); a symbolic
+    one is only parallelised (LLVM's loop vectorizer then takes each thread's range)."""
+
+    def apply(self, func, target, tunable):
+        sch = super().apply(func, target, tunable)
+        return with_tails(sch) if sch is not None else None  # `_ragged`'s last vectors cut off
 
     def schedule(self, sch, infos, target):
         if not all(info.is_injective() for info in infos):
             return False
-        lanes = vector_lanes(sch, target) * _vectors_per_step(sch) if vectorizable(sch) else 1
+        register = vector_lanes(sch, target)
+        lanes = register * _vectors_per_step(sch) if vectorizable(sch) else 1
         infos = inline(sch, infos, shared=False)
         if _per_vector(sch, infos, lanes):
             return True
@@ -49,13 +60,18 @@ class CPUElementwise(CPURule):
         for block, loops in nests:
             if not loops:
                 continue  # a 0-d kernel: nothing to spread
+            if block is not None and _ragged(sch, block, loops, lanes, register):
+                continue
             most = lanes if block is None else uniform_lanes(sch, block, loops[-1], lanes)
             extent = static_product(sch, loops)  # None where symbolic
             row = pow2_divisor(get_extent(sch, loops[-1]), most)
-            if row > 1 and row >= pow2_divisor(extent, most):
+            if row > 1 and (row >= pow2_divisor(extent, most) or row >= register):
                 # the lanes split off the row first: a value per row (a scale, a row's statistic) is
                 # one scalar per vector, not a lane-by-lane gather of the fused index's `// width`;
-                # and a symbolic number of rows still gets vectors
+                # and a symbolic number of rows still gets vectors. Where a register's lanes divide
+                # the row, more lanes off the fused loops would straddle rows, whose indices TVM
+                # can't simplify to one run: a load and a store per lane (a float16 add over rows of
+                # 96 in vectors of 64: 6.1 ms, eager 1.1)
                 outer, inner = sch.split(loops[-1], [None, row])
                 outer = fuse(sch, [*loops[:-1], outer])
                 sch.vectorize(inner)
@@ -70,6 +86,52 @@ class CPUElementwise(CPURule):
             if extent is None or extent >= MIN_PARALLEL_ELEMENTWISE:
                 sch.parallel(outer)
         return True
+
+
+def _ragged(sch, block, loops, lanes: int, register: int) -> bool:
+    """Schedule a block of an odd static size (no power of two of a register divides it) as whole
+    vectors of `lanes` and a scalar tail: its loops fused where every read is at the output's flat
+    index, else each row on its own (in chunks of CHUNK where long), split raggedly; `with_tails` then
+    cuts the last, partial vector off. Left as a loop, LLVM vectorised it but turned sin and cos
+    into a libm call per lane (cos over 3 x 50,257: 8x the time of 3 x 50,256). False where whole
+    vectors exist, the size is small, or an `if_then_else` on the row's index (a concat) would differ
+    between the lanes."""
+    extents = [get_extent(sch, loop) for loop in loops]
+    total = static_product(sch, loops)
+    # a symbolic size keeps LLVM's vectors: a divisor of the fused or chunked index that is 0 for an
+    # empty size was computed with no step to run (an integer division by zero at n = 0)
+    if lanes < register or total is None or total < 2 * lanes:
+        return False
+    if max(pow2_divisor(extents[-1], lanes), pow2_divisor(total, lanes)) >= register:
+        return False
+    if _branches_along(sch, block, loops[-1]):
+        return False
+    offsets = flat_offsets(sch.get(block), [sch.get(loop).extent for loop in loops], total)
+    if len(loops) == 1 or offsets is not None and all(o is not None for o in offsets.values()):
+        outer, inner = sch.split(fuse(sch, loops), [None, lanes])
+    else:
+        *rows, row = loops
+        if extents[-1] >= 2 * CHUNK:
+            chunk, row = sch.split(row, [None, CHUNK])
+            rows.append(chunk)
+        outer = fuse(sch, rows)
+        inner = sch.split(row, [None, lanes])[1]
+    sch.vectorize(inner)
+    if total >= MIN_PARALLEL_ELEMENTWISE:
+        sch.parallel(outer)
+    return True
+
+
+def _branches_along(sch, block, loop) -> bool:
+    """Whether an `if_then_else` of the block tests an index that moves along `loop` (a concat's pick
+    of a piece, which a vector straddling two pieces runs one lane at a time)."""
+    realize = sch.get(loop).body
+    if not isinstance(realize, s_tir.SBlockRealize):
+        return True
+    var = sch.get(loop).loop_var
+    moving = [iv.var for iv, value in zip(realize.block.iter_vars, realize.iter_values) if uses(value, var)]
+    return any(call.op.same_as(IF_THEN_ELSE) and any(uses(call.args[0], v) for v in moving)
+               for call in find_all(realize.block.body, tvm.ir.Call))
 
 
 def _rows_apart(sch, block, loops, lanes: int) -> bool:

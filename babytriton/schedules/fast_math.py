@@ -335,3 +335,101 @@ _TRIG_LOWERINGS = {name: (cosine, tvm.ir.Op.get(name).get_attr("llvm.FLowerIntri
 for _name, (_cosine, _tvm_trig) in _TRIG_LOWERINGS.items():
     tirx.op.register_intrin_lowering(_name, target="llvm", level=99,
                                      f=_in_float32(_trig_f32(_cosine, _tvm_trig), _tvm_trig))
+
+
+# TVM's vectoriser has no vector form of erf, log1p, rsqrt, nearbyint or isnan (they lack
+# `TVectorizable`): a vectorised loop that calls one is run a lane at a time, loads and stores included,
+# and LLVM vectorised that loop again only at times (not where it wrote a workspace buffer: an erf
+# chain over 3 x 50,257 kept in one took 3.0 ms, 0.6 vectorised). Before the vectoriser runs, CPU
+# kernels get each such call in the form its llvm lowering would give it later, made of operations
+# the vectoriser has (isnan as a test of the bits), so the same arithmetic runs a vector at a time.
+def _float32_form(fast):
+    """`fast(x, 1)` for a float32 call, in float32 and rounded once for a float16 one (as the llvm
+    lowering `_in_float32` does); other dtypes keep the call."""
+    def form(call):
+        dtype = call.ty.dtype
+        if str(dtype) == "float32":
+            return fast(call.args[0], 1)
+        if str(dtype) == "float16":
+            return tirx.Cast("float16", fast(tirx.Cast("float32", call.args[0]), 1))
+        return call
+    return form
+
+
+# the bits of +inf (all exponent bits set) of each float type: a NaN's bits, its sign cleared, are
+# above them. A float compare would not do: TVM turns `not x == x` into `x != x`, which LLVM gets as
+# an ordered compare, false for NaN.
+_INF_BITS = {"float16": 0x7C00, "bfloat16": 0x7F80, "float32": 0x7F800000, "float64": 0x7FF0000000000000}
+
+
+def _isnan_form(call):
+    """isnan(x) as an integer test of x's bits, which the vectoriser has."""
+    x = call.args[0]
+    dtype = str(x.ty.dtype if hasattr(x, "ty") else x.dtype)
+    if dtype not in _INF_BITS:
+        return call
+    bits = tvm.DataType(dtype).bits
+    magnitude = tirx.reinterpret(f"int{bits}", x) & tirx.const((1 << (bits - 1)) - 1, f"int{bits}")
+    return magnitude > tirx.const(_INF_BITS[dtype], f"int{bits}")
+
+
+_VECTOR_FORMS = {
+    "tirx.erf": _float32_form(_erf_f32),
+    "tirx.log1p": _float32_form(_log1p_f32),
+    "tirx.rsqrt": lambda call: tirx.const(1.0, str(call.ty.dtype)) / tirx.sqrt(call.args[0]),
+    "tirx.nearbyint": lambda call: _nearbyint_form(call),
+}
+
+
+# 1.5 * 2^23: a float32 of magnitude below 2^22 plus it has no bits below 1, so the addition rounds
+# it to an integer, half to even; every float16 is that small
+_ROUNDER = 12582912.0
+
+
+def _nearbyint_form(call):
+    """LLVM's nearbyint (its lowering). A float16 one in float32 by adding and taking away _ROUNDER,
+    its sign put back (-0.3 rounds to -0.0): LLVM narrows nearbyint of a widened half back to a half
+    nearbyint, which without native halves it runs a lane at a time (round over 3.4 M halves: 2.0 ms,
+    eager 0.45). The addition goes through a bit cast there and back, which keeps TVM's simplifier
+    from folding `(x + c) - c` to x."""
+    dtype = str(call.ty.dtype)
+    if dtype != "float16":
+        return tirx.call_llvm_pure_intrin(dtype, "llvm.nearbyint", call.args[0])
+    x = tirx.Cast("float32", call.args[0])
+    rounder = tirx.const(_ROUNDER, "float32")
+    shifted = tirx.reinterpret("float32", tirx.reinterpret("int32", x + rounder))
+    sign = tirx.reinterpret("int32", x) & tirx.const(-(1 << 31), "int32")
+    rounded = tirx.reinterpret("float32", tirx.reinterpret("int32", shifted - rounder) | sign)
+    return tirx.Cast("float16", rounded)
+
+
+def vector_math(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """A CPU kernel with its erf, log1p, rsqrt, nearbyint and isnan calls in vectorisable form (see
+    above); others, and any function while babytriton is not building (`fast_exp` off), as they are."""
+    target = func.attrs.get("target") if func.attrs is not None else None
+    if not getattr(_fast, "on", False) or target is None or target.kind.name != "llvm" or _bfloat16(func):
+        return func
+
+    def rewrite(call):
+        form = _VECTOR_FORMS.get(call.op.name) if isinstance(call.op, tvm.ir.Op) else None
+        return form(call) if form is not None else call
+
+    def isnan(call):
+        return _isnan_form(call) if isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.isnan" else call
+    body = tvm_ffi.structural_map(tvm_ffi.structural_map(func.body, (tvm.ir.Call, rewrite)), (tvm.ir.Call, isnan))
+    return func if body.same_as(func.body) else func.with_body(body)
+
+
+def _bfloat16(func) -> bool:
+    """Whether a kernel stores or loads bfloat16 values. Its forms' `let`s would meet TVM's bfloat16
+    legalization, which names a rounded value twice: the same `let` twice, which the vectoriser
+    refuses (and its reads in a `let` value are skipped, `passes.bfloat16_reads_in_binds`)."""
+    found = []
+
+    def visit(node):
+        dtype = node.ty.dtype if hasattr(node, "ty") else node.dtype if hasattr(node, "dtype") else node.value.dtype
+        if str(dtype).startswith("bfloat16"):
+            found.append(node)
+    tvm_ffi.structural_walk(func.body, [(tvm.ir.TensorLoad, visit), (tirx.Cast, visit)])
+    return bool(found) or any(str(getattr(getattr(p, "ty", None), "dtype", "")).startswith("bfloat16")
+                              for p in func.params)

@@ -73,7 +73,7 @@ def most_lanes(multiples, lanes: int) -> int:
     return lanes
 
 
-_IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
+IF_THEN_ELSE = _IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
 _COMPARES = (tirx.LT, tirx.LE, tirx.GE, tirx.GT)
 
 
