@@ -161,7 +161,9 @@ class _CastsPastViews(relax.PyExprMutator):
         self.dataflow = False
 
     def visit_dataflow_block_(self, block):
-        self.dataflow = True
+        # a rewrite reads its sources by name: only those of this block (one before an assert, say
+        # a division's check, is a dataflow var of its own block, unknown here)
+        self.values, self.inputs, self.dataflow = {}, set(), True
         try:
             return super().visit_dataflow_block_(block)
         finally:

@@ -214,3 +214,14 @@ def test_pointwise_after_a_reshape_joins_the_rows(n, c, hw, which):
     apart = [line for line in kernels if last in line.split()[1] and not any(r in line.split()[1] for r in reduced)]
     assert not apart, kernels
     torch.testing.assert_close(f(*args), fn(*args), rtol=1e-4, atol=1e-5)
+
+
+def reshaped_then_modulo(x0, x1, x2):
+    v = (x1 + x0).reshape(2, 2) % x0        # the integer `%` checks its divisor first: a second block
+    return x2 > v, v
+
+
+def test_a_rewrite_reads_only_its_own_blocks_values():
+    args = (torch.tensor([3], dtype=torch.int32), torch.arange(4, dtype=torch.int16), torch.randn(2, 2))
+    for got, want in zip(bt.jit(reshaped_then_modulo)(*args), reshaped_then_modulo(*args)):
+        torch.testing.assert_close(got, want)
