@@ -8,7 +8,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.s_tir.dlight.base import get_extent
 
-from .analysis import fuse, kept_in_order, reduce_count, static_product
+from .analysis import fuse, is_buffer, kept_in_order, reduce_count, static_product
 from .columns import Columns, columns
 from .tails import with_tails
 from .cpu_rule import (CPURule, MIN_PARALLEL_ELEMENTWISE, MIN_PARALLEL_REDUCTION, pow2_divisor, vector_lanes,
@@ -46,8 +46,10 @@ class CPUOuterReduction(CPURule):
         # a ragged last tile of columns (an odd width) is a predicate on the vector lanes, which TVM
         # ran lane by lane (a max over axis 0 of (33, 13445): 1.6 ms, eager 0.1): whole vectors, then
         # a scalar tail (`with_tails`)
+        # static sizes only: over a symbolic width of 0 the tail's bounds divide by a chunk count of 0
         sch = super().apply(func, target, tunable)
-        return with_tails(sch) if sch is not None else None
+        static = all(isinstance(d, tirx.IntImm) for p in func.params if is_buffer(p) for d in p.ty.shape)
+        return with_tails(sch) if sch is not None and static else sch
 
     def schedule(self, sch, infos, target):
         if all(info.is_injective() for info in infos):
