@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -51,7 +52,7 @@ def meta_schedule(mod: tvm.IRModule, target: tvm.target.Target, trials: int) -> 
     tasks = ms.relax_integration.extract_tasks(mod, target)
     todo = [t for t in tasks if database.query_tuning_record(t.dispatched[0], target, "main") is None]
     if todo:
-        _import_tensor_intrinsics()
+        import_tensor_intrinsics(target.kind.name)
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(todo, work_dir=str(work_dir))
         per_task = max(trials, 1)
         progress = _progress_bar([t.task_name for t in todo], per_task)
@@ -62,7 +63,8 @@ def meta_schedule(mod: tvm.IRModule, target: tvm.target.Target, trials: int) -> 
             # each build is a fresh process importing TVM: on a busy 2-core machine that alone can take 30 s
             # each build worker knows babytriton's NaN-propagating reducers (cross-thread reductions look them
             # up) and imports TVM's tensor intrinsics the fast way (34 s otherwise, in every batch's new process)
-            builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S, initializer=_prepare_worker),
+            builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S,
+                                            initializer=functools.partial(_prepare_worker, target.kind.name)),
             max_trials_global=per_task * len(todo), max_trials_per_task=per_task,
             num_trials_per_iter=min(8, per_task), cost_model="xgb",
             measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), progress])
@@ -95,15 +97,36 @@ def _frames_memoised():
         inspect.getmodule = original
 
 
-def _import_tensor_intrinsics():
+# The tensor intrinsics that each target kind's schedule rules can use. TVM's tensor_intrin package
+# registers every kind's at once; CUDA's alone are 6 of its 9 s on 2 cores, wasted when tuning for a CPU.
+INTRINSICS = {"llvm": ("x86", "arm_cpu", "riscv_cpu"), "cuda": ("cuda",), "rocm": ("rocm",),
+              "metal": ("metal",), "hexagon": ("hexagon",)}
+INTRINSICS_PACKAGE = "tvm.s_tir.tensor_intrin"
+
+
+def import_tensor_intrinsics(*kinds: str) -> None:
+    """Register the tensor intrinsics that these target kinds' rules can use (see INTRINSICS), before
+    MetaSchedule's TuneContext would register every kind's; all of them without a kind or for a kind not
+    in INTRINSICS. Either way the parse is memoised (_frames_memoised)."""
     with _frames_memoised():
-        import tvm.s_tir.tensor_intrin  # noqa: F401  (tuning imports it; see _frames_memoised)
+        if not kinds or any(kind not in INTRINSICS for kind in kinds):
+            importlib.import_module(INTRINSICS_PACKAGE)
+            return
+        if INTRINSICS_PACKAGE not in sys.modules:
+            # MetaSchedule imports the package only to register intrinsics (TuneContext, the builder): an
+            # unexecuted package satisfies that import, and its modules still import one by one
+            package = importlib.util.module_from_spec(importlib.util.find_spec(INTRINSICS_PACKAGE))
+            sys.modules[INTRINSICS_PACKAGE] = package
+            tvm.s_tir.tensor_intrin = package  # as an import sets it
+        for name in {name for kind in kinds for name in INTRINSICS[kind]}:
+            importlib.import_module(f"{INTRINSICS_PACKAGE}.{name}")
 
 
-def _prepare_worker():
+def _prepare_worker(kind: str) -> None:
+    """A build worker's set-up: babytriton's reducers, and `kind`'s tensor intrinsics (see INTRINSICS)."""
     from .. import legalize
     legalize.reducers()
-    _import_tensor_intrinsics()
+    import_tensor_intrinsics(kind)
 
 
 def _progress_bar(names: list[str], per_task: int):
