@@ -438,10 +438,32 @@ def _broadcast_producer(g: _Group, mine: _Group, graph: _Graph, ops: dict) -> bo
     pointwise producer into a reduction, instead of a kernel of its own writing it out (one thread for
     a scalar). A gather reading it keeps it apart (_reads_outside)."""
     if not RECOMPUTE_PRODUCERS or mine.rows is None or g.rows is not None or g.shape is None \
-            or _same(g.shape, mine.rows.shape) \
+            or not _smaller(g.shape, mine.rows.shape) \
             or any(ops[v].kind != "ewise" and not _plain_view(ops[v]) for v in g.members):
         return False
     return all(c in mine.members or c in g.members for v in g.members for c in graph.consumers[v])
+
+
+def _smaller(shape, rows_shape) -> bool:
+    """Whether a tensor of `shape` has fewer elements than the rows' tile (static sizes), or, with
+    symbolic ones, broadcasts to it along some axis: recomputed where read, it costs no more than a
+    load (a split's wider source, recomputed for each half, would be computed twice)."""
+    sizes = [_static(d) for d in shape] + [_static(d) for d in rows_shape]
+    if all(n is not None for n in sizes):
+        count = 1
+        for n in sizes[:len(shape)]:
+            count *= n
+        total = 1
+        for n in sizes[len(shape):]:
+            total *= n
+        return count < total
+    pad = (len(rows_shape) - len(shape)) * [tirx.IntImm("int64", 1)] + list(shape)
+    return len(pad) == len(rows_shape) and not _same(pad, rows_shape) and all(
+        _is_one(a) or _same((a,), (b,)) for a, b in zip(pad, rows_shape))
+
+
+def _static(dim):
+    return int(dim) if isinstance(dim, (int, tirx.IntImm)) else None
 
 
 def _plain_view(op: _Op) -> bool:
