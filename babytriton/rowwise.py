@@ -401,7 +401,7 @@ def _join_producers(mine: _Group, group_of: dict, graph: _Graph, ops: dict) -> N
             recompute = _broadcast_producer(g, mine, graph, ops)
             rows = mine.rows if recompute else _joinable(g, mine)
             recomputed = g.recomputed | mine.recomputed | (set(g.members) if recompute else set())
-            if rows is False or _feeds_other_rows(mine, g, graph, ops) \
+            if rows is False or (FEED_OTHER_ROWS and _feeds_other_rows(mine, g, graph, ops)) \
                     or not _reads_outside(g.members + mine.members, ops, rows, recomputed) \
                     or _tile_after_whole(g.members + mine.members, ops, rows, graph) or not graph.convex(
                     g.members + mine.members, lambda v: group_of[v].members if v in group_of else (v,)):
@@ -412,6 +412,11 @@ def _join_producers(mine: _Group, group_of: dict, graph: _Graph, ops: dict) -> N
                 group_of[v] = g
             mine, merged = g, True
             break  # the producers again, of what `mine` is now
+
+
+# Whether element-wise work read only by a reduction that cannot join its producer's kernel joins that
+# reduction's instead (_feeds_other_rows)
+FEED_OTHER_ROWS = True
 
 
 def _feeds_other_rows(mine: _Group, g: _Group, graph: _Graph, ops: dict) -> bool:
@@ -445,21 +450,24 @@ def _broadcast_producer(g: _Group, mine: _Group, graph: _Graph, ops: dict) -> bo
 
 
 def _smaller(shape, rows_shape) -> bool:
-    """Whether a tensor of `shape` has fewer elements than the rows' tile (static sizes), or, with
-    symbolic ones, broadcasts to it along some axis: recomputed where read, it costs no more than a
-    load (a split's wider source, recomputed for each half, would be computed twice)."""
-    sizes = [_static(d) for d in shape] + [_static(d) for d in rows_shape]
-    if all(n is not None for n in sizes):
-        count = 1
-        for n in sizes[:len(shape)]:
-            count *= n
-        total = 1
-        for n in sizes[len(shape):]:
-            total *= n
-        return count < total
+    """Whether a tensor of `shape`, not the rows' tile itself, broadcasts to it (each axis, aligned from
+    the right, of the tile's size or 1: attention's (heads, T, T) bias of (1, heads, T, T) rows), or
+    has fewer elements than it (static sizes: a weight's view in the rows' shape): recomputed where
+    read, it costs no more than a load. A split's wider source, recomputed for each half, would be
+    computed twice; a transposed tile is read across its rows (Tiled's)."""
     pad = (len(rows_shape) - len(shape)) * [tirx.IntImm("int64", 1)] + list(shape)
-    return len(pad) == len(rows_shape) and not _same(pad, rows_shape) and all(
-        _is_one(a) or _same((a,), (b,)) for a, b in zip(pad, rows_shape))
+    if len(pad) == len(rows_shape) and not _same(shape, rows_shape) and all(
+            _is_one(a) or _same((a,), (b,)) for a, b in zip(pad, rows_shape)):
+        return True
+    sizes = [_static(d) for d in shape] + [_static(d) for d in rows_shape]
+    if any(n is None for n in sizes):
+        return False
+    count, total = 1, 1
+    for n in sizes[:len(shape)]:
+        count *= n
+    for n in sizes[len(shape):]:
+        total *= n
+    return count < total
 
 
 def _static(dim):

@@ -136,6 +136,15 @@ def _reshape(value) -> bool:
     return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.reshape"
 
 
+# views that keep the element order: a cast moved after one stays in the kernel reading the rows (a
+# transpose keeps its cast before it, in the Tiled kernel that writes it, schedules/transpose.py)
+_REORDERLESS = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
+
+
+def _reshape_like(value) -> bool:
+    return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name in _REORDERLESS
+
+
 def _is_one(dim) -> bool:
     return isinstance(dim, tirx.IntImm) and dim.value == 1
 
@@ -174,7 +183,7 @@ class _CastsPastViews(relax.PyExprMutator):
 
     def _swapped(self, value):
         """The rewritten value of a cast-view pair, its first op emitted; None where none applies."""
-        if _view(value) and _cast_of(self.values.get(value.args[0])) and \
+        if _reshape_like(value) and _cast_of(self.values.get(value.args[0])) and \
                 self._of_input(self.values[value.args[0]].args[0]):
             cast = self.values[value.args[0]]       # view(cast(input)) -> cast(view(input))
             view = relax.Call(value.op, [self.visit_expr(cast.args[0]), *value.args[1:]], value.attrs, value.ty_args)

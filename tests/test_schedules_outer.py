@@ -19,6 +19,8 @@ from babytriton import schedules
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 OUTER_RULES = ("OuterReduction", "CPUOuterReduction")
+# reductions of at most 8 elements over outer axes are SmallReduction's (a thread an element)
+GPU_OUTER = {"OuterReduction", "SmallReduction"}
 HALF = (torch.float16, torch.bfloat16)
 REDUCTIONS = ("sum", "mean", "max", "min", "variance")
 
@@ -118,7 +120,9 @@ def test_gpu_outer_reductions_build_and_take_the_rule(tmp_dir, case):
     k = bt.jit(target=SM90)(program(form, axes, tmp_dir)).compile(x)
     if len(shape) - 1 not in axes and any(shape[a] > 1 for a in axes) and shape[-1] > 1:
         reducing = [kk for kk in k.fusion if any(op.op in REDUCTIONS for op in kk.ops)]
-        assert "OuterReduction" in rules(k) and not any(kk.rule == "dlight.gpu.Fallback" for kk in reducing), \
+        # Fallback is left for kernels too small for a launch to pay (fewer elements than one block)
+        small = x.numel() < 512
+        assert set(rules(k)) & GPU_OUTER and (small or not any(kk.rule == "dlight.gpu.Fallback" for kk in reducing)), \
             k.fusion
 
 
@@ -347,7 +351,7 @@ def test_gpu_prologues_and_pairs_take_the_rule(tmp_dir, case):
     f = module(text, tmp_dir).f
     k = bt.jit(target=SM90)(f).compile(torch.empty(shape, dtype=dtype, device="meta"),
                                        torch.empty(y_shape, dtype=dtype, device="meta"))
-    assert reducing(k) and all(kk.rule == "OuterReduction" for kk in reducing(k)), k.fusion
+    assert reducing(k) and all(kk.rule in GPU_OUTER for kk in reducing(k)), k.fusion
     assert not any(kk.rule == "dlight.gpu.Fallback" and "cast" not in kk.name for kk in k.fusion), k.fusion
 
 
@@ -396,7 +400,7 @@ def test_gpu_pairs_and_tiles_compile_with_nvcc():
     with warnings.catch_warnings():
         warnings.simplefilter("error", schedules.SerialKernelWarning)
         k = bt.jit(target=SM90)(pairs).compile()
-    assert all(kk.rule == "OuterReduction" for kk in reducing(k)), k.fusion
+    assert all(kk.rule in GPU_OUTER for kk in reducing(k)), k.fusion
     assert len(reducing(k)) == 12, k.fusion  # 14 results, 3 max.dim pairs, one kernel each; 1 amax each
     assert not re.search(r"make_\w+\((v_\w+)(, \1)+\)", k.source)
     assert "make_longlong" not in k.source

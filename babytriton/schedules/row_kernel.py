@@ -57,11 +57,6 @@ class RowKernel(GPUScheduleRule):
         if len(dom) < 2 or dom[:-1] != "S" * (len(dom) - 1) or dom[-1] != "R" or any(
                 info.dom_kind() != dom for info in infos[:-1]):  # one reduced axis, innermost, in every reduction
             return decline("not one reduced axis, the same in every reduction")
-        if any(len(sch.get(block).writes) > 1 for block in reductions):
-            # an online softmax's (sum, max) pairs: on an H200 (benchmarks/probes/few_rows.py rows) a
-            # softmax over rows of 32000 took 70 us here (64 threads a row) and 29 in InnerReduction
-            # (1024), over 1142 such rows 187 and 165
-            return decline("a reduction of (sum, max) pairs: InnerReduction")
         n_rows = len(dom) - 1
         rows = [sch.get(loop).extent for loop in sch.get_loops(reductions[0])[:n_rows]]
         width = get_extent(sch, sch.get_loops(reductions[0])[-1])
@@ -86,6 +81,11 @@ class RowKernel(GPUScheduleRule):
         if shape is None:
             return decline(f"row width {width}: no vectors x threads tile it")
         vector, threads = shape
+        if threads < self.threads and any(len(sch.get(block).writes) > 1 for block in reductions):
+            # an online softmax's (sum, max) pairs over fewer threads than a full block: on an H200
+            # (benchmarks/probes/few_rows.py rows) a softmax over rows of 32000 took 70 us here (64
+            # threads a row) and 29 in InnerReduction (1024), over 1142 such rows 187 and 165
+            return decline("a reduction of (sum, max) pairs over a narrow block: InnerReduction")
         if whole_row and contiguous_lanes(sch, last_loops[-1], vector) != vector:
             return decline("rows not contiguous in the innermost axis")
         column = innermost_var(sch, last_loops[-1]) if whole_row else None
