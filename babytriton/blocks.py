@@ -20,6 +20,18 @@ class BlockRewriter:
             return func
         return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
 
+    def rewrite_module(self) -> tvm.IRModule:
+        """The module with the blocks of every Relax function rewritten and the bindings nothing reads
+        any more removed; the module itself where no block changed."""
+        changed = False
+        for gvar, func in list(self.mod.functions_items()):
+            if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr):
+                new = self.function(func)
+                if not new.same_as(func):
+                    self.builder.update_func(gvar, relax.analysis.remove_all_unused(new))
+                    changed = True
+        return self.builder.get() if changed else self.mod
+
     def seq(self, seq):
         if not isinstance(seq, relax.SeqExpr):
             return seq

@@ -105,14 +105,7 @@ class _Rewriter(BlockRewriter):
 def fuse_max_argmax(mod: tvm.IRModule) -> tvm.IRModule:
     """Every max and argmax (min and argmin) of the same values over the same axis as one reduction
     (see the module docstring); a cast that no longer has a reader is removed."""
-    rewriter = _Rewriter(mod)
-    for gvar, func in list(mod.functions_items()):
-        if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr):
-            body = rewriter.seq(func.body)
-            if not body.same_as(func.body):
-                new = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
-                rewriter.builder.update_func(gvar, relax.analysis.remove_all_unused(new))
-    return rewriter.builder.get() if rewriter.changed else mod
+    return _Rewriter(mod).rewrite_module()
 
 
 def applies(target: tvm.target.Target | None) -> bool:

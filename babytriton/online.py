@@ -202,14 +202,7 @@ class _Rewriter(BlockRewriter):
 def fuse_online(mod: tvm.IRModule) -> tvm.IRModule:
     """Rewrite every (max, exp-sum) pair into one online reduction (see the module docstring); the
     `x - m` and `exp` that nothing else reads are removed."""
-    rewriter = _Rewriter(mod)
-    for gvar, func in list(mod.functions_items()):
-        if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr):
-            body = rewriter.seq(func.body)
-            if not body.same_as(func.body):
-                new = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
-                rewriter.builder.update_func(gvar, relax.analysis.remove_all_unused(new))
-    return rewriter.builder.get() if rewriter.changed else mod
+    return _Rewriter(mod).rewrite_module()
 
 
 def applies(target: tvm.target.Target | None) -> bool:
