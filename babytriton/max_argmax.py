@@ -72,10 +72,6 @@ def max_and_index(x: te.Tensor, name: str, axis: int, keepdims: bool, index_dtyp
 
 
 class _Rewriter(BlockRewriter):
-    def __init__(self, mod: tvm.IRModule):
-        super().__init__(mod)
-        self.changed = False
-
     def block(self, block):
         bindings = [self.branches(b) for b in block.bindings]
         pairs = find(bindings) if isinstance(block, relax.DataflowBlock) else {}
@@ -98,7 +94,6 @@ class _Rewriter(BlockRewriter):
                 both[peak] = relax.DataflowVar(name, call.ty)
                 new.append(relax.VarBinding(both[peak], call))
             new.append(relax.VarBinding(b.var, self.builder.normalize(relax.TupleGetItem(both[peak], index))))
-        self.changed = True
         return type(block)(new, block.span)
 
 

@@ -166,10 +166,6 @@ def online_softmax(x: te.Tensor, axes: list[int], m_dtype: str, m_keepdims: bool
 
 
 class _Rewriter(BlockRewriter):
-    def __init__(self, mod: tvm.IRModule):
-        super().__init__(mod)
-        self.changed = False
-
     def block(self, block):
         bindings = [self.branches(b) for b in block.bindings]
         pairs = _find(bindings) if isinstance(block, relax.DataflowBlock) else []
@@ -195,7 +191,6 @@ class _Rewriter(BlockRewriter):
                 new.append(relax.VarBinding(b.var, self.builder.normalize(relax.TupleGetItem(items[pair], 1))))
                 continue
             new.append(b)
-        self.changed = True
         return type(block)(new, block.span)
 
 
