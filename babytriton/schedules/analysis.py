@@ -209,3 +209,12 @@ def retype(ty: tirx.BufferType, dtype=None, shape=None) -> tirx.BufferType:
                            shape=ty.shape if shape is None else shape, strides=ty.strides,
                            elem_offset=ty.elem_offset, data_alignment=ty.data_alignment,
                            offset_factor=ty.offset_factor, layout=ty.layout, allocated_addr=ty.allocated_addr)
+
+
+def in_registers(sch, block) -> None:
+    """What `block` writes that is no result of the kernel stays in each thread's registers ("local"):
+    a value every thread computes or holds after an all-reduce, or that only its writer reads."""
+    params = [p for p in sch.mod["main"].params if is_buffer(p)]
+    for index, region in enumerate(sch.get(block).writes):
+        if not any(region.source.same_as(p) for p in params):
+            sch.set_scope(block, index, "local")

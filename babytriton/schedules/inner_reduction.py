@@ -9,7 +9,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
-from .analysis import contiguous_reduction, find_all, fuse, is_buffer, normalized, reduce_count, uses
+from .analysis import contiguous_reduction, find_all, fuse, in_registers, is_buffer, normalized, reduce_count, uses
 from .inlining import GPU_CALL_DEPTH, inline
 from .lanes import branched_buffers, contiguous_lanes, most_lanes, one_vector
 from .reasons import decline
@@ -67,7 +67,7 @@ class InnerReduction(GPUScheduleRule):
         sch.bind(grid, "blockIdx.x")
         sch.bind(row, "threadIdx.y" if threads > 1 else "threadIdx.x")
         for block in blocks:  # first: vectors then move only what stays in global memory
-            _in_registers(sch, block, func)
+            in_registers(sch, block)  # a row's value, a per-row value or an element (`_own_reads`)
         for block, _, column in nests:
             self._spread(sch, block, column, threads, lanes)
         return sch
@@ -267,16 +267,6 @@ def _vectorize_inner(sch, cache, depth: int) -> None:
     loops = sch.get_loops(cache)
     if len(loops) > depth:  # the region is a vector, not one element
         sch.vectorize(loops[-1])
-
-
-def _in_registers(sch, block, func) -> None:
-    """What a block writes that is no result of the kernel stays in each thread: a reduction's value
-    (every thread of the row holds it after the all-reduce), a per-row value (computed in every
-    thread that reads it), an element (only the thread that wrote it reads it: `_own_reads`)."""
-    params = [p for p in func.params if is_buffer(p)]
-    for index, region in enumerate(sch.get(block).writes):
-        if not any(region.source.same_as(p) for p in params):
-            sch.set_scope(block, index, "local")
 
 
 def _substituted(expr, binding):

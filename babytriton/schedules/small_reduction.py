@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
-from .analysis import contiguous_reduction, fuse, normalized, reduce_count, static_product
+from .analysis import contiguous_reduction, fuse, in_registers, normalized, reduce_count, static_product
 from .inlining import GPU_CALL_DEPTH, inline
 
 
@@ -37,12 +37,9 @@ class SmallReduction(GPUScheduleRule):
         grid, lane = sch.split(fuse(sch, spatial), [None, self.threads])
         sch.bind(grid, "blockIdx.x")
         sch.bind(lane, "threadIdx.x")
-        params = sch.mod["main"].params
         for block in reversed(blocks[:-1]):
             sch.compute_at(block, lane, preserve_unit_loops=True)
-            for i, region in enumerate(sch.get(block).writes):   # the thread's own value, in a register
-                if not any(region.source.same_as(p) for p in params):
-                    sch.set_scope(block, i, "local")
+            in_registers(sch, block)   # the thread's own value
         return sch
 
     def _small(self, sch, red) -> bool:

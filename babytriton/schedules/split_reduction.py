@@ -6,7 +6,7 @@ from __future__ import annotations
 from tvm.s_tir.dlight.base import get_extent
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
-from .analysis import contiguous_reduction, fuse, normalized, reduce_count, static_product
+from .analysis import contiguous_reduction, fuse, in_registers, normalized, reduce_count, static_product
 from .inlining import GPU_CALL_DEPTH, inline
 from .reasons import decline
 
@@ -153,10 +153,7 @@ class SplitReduction(GPUScheduleRule):
         get a grid of their own, since one block a result would leave the GPU idle."""
         total = static_product(sch, sch.get_loops(epilogues[-1]))
         if total is not None and total <= rows * self.threads:
-            params = sch.mod["main"].params
-            for i, region in enumerate(sch.get(red).writes):   # every thread holds the folded values
-                if not any(region.source.same_as(p) for p in params):
-                    sch.set_scope(red, i, "local")
+            in_registers(sch, red)   # every thread holds the folded values
             for epilogue in reversed(epilogues):
                 sch.reverse_compute_at(epilogue, row, preserve_unit_loops=True)
                 inner = sch.get_loops(epilogue)[1:]
