@@ -9,8 +9,8 @@ import os
 import re
 from pathlib import Path
 
-from .arguments import ArgSpec
-from .types import Param
+from .frontend.arguments import ArgSpec
+from .core.types import Param
 
 # TVMScript stages are Python; the rest by what they hold.
 SUFFIX = {"python": ".py", "ast": ".txt"}

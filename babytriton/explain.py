@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import cache
+from .runtime import cache
 
 
 @dataclass

@@ -10,17 +10,23 @@ import numpy as np
 import torch
 import tvm
 
-from . import autograd, cache, config, devices, dump, eager, relax_backend, schedules, targets, tir_backend
-from . import backward as backward_
-from . import torch_library
+from .torch import autograd
+from .runtime import cache
+from .core import config, targets
+from .frontend import devices
+from . import dump, schedules
+from .eager import reference as eager
+from .backends import relax as relax_backend, tir as tir_backend
+from .autodiff import backward as backward_
+from .torch import library as torch_library
 from . import explain as explaining
-from .arguments import ArgSpec, Specialise, unwrap
+from .frontend.arguments import ArgSpec, Specialise, unwrap
 from .codegen import kernels, mutation
-from .errors import CompilationError
-from .frontend import Decorated, FunctionInfo
-from .runtime import Compiled, Kernel
-from .types import TORCH_TO_NAME, Param, Tensor
-from .torch_library import tracing as _tracing
+from .core.errors import CompilationError
+from .frontend.function import Decorated, FunctionInfo
+from .runtime.kernel import Compiled, Kernel
+from .core.types import TORCH_TO_NAME, Param, Tensor
+from .torch.library import tracing as _tracing
 
 OPTIONS = {"target": "cpu", "schedule": "dlight", "unroll": 16, "verbose": False, "backend": "relax",
            "cache": True, "trials": 16}

@@ -36,7 +36,7 @@ import warnings
 import torch
 
 import babytriton as bt
-from babytriton.autograd import GradientFallbackWarning
+from babytriton import GradientFallbackWarning
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from corpus import BACKWARD, WORKLOADS, Workload, nbytes  # noqa: E402

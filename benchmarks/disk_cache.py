@@ -17,7 +17,7 @@ start = time.perf_counter()
 import torch
 import tvm
 import babytriton as bt
-from babytriton import cache
+from babytriton.runtime import cache
 imported = time.perf_counter()
 
 @bt.jit

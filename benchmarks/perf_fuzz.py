@@ -19,7 +19,7 @@ launch shape and work (elements of the largest buffer it reads or writes) is rec
 `k.fusion`. Ops the VM runs with no kernel of ours (`R.cumsum`) are listed as such.
 
 Compiling dominates: before timing, `--jobs` worker processes compile every program (babytriton
-into its disk cache, babytriton/cache.py; torch.compile into Inductor's FX-graph and kernel caches
+into its disk cache, babytriton/runtime/cache.py; torch.compile into Inductor's FX-graph and kernel caches
 under TORCHINDUCTOR_CACHE_DIR, shared), so the timing process's compiles are cache hits. A worker
 that dies on a program, or takes over `--compile-timeout` seconds, is replaced (the program counts
 as a crash and is not timed). `--max-seconds` stops the warm-up at 60% of the time and the timing at
@@ -63,7 +63,7 @@ import torch  # noqa: E402
 import babytriton as bt  # noqa: E402
 import outside  # noqa: E402
 import perf_programs  # noqa: E402
-from babytriton import config  # noqa: E402
+from babytriton.core import config  # noqa: E402
 from babytriton.testing.fuzz import load  # noqa: E402
 from bench import fmt_time, reason, time_call  # noqa: E402
 from perf_programs import Arg, make_args  # noqa: E402
@@ -232,7 +232,7 @@ def vm_ops(module) -> list[dict]:
     import tvm
     from tvm import relax
 
-    from babytriton import fusion
+    from babytriton.runtime import fusion
     out = []
     for _, fn in fusion.user_functions(module):
         for binding in fusion.bindings(fn):

@@ -202,7 +202,7 @@ def kernels_called(mod, name):
 #   operators or chapter 18's library calls, the same placing goes where every operation is emitted.
 # - Several results (`return a, b`), and names of one branch (chapter 16) seeing a copy made in the
 #   other, need the copy cache to follow the symbol table's frames.
-# The package places every operation: babytriton/devices.py and babytriton/codegen/relax.py.
+# The package places every operation: babytriton/frontend/devices.py and babytriton/codegen/relax.py.
 
 
 if __name__ == "__main__":

@@ -133,7 +133,7 @@ jit = JIT.decorator
 #   `if` or loop (chapters 16, 17) cannot be differentiated this way, nor an op without a registered
 #   gradient (`relax.op.max`), nor a hand-written TIR kernel (chapter 19). The package checks for each
 #   and falls back to torch autograd over its eager reference with a warning naming the line
-#   (babytriton/backward.py `check`, babytriton/autograd.py).
+#   (babytriton/autodiff/backward.py `check`, babytriton/torch/autograd.py).
 # - The package differentiates several results (one sum(y_i * dy_i) term each), only the inputs that
 #   require grad, and runs the backward inside torch autograd (a `torch.autograd.Function`), so
 #   `loss.backward()` fills `.grad`; `f.backward(*args)` shows the backward's stages and fusion map.

@@ -12,9 +12,9 @@ book shows the GPU cells' real output; a stored copy is used only while its sour
 `--store-only` stores them without building the book and without Jupyter where it is missing (the GPU
 machine has none): scripts/store_executions.py.
 
-tests/test_chapters.py and tests/test_notebooks.py run the chapters and notebooks through
+tests/course/test_chapters.py and tests/course/test_notebooks.py run the chapters and notebooks through
 `run_chapter` and `execute_notebook` below, which remember their results for the process, so a test
-session runs each once and tests/test_book.py builds the book from the same runs.
+session runs each once and tests/course/test_book.py builds the book from the same runs.
 """
 from __future__ import annotations
 

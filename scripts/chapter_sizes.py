@@ -5,7 +5,7 @@ for the exercise chapters (14-22) the size of the answer, the diff between the s
     python scripts/chapter_sizes.py           # print the table
     python scripts/chapter_sizes.py --write   # put it into chapters/README.md, between its markers
 
-tests/test_chapter_sizes.py checks that the README's table is current.
+tests/course/test_chapter_sizes.py checks that the README's table is current.
 """
 import argparse
 import ast

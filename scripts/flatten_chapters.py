@@ -17,7 +17,7 @@ How it folds (with `ast` for structure, the source text for each piece, so comme
   `chNN.name` becomes `name` unless `name` was redefined after NN (then the demo means NN's version,
   and the whole file imports the whole file of NN, which sits beside it under the same name);
 - imports are merged in order of first use; the header and the demo are chapter N's.
-tests/test_whole_chapters.py checks that the files are current and run like their chapters.
+tests/course/test_whole_chapters.py checks that the files are current and run like their chapters.
 """
 import argparse
 import ast

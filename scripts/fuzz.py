@@ -6,7 +6,7 @@ Each program runs translated into plain torch (the oracle), compiled, and eagerl
 with --threads, also from that many threads at once. Each failing program is minimised and saved
 under --out as a runnable reproducer (check it with
 `python -c "from babytriton.testing import fuzz; print(fuzz.check_file('FILE'))"`); keep the ones
-that found bugs under tests/fuzz_regressions/ once fixed. --isolate runs the programs in a child
+that found bugs under tests/testing/fuzz_regressions/ once fixed. --isolate runs the programs in a child
 process, so one that kills it (a segfault) is reported as a "fatal" finding and the run goes on;
 without it, the program a dead process was running is --out/_current.py. --cuda also builds every
 program that passes for CUDA (sm_90) and compiles its CUDA source with nvcc (no GPU needed). --jobs J

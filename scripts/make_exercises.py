@@ -5,7 +5,7 @@ are the course's own exercises 9 (reverse-mode differentiation) and 10 (torch's 
 exercises/<same name>.py, is the same file with the bodies of the functions that make up the answer
 replaced by `raise NotImplementedError("exercise N (...): name")`; signatures and docstrings stay as
 hints. So `diff exercises/16_if_else.py chapters/16_if_else.py` is the answer and nothing else.
-tests/test_exercises.py checks that the starters are what this script writes.
+tests/course/test_exercises.py checks that the starters are what this script writes.
 
     python scripts/make_exercises.py          # rewrite exercises/1[4-9]_*.py, exercises/2[0-3]_*.py
 """

@@ -53,7 +53,7 @@ def products_as_kernels(monkeypatch):
     """CPU float32 and float16 matrix products stay babytriton's kernels (CPUMatmul), as on a CPU
     without half arithmetic whose torch has no MKL (targets.offloaded_matmuls), whatever this one is:
     tests of CPUMatmul itself must not depend on the machine's vendor."""
-    from babytriton import targets
+    from babytriton.core import targets
     monkeypatch.setattr(targets, "host_cpu", lambda: ("", frozenset()))
     monkeypatch.setattr(targets, "SMALL_PRODUCT", 0)
 
@@ -65,7 +65,7 @@ def cpu_targets() -> dict:
     lanes for 8); any other host runs itself only."""
     import tvm
 
-    from babytriton import targets
+    from babytriton.core import targets
     host = targets.resolve_target("cpu")
     has = functools.partial(tvm.target.codegen.target_has_features, target=host)
     narrower = "haswell" if has("avx512f") else "x86-64-v2" if has("avx2") else None
@@ -82,7 +82,7 @@ CPU_TARGETS = cpu_targets()
 def cpu_target(request, monkeypatch):
     """Each target of `cpu_targets()` (its name is the test id), with `target="cpu"`, the default,
     resolved to it meanwhile: functions decorated during the test (the fuzzer's programs) build for it."""
-    from babytriton import targets
+    from babytriton.core import targets
     target, resolve = CPU_TARGETS[request.param], targets.resolve_target
     monkeypatch.setattr(targets, "resolve_target", lambda option: target if isinstance(option, str)
                         and targets.TARGET_ALIASES.get(option) == "llvm" else resolve(option))

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import bench  # noqa: E402
 from corpus import BACKWARD, WORKLOADS, Workload, by_name  # noqa: E402
-from babytriton import autograd  # noqa: E402
+from babytriton.torch import autograd  # noqa: E402
 
 # Workloads that do not compile or do not match torch on the CPU today: the explicit list of known
 # failures. strict=True: a fix makes its test fail until the entry is removed here.

@@ -5,7 +5,7 @@ functional (single-tensor) optimizers.
 
 Every function here is plain PyTorch (no decorator, nothing babytriton-specific): parameters are
 passed as tensors (no nn.Module), helpers are ordinary undecorated functions, config values are
-module-level constants, default arguments or Python numbers passed in. tests/test_torch_corpus.py
+module-level constants, default arguments or Python numbers passed in. tests/codegen/pytorch/test_torch_corpus.py
 runs each one under torch and under `bt.jit`.
 
 CORPUS is the registry: one `Case` per function with

@@ -9,12 +9,12 @@ import torch
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 
-from ..arguments import ArgSpec
-from ..errors import CompilationError, Diagnostic, debug_enabled
+from ..frontend.arguments import ArgSpec
+from ..core.errors import CompilationError, Diagnostic, debug_enabled
 from . import semantic, specialise
 from .scope import Scope
-from ..source import ParsedFunction, environment
-from ..types import format_size
+from ..frontend.source import ParsedFunction, environment
+from ..core.types import format_size
 from .values import PY_BUILTINS, PY_SCALARS, is_symbolic
 
 SYNTAX_NAMES = {

@@ -18,8 +18,8 @@ from tvm import relax, tirx
 from tvm.script.ir_builder import relax as RB
 from tvm.sym import Analyzer
 
-from ..errors import Diagnostic, PathDependent
-from ..types import format_shape
+from ..core.errors import Diagnostic, PathDependent
+from ..core.types import format_shape
 from .operators import number_dtype
 from .scope import FlowSlot, Undefined
 from .values import (describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, promote, scalar_kind,

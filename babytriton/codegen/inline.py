@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from tvm import relax
 
-from .. import devices
-from ..errors import CompilationError, Diagnostic
-from ..frontend import Decorated, FunctionInfo, PlainFunction
-from ..types import SCALAR_TYPES, format_shape, is_float_dtype
+from ..frontend import devices
+from ..core.errors import CompilationError, Diagnostic
+from ..frontend.function import Decorated, FunctionInfo, PlainFunction
+from ..core.types import SCALAR_TYPES, format_shape, is_float_dtype
 from .values import describe, dtype_of, is_python_scalar, is_symbolic, is_tensor, same_size, shape_of
 
 SCALAR_KINDS = {"bool": (bool,), "int64": (int,), "float64": (int, float)}

@@ -23,8 +23,8 @@ import tvm_ffi
 from tvm import relax, s_tir, tirx
 from tvm.script.ir_builder import ir as I
 
-from ..errors import Diagnostic
-from ..types import DTYPES, Tensor, format_shape
+from ..core.errors import Diagnostic
+from ..core.types import DTYPES, Tensor, format_shape
 from . import library
 from .values import same_size
 

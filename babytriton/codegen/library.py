@@ -15,7 +15,7 @@ ops keep Relax's semantics where they differ from torch: `max(x, axis=...)` retu
 (torch returns values and indices), integer `divide` truncates, `std`/`variance` are population
 statistics. Python's operators follow torch. NaN and ±inf follow torch too: the ops whose TVM lowering
 drops a NaN (maximum, minimum, relu, clip, max, min, argmax, argmin, float `!=`) are legalized by
-babytriton (babytriton/legalize.py), not here.
+babytriton (babytriton/operators/legalize.py), not here.
 """
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ import torch
 import tvm
 from tvm import relax
 
-from .. import legalize
-from ..errors import Diagnostic
-from ..types import DTYPES, TORCH_TO_NAME, dtype_name, is_float_dtype
+from ..operators import legalize
+from ..core.errors import Diagnostic
+from ..core.types import DTYPES, TORCH_TO_NAME, dtype_name, is_float_dtype
 from . import operators
 from . import values as core  # the value helpers the visitors share
 

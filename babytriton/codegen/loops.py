@@ -30,8 +30,8 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import relax as RB
 
-from ..errors import Diagnostic, quiet_stderr
-from ..types import DTYPES, TORCH_TO_NAME, format_shape
+from ..core.errors import Diagnostic, quiet_stderr
+from ..core.types import DTYPES, TORCH_TO_NAME, format_shape
 from .control import (Jump, LoopEnd, IterEnd, Marker, SetName, SetTarget, Stream, assigned_names,
                       describe_type, exit_keys, leaves, loaded_names, pack, rebuild, same_type, same_value,
                       structure, symbolic_vars, type_dtype)

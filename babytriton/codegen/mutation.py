@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from tvm import relax
 
-from ..arguments import unwrap
-from ..errors import Diagnostic
-from ..types import DTYPES, format_shape
+from ..frontend.arguments import unwrap
+from ..core.errors import Diagnostic
+from ..core.types import DTYPES, format_shape
 from .control import assigned_names
 from .values import broadcast, same_size
 from . import pytorch

@@ -7,8 +7,8 @@ import operator
 import torch
 from tvm import relax, tirx
 
-from .. import legalize
-from ..types import is_float_dtype
+from ..operators import legalize
+from ..core.types import is_float_dtype
 
 op = relax.op
 

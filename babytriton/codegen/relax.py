@@ -21,12 +21,12 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
 from tvm.script.ir_builder import relax as RB
 
-from .. import devices
-from ..arguments import ArgSpec, Specialise
-from ..errors import CompilationError, Diagnostic, debug_enabled, quiet_tvm
-from ..frontend import plain_function
-from ..source import ParsedFunction
-from ..types import TORCH_TO_NAME, DtypeName, Tensor, format_shape, format_size, is_float_dtype
+from ..frontend import devices
+from ..frontend.arguments import ArgSpec, Specialise
+from ..core.errors import CompilationError, Diagnostic, debug_enabled, quiet_tvm
+from ..frontend.function import plain_function
+from ..frontend.source import ParsedFunction
+from ..core.types import TORCH_TO_NAME, DtypeName, Tensor, format_shape, format_size, is_float_dtype
 from . import inline, kernels, library, mutation, operators, pytorch, semantic
 from .pytorch import indexing
 from .base import CodeGenerator
@@ -93,7 +93,7 @@ class RelaxCodeGen(CodeGenerator):
                                            parsed.source_map) \
             if devices.uses_device_blocks(parsed.tree) else None
         # Which source line (relative to the parsed def) produced each emitted binding: the
-        # fusion map relates fused kernels back to them (babytriton/fusion.py).
+        # fusion map relates fused kernels back to them (babytriton/runtime/fusion.py).
         self.binding_lines: dict[relax.Var, int] = {}
         self.binding_nodes: dict[relax.Var, ast.AST] = {}  # and the expression: TVM's failures point there
         self.lineno = None             # line of the innermost node being compiled
@@ -351,7 +351,7 @@ class RelaxCodeGen(CodeGenerator):
         library.run_time_check(self, test, template, *sizes)
 
     def visit_With(self, node: ast.With):
-        # `with bt.device(...)`: the block's operations run on that device (see babytriton.devices).
+        # `with bt.device(...)`: the block's operations run on that device (see babytriton.frontend.devices).
         kind = devices.block_device(node, self.visit, self.error)
         self.placement.enter(kind, node)
         self.flow.splice_block(node.body, self.placement.leave)

@@ -9,8 +9,8 @@ import operator
 
 import torch
 
-from ..errors import Diagnostic
-from ..types import DtypeName, is_float_dtype
+from ..core.errors import Diagnostic
+from ..core.types import DtypeName, is_float_dtype
 from . import library
 from .values import describe, is_python_scalar, is_symbolic
 

@@ -14,8 +14,8 @@ import inspect
 
 from tvm import relax
 
-from ..arguments import Specialise
-from ..errors import Diagnostic, PathDependent
+from ..frontend.arguments import Specialise
+from ..core.errors import Diagnostic, PathDependent
 from .values import is_tensor
 
 # What a run-time scalar parameter's annotation can be (strings: `from __future__ import annotations`)

@@ -31,13 +31,13 @@ from tvm.ir.expr import TensorLoad
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from ..arguments import ArgSpec
-from ..errors import Diagnostic
-from ..types import DTYPES, TORCH_TO_NAME, format_shape, is_float_dtype
+from ..frontend.arguments import ArgSpec
+from ..core.errors import Diagnostic
+from ..core.types import DTYPES, TORCH_TO_NAME, format_shape, is_float_dtype
 from . import operators
 from .base import CodeGenerator
 from .scope import Scope
-from ..source import ParsedFunction
+from ..frontend.source import ParsedFunction
 from .values import PY_BUILTINS, PY_SCALARS, round_float
 
 INT64 = "int64"

@@ -12,8 +12,8 @@ import tvm
 import tvm_ffi
 from tvm import relax, tirx
 
-from ..errors import Diagnostic
-from ..types import DTYPES, TORCH_TO_NAME, format_shape, format_size
+from ..core.errors import Diagnostic
+from ..core.types import DTYPES, TORCH_TO_NAME, format_shape, format_size
 
 PY_SCALARS = (bool, int, float)
 # Python builtins that make sense on compile-time values inside @jit code.

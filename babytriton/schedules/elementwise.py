@@ -11,7 +11,7 @@ from tvm.s_tir.dlight.base import get_extent
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.sym.pattern import detect_linear_equation
 
-from ..types import is_float_dtype
+from ..core.types import is_float_dtype
 from .analysis import find_all, fuse, is_buffer, is_int, normalized, one_loop, only_output, static_product, uses
 from .inlining import GPU_CALL_DEPTH, inline
 from .lanes import (branch_multiples, branched_buffers, contiguous_lanes, flat_index, flat_offsets, innermost_var,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tvm
 
-from .. import legalize
+from ..operators import legalize
 from .analysis import block_value
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import tvm
 from tvm import relax
 
-from ..errors import debug_enabled
+from ..core.errors import debug_enabled
 
 
 TUNE_EXTRAS = ("psutil", "cloudpickle", "xgboost")
@@ -22,7 +22,7 @@ BUILD_TIMEOUT_S = 300
 
 
 def tuning_dir() -> Path:
-    from ..config import cache_dir
+    from ..core.config import cache_dir
     return cache_dir() / "meta_schedule"
 
 
@@ -124,7 +124,7 @@ def import_tensor_intrinsics(*kinds: str) -> None:
 
 def _prepare_worker(kind: str) -> None:
     """A build worker's set-up: babytriton's reducers, and `kind`'s tensor intrinsics (see INTRINSICS)."""
-    from .. import legalize
+    from ..operators import legalize
     legalize.reducers()
     import_tensor_intrinsics(kind)
 

@@ -43,8 +43,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import CompilationError
-from ..types import DTYPES
+from ..core.errors import CompilationError
+from ..core.types import DTYPES
 from . import oracle
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -481,7 +481,7 @@ class Generator:
     def if_statement(self, name: str) -> list[str]:
         """`if`/`elif`/`else`, decided at run time (a tensor condition) or while compiling. Every path
         assigns `name` a tensor of one dtype and shape (paths that disagree are refused, or, for
-        numbers, merged as compiled code merges them: see babytriton/eager.py)."""
+        numbers, merged as compiled code merges them: see babytriton/eager/reference.py)."""
         conds = [self.runtime_condition() if self.rng.random() < 0.75 else self.compile_time_condition()
                  for _ in range(self.rng.choice((1, 1, 2)))]
         if any(c is None for c in conds):
@@ -1771,7 +1771,7 @@ def _render(module: ast.Module) -> str:
 # the driver
 # ----------------------------------------------------------------------------------------------
 def reproducer(text: str, outcome: Outcome, threads: int = 0, cuda: bool = False) -> str:
-    """A program file that shows a finding, ready for tests/fuzz_regressions/ once it is fixed."""
+    """A program file that shows a finding, ready for tests/testing/fuzz_regressions/ once it is fixed."""
     header = "".join(f"# {line}\n" for line in outcome.detail.splitlines()[:6])
     thread_kind = outcome.kind.startswith("thread") or outcome.kind == "fatal" and threads
     cuda_kind = outcome.kind.startswith("cuda") or outcome.kind == "fatal" and cuda

@@ -1,5 +1,5 @@
 """The fuzzer's oracle: a generated @jit program rewritten into plain torch calls and run on the
-same inputs. It is written here, independently of babytriton's eager reference (babytriton/eager.py
+same inputs. It is written here, independently of babytriton's eager reference (babytriton/eager/reference.py
 and eager_ops.py share the compiler's operator rules, so they share its mistakes too).
 
 `translate(text)` turns a program file's text into a module whose `f` is plain Python on torch:

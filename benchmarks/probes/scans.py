@@ -1,4 +1,4 @@
-"""GPU check and timing of cumsum/cumprod as babytriton's own scan kernels (babytriton/scans.py) against
+"""GPU check and timing of cumsum/cumprod as babytriton's own scan kernels (babytriton/operators/scans.py) against
 torch eager (CUB's scans) and torch.compile (Inductor's Triton scan).
 
 Run on the GPU machine, from the project root (after `source .gpu/setup.sh`):

@@ -1,4 +1,4 @@
-"""GPU probe for issue 28 item 3 (a producer into softmax / log_softmax, babytriton/decompose.py): the
+"""GPU probe for issue 28 item 3 (a producer into softmax / log_softmax, babytriton/passes/decompose.py): the
 outside set's softmax programs at full size, compiled with babytriton as now ("decomposed") and with
 decompose.DECOMPOSE and rowwise.RECOMPUTE_PRODUCERS off ("before": the library op one opaque kernel,
 smaller producers kernels of their own), each checked against torch eager, timed against eager and
@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 import babytriton as bt
-from babytriton import decompose, rowwise
+from babytriton.passes import decompose, rowwise
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import outside  # noqa: E402

@@ -10,7 +10,7 @@ k, dtypes, largest/smallest, dims, NaN) on CUDA, as babytriton now builds them (
 stable sort, offload._SortsToTorch), and compares each with torch. Part 2 builds the router case the
 way it was built before (TVM's GPU sort, the offload switched off) and takes it apart: TVM alone
 (no babytriton), the VM's memory plan off, the computed scores returned too, and a run under
-CUDA_LAUNCH_BLOCKING=1. The last line says which route is right. tests/test_sorts_on_gpu.py runs
+CUDA_LAUNCH_BLOCKING=1. The last line says which route is right. tests/passes/test_sorts_on_gpu.py runs
 part 1 under pytest (`-m gpu`).
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 import babytriton as bt
-from babytriton import offload
+from babytriton.passes import offload
 
 DEVICE = "cuda"
 

@@ -8,8 +8,8 @@ import math
 
 import torch
 
-from ...errors import Diagnostic
-from ...types import DTYPES, TORCH_TO_NAME, dtype_name, is_float_dtype
+from ...core.errors import Diagnostic
+from ...core.types import DTYPES, TORCH_TO_NAME, dtype_name, is_float_dtype
 from ..values import is_python_scalar, is_symbolic
 from .registry import op, tensor, torch_property, torch_rule
 from .shapes import require, shape_text, sizes

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ...errors import Diagnostic
-from ...types import DTYPES, format_shape
+from ...core.errors import Diagnostic
+from ...core.types import DTYPES, format_shape
 from ..values import broadcast, is_symbolic, same_size
 from .registry import op
 

@@ -11,8 +11,8 @@ import math
 import torch
 import tvm
 
-from ...errors import Diagnostic
-from ...types import format_shape, is_float_dtype
+from ...core.errors import Diagnostic
+from ...core.types import format_shape, is_float_dtype
 from ..values import broadcast, is_symbolic
 from .pointwise import HALVES
 from .reductions import _vector_norm, _with_dtype, vector_norm

@@ -8,8 +8,8 @@ import math
 
 import torch
 
-from ...errors import Diagnostic
-from ...types import DTYPES, dtype_name, is_float_dtype
+from ...core.errors import Diagnostic
+from ...core.types import DTYPES, dtype_name, is_float_dtype
 from .registry import dim as axis_of, tensor, torch_rule
 
 

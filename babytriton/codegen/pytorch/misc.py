@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ...errors import Diagnostic
-from ...types import format_shape, is_float_dtype
+from ...core.errors import Diagnostic
+from ...core.types import format_shape, is_float_dtype
 from . import indexing
 from .pointwise import HALVES, dtype_of_result
 from .registry import op, tensor, torch_rule

@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ...errors import Diagnostic
+from ...core.errors import Diagnostic
 from .registry import dim as axis_of, op, tensor, torch_rule
 
 REDUCTIONS = ("mean", "sum", "none")

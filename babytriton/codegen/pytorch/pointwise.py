@@ -12,8 +12,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ...errors import Diagnostic
-from ...types import DTYPES, TORCH_TO_NAME, dtype_name, is_float_dtype
+from ...core.errors import Diagnostic
+from ...core.types import DTYPES, TORCH_TO_NAME, dtype_name, is_float_dtype
 from .. import library
 from .registry import op, tensor, tensor_property, torch_rule
 

@@ -11,8 +11,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ...errors import Diagnostic
-from ...types import dtype_name, is_float_dtype
+from ...core.errors import Diagnostic
+from ...core.types import dtype_name, is_float_dtype
 from .pointwise import as_float, in_float32
 from .registry import dim as one_dim
 from .registry import dims, op, tensor, torch_rule

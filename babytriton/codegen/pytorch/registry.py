@@ -3,7 +3,7 @@
 
 A rule takes the builder first and torch's own parameters after it (`softmax(b, input, dim, dtype)`),
 and builds its result from the Relax operators of the library table (`op(b, "exp", x)`), so the
-compiler (library.RelaxBuilder: Relax) and the eager reference (eager_ops.TorchBuilder: torch) run
+compiler (library.RelaxBuilder: Relax) and the eager reference (eager/ops.py, TorchBuilder: torch) run
 the same rule, as Helion and Dynamo map torch's vocabulary onto their own IR.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import inspect
 import typing
 from dataclasses import dataclass
 
-from ...errors import Diagnostic
+from ...core.errors import Diagnostic
 from .. import library
 
 

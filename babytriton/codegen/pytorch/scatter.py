@@ -17,8 +17,8 @@ import math
 import torch
 import tvm
 
-from ...errors import Diagnostic
-from ...types import format_shape, is_float_dtype
+from ...core.errors import Diagnostic
+from ...core.types import format_shape, is_float_dtype
 from .. import library
 from ..values import broadcast, same_size
 from . import indexing

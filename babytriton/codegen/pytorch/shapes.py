@@ -10,9 +10,9 @@ import math
 import torch
 import tvm
 
-from ...errors import Diagnostic
+from ...core.errors import Diagnostic
 from .. import library
-from ...types import DTYPES, TORCH_TO_NAME
+from ...core.types import DTYPES, TORCH_TO_NAME
 from ..values import broadcast, is_symbolic, same_size
 from .registry import dim as _dim, dims as _dims, op, tensor, torch_property, torch_rule  # (rules take `dim`)
 

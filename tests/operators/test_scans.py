@@ -1,0 +1,315 @@
+"""cumsum/cumprod on a GPU as our own kernels (babytriton/operators/scans.py): a row template (scanned axis
+contiguous: registers, warp shuffles, shared memory, a carry across tiles) and a column template
+(a thread a column, the scanned axis split into chunks where the columns are few).
+
+Here (no GPU): the templates' choices by shape; the column template's meaning, its threads run as
+serial loops on the CPU (it has no shuffles); every case's CUDA generated and compiled by nvcc. On a
+GPU (`-m gpu`): every axis of several shapes in every dtype, NaN/inf, exclusive scans, symbolic and
+empty sizes, compared with torch.
+"""
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+import torch
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+import babytriton as bt
+from babytriton.operators import scans
+
+SM90 = {"kind": "cuda", "arch": "sm_90"}
+I64 = lambda v: tirx.IntImm("int64", v)  # noqa: E731
+
+
+def _scan(shape, axis, op="relax.cumsum", in_dtype="float32", out_dtype="float32", exclusive=False):
+    return scans.Scan(op, tuple(I64(s) if isinstance(s, int) else s for s in shape), axis, in_dtype, out_dtype,
+                      exclusive)
+
+
+# --------------------------------------------------------------------------------------------------
+# choices by shape
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape, axis, want", [
+    ((8192, 4096), 1, (4, 4, 32, 1, 8)),     # many long rows: a warp a row, four float4 a thread
+    ((192, 9158), 1, (2, 8, 32, 16, 1)),     # few long rows: 16 warps a row; 9158 = 2 x 4579: float2
+    ((100000, 4), 1, (4, 4, 1, 1, 8)),       # short rows: a lane a row, 32 rows a warp
+    ((300, 60), 1, (4, 4, 4, 1, 8)),         # 4 lanes a row
+    ((7, 1), 0, (1, 16, 1, 1, 1)),           # (n=7 of one row) a single lane, scalar loads
+])
+def test_row_shapes_follow_the_iteration_space(shape, axis, want):
+    assert scans.row_shape(_scan(shape, axis)) == want
+
+
+def test_column_shapes_split_few_columns_into_chunks():
+    assert scans.column_shape(_scan((8192, 4096), 0)) == (4, 128)        # 1024 threads x 128 chunks of 64
+    assert scans.column_shape(_scan((12, 16, 9158), 1)) == (2, 1)        # 16 rows: too short to split
+    assert scans.column_shape(_scan((503, 2049), 0)) == (1, 15)          # odd width: scalar columns
+    n = tirx.Var("n", "int64")
+    assert scans.column_shape(_scan((n, 64), 0)) == (4, 16)    # an unknown length: 16 chunks, empty where n is short
+    assert scans.column_shape(_scan((64, n), 0)) == (1, 1)     # unknown columns: assumed many
+
+
+def test_few_long_rows_and_unknown_ranks_stay_with_torch():
+    from tvm import relax
+    x = relax.Var("x", relax.TensorType((4, 100000), "float32"))
+    assert scans.plan("relax.cumsum", x, 1, False, "float32") is None
+    assert scans.plan("relax.cumsum", x, 0, False, "float32") is not None   # columns: 100000 threads
+    y = relax.Var("y", relax.TensorType(ndim=2, dtype="float32"))
+    assert scans.plan("relax.cumsum", y, 1, False, "float32") is None
+
+
+# --------------------------------------------------------------------------------------------------
+# the column template's meaning, run on the CPU
+# --------------------------------------------------------------------------------------------------
+
+def _serial(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """`func` with its thread loops run one after another: what the GPU computes, for a kernel whose
+    threads never talk to each other."""
+    def serial(loop):
+        if loop.kind != tirx.ForKind.THREAD_BINDING:
+            return loop
+        return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.SERIAL, loop.body)
+    return func.with_body(tvm_ffi.structural_map(func.body, (tirx.For, serial)))
+
+
+def _run_columns(scan: scans.Scan, x: torch.Tensor) -> torch.Tensor:
+    kernels = [tvm.compile(tvm.IRModule({"main": _serial(k).with_attr("global_symbol", "main")}), target="llvm")
+               for k in scans.column_kernels(scan)]
+    out = tvm.runtime.empty(tuple(x.shape), scan.out_dtype, tvm.cpu())
+    x_ = tvm.runtime.tensor(x.numpy())
+    if len(kernels) == 1:
+        kernels[0](x_, out)
+    else:
+        outer, n, inner = (int(np.prod(x.shape[:scan.axis])), x.shape[scan.axis], int(np.prod(x.shape[scan.axis + 1:])))
+        _, chunks = scans.column_shape(scan)
+        sums, prefixes = (tvm.runtime.empty((outer, chunks, inner), scan.dtype, tvm.cpu()) for _ in range(2))
+        kernels[0](x_, sums)
+        kernels[1](sums, prefixes)
+        kernels[2](x_, prefixes, out)
+    return torch.from_numpy(out.numpy())
+
+
+def _reference(x: torch.Tensor, axis: int, op: str, exclusive: bool, dtype) -> torch.Tensor:
+    step, identity = (torch.cumsum, 0) if op == "relax.cumsum" else (torch.cumprod, 1)
+    y = step(x.to(dtype), dim=axis)
+    if not exclusive or y.shape[axis] == 0:    # an empty axis has no first element to shift in
+        return y
+    first = torch.full_like(y.narrow(axis, 0, 1), identity)
+    return torch.cat([first, y.narrow(axis, 0, y.shape[axis] - 1)], dim=axis)
+
+
+def _values(shape, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        x = 1 + torch.randn(*shape, generator=g) / 64     # products stay finite over long axes
+        flat = x.view(-1)
+        if flat.numel() > 7:
+            flat[3], flat[flat.numel() // 2], flat[-2] = float("nan"), float("inf"), float("-inf")
+        return x.to(dtype)
+    return torch.randint(-3, 4, shape, generator=g).to(dtype)
+
+
+COLUMN_CASES = [
+    ((2048, 64), 0, "relax.cumsum", "float32", False),    # 16 threads of 4 columns: 64 chunks
+    ((300, 7, 5), 1, "relax.cumprod", "float32", True),   # middle axis, odd sizes, exclusive
+    ((40, 3, 6), 0, "relax.cumsum", "int64", False),
+    ((1000, 4, 2), 0, "relax.cumsum", "int32", True),     # int32 in, accumulated in int64
+    ((5, 0, 3), 1, "relax.cumsum", "float32", False),     # an empty scanned axis
+]
+
+
+@pytest.mark.parametrize("shape, axis, op, dtype, exclusive", COLUMN_CASES)
+def test_column_template_matches_torch_on_the_cpu(shape, axis, op, dtype, exclusive):
+    x = _values(shape, getattr(torch, dtype))
+    out = "int64" if dtype.startswith("int") else dtype
+    got = _run_columns(_scan(shape, axis, op, dtype, out, exclusive), x)
+    want = _reference(x, axis, op, exclusive, getattr(torch, out))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4, equal_nan=True)
+
+
+def test_column_template_takes_symbolic_sizes():
+    n, m = tirx.Var("n", "int64"), tirx.Var("m", "int64")
+    scan = _scan((n, 3, m), 0, exclusive=True)
+    for shape in [(37, 3, 5), (1, 3, 8)]:
+        x = _values(shape, torch.float32, seed=shape[0])
+        torch.testing.assert_close(_run_columns(scan, x), _reference(x, 0, scan.op, True, torch.float32),
+                                   rtol=1e-5, atol=1e-4, equal_nan=True)
+
+
+SHAPES = st.lists(st.integers(1, 40), min_size=2, max_size=3)
+
+
+@settings(max_examples=4, deadline=None)
+@given(shape=SHAPES, data=st.data())
+def test_generated_column_scans_match_torch_on_the_cpu(shape, data):
+    axis = data.draw(st.integers(0, len(shape) - 2))      # an axis with something after it
+    op = data.draw(st.sampled_from(["relax.cumsum", "relax.cumprod"]))
+    dtype, exclusive = data.draw(st.sampled_from(["float32", "int64"])), data.draw(st.booleans())
+    x = _values(shape, getattr(torch, dtype), seed=len(shape))
+    got = _run_columns(_scan(shape, axis, op, dtype, dtype, exclusive), x)
+    torch.testing.assert_close(got, _reference(x, axis, op, exclusive, getattr(torch, dtype)),
+                               rtol=1e-5, atol=1e-4, equal_nan=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 1 << 20), n=st.integers(1, 1 << 16), dtype=st.sampled_from(["float32", "float16", "int64"]))
+def test_generated_row_shapes_cover_their_rows(rows, n, dtype):
+    """Every row gets a power-of-two team of threads inside one block, whole vectors a thread."""
+    scan = _scan((rows, n), 1, in_dtype=dtype, out_dtype=dtype)
+    lanes, vectors, threads, warps, per_block = scans.row_shape(scan)
+    assert threads & (threads - 1) == 0 and 1 <= threads <= 32 and (warps == 1 or threads == 32)
+    assert warps & (warps - 1) == 0 and 32 * warps * per_block <= 1024
+    assert per_block == 1 or warps == 1                  # shared memory only among one row's warps
+    assert n % lanes == 0 and lanes * vectors * tvm.DataType(scan.dtype).bits >= 8 * scans.THREAD_BYTES
+
+
+# --------------------------------------------------------------------------------------------------
+# whole programs built for sm_90 and compiled by nvcc
+# --------------------------------------------------------------------------------------------------
+
+def _nvcc(source: str):
+    if shutil.which("nvcc"):
+        from tvm.support import nvcc
+        with tvm.target.Target(SM90):
+            assert b".entry" in nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
+
+
+TEMPLATE_CASES = [   # (shape, axis, input dtype, result dtype, exclusive): every dtype each template takes
+    ((64, 4096), 0, "float16", "float16", True), ((64, 4096), 1, "bfloat16", "bfloat16", False),
+    ((1000, 60), 1, "float16", "float32", False), ((40, 8, 64), 1, "int32", "int64", True),
+    ((40, 8, 64), 2, "float64", "float64", False), ((192, 9158), 1, "float32", "float32", True),
+    ((40, 8, 64), 0, "bfloat16", "float32", False), ((100000, 3), 1, "int64", "int64", False),
+]
+
+
+def test_templates_build_with_nvcc_in_every_dtype():
+    """The kernels of every case in one module (one nvcc run): vector casts of halves, int64 shuffles,
+    float64, shared memory across warps."""
+    target = tvm.target.Target(SM90)
+    kernels = {}
+    for k, (shape, axis, in_dtype, out_dtype, exclusive) in enumerate(TEMPLATE_CASES):
+        scan = _scan(shape, axis, "relax.cumprod" if k % 2 else "relax.cumsum", in_dtype, out_dtype, exclusive)
+        made = [scans.row_kernel(scan)] if scans._static(scan.split()[2]) == 1 else scans.column_kernels(scan)
+        for j, func in enumerate(made):
+            kernels[f"k{k}_{j}"] = func.with_attr("global_symbol", f"k{k}_{j}").with_attr("target", target)
+    module = tvm.compile(tvm.IRModule(kernels), target=target).mod
+    source = (module.imports[0] if module.imports else module).inspect_source()
+    assert source.count("__global__") >= len(kernels)
+    _nvcc(source)
+
+
+def every_scan(x3, x2, xi, xh):
+    """Each axis of a float32 3-d tensor, both ops; exclusive; ints; a half tensor's two axes."""
+    sums = [torch.cumsum(x3 * 2, dim=d) for d in range(3)] + [torch.cumprod(x3, dim=2)]
+    return (*sums, bt.cumsum(x2, axis=1, exclusive=True), bt.cumsum(x2, axis=0, exclusive=True),
+            torch.cumsum(xi, dim=1), torch.cumprod(xi, dim=0), torch.cumsum(xh, dim=0), torch.cumsum(xh, dim=1))
+
+
+def symbolic_scans(x: bt.Tensor(("n", 16, "m"))):
+    return torch.cumsum(x, dim=0), torch.cumsum(x, dim=1), torch.cumprod(x, dim=2)
+
+
+def test_every_scan_is_ours_and_builds_with_nvcc():
+    meta = lambda shape, dtype: torch.empty(shape, dtype=dtype, device="meta")  # noqa: E731
+    k = bt.jit(every_scan, target=SM90).compile(meta((12, 16, 9158), torch.float32), meta((503, 2048), torch.float32),
+                                                meta((299, 96), torch.int32), meta((33, 1031), torch.float16))
+    scan_kernels = [kernel for kernel in k.fusion if "cum" in kernel.name]
+    assert len(scan_kernels) >= 10 and all(kernel.rule.startswith("Scan") for kernel in scan_kernels), k.fusion
+    # a half scan reads and writes its halves itself: no float32 copies, no rounding kernel after it
+    assert not any(kernel.name.startswith("cast") for kernel in k.fusion), k.fusion
+    _nvcc(k.source)
+
+
+def test_symbolic_scans_build_with_nvcc():
+    k = bt.jit(symbolic_scans, target=SM90).compile(torch.empty((5, 16, 7), device="meta"))
+    assert [kernel.rule.split(" ")[0] for kernel in k.fusion if "cum" in kernel.name].count("Scan") == 3, k.fusion
+    _nvcc(k.source)
+
+
+def row_sums(x):
+    return torch.cumsum(x, dim=1)
+
+
+def test_few_long_rows_go_to_torchs_scan():
+    k = bt.jit(row_sums, target=SM90).compile(torch.empty((4, 100000), device="meta"))
+    assert [kernel.rule for kernel in k.fusion] == ["torch.cumsum"], k.fusion
+
+
+# --------------------------------------------------------------------------------------------------
+# on a GPU, against torch
+# --------------------------------------------------------------------------------------------------
+
+GPU_SHAPES = [(12, 16, 9158), (299, 4, 96), (503, 2048), (7, 1), (33, 1031), (100000, 3), (3, 50000), (5, 0)]
+
+
+def _tolerance(dtype, n):
+    if not dtype.is_floating_point:
+        return {"rtol": 0, "atol": 0}
+    if dtype in (torch.float16, torch.bfloat16):
+        return {"rtol": 1e-2, "atol": 1e-2}   # rounded once from float32, as the reference is
+    return {"rtol": 1e-4, "atol": 1e-5 * max(n, 1)}
+
+
+def _gpu_reference(x, axis, op, exclusive):
+    """torch's scan of float32 (int64) copies, rounded once to the half dtype."""
+    wide = torch.int64 if not x.dtype.is_floating_point else torch.float32
+    out = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else wide
+    return _reference(x.to(wide), axis, op, exclusive, wide).to(out)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", GPU_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32])
+def test_gpu_scans_over_every_axis_match_torch(shape, dtype):
+    x = _values(shape, dtype).cuda()
+    for axis in range(x.dim()):
+        def both(t, axis=axis):
+            return torch.cumsum(t, dim=axis), torch.cumprod(t, dim=axis), bt.cumsum(t, axis=axis, exclusive=True)
+        got = bt.jit(both, target="gpu")(x)
+        for g, op, exclusive in zip(got, ["relax.cumsum", "relax.cumprod", "relax.cumsum"], [False, False, True]):
+            want = _gpu_reference(x, axis, op, exclusive)
+            assert g.dtype == want.dtype or exclusive, (g.dtype, want.dtype)
+            torch.testing.assert_close(g, want.to(g.dtype), equal_nan=True, **_tolerance(dtype, shape[axis]))
+
+
+def scan_last(x, axis: bt.constexpr):
+    return torch.cumsum(x, dim=axis), torch.cumprod(x, dim=axis)
+
+
+@pytest.mark.gpu
+@settings(max_examples=25, deadline=None)
+@given(shape=st.lists(st.integers(1, 3000), min_size=1, max_size=3), data=st.data())
+def test_gpu_generated_scans_match_torch(shape, data):
+    """Ragged sizes: rows that share warps, rows over several tiles, odd widths without vectors."""
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    dtype = data.draw(st.sampled_from([torch.float32, torch.bfloat16, torch.int64]))
+    x = _values(shape, dtype, seed=sum(shape)).cuda()
+    for g, op in zip(bt.jit(scan_last, target="gpu")(x, axis), ["relax.cumsum", "relax.cumprod"]):
+        torch.testing.assert_close(g, _gpu_reference(x, axis, op, False).to(g.dtype), equal_nan=True,
+                                   **_tolerance(dtype, shape[axis]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(5, 16, 3000), (300, 16, 64), (1, 16, 1), (2000, 16, 9)])
+def test_gpu_symbolic_scans_match_torch(shape):
+    x = _values(shape, torch.float32).cuda()
+    got = bt.jit(symbolic_scans, target="gpu")(x)
+    for g, axis, op in zip(got, [0, 1, 2], ["relax.cumsum", "relax.cumsum", "relax.cumprod"]):
+        torch.testing.assert_close(g, _gpu_reference(x, axis, op, False), equal_nan=True,
+                                   **_tolerance(torch.float32, shape[axis]))
+
+
+def transposed_sums(t):
+    return torch.cumsum(t.transpose(0, 1), dim=1)
+
+
+@pytest.mark.gpu
+def test_gpu_scan_of_a_non_contiguous_view_matches_torch():
+    x = _values((4096, 512), torch.float32).cuda()
+    got = bt.jit(transposed_sums, target="gpu")(x)
+    torch.testing.assert_close(got, torch.cumsum(x.t(), dim=1), equal_nan=True, rtol=1e-4, atol=0.05)
