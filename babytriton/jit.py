@@ -14,9 +14,9 @@ from .torch import autograd
 from .runtime import cache
 from .core import config, targets
 from .frontend import devices
-from . import dump, schedules
+from . import schedules
 from .eager import reference as eager
-from .backends import relax as relax_backend, tir as tir_backend
+from .backends import relax as relax_backend
 from .autodiff import backward as backward_
 from .torch import library as torch_library
 from . import explain as explaining
@@ -24,7 +24,8 @@ from .frontend.arguments import ArgSpec, Specialise, unwrap
 from .codegen import kernels, mutation
 from .core.errors import CompilationError
 from .frontend.function import Decorated, FunctionInfo
-from .runtime.kernel import Compiled, Kernel
+from .versions import Versions
+from .runtime.kernel import Kernel
 from .core.types import TORCH_TO_NAME, Param, Tensor
 from .torch.library import tracing as _tracing
 
@@ -120,21 +121,6 @@ def _no_gradient_through(run, name: str, held: list[str]):
     return call
 
 
-def warn_serial(kernel: Kernel) -> None:
-    """A SerialKernelWarning for each kernel left with a large amount of work on one thread (one GPU
-    block), naming the user's lines that it computes."""
-    for name, work in schedules.serial_kernels(kernel.module, kernel.target):
-        try:
-            ops = kernel.fusion[name].ops
-        except KeyError:
-            ops = ()
-        lines = [f"{kernel.fusion.filename}:{op.line}: {op.source}" for op in ops if op.line is not None]
-        where = "; ".join(dict.fromkeys(lines)) or "(line unknown)"
-        one = "one GPU block" if kernel.device_kind == "cuda" else "one thread"
-        cache.warn(f"babytriton: kernel '{name}' of '{kernel.name}' runs about {work:,} loop iterations on {one} "
-                   f"(no schedule rule spread it over more): {where}", schedules.SerialKernelWarning)
-
-
 def _value_key(value, is_constexpr: bool):
     """One argument's part of the call key: what picks its runner (a tensor's dtype, exact shape,
     device and requires_grad; a constexpr's value; another value's type)."""
@@ -180,13 +166,12 @@ class JITFunction(Decorated):
         self.__wrapped__ = fn
         self._nparams = len(self.params)
         self._call_key = self._key_function()
-        self._kernels: dict[tuple, Kernel] = {}   # (specs, globals key) -> the compiled version
-        self._backwards: dict[tuple, Kernel] = {}  # ((specs, globals key), autograd.Variant) -> its backward
         self._fallbacks: set = set()               # backward fallbacks warned about
-        self._nothing_saved: set = set()            # training forwards asked for that save nothing
         self._fallback_of: dict = {}                # (specs, autograd.Variant) -> why its backward is eager
         self._lock = threading.RLock()
-        # Short updates (counts, runner tables), never held while compiling: a call that finds its
+        self._versions = Versions(info, self._lock)   # the compiled forwards and backwards
+        self.stats = self._versions.stats
+        # Short updates (runner tables), never held while compiling: a call that finds its
         # version does not wait for another thread's compile. Exact without the GIL too.
         self._update_lock = threading.Lock()
         # What the cached call path reads, replaced whole (one atomic store) when a global changes:
@@ -196,8 +181,6 @@ class JITFunction(Decorated):
         reads_names = bool(cache._free_paths(self.parsed.tree))
         self._state: tuple = (_always if reads_names else None, (), {})
         self._runner_tables: dict[tuple, dict] = {}
-        self.stats = {"compilations": 0, "hits": 0, "misses": 0, "disk_hits": 0, "disk_writes": 0}
-        self._disk_warned = False
         # BABYTRITON_INTERPRET=1 at decoration: every call runs eagerly. Read here, once, so that
         # the cached call path costs one attribute test, not an environment lookup.
         self._interpret = config.interpret_requested()
@@ -327,19 +310,7 @@ class JITFunction(Decorated):
         return specs, values
 
     def _kernel(self, specs: tuple[ArgSpec, ...]) -> Kernel:
-        key = self._memory_key(specs)
-        kernel = self._kernels.get(key)   # without the lock: a hit never waits for another's compile
-        if kernel is None:
-            with self._lock:  # threads asking for the same version compile it once
-                kernel = self._kernels.get(key)
-                if kernel is None:
-                    self.stats["misses"] += 1
-                    kernel = self._obtain(specs, key[1])
-                    self._kernels[key] = kernel
-                    return kernel
-        with self._update_lock:
-            self.stats["hits"] += 1
-        return kernel
+        return self._versions.forward(self._memory_key(specs))
 
     def backward_kernel(self, specs: tuple[ArgSpec, ...], variant: autograd.Variant, grads, saved=()) -> Kernel:
         """The compiled backward of the version for `specs` (static sizes), differentiating `variant`:
@@ -366,23 +337,8 @@ class JITFunction(Decorated):
                 for p, s in zip(self.params, specs)]
 
     def _derived_kernel(self, specs: tuple[ArgSpec, ...], variant: autograd.Variant, params) -> Kernel:
-        """A backward or training forward (`variant.part`) of the version for `specs`, compiled once
-        (threads asking for the same one wait for it); a training forward found to save nothing is
-        remembered as such (relax_backend.NothingSaved, raised again without compiling)."""
-        key = (self._memory_key(specs), variant)
-        kernel = self._backwards.get(key)
-        if kernel is None:
-            with self._lock:
-                kernel = self._backwards.get(key)
-                if kernel is None:
-                    if key in self._nothing_saved:
-                        raise relax_backend.NothingSaved(self.__name__)
-                    try:
-                        kernel = self._backwards[key] = self._obtain(specs, key[0][1], variant, params)
-                    except relax_backend.NothingSaved:
-                        self._nothing_saved.add(key)
-                        raise
-        return kernel
+        """A backward or training forward (`variant.part`) of the version for `specs` (Versions.derived)."""
+        return self._versions.derived(self._memory_key(specs), variant, params)
 
     def training_forward(self, *args, **kwargs) -> Kernel:
         """The forward that calls with tensors requiring grad run for these arguments: the training
@@ -460,82 +416,6 @@ class JITFunction(Decorated):
         cache.warn(f"babytriton: the backward of '{self.__name__}' is not compiled: it runs torch autograd over "
                    f"the eager reference, because of {what} at {where}", autograd.GradientFallbackWarning)
 
-    def _obtain(self, specs: tuple[ArgSpec, ...], globals_key: tuple, variant=None, params=None) -> Kernel:
-        """A version not in memory: from the disk cache when it holds one, else compiled (and stored).
-        With a `variant`, the backward of the version (its `params` the forward's and the gradients')."""
-        info, target = self.info, self.info.target
-        key = cache.make_key(info, specs, target)
-        if variant is not None:
-            key = cache.CacheKey(key.parts + (variant.key_part(self.params),), key.unstable)
-        versions = self._kernels if variant is None else self._backwards   # the nearest of its own kind
-        others = [k.cache_key.summary() for k in versions.values() if k.cache_key is not None]
-        why = cache.nearest(others, key.summary())[1] if others else []
-        if why and self.options["verbose"]:
-            print(f"===== {self.__name__}: new version; differs from the nearest in: {'; '.join(why)}", flush=True)
-        use_disk = cache.disk_enabled(self.options["cache"]) and key.unstable is None
-        path = cache.entry_dir(info, key) if use_disk else None
-        compiled, loader, replace = None, None, False
-        if use_disk and cache.loadable_here(target):
-            try:
-                entry = cache.load(path, key)
-            except cache.Corrupt as e:
-                cache.warn(f"babytriton: the disk cache entry of '{self.__name__}' at {path} is corrupt ({e}); "
-                           "recompiling and replacing it")
-                entry, replace = None, True
-            if entry is not None:
-                compiled = Compiled(entry.backend, entry.executable, None, entry.stages, entry.fusion,
-                                    entry.size_checks, entry.outputs)
-                loader = self._module_loader(path, specs, variant)
-                self.stats["disk_hits"] += 1
-                if self.options["verbose"] or dump.printing():
-                    for stage, text in entry.stages.items():
-                        dump.print_stage(self.__name__, stage, text)
-        from_disk = compiled is not None
-        if not from_disk:
-            compiled = self._build(specs, variant)
-            self.stats["compilations"] += 1
-            if use_disk and (replace or not (path / "meta.json").exists()):
-                self._store(path, key, compiled, replace)
-        cache_path = str(path) if path is not None and (path / "meta.json").exists() else None
-        # backend="tir" calls the PrimFunc by the name of its `def`
-        name = self.parsed.name if compiled.backend == "tir" else self.__name__
-        if variant is not None:
-            name = f"{self.__name__}_forward_saving" if variant.part == "forward" else f"{self.__name__}_backward"
-        kernel = Kernel(name, params or self.params, specs, target, compiled, source_map=self.parsed.source_map,
-                        module_loader=loader, cache_key=key, cache_path=cache_path, from_disk=from_disk, why=why,
-                        globals_key=globals_key)
-        if not from_disk and compiled.backend == "relax":
-            warn_serial(kernel)
-        self._dump(kernel, key)
-        return kernel
-
-    def _module_loader(self, path, specs, variant=None):
-        def load():
-            return cache.load_module_json(path) or self._build(specs, variant).module
-        return load
-
-    def _store(self, path, key, compiled: Compiled, replace: bool) -> None:
-        try:
-            if cache.store(path, key, compiled.executable, compiled.stages, compiled.fusion, compiled.module,
-                           replace, compiled.size_checks, compiled.backend, compiled.outputs):
-                self.stats["disk_writes"] += 1
-        except Exception as e:  # noqa: BLE001 - a full disk, no C compiler...: carry on without the entry
-            if not self._disk_warned:
-                self._disk_warned = True
-                cache.warn(f"babytriton: could not write the disk cache entry of '{self.__name__}' under "
-                           f"{path.parent} ({type(e).__name__}: {e}); continuing without it")
-
-    def _dump(self, kernel: Kernel, key) -> None:
-        root = dump.directory()
-        if root is None:
-            return
-        extra = {"key.txt": explaining.key_text(key, kernel.why), "fusion.txt": str(kernel.fusion) + "\n"}
-        folder = dump.version_folder(self.__name__, self.params, kernel.specs, key.digest)
-        try:
-            dump.write(root, folder, kernel.stages, kernel.target.kind.name, extra)
-        except OSError as e:
-            cache.warn(f"babytriton: could not write the stage dump under {root} ({e})")
-
     def explain(self, *args, backward: bool = False, **kwargs) -> explaining.Explanation:
         """Print and return the cache key's parts for these arguments, whether a compiled version
         exists in memory or on disk, and how it differs from the nearest existing version.
@@ -546,49 +426,28 @@ class JITFunction(Decorated):
             specs, variant, grads, saved = self._backward_request(args, kwargs)
             specs = specs + tuple(ArgSpec("tensor", tuple(g.shape), TORCH_TO_NAME[g.dtype]) for g in [*saved, *grads])
             memory = self._memory_key(specs)
-            key = cache.make_key(self.info, specs, self.info.target)
-            key = cache.CacheKey(key.parts + (variant.key_part(self.params),), key.unstable)
-            backwards = [k for (_, v), k in self._backwards.items() if v.part != "forward"]
-            result = explaining.explain(self.info, key, self._backwards.get((memory, variant)),
+            key = self._versions.cache_key(specs, variant)
+            backwards = [k for (_, v), k in self._versions.backwards.items() if v.part != "forward"]
+            result = explaining.explain(self.info, key, self._versions.backwards.get((memory, variant)),
                                         backwards, f"{self.__name__} (backward)",
                                         self._fallback_of.get((specs[:self._nparams], variant)))
             print(result.text)
             return result
         specs = self._specs_for(args, kwargs)
-        kernel = self._kernels.get(self._memory_key(specs))
-        result = explaining.explain(self.info, cache.make_key(self.info, specs, self.info.target), kernel,
-                                    list(self._kernels.values()))
+        kernel = self._versions.forwards.get(self._memory_key(specs))
+        result = explaining.explain(self.info, self._versions.cache_key(specs), kernel,
+                                    list(self._versions.forwards.values()))
         print(result.text)
         return result
 
     def target(self) -> tvm.target.Target:
         return self.info.target
 
-    def _build(self, specs: tuple[ArgSpec, ...], variant=None) -> Compiled:
-        """Compile one version with the function's backend; both give a `Compiled`. With a
-        `variant` (autograd.Variant), its backward instead (backend="relax" only)."""
-        stages: dict[str, str] = {}
-        verbose = self.options["verbose"] or dump.printing()
-
-        def record(stage: str, text: str):
-            stages[stage] = text
-            if verbose:
-                dump.print_stage(self.__name__, stage, text)
-
-        record("python", self.parsed.source)
-        record("ast", ast.dump(self.parsed.tree, indent=2))
-        if variant is not None:
-            forward = specs[:self._nparams]
-            return relax_backend.build_backward(self.info, forward, variant.requires, variant.outputs, record, stages,
-                                                variant.part)
-        backend = tir_backend if self.options["backend"] == "tir" else relax_backend
-        return backend.build(self.info, specs, record, stages)
-
     def cache_info(self) -> dict:
         """Compilations, versions and lookups: `hits`/`misses` count the first call with each new
         argument key (found in memory or not); later calls with a known key take the cached call
         path, which counts nothing (a counter there would cost every call)."""
-        return dict(self.stats, versions=len(self._kernels))
+        return dict(self.stats, versions=len(self._versions.forwards))
 
     def __repr__(self):
         return f"<babytriton.jit {self.__name__} target={self.options['target']!r}>"

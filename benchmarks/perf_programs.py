@@ -9,7 +9,7 @@ It starts from a tensor of 2^16 to 2^26 elements (`log2`), of rank 1-4, widths p
 (64 experts, 1000, 4096, 50257), float32 / float16 / bfloat16 / int8 (with its scales), some passed
 as transposed or permuted views, some transposed inside; it returns one to four results.
 
-What the differential fuzzer (babytriton/testing/fuzz.py) checks bit for bit at small sizes, this
+What the differential fuzzer (babytriton/testing/fuzz/) checks bit for bit at small sizes, this
 times at large ones: the values only need to stay finite and well conditioned, so every step keeps
 a rough bound on its magnitude (`V.mag`), exp only sees bounded or max-shifted values, and divisors
 are kept away from zero. A program is its module text (babytriton reads source files) and `Arg`

@@ -20,16 +20,23 @@
 # the price of minutes of tuning (hours, for a whole model). Measuring needs
 # the hardware: a CUDA schedule can only be tuned on a GPU.
 #
-# This chapter keeps the tuning tiny so that it runs in well under a
-# minute on two CPU cores: one 32x32 matmul-plus-add, 4 trials, and a
-# random cost model (MetaSchedule's default, "xgb", learns which candidates
-# look fast from the measurements, and 4 measurements teach it nothing).
-# Part of it is a one-time start-up: MetaSchedule imports TVM's tensor-core
-# intrinsics, hundreds of TVMScript functions, on its first use; we import
-# them first, the quick way (`import_tensor_intrinsics`: over a minute
-# becomes about 10 s). Its builder imports them again in every worker
-# process; our own build function (`build_candidate`) skips that, since a
-# float32 kernel uses none.
+# This chapter keeps the tuning tiny, so that it runs in seconds on two
+# CPU cores: one 32x32 matmul-plus-add and 4 trials, drawn by random
+# search ("replay-trace": each trial replays the design space with fresh
+# random choices). MetaSchedule's default search is evolutionary: it
+# samples and mutates hundreds of candidates per round and lets a cost
+# model ("xgb", trained on the measurements) pick which to measure; 4
+# measurements teach a model nothing, and those rounds took longer than
+# this whole chapter does now. Its builder and runner are pluggable too:
+# the default ones compile and time candidates in worker processes (builds
+# in parallel, and a candidate that crashes cannot take the tuner down),
+# each a fresh Python importing TVM, longer than building four small
+# kernels; ours (`InProcessBuilder`, `InProcessRunner`) do both right
+# here. And MetaSchedule's first use imports TVM's tensor intrinsics
+# (tensor-core instructions and the like) for every kind of hardware,
+# hundreds of TVMScript functions: over a minute. A schedule can only use
+# its own target's, and a float32 kernel on a plain CPU none:
+# `import_tensor_intrinsics` imports just those.
 #
 # Without a GPU, the CUDA part cannot measure anything, so it stops short
 # of tuning: it asks MetaSchedule for one candidate from the design space
@@ -51,15 +58,19 @@
 import ast
 import functools
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
 import re
+import sys
 import tempfile
 
+import numpy as np
 import torch
 import tvm
 from tvm import relax as rx
+from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 ch13 = importlib.import_module("13_fusion")
@@ -69,19 +80,67 @@ has_gpu, run_if_gpu, kernel_names = ch12.ch11.has_gpu, ch12.run_if_gpu, ch12.ker
 SCHEDULES = ("dlight", "meta_schedule")
 
 
-def build_candidate(mod, target, _params):
-    """How MetaSchedule's builder compiles one candidate (in a worker process): what its default
-    build function does, less the import of every tensor-core intrinsic."""
-    import tvm.driver
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-    return tvm.driver.build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
+@derived_object
+class InProcessBuilder(ms.builder.PyBuilder):
+    """Compiles each candidate in this process, as MetaSchedule's LocalBuilder does in its workers;
+    the runner finds the compiled module under the name the result gives it."""
+
+    def __init__(self):
+        super().__init__()
+        self.built = {}
+
+    def build(self, build_inputs):
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+        results = []
+        for build_input in build_inputs:
+            name = f"candidate {len(self.built)}"
+            try:
+                mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(build_input.mod)
+                self.built[name] = tvm.tirx.build(mod, target=build_input.target)
+                results.append(ms.builder.BuilderResult(name, None))
+            except Exception as error:  # a candidate that does not build is recorded, not fatal
+                results.append(ms.builder.BuilderResult(None, f"{type(error).__name__}: {error}"))
+        return results
+
+
+@derived_object
+class InProcessRunner(ms.runner.PyRunner):
+    """Times each built candidate in this process on random inputs, as LocalRunner does in its worker:
+    MetaSchedule's default EvaluatorConfig (a warm-up, then 3 runs per repeat, repeats of >= 100 ms)."""
+
+    def __init__(self, builder):
+        super().__init__()
+        self.builder = builder
+
+    def run(self, runner_inputs):
+        return [self.measure(runner_input) for runner_input in runner_inputs]
+
+    def measure(self, runner_input):
+        config = ms.runner.EvaluatorConfig()
+        lib = self.builder.built.pop(runner_input.artifact_path)
+        device = tvm.device({"llvm": "cpu"}.get(runner_input.device_type, runner_input.device_type))
+        try:
+            args = [tvm.runtime.tensor(np.random.rand(*shape).astype(dtype), device)
+                    for _, dtype, shape in (arg.as_json() for arg in runner_input.args_info)]
+            timer = lib.time_evaluator(lib.entry_name, device, number=config.number, repeat=config.repeat,
+                                       min_repeat_ms=config.min_repeat_ms)
+            return ms.runner.LocalRunnerFuture(list(timer(*args).results))
+        except Exception as error:  # as a failed run in a worker: recorded, not fatal
+            return ms.runner.LocalRunnerFuture(None, f"{type(error).__name__}: {error}")
 
 
 @functools.cache
-def import_tensor_intrinsics():
-    """Import TVM's tensor intrinsics as MetaSchedule's first use does, in seconds instead of minutes:
-    parsing each of their TVMScript functions calls inspect.stack(), whose module lookup scans all of
-    sys.modules for every frame. A frame's module is its file's, so the lookups are memoised meanwhile."""
+def import_tensor_intrinsics(kind):
+    """Register the tensor intrinsics a `kind` target's schedule rules can use (CUDA's tensor-core rules
+    need CUDA's; a plain CPU target uses none), where MetaSchedule imports every kind's. The package is
+    entered in sys.modules unexecuted, so that MetaSchedule's own import of it is a no-op. And
+    parsing each TVMScript function calls inspect.stack(), whose module lookup scans all of sys.modules
+    for every frame: a frame's module is its file's, so the lookups are memoised meanwhile."""
+    package = "tvm.s_tir.tensor_intrin"
+    if package not in sys.modules:
+        sys.modules[package] = importlib.util.module_from_spec(importlib.util.find_spec(package))
+    if importlib.util.find_spec(f"{package}.{kind}") is None:
+        return
     lookup, modules = inspect.getmodule, {}
 
     def by_file(obj, filename=None):
@@ -93,7 +152,7 @@ def import_tensor_intrinsics():
 
     inspect.getmodule = by_file
     try:
-        import tvm.s_tir.tensor_intrin  # noqa: F401  (it registers them)
+        __import__(f"{package}.{kind}")  # importing the module registers them
     finally:
         inspect.getmodule = lookup
 
@@ -139,7 +198,7 @@ class JIT(ch13.JIT):
     def schedule(self, mod, rules=None):
         if self.schedule_name == "dlight" or rules is not None:
             return super().schedule(mod, rules)
-        import_tensor_intrinsics()
+        import_tensor_intrinsics(self.tuning_target().kind.name)
         if self.target == "gpu" and not has_gpu():
             return self.sample(mod)
         return self.tune(mod)
@@ -156,10 +215,14 @@ class JIT(ch13.JIT):
         target = self.tuning_target()
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # one log line per step
         with tempfile.TemporaryDirectory() as work_dir:
+            builder = InProcessBuilder()
             database = ms.relax_integration.tune_relax(
                 mod, {}, target, work_dir, max_trials_global=self.trials, num_trials_per_iter=self.trials,
-                builder=ms.builder.LocalBuilder(f_build=build_candidate, max_workers=1),
-                database="memory", cost_model="random", seed=0)
+                builder=builder, runner=InProcessRunner(builder), strategy="replay-trace",
+                # random search trains no cost model, and the builds are in memory (no files to remove):
+                # of the default measure callbacks, only the one that records each measurement is left
+                database="memory", cost_model="random", measure_callbacks=[ms.measure_callback.AddToDatabase()],
+                seed=0)
             self.records = [(r.trace, float(sum(r.run_secs) / len(r.run_secs)))
                             for r in database.get_all_tuning_records() if r.run_secs]
             with target, database:

@@ -2,6 +2,7 @@
 builds on, and the executed notebooks with their IR, SVG graphs and plots, as one static site.
 
     python scripts/build_book.py            # -> build/book/site/index.html (opens from the file system)
+    python scripts/build_book.py --serve    # builds it, then serves it on http://127.0.0.1:8000/
 
 It runs every chapter (capturing its output), executes every notebook (or takes its stored executed
 copy from book/executed/, see `--store`), writes Markdown pages for the chapters and copies of the
@@ -25,6 +26,8 @@ import datetime
 import difflib
 import functools
 import hashlib
+import http.server
+import logging
 import json
 import os
 import platform
@@ -55,6 +58,31 @@ _chapter_runs: dict = {}
 _notebook_runs: dict = {}
 
 
+class BookError(RuntimeError):
+    """A chapter or notebook that the book runs did not finish: the message names it and what to do."""
+
+
+def shown(path: Path) -> str:
+    """A path as a command run from the repository's root names it."""
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def timed_out(path: Path, seconds: float) -> BookError:
+    """The error for a chapter or notebook stopped after `seconds`: which one, and how to store its execution."""
+    path, name = Path(path), shown(path)
+    look = f"python {name}" if path.suffix == ".py" else f"jupyter lab {name}"
+    return BookError(f"{name} did not finish in {seconds:.0f} s and was stopped. The book runs what has no current "
+                     "execution stored in book/executed/ (everything, with --fresh): store it where it runs in time, "
+                     f"`python scripts/store_executions.py {name} --timeout 3600` (on the GPU machine if it uses a "
+                     f"GPU), or see where it stalls: `{look}`")
+
+
+def progress(path: Path, what: str):
+    """One line of the build's progress: which chapter or notebook it reuses or runs, and how long it took."""
+    print(f"{shown(path)}: {what}", flush=True)
+
+
 def run_chapter(path: Path, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """Run a chapter as a reader does (`python chapters/NN_x.py` in a fresh Python); `.seconds` is its
     wall time. Remembered per (path, cwd) for the rest of the process (and a test session's, `_shared`)."""
@@ -67,8 +95,11 @@ def run_chapter(path: Path, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 def _run_chapter(path: Path, cwd: Path) -> subprocess.CompletedProcess:
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, str(path.relative_to(cwd))], cwd=cwd, capture_output=True,
-                            text=True, timeout=CHAPTER_TIMEOUT)
+    try:
+        result = subprocess.run([sys.executable, str(path.relative_to(cwd))], cwd=cwd, capture_output=True,
+                                text=True, timeout=CHAPTER_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise timed_out(path, CHAPTER_TIMEOUT) from None
     result.seconds = time.perf_counter() - start
     return result
 
@@ -130,7 +161,10 @@ def _execute_notebook(path: Path, cwd: Path):
         client = nbclient.NotebookClient(nb, timeout=NOTEBOOK_TIMEOUT, kernel_name="python3",
                                          resources={"metadata": {"path": str(cwd)}})
         start = time.perf_counter()
-        client.execute(env=env)
+        try:
+            client.execute(env=env)
+        except nbclient.exceptions.CellTimeoutError:
+            raise timed_out(path, NOTEBOOK_TIMEOUT) from None   # a cell ran longer than that
         nb.metadata["babytriton_book"] = {"seconds": round(time.perf_counter() - start, 1)}
     return nb
 
@@ -312,8 +346,11 @@ def chapter_result(path: Path, stored: Path | None, fresh: bool) -> dict:
     if not fresh and record and record.exists():
         data = json.loads(record.read_text())
         if data.get("digest") == chapter_digest(path):
+            progress(path, f"output stored on {data['date']}, reused")
             return {**data, "stored": True}
+    progress(path, "running it" + ("" if fresh or not record else _why_run(path, record)) + "...")
     run = run_chapter(path, ROOT)
+    progress(path, f"exited with status {run.returncode} after {run.seconds:.1f} s")
     return {"stdout": run.stdout, "stderr": run.stderr, "returncode": run.returncode, "seconds": run.seconds,
             "machine": machine(), "date": datetime.date.today().isoformat(), "digest": chapter_digest(path),
             "stored": False}
@@ -328,13 +365,24 @@ def notebook_result(path: Path, stored: Path | None, fresh: bool):
         nb = nbformat.read(copy_path, as_version=4)
         info = nb.metadata.get("babytriton_book", {})
         if info.get("digest") == notebook_digest(source):
+            progress(path, f"outputs stored on {info.get('date')}, reused")
             nb.metadata["babytriton_book"] = {**info, "stored": True}
             return nb
+    progress(path, "executing it" + ("" if fresh or not copy_path else _why_run(path, copy_path)) + "...")
     nb = copy.deepcopy(execute_notebook(path))
+    progress(path, f"executed in {nb.metadata.get('babytriton_book', {}).get('seconds', 0):.1f} s")
     nb.metadata["babytriton_book"] = {**nb.metadata.get("babytriton_book", {}), "digest": notebook_digest(source),
                                       "machine": machine(), "date": datetime.date.today().isoformat(),
                                       "stored": False}
     return nb
+
+
+def _why_run(path: Path, record: Path) -> str:
+    """Why the book runs a file whose execution could have been stored, and the command that stores it."""
+    command = f"`python scripts/store_executions.py {shown(path)}`"
+    if record.exists():
+        return f", as its stored execution is stale ({command} stores it again)"
+    return f", as it has no stored execution ({command} stores one)"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -403,22 +451,73 @@ def write_pages(docs: Path, stored: Path | None, fresh: bool, store: bool) -> tu
     return chapter_nav, notebook_nav
 
 
+def book_nav(listed: list, generated: dict) -> list:
+    """book/mkdocs.yml's nav (its sections in reading order: the course, the user guide, the API) with the
+    generated sections filled in where it lists them (`Chapters: []`), and put first where it does not."""
+    named = {name for section in listed if isinstance(section, dict) for name in section}
+    first = [{name: pages} for name, pages in generated.items() if name not in named]
+    return first + [{name: generated.get(name, pages) for name, pages in section.items()}
+                    if isinstance(section, dict) else section for section in listed]
+
+
 def build(out: Path = OUT, stored: Path | None = STORED, fresh: bool = False, store: bool = False) -> Path:
     """Build the book into out/site (its pages' sources in out/docs), using the results stored in `stored`
     (or writing them there, `store`); returns the site folder."""
     from mkdocs.commands.build import build as mkdocs_build
     from mkdocs.config import load_config
+    from mkdocs.exceptions import Abort
     out = Path(out).resolve()
     docs, site = out / "docs", out / "site"
     chapter_nav, notebook_nav = write_pages(docs, stored, fresh, store)
-    nav = [{"Home": "index.md"}, {"Chapters": chapter_nav}, {"Notebooks": notebook_nav}]
-    config = load_config(config_file=str(BOOK / "mkdocs.yml"), docs_dir=str(docs), site_dir=str(site), nav=nav)
+    config = load_config(config_file=str(BOOK / "mkdocs.yml"), docs_dir=str(docs), site_dir=str(site))
+    config.nav = book_nav(config.nav or [], {"Home": "index.md", "Chapters": chapter_nav, "Notebooks": notebook_nav})
     config.plugins.on_startup(command="build", dirty=False)
+    warned = _Warnings()
+    logging.getLogger("mkdocs").addHandler(warned)
     try:
         mkdocs_build(config)
+    except Abort as e:   # strict mode: MkDocs stops on its warnings, which nothing printed yet
+        raise BookError(f"MkDocs stopped: {e}\n" + "\n".join(warned.messages)) from None
     finally:
+        logging.getLogger("mkdocs").removeHandler(warned)
         config.plugins.on_shutdown()
     return site
+
+
+class _Warnings(logging.Handler):
+    """MkDocs' warnings of one build, kept to say why a strict build stopped."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(f"  {record.levelname.lower()}: {record.getMessage()}")
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):   # a line per request would bury the address to open
+        pass
+
+
+def book_server(site_dir: Path, port: int) -> http.server.ThreadingHTTPServer:
+    """An HTTP server of the built site on 127.0.0.1:`port`, this machine only (port 0: a free one)."""
+    handler = functools.partial(_QuietHandler, directory=str(site_dir))
+    try:
+        return http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError as error:
+        raise SystemExit(f"cannot serve the book on port {port} ({error.strerror}): pick another with --port N")
+
+
+def serve(site_dir: Path, port: int = 8000):
+    """Serve the built site on http://127.0.0.1:`port`/ until Ctrl-C."""
+    with book_server(site_dir, port) as server:
+        print(f"the book is at http://127.0.0.1:{server.server_address[1]}/ (open it in a browser; Ctrl-C stops)",
+              flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            print("stopped")
 
 
 def main(argv=None) -> int:
@@ -439,16 +538,25 @@ def main(argv=None) -> int:
                         help="with --store-only: execute the notebooks without Jupyter even where it is installed")
     parser.add_argument("--only", choices=("chapters", "notebooks"),
                         help="with --store-only: store only these (to split the work over two runs)")
+    parser.add_argument("--serve", action="store_true",
+                        help="after building, serve the book on http://127.0.0.1:PORT/ until Ctrl-C")
+    parser.add_argument("--port", type=int, default=8000, help="with --serve: the port (default 8000)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    if args.store_only:
-        import store_executions
-        folder = store_executions.store(args.stored_dir, plain=args.plain, chapters=args.only != "notebooks",
-                                        notebooks=args.only != "chapters")
-        print(f"stored in {folder} in {time.perf_counter() - start:.0f} s")
-        return 0
-    site = build(args.out, stored=args.stored_dir, fresh=args.fresh or args.store, store=args.store)
+    try:
+        if args.store_only:
+            import store_executions
+            folder = store_executions.store(args.stored_dir, plain=args.plain, chapters=args.only != "notebooks",
+                                            notebooks=args.only != "chapters")
+            print(f"stored in {folder} in {time.perf_counter() - start:.0f} s")
+            return 0
+        site = build(args.out, stored=args.stored_dir, fresh=args.fresh or args.store, store=args.store)
+    except BookError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     print(f"built {site / 'index.html'} in {time.perf_counter() - start:.0f} s")
+    if args.serve:
+        serve(site, args.port)
     return 0
 
 

@@ -1,11 +1,15 @@
 """Store the book's executions (book/executed/) on a machine without Jupyter: the GPU machine.
 
     python scripts/build_book.py --store-only --stored-dir OUT/executed    # what this script's main does
+    python scripts/store_executions.py chapters/15_meta_schedule.py         # refresh one chapter's
+    python scripts/store_executions.py --stale                             # every one whose source changed
 
-runs every chapter (`python chapters/NN_x.py`) and executes every notebook, and writes what the book
-needs into the folder: a JSON record per chapter (chapters/NN_x.json) and each executed notebook
-(NN_x.ipynb), both with the machine, the date and the digest of their source, exactly as
-`build_book.py --store` does. Nothing here needs more than the standard library and what the
+runs every chapter (`python chapters/NN_x.py`) and executes every notebook (or those named, or the stale
+ones), and writes what the book needs into the folder: a JSON record per chapter (chapters/NN_x.json) and
+each executed notebook (NN_x.ipynb), both with the machine, the date and the digest of their source,
+exactly as `build_book.py --store` does. A stored execution is current while the digest of its source
+matches (`stale`); the book runs a stale one again while it builds, and tests/course/test_book.py fails
+on it. Nothing here needs more than the standard library and what the
 notebooks import: where nbclient and ipykernel are missing (or with `--plain`), each notebook runs in
 a fresh Python of its own (as a fresh kernel) through `execute_plain` below, which reads the .ipynb
 with `json`, runs its code cells in order in one namespace from notebooks/ with a disk cache of its
@@ -353,9 +357,12 @@ def execute_in_child(path: Path, cwd: Path | None = None, plain: bool = False) -
         result = Path(cache) / "executed.ipynb"
         env = {**os.environ, "BABYTRITON_CACHE_DIR": cache, **({PLAIN_ENV: "1"} if plain else {})}
         start = time.perf_counter()
-        run = subprocess.run([sys.executable, __file__, "--execute", str(path), "--cwd", str(cwd or path.parent),
-                              "--to", str(result)], env=env, capture_output=True, text=True,
-                             timeout=build_book.NOTEBOOK_TIMEOUT)
+        try:
+            run = subprocess.run([sys.executable, __file__, "--execute", str(path), "--cwd", str(cwd or path.parent),
+                                  "--to", str(result)], env=env, capture_output=True, text=True,
+                                 timeout=build_book.NOTEBOOK_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise build_book.timed_out(path, build_book.NOTEBOOK_TIMEOUT) from None
         if run.returncode != 0:
             raise CellError(f"executing {path.name} failed (status {run.returncode}):\n{run.stderr[-6000:]}")
         nb = json.loads(result.read_text())
@@ -376,30 +383,85 @@ def write_notebook(nb: dict, path: Path):
     path.write_text(json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n")
 
 
-def store(folder: Path, plain: bool = False, chapters: bool = True, notebooks: bool = True) -> Path:
-    """Run every chapter and notebook here (or only those of one kind) and keep the results in `folder`
-    (book/executed/'s layout)."""
+def sources(chapters: bool = True, notebooks: bool = True) -> list[Path]:
+    """The files the book executes: every chapter, then every notebook (or those of one kind)."""
+    return ((build_book.chapter_files() if chapters else [])
+            + (sorted(build_book.NOTEBOOKS.glob("*.ipynb")) if notebooks else []))
+
+
+def record_of(path: Path, folder: Path = build_book.STORED) -> Path:
+    """Where `folder` keeps the execution of a chapter (chapters/NN_x.json) or of a notebook (NN_x.ipynb)."""
+    return folder / "chapters" / f"{path.stem}.json" if path.suffix == ".py" else folder / path.name
+
+
+def stored_digest(path: Path, folder: Path = build_book.STORED) -> str | None:
+    """The digest of the source that the stored execution of `path` was made from (None: none stored)."""
+    record = record_of(path, folder)
+    if not record.exists():
+        return None
+    data = json.loads(record.read_text())
+    return data.get("digest") if path.suffix == ".py" else data["metadata"].get("babytriton_book", {}).get("digest")
+
+
+def current_digest(path: Path) -> str:
+    """A chapter's digest covers the chapters under it too; a notebook's, its cells without outputs."""
+    if path.suffix == ".py":
+        return build_book.chapter_digest(path)
+    return build_book.notebook_digest(json.loads(path.read_text()))
+
+
+def stale(folder: Path = build_book.STORED) -> dict[Path, str]:
+    """Every chapter and notebook whose stored execution is missing or was made from another source, with
+    a line saying so and how to refresh it (the book would run it again while it builds)."""
+    found = {}
+    for path in sources():
+        digest = stored_digest(path, folder)
+        if digest == current_digest(path):
+            continue
+        under = " (or a chapter under it)" if path.suffix == ".py" else ""
+        why = "is missing" if digest is None else f"was stored from an older {build_book.shown(path)}{under}"
+        found[path] = f"{build_book.shown(record_of(path, folder))} {why}: refresh it with `{refresh_command(path)}`"
+    return found
+
+
+def refresh_command(*paths: Path) -> str:
+    """The command that stores these files' executions again."""
+    return " ".join(["python scripts/store_executions.py", *map(build_book.shown, paths)])
+
+
+def store(folder: Path, plain: bool = False, chapters: bool = True, notebooks: bool = True,
+          only: list[Path] | None = None) -> Path:
+    """Run every chapter and notebook here (or only those of one kind, or the files in `only`) and keep the
+    results in `folder` (book/executed/'s layout), saying how long each took."""
     folder = Path(folder)
     (folder / "chapters").mkdir(parents=True, exist_ok=True)
     today = datetime.date.today().isoformat()
-    for path in build_book.chapter_files() if chapters else []:
-        result = build_book.chapter_result(path, None, fresh=True)
+    chosen = None if only is None else {Path(p).resolve() for p in only}
+    todo = [p for p in sources(chapters, notebooks) if chosen is None or p.resolve() in chosen]
+    for path in [p for p in todo if p.suffix == ".py"]:
+        result = build_book.chapter_result(path, None, fresh=True)   # it says what it runs, and how long
         result.pop("stored")
         (folder / "chapters" / f"{path.stem}.json").write_text(json.dumps(result, indent=1) + "\n")
-        print(f"{path.name}: status {result['returncode']}, {result['seconds']:.1f} s", flush=True)
-    for path in sorted(build_book.NOTEBOOKS.glob("*.ipynb")) if notebooks else []:
+    for path in [p for p in todo if p.suffix == ".ipynb"]:
+        build_book.progress(path, "executing it...")
         nb = executed(path, plain)
         nb["metadata"]["babytriton_book"] = {**nb["metadata"].get("babytriton_book", {}),
                                              "digest": build_book.notebook_digest(json.loads(path.read_text())),
                                              "machine": build_book.machine(), "date": today}
         write_notebook(nb, folder / path.name)
-        print(f"{path.name}: {nb['metadata']['babytriton_book']['seconds']:.1f} s", flush=True)
+        build_book.progress(path, f"executed in {nb['metadata']['babytriton_book']['seconds']:.1f} s")
     return folder
 
 
 def main(argv=None) -> int:
     import argparse
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="*", type=Path, help="only these chapters (chapters/NN_x.py) and "
+                        "notebooks (notebooks/NN_x.ipynb); default: every one")
+    parser.add_argument("--stale", action="store_true",
+                        help="only those whose stored execution is missing or older than their source")
+    parser.add_argument("--timeout", type=int, help="seconds a chapter or a notebook's cell may run (default "
+                        f"{build_book.CHAPTER_TIMEOUT} and {build_book.NOTEBOOK_TIMEOUT})")
     parser.add_argument("--stored-dir", type=Path, default=build_book.STORED,
                         help="where to write the records (default book/executed)")
     parser.add_argument("--plain", action="store_true", help="execute the notebooks without Jupyter even "
@@ -417,8 +479,23 @@ def main(argv=None) -> int:
             return 1
         write_notebook(nb, args.to)
         return 0
+    unknown = [str(p) for p in args.paths if Path(p).resolve() not in {s.resolve() for s in sources()}]
+    if unknown:
+        parser.error(f"not a chapter or notebook of the book: {', '.join(unknown)} "
+                     "(name chapters/NN_x.py or notebooks/NN_x.ipynb)")
+    if args.timeout:
+        build_book.CHAPTER_TIMEOUT = build_book.NOTEBOOK_TIMEOUT = args.timeout
+    only = list(stale(args.stored_dir)) if args.stale else (args.paths or None)
+    if only == []:
+        print(f"every execution stored in {args.stored_dir} is current")
+        return 0
     start = time.perf_counter()
-    store(args.stored_dir, plain=args.plain, chapters=args.only != "notebooks", notebooks=args.only != "chapters")
+    try:
+        store(args.stored_dir, plain=args.plain, chapters=args.only != "notebooks",
+              notebooks=args.only != "chapters", only=only)
+    except build_book.BookError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     print(f"stored in {args.stored_dir} in {time.perf_counter() - start:.0f} s")
     return 0
 

@@ -228,38 +228,59 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     # converted to bfloat16 at the end: the gradient is the bfloat16 computation's.
     widened = [r and isinstance(p.ty, relax.TensorType) and p.ty.dtype == "bfloat16"
                for p, r in zip(params, requires)]
+    many = isinstance(forward.ret_ty, relax.TupleType)   # NB: a one-result tuple is many too (grad_params agrees)
+    vjp = f"{name}_vjp"
+    built = _vjp_function(mod, name, vjp, params, widened, outputs, many)
+    built = _inline_forward(built, mod, name, vjp, kernel_grads)
+    wrt = [p for p, r in zip(built[vjp].params, requires) if r]
+    built = _differentiate(built, vjp, wrt, forward, device_kind)
+    adjoint = _Adjoint.of(built, vjp, many)
+    adjoint.narrow_bfloat16(params, widened, requires)
+    training = adjoint.save_small_values(len(params), name) if save else None
+    return _backward_module(mod, name, adjoint, len(wrt) == 1, training)
+
+
+def _vjp_function(mod: tvm.IRModule, name: str, vjp: str, params: list, widened: list, outputs: tuple,
+                  many: bool) -> tvm.IRModule:
+    """`mod` with `<name>_vjp(params..., grads...)` returning (sum_i sum(out_i * grad_i), the forward's
+    results...): the scalar whose gradient is the VJP (bfloat16 parameters taken as float32)."""
     vjp_params = [relax.Var(p.name, relax.TensorType(p.ty.shape, "float32")) if w else p
                   for p, w in zip(params, widened)]
-    ret = forward.ret_ty
-    many = isinstance(ret, relax.TupleType)   # NB: a one-result tuple is many too (grad_params agrees)
-    types = list(ret.fields) if many else [ret]
+    types = list(mod[name].ret_ty.fields) if many else [mod[name].ret_ty]
     grads = [relax.Var(f"d_out{i}" if many else "d_out", t) for i, t in enumerate(types) if outputs[i]]
-    backward = f"{name}_backward"
-    vjp = f"{name}_vjp"
     bb = relax.BlockBuilder(mod)
     with bb.function(vjp, vjp_params + grads, private=False):
         with bb.dataflow():
             inputs = [bb.emit(relax.op.astype(v, "bfloat16"), name_hint=_WIDE) if w else v
                       for v, w in zip(vjp_params, widened)]
             result = bb.emit(relax.Call(bb.get().get_global_var(name), inputs), name_hint=_TERM)
-            total, k = None, 0
-            for i, wanted in enumerate(outputs):
-                if not wanted:
-                    continue
-                out = bb.emit(relax.TupleGetItem(result, i), name_hint=_TERM) if many else result
-                term = bb.emit(relax.op.multiply(out, grads[k]), name_hint=_TERM)
-                term = bb.emit(relax.op.sum(term), name_hint=_TERM)
-                k += 1
-                if term.ty.dtype != "float32":  # the value is dead code; its dtype only has to agree
-                    term = bb.emit(relax.op.astype(term, "float32"), name_hint=_TERM)
-                total = term if total is None else bb.emit(relax.op.add(total, term), name_hint=_TERM)
-            total = bb.emit_output(total, name_hint=_TOTAL)
+            total = bb.emit_output(_total(bb, result, grads, outputs, many), name_hint=_TOTAL)
         # the forward's results returned after the total (Gradient differentiates the first field):
         # the training forward reads them from the adjoint
         results = [bb.emit(relax.TupleGetItem(result, i), name_hint=_TERM) for i in range(len(types))] \
             if many else [result]
         bb.emit_func_output(relax.Tuple([total, *results]))
-    built = bb.get()
+    return bb.get()
+
+
+def _total(bb: relax.BlockBuilder, result, grads: list, outputs: tuple, many: bool):
+    """sum_i sum(out_i * grad_i) over the differentiated outputs, in float32."""
+    total, k = None, 0
+    for i, wanted in enumerate(outputs):
+        if not wanted:
+            continue
+        out = bb.emit(relax.TupleGetItem(result, i), name_hint=_TERM) if many else result
+        term = bb.emit(relax.op.multiply(out, grads[k]), name_hint=_TERM)
+        term = bb.emit(relax.op.sum(term), name_hint=_TERM)
+        k += 1
+        if term.ty.dtype != "float32":  # the value is dead code; its dtype only has to agree
+            term = bb.emit(relax.op.astype(term, "float32"), name_hint=_TERM)
+        total = term if total is None else bb.emit(relax.op.add(total, term), name_hint=_TERM)
+    return total
+
+
+def _inline_forward(built: tvm.IRModule, mod: tvm.IRModule, name: str, vjp: str, kernel_grads) -> tvm.IRModule:
+    """The VJP with the forward's body copied in, as one dataflow block Gradient can differentiate."""
     # the forward becomes private so that InlinePrivateFunctions copies its body into the VJP
     functions = {gv: (fn.without_attr("global_symbol") if gv.name_hint == name else fn)
                  for gv, fn in built.functions.items()}
@@ -269,12 +290,16 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
     built[vjp] = _WidenMatmul().visit_expr(built[vjp])
     if kernel_grads is not None:
         built[vjp] = _KernelGradients(built, kernel_grads).visit_expr(built[vjp])
-    built = relax.transform.Normalize()(built)
-    fn = built[vjp]
-    wrt = [p for p, r in zip(fn.params, requires) if r]
+    return relax.transform.Normalize()(built)
+
+
+def _differentiate(built: tvm.IRModule, vjp: str, wrt: list, forward: relax.Function,
+                   device_kind: str) -> tvm.IRModule:
+    """TVM's Gradient of the VJP with respect to `wrt`; NotDifferentiable at the forward's binding
+    whose gradient rule declined, or for a failure of the pass."""
     try:
         with quiet_tvm(), gradients.on_device(device_kind):  # a declined rule leaves Gradient's builder
-            built = relax.transform.Gradient(vjp, require_grads=wrt)(built)   # unfinished, which TVM logs
+            return relax.transform.Gradient(vjp, require_grads=wrt)(built)   # unfinished, which TVM logs
     except Exception as e:  # noqa: BLE001 - a rule that declined (gradients.decline) raises through TVM
         declined = gradients.take_declined()
         if declined is None:  # a rule that failed: never a wrong gradient, the fallback's
@@ -286,50 +311,76 @@ def vjp_module(mod: tvm.IRModule, name: str, requires: tuple[bool, ...], outputs
         var = next((b.var for block in forward.body.blocks for b in block.bindings if b.var.name == name
                     and isinstance(b.value, relax.Call) and getattr(b.value.op, "name", None) == op_name), None)
         raise NotDifferentiable(var, what) from None
-    adjoint = built[f"{vjp}_adjoint"]
-    body = adjoint.body
-    grads_out = list(body.body.fields[1].fields)  # (value, (grads...)): the value is dropped, and its code with it
-    block = body.blocks[0]
-    bindings = list(block.bindings)
-    forward_count = sum(len(b.bindings) for b in built[vjp].body.blocks)   # Gradient copies them first
-    forward_result = _forward_result(bindings, body.body.fields[0], many)
-    final_params = list(adjoint.params)
-    for i, (p, w) in enumerate(zip(params, widened)):
-        if w:   # the bfloat16 parameter, converted to the float32 one the adjoint reads
-            bindings.insert(0, relax.VarBinding(adjoint.params[i], relax.op.astype(p, "float32")))
-            final_params[i] = p
-            j = sum(requires[:i])
-            narrow = relax.Var(f"{p.name}_adjoint_out", p.ty)
-            bindings.append(relax.VarBinding(narrow, relax.op.astype(grads_out[j], "bfloat16")))
-            grads_out[j] = narrow
-    forward_count += len(bindings) - len(block.bindings)   # the bfloat16 conversions are forward code
-    saved, training = [], None
-    if save:   # the forward's own bindings: not the VJP's products with the incoming gradients
-        seeded = set(final_params[len(params):])
+
+
+@dataclass
+class _Adjoint:
+    """The backward as Gradient wrote it (`<vjp>_adjoint`), being rewritten into `<name>_backward`."""
+    bindings: list        # the forward's bindings (copied by Gradient) first, then the VJP's
+    params: list
+    grads: list           # the gradient of each differentiated parameter
+    forward_count: int    # how many of the bindings are forward code
+    forward_result: object
+    is_pure: bool
+
+    @classmethod
+    def of(cls, built: tvm.IRModule, vjp: str, many: bool) -> _Adjoint:
+        adjoint = built[f"{vjp}_adjoint"]
+        body = adjoint.body
+        bindings = list(body.blocks[0].bindings)
+        return cls(bindings, list(adjoint.params),
+                   list(body.body.fields[1].fields),  # (value, (grads...)): the value is dropped, and its code with it
+                   sum(len(b.bindings) for b in built[vjp].body.blocks),   # Gradient copies them first
+                   _forward_result(bindings, body.body.fields[0], many), adjoint.is_pure)
+
+    def narrow_bfloat16(self, params: list, widened: list, requires: tuple) -> None:
+        """Each bfloat16 parameter converted to the float32 one the adjoint reads, its gradient back."""
+        count = len(self.bindings)
+        for i, (p, w) in enumerate(zip(params, widened)):
+            if w:
+                self.bindings.insert(0, relax.VarBinding(self.params[i], relax.op.astype(p, "float32")))
+                self.params[i] = p
+                j = sum(requires[:i])
+                narrow = relax.Var(f"{p.name}_adjoint_out", p.ty)
+                self.bindings.append(relax.VarBinding(narrow, relax.op.astype(self.grads[j], "bfloat16")))
+                self.grads[j] = narrow
+        self.forward_count += len(self.bindings) - count   # the bfloat16 conversions are forward code
+
+    def save_small_values(self, n: int, name: str) -> relax.Function | None:
+        """The training forward returning the small values the backward reads (saved_values), which
+        become parameters after the first `n`; None (nothing changed) when none qualifies."""
+        seeded = set(self.params[n:])   # the forward's own bindings: not the VJP's products with the gradients
         forward_part = []
-        for b in bindings[:forward_count]:
+        for b in self.bindings[:self.forward_count]:
             if any(v in seeded for v in free_vars(b.value)):
                 seeded.add(b.var)
             else:
                 forward_part.append(b)
-        saved = saved_values(forward_part, bindings[forward_count:], grads_out, final_params[:len(params)])
-    if saved:
-        training = _training_forward(final_params[:len(params)], forward_part, forward_result, saved, name)
+        saved = saved_values(forward_part, self.bindings[self.forward_count:], self.grads, self.params[:n])
+        if not saved:
+            return None
+        training = _training_forward(self.params[:n], forward_part, self.forward_result, saved, name)
         sub = _Substitute()
         inputs = [relax.Var(f"saved_{v.name}", v.ty) for v in saved]
         for v, p in zip(saved, inputs):
             sub.set_var_remap(v, p)
         kept = set(saved)
-        bindings = [relax.VarBinding(b.var, sub.visit_expr(b.value)) for b in bindings if b.var not in kept]
-        grads_out = [sub.visit_expr(g) for g in grads_out]
-        n = len(params)
-        final_params = final_params[:n] + inputs + final_params[n:]
-    if len(wrt) == 1:
-        result, result_ty = grads_out[0], grads_out[0].ty
+        self.bindings = [relax.VarBinding(b.var, sub.visit_expr(b.value)) for b in self.bindings if b.var not in kept]
+        self.grads = [sub.visit_expr(g) for g in self.grads]
+        self.params = self.params[:n] + inputs + self.params[n:]
+        return training
+
+
+def _backward_module(mod: tvm.IRModule, name: str, adjoint: _Adjoint, single: bool,
+                     training: relax.Function | None) -> tvm.IRModule:
+    """`<name>_backward` (and the training forward) with the kernels the forward called, cleaned up."""
+    backward = f"{name}_backward"
+    if single:
+        result, result_ty = adjoint.grads[0], adjoint.grads[0].ty
     else:
-        result, result_ty = relax.Tuple(grads_out), relax.TupleType([v.ty for v in grads_out])
-    block = relax.DataflowBlock(_without_seed(bindings, result))
-    new = relax.Function(final_params, relax.SeqExpr([block], result), result_ty, adjoint.is_pure)
+        result, result_ty = relax.Tuple(adjoint.grads), relax.TupleType([v.ty for v in adjoint.grads])
+    block = relax.DataflowBlock(_without_seed(adjoint.bindings, result))
+    new = relax.Function(adjoint.params, relax.SeqExpr([block], result), result_ty, adjoint.is_pure)
     new = new.with_attr("global_symbol", backward)
     out = tvm.IRModule({tvm.ir.GlobalVar(backward): new}, attrs=mod.attrs, global_infos=mod.global_infos)
     for gv, f in mod.functions.items():  # the PrimFuncs (user kernels) the forward called

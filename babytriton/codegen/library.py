@@ -67,8 +67,8 @@ AS_OPERATOR = {"add": ast.Add, "subtract": ast.Sub, "multiply": ast.Mult, "divid
 # Float-only binary ops (TVM would miscompile integers): refused on integer and bool tensors, like
 # exp or sqrt, whose Relax type rules refuse them.
 FLOAT_ONLY = {"atan2", "log_add_exp", "mean", "std", "variance"}
-# Bool tensors. TVM's code generators mishandle bool operands of most arithmetic (relax.py compares
-# bools as int8 for the same reason), so: comparisons, max/min and sign-like ops compute bools as
+# Bool tensors. TVM's code generators mishandle bool operands of most arithmetic (relax_expressions.py
+# compares bools as int8 for the same reason), so: comparisons, max/min and sign-like ops compute bools as
 # int8 (a value result converts back to bool), and so does `where` choosing between bools (its
 # vectorised select mixed bool and int8 lanes: found by the fuzzer); arithmetic on bools is refused, as Python's operators
 # refuse it here; sums and products of bools and integers accumulate in int64, as in torch.
@@ -909,63 +909,90 @@ def bind(op: Op, args: list, kwargs: dict) -> dict:
 
 
 def convert(b: Builder, op: Op, name: str, value, arguments: dict):
-    """One argument, checked against its parameter's kind and made into what the op takes."""
+    """One argument, checked against its parameter's kind and made into what the op takes (CONVERT by
+    kind; a parameter of no kind there takes a compile-time Python value)."""
+    return CONVERT.get(op.kinds[name], _convert_python)(b, op, name, value, arguments)
+
+
+def _where(op: Op, name: str) -> str:
+    return f"{op.name}(): argument '{name}'"
+
+
+def _convert_tensor(b: Builder, op: Op, name: str, value, arguments: dict):
+    if value is None and op.kinds[name] == "optional tensor":
+        return None
+    return b.operand(value)
+
+
+def _convert_tensors(b: Builder, op: Op, name: str, value, arguments: dict):
+    if b.is_tensors(value):
+        return value
+    if isinstance(value, (tuple, list)) and value and all(b.is_tensor(v) for v in value):
+        return list(value)
+    raise Diagnostic(f"{_where(op, name)} takes a tuple of tensors, got {b.describe(value)}")
+
+
+def _convert_index(b: Builder, op: Op, name: str, value, arguments: dict):
+    if b.is_tensor(value):
+        return value
+    if is_index(value):
+        return b.index(value)
+    raise Diagnostic(f"{_where(op, name)} takes an integer tensor, an int or a list of ints, got {b.describe(value)}")
+
+
+def _convert_shape(b: Builder, op: Op, name: str, value, arguments: dict):
     kind = op.kinds[name]
+    if value is None and kind == "optional shape":
+        return None
+    sizes = (value,) if _is_size(value) else value
+    if isinstance(sizes, (tuple, list)) and all(_is_size(s) for s in sizes):
+        return b.sequence(sizes)
+    raise Diagnostic(f"{_where(op, name)} takes {'a shape (a tuple of sizes)' if kind == 'shape' and name == 'shape' else 'a tuple of ints'}"
+                     f", got {b.describe(value)}")
+
+
+def _convert_dtype(b: Builder, op: Op, name: str, value, arguments: dict):
+    if value is None and op.signature.parameters[name].default is None:
+        return None
+    try:
+        return b.dtype_value(dtype_name(value))
+    except ValueError:
+        hint = suggest(value, DTYPES) if isinstance(value, str) else None
+        raise Diagnostic(f"{_where(op, name)} takes a dtype such as 'float32' or torch.float16, got {value!r}"
+                         + (f" (did you mean '{hint}'?)" if hint else "") + f"; supported: {', '.join(DTYPES)}"
+                         ) from None
+
+
+def _convert_scalar(b: Builder, op: Op, name: str, value, arguments: dict):
+    where = _where(op, name)
+    tensor = next((v for v in arguments.values() if b.is_tensor(v)), None)
+    if not core.is_python_scalar(value):
+        raise Diagnostic(f"{where} takes a compile-time number, got {b.describe(value)}")
+    if tensor is not None and not is_float_dtype(b.dtype(tensor)) \
+            and isinstance(value, float) and not value.is_integer():
+        raise Diagnostic(f"{where} is {value!r}, which an {b.dtype(tensor)} tensor cannot hold")
+    if tensor is not None and is_float_dtype(b.dtype(tensor)) and math.isfinite(value) \
+            and abs(value) > torch.finfo(DTYPES[b.dtype(tensor)]).max:  # TVM refuses such a literal
+        raise Diagnostic(f"{where} is {value!r}, beyond the largest {b.dtype(tensor)} value "
+                         "(torch refuses it too)")
+    return b.scalar(value, None if tensor is None else b.dtype(tensor))
+
+
+def _convert_python(b: Builder, op: Op, name: str, value, arguments: dict):
+    """A compile-time Python value, checked against the parameter's annotation."""
     param = op.signature.parameters[name]
-    where = f"{op.name}(): argument '{name}'"
-    if kind in ("tensor", "optional tensor"):
-        if value is None and kind == "optional tensor":
-            return None
-        return b.operand(value)
-    if kind == "tensors":
-        if b.is_tensors(value):
-            return value
-        if isinstance(value, (tuple, list)) and value and all(b.is_tensor(v) for v in value):
-            return list(value)
-        raise Diagnostic(f"{where} takes a tuple of tensors, got {b.describe(value)}")
-    if kind == "index":
-        if b.is_tensor(value):
-            return value
-        if is_index(value):
-            return b.index(value)
-        raise Diagnostic(f"{where} takes an integer tensor, an int or a list of ints, got {b.describe(value)}")
-    if kind in ("shape", "optional shape"):
-        if value is None and kind == "optional shape":
-            return None
-        sizes = (value,) if _is_size(value) else value
-        if isinstance(sizes, (tuple, list)) and all(_is_size(s) for s in sizes):
-            return b.sequence(sizes)
-        raise Diagnostic(f"{where} takes {'a shape (a tuple of sizes)' if kind == 'shape' and name == 'shape' else 'a tuple of ints'}"
-                         f", got {b.describe(value)}")
-    if kind == "dtype":
-        if value is None and param.default is None:
-            return None
-        try:
-            return b.dtype_value(dtype_name(value))
-        except ValueError:
-            hint = suggest(value, DTYPES) if isinstance(value, str) else None
-            raise Diagnostic(f"{where} takes a dtype such as 'float32' or torch.float16, got {value!r}"
-                             + (f" (did you mean '{hint}'?)" if hint else "") + f"; supported: {', '.join(DTYPES)}"
-                             ) from None
-    if kind == "scalar":
-        tensor = next((v for v in arguments.values() if b.is_tensor(v)), None)
-        if not core.is_python_scalar(value):
-            raise Diagnostic(f"{where} takes a compile-time number, got {b.describe(value)}")
-        if tensor is not None and not is_float_dtype(b.dtype(tensor)) \
-                and isinstance(value, float) and not value.is_integer():
-            raise Diagnostic(f"{where} is {value!r}, which an {b.dtype(tensor)} tensor cannot hold")
-        if tensor is not None and is_float_dtype(b.dtype(tensor)) and math.isfinite(value) \
-                and abs(value) > torch.finfo(DTYPES[b.dtype(tensor)]).max:  # TVM refuses such a literal
-            raise Diagnostic(f"{where} is {value!r}, beyond the largest {b.dtype(tensor)} value "
-                             "(torch refuses it too)")
-        return b.scalar(value, None if tensor is None else b.dtype(tensor))
-    # a compile-time Python value, checked against the annotation
     if b.is_run_time(value):
-        raise Diagnostic(f"{where} must be a compile-time value ({_type_text(param.annotation)}), "
+        raise Diagnostic(f"{_where(op, name)} must be a compile-time value ({_type_text(param.annotation)}), "
                          f"got {b.describe(value)}")
     if not _accepts(param.annotation, value):
-        raise Diagnostic(f"{where} must be {_type_text(param.annotation)}, got {b.describe(value)}")
+        raise Diagnostic(f"{_where(op, name)} must be {_type_text(param.annotation)}, got {b.describe(value)}")
     return b.sequence(value)
+
+
+# A parameter's kind (Op.kinds) -> how `convert` checks and converts its argument.
+CONVERT = {"tensor": _convert_tensor, "optional tensor": _convert_tensor, "tensors": _convert_tensors,
+           "index": _convert_index, "shape": _convert_shape, "optional shape": _convert_shape,
+           "dtype": _convert_dtype, "scalar": _convert_scalar}
 
 
 def is_index(value) -> bool:

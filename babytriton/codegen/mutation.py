@@ -24,7 +24,7 @@ from tvm import relax
 from ..frontend.arguments import unwrap
 from ..core.errors import Diagnostic
 from ..core.types import DTYPES, format_shape
-from .control import assigned_names
+from .stream import assigned_names
 from .values import broadcast, same_size
 from . import pytorch
 from .pytorch import indexing

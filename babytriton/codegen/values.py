@@ -33,6 +33,13 @@ def is_python_scalar(value) -> bool:
     return isinstance(value, PY_SCALARS)
 
 
+def is_plain(value) -> bool:
+    """A compile-time value that Python compares by itself: numbers, strings, dtypes, None, tuples of them."""
+    if isinstance(value, tuple):
+        return all(is_plain(v) for v in value)
+    return value is None or isinstance(value, (*PY_SCALARS, str, torch.dtype, torch.device))
+
+
 def dtype_of(value) -> str:
     return str(value.ty.dtype)
 

@@ -91,7 +91,11 @@ def arg_spec(param: Param, value, fname: str, specialised: bool = False) -> ArgS
         if specialised:  # an `n: int` the code needs at compile time (codegen/specialise.py)
             return ArgSpec("constexpr", value=want(value))
         return ArgSpec("scalar", dtype=SCALAR_TYPES[want])
-    # tensor
+    return _tensor_spec(param, value, where)
+
+
+def _tensor_spec(param: Param, value, where: str) -> ArgSpec:
+    """A tensor argument checked against its annotation (none for an unannotated parameter)."""
     if not is_tensor_like(value):
         raise TypeError(f"{where} expects a tensor (torch, numpy or bt.Tensor), got {type(value).__name__}")
     data = unwrap(value)

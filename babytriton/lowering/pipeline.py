@@ -31,27 +31,7 @@ SCHEDULES = schedules.SCHEDULES
 def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
            side_outputs: bool = False) -> list[tuple[str, tvm.transform.Pass]]:
     """The Relax passes, in order, each named as its stage."""
-    # `x.detach()` is `no_grad(x)` for the backward's Gradient pass; the forward computes x itself
-    attached = tvm.transform.module_pass(lambda mod, _ctx: _attached(mod), opt_level=0, name="Attach")
-    sequence = [("ConvertToDataflow", tvm.transform.Sequential([attached,
-                                                                relax.transform.ConvertToDataflow(min_size=1)]))]
-    attention = targets.offloads_attention(target, schedule)
-    rewrites = [("AttentionToSDPA", offload.offload_attention)] if attention else []
-    matmuls = targets.offloaded_matmuls(target, schedule)
-    if matmuls.dtypes or matmuls.small:
-        # after attention: a block's matrix products go to torch with it, whole
-        rewrites.append(("MatmulToTorch", functools.partial(offload.offload_matmul, offload=matmuls)))
-    if target is not None and target.kind.name == "cuda":
-        rewrites.append(("SortsToTorch", offload.offload_sorts))  # see offload._SortsToTorch
-    sequence += [(name, tvm.transform.module_pass(lambda mod, _ctx, rewrite=rewrite: rewrite(mod), opt_level=0,
-                                                  name=name)) for name, rewrite in rewrites]
-    if decompose.DECOMPOSE:
-        # a library softmax as its primitives: its producers and consumers join its row kernel
-        sequence.append(("DecomposeSoftmax", decompose.DecomposeSoftmax))
-    if online.applies(target):
-        # one reduction for a row's max and exp-sum: the GPU kernel reads each row once for both
-        sequence.append(("OnlineSoftmax", online.OnlineSoftmax))
-    return sequence + [
+    return _before_legalizing(target, schedule) + [
         # babytriton's rules first where TVM's lowering loses NaN or infinities, or sums halves in
         # half precision (see legalize.py)
         # a view read by several kernels is repeated in each (views.py), then the ops become TIR
@@ -82,6 +62,32 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
                                              + ([_WriteInPlace] if target is not None and target.kind.name == "llvm"
                                                 else []))),
     ]
+
+
+def _before_legalizing(target: tvm.target.Target | None, schedule: str) -> list[tuple[str, tvm.transform.Pass]]:
+    """The passes on Relax's own operators: dataflow blocks, the rewrites that hand work to torch,
+    softmax's decomposition and the online softmax."""
+    # `x.detach()` is `no_grad(x)` for the backward's Gradient pass; the forward computes x itself
+    attached = tvm.transform.module_pass(lambda mod, _ctx: _attached(mod), opt_level=0, name="Attach")
+    sequence = [("ConvertToDataflow", tvm.transform.Sequential([attached,
+                                                                relax.transform.ConvertToDataflow(min_size=1)]))]
+    attention = targets.offloads_attention(target, schedule)
+    rewrites = [("AttentionToSDPA", offload.offload_attention)] if attention else []
+    matmuls = targets.offloaded_matmuls(target, schedule)
+    if matmuls.dtypes or matmuls.small:
+        # after attention: a block's matrix products go to torch with it, whole
+        rewrites.append(("MatmulToTorch", functools.partial(offload.offload_matmul, offload=matmuls)))
+    if target is not None and target.kind.name == "cuda":
+        rewrites.append(("SortsToTorch", offload.offload_sorts))  # see offload._SortsToTorch
+    sequence += [(name, tvm.transform.module_pass(lambda mod, _ctx, rewrite=rewrite: rewrite(mod), opt_level=0,
+                                                  name=name)) for name, rewrite in rewrites]
+    if decompose.DECOMPOSE:
+        # a library softmax as its primitives: its producers and consumers join its row kernel
+        sequence.append(("DecomposeSoftmax", decompose.DecomposeSoftmax))
+    if online.applies(target):
+        # one reduction for a row's max and exp-sum: the GPU kernel reads each row once for both
+        sequence.append(("OnlineSoftmax", online.OnlineSoftmax))
+    return sequence
 
 
 _WriteInPlace = tvm.transform.module_pass(lambda mod, _ctx: inplace.write_in_place(mod), opt_level=0,

@@ -141,92 +141,130 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+class _RowTemplate:
+    """What the row template is built from: its sizes and dtypes, and its index expressions (written
+    out at each use, not bound to names: a bound index hides its alignment from the CUDA code
+    generator, which then gathers a vector's elements one by one)."""
+
+    def __init__(self, scan: Scan):
+        self.lanes, self.vectors, seg, self.warps, self.per_block = row_shape(scan)
+        self.rows, self.n, _ = scan.split()
+        self.per_thread = self.lanes * self.vectors
+        threads = WARP * self.warps if self.warps > 1 else seg   # a row's threads
+        self.threads, self.tile, self.steps = threads, threads * self.per_thread, (min(threads, WARP) - 1).bit_length()
+        self.total = self.rows * self.n
+        self.shape, self.in_dtype, self.out_dtype, self.dtype = scan.shape, scan.in_dtype, scan.out_dtype, scan.dtype
+        self.ident, self.combine, self.cast, self.rounded = scan.identity, scan.combine, scan.cast, scan.rounded
+        self.exclusive = scan.exclusive
+        self.aligned = self.lanes > 1
+        self.width = min(threads, WARP)   # the shuffles' segment
+        self.blocks = _ceildiv(self.rows, self.per_block * (WARP // self.width)) if self.warps == 1 else self.rows
+
+    def row(self, bx, ty, tx):
+        if self.warps == 1:
+            return (bx * self.per_block + ty) * (WARP // self.width) + tx // self.width
+        return bx
+
+    def lane(self, tx):
+        return tx % self.width   # within the row's segment or warp
+
+    def start(self, t, tx):
+        return t * self.tile + (tx % self.threads) * self.per_thread
+
+    def base(self, bx, ty, t, tx):
+        return self.row(bx, ty, tx) * self.n + self.start(t, tx)
+
+    def full(self, bx, ty, t, tx):
+        """Whether the thread's elements all lie in the row: it loads and stores vectors, whatever the others do."""
+        return T.And(self.row(bx, ty, tx) < self.rows, self.start(t, tx) + self.per_thread <= self.n)
+
+    def inside(self, bx, ty, t, tx, e):
+        return T.And(self.row(bx, ty, tx) < self.rows, self.start(t, tx) + e < self.n)
+
+
 def row_kernel(scan: Scan) -> tirx.PrimFunc:
     """The row template for `scan` (inner size 1): a tile is `threads x per_thread` elements of a row,
     each thread scanning its elements in registers, the row's threads their totals (shuffles within
     a segment of a warp; across warps through shared memory), the carry adding earlier tiles' totals."""
-    lanes, vectors, seg, warps, per_block = row_shape(scan)
-    rows, n, _ = scan.split()
-    per_thread = lanes * vectors
-    threads = WARP * warps if warps > 1 else seg   # a row's threads
-    tile, steps = threads * per_thread, (min(threads, WARP) - 1).bit_length()
-    total = rows * n
-    in_dtype, out_dtype, dtype, ident = scan.in_dtype, scan.out_dtype, scan.dtype, scan.identity
-    combine, cast, rounded, exclusive, shape = scan.combine, scan.cast, scan.rounded, scan.exclusive, scan.shape
-    aligned = lanes > 1
-    width = min(threads, WARP)   # the shuffles' segment
-    # index expressions written out, not bound to names: a bound index hides its alignment from the
-    # CUDA code generator, which then gathers a vector's elements one by one
-    row = lambda bx, ty, tx: (bx * per_block + ty) * (WARP // width) + tx // width if warps == 1 else bx  # noqa: E731
-    lane = lambda tx: tx % width  # noqa: E731 - within the row's segment or warp
-    start = lambda t, tx: t * tile + (tx % threads) * per_thread  # noqa: E731
-    base = lambda bx, ty, t, tx: row(bx, ty, tx) * n + start(t, tx)  # noqa: E731
-    # a thread whose elements all lie in the row loads and stores vectors, whatever the others do
-    full = lambda bx, ty, t, tx: T.And(row(bx, ty, tx) < rows, start(t, tx) + per_thread <= n)  # noqa: E731
-    inside = lambda bx, ty, t, tx, e: T.And(row(bx, ty, tx) < rows, start(t, tx) + e < n)  # noqa: E731
-    blocks = _ceildiv(rows, per_block * (WARP // width)) if warps == 1 else rows
+    p = _RowTemplate(scan)
 
     # state: 0 the row's carry, 1 the thread's inclusive prefix among its warp, 2 the thread's prefix.
     # Every lane runs every shuffle (a row past the end too): its loads and stores are guarded instead.
     @T.prim_func(private=True)
     def scan_rows(x: T.handle, y: T.handle):
-        X = T.match_buffer(x, shape, in_dtype)
-        Y = T.match_buffer(y, shape, out_dtype)
-        Xf = T.decl_buffer((total,), in_dtype, data=X.data)
-        Yf = T.decl_buffer((total,), out_dtype, data=Y.data)
-        for bx in T.thread_binding(blocks, thread="blockIdx.x"):
-            for ty in T.thread_binding(per_block, thread="threadIdx.y"):
-                for tx in T.thread_binding(WARP * warps, thread="threadIdx.x"):
-                    vals = T.alloc_buffer((per_thread,), dtype, scope="local")
-                    state = T.alloc_buffer((3,), dtype, scope="local")
-                    totals = T.alloc_buffer((2, warps), dtype, scope="shared")
-                    state[0] = ident
-                    for t in T.serial(_ceildiv(n, tile)):
-                        if aligned and full(bx, ty, t, tx):
-                            for u in T.serial(vectors):
-                                for v in T.vectorized(lanes):
-                                    vals[u * lanes + v] = cast(Xf[base(bx, ty, t, tx) + u * lanes + v])
-                        else:
-                            for e in T.serial(per_thread):
-                                vals[e] = T.if_then_else(inside(bx, ty, t, tx, e), cast(Xf[base(bx, ty, t, tx) + e]),
-                                                         ident)
-                        for e in T.serial(per_thread - 1):
-                            vals[e + 1] = combine(vals[e], vals[e + 1])
-                        state[1] = vals[per_thread - 1]
-                        for k in T.unroll(steps):
-                            up = T.tvm_warp_shuffle_up(FULL_MASK, state[1], T.shift_left(1, k), width, WARP)
-                            if lane(tx) >= T.shift_left(1, k):
-                                state[1] = combine(up, state[1])
-                        before = T.tvm_warp_shuffle_up(FULL_MASK, state[1], 1, width, WARP)
-                        state[2] = combine(state[0], T.if_then_else(lane(tx) == 0, ident, before))
-                        if warps == 1:
-                            state[0] = combine(state[0], T.tvm_warp_shuffle(FULL_MASK, state[1], width - 1,
-                                                                            width, WARP))
-                        else:
-                            # two slots: a tile's totals never overwrite those the last tile still reads
-                            if lane(tx) == WARP - 1:
-                                totals[t % 2, tx // WARP] = state[1]
-                            T.tvm_storage_sync("shared")
-                            for w in T.serial(warps):
-                                if w < tx // WARP:
-                                    state[2] = combine(state[2], totals[t % 2, w])
-                                state[0] = combine(state[0], totals[t % 2, w])
-                        if exclusive:
-                            for e in T.serial(per_thread - 1):
-                                vals[per_thread - 1 - e] = combine(state[2], vals[per_thread - 2 - e])
-                            vals[0] = state[2]
-                        else:
-                            for e in T.serial(per_thread):
-                                vals[e] = combine(state[2], vals[e])
-                        if aligned and full(bx, ty, t, tx):
-                            for u in T.serial(vectors):
-                                for v in T.vectorized(lanes):
-                                    Yf[base(bx, ty, t, tx) + u * lanes + v] = rounded(vals[u * lanes + v])
-                        else:
-                            for e in T.serial(per_thread):
-                                if inside(bx, ty, t, tx, e):
-                                    Yf[base(bx, ty, t, tx) + e] = rounded(vals[e])
+        X = T.match_buffer(x, p.shape, p.in_dtype)
+        Y = T.match_buffer(y, p.shape, p.out_dtype)
+        Xf = T.decl_buffer((p.total,), p.in_dtype, data=X.data)
+        Yf = T.decl_buffer((p.total,), p.out_dtype, data=Y.data)
+        for bx in T.thread_binding(p.blocks, thread="blockIdx.x"):
+            for ty in T.thread_binding(p.per_block, thread="threadIdx.y"):
+                for tx in T.thread_binding(WARP * p.warps, thread="threadIdx.x"):
+                    vals = T.alloc_buffer((p.per_thread,), p.dtype, scope="local")
+                    state = T.alloc_buffer((3,), p.dtype, scope="local")
+                    totals = T.alloc_buffer((2, p.warps), p.dtype, scope="shared")
+                    state[0] = p.ident
+                    for t in T.serial(_ceildiv(p.n, p.tile)):
+                        _load_row_tile(p, Xf, vals, bx, ty, t, tx)
+                        _scan_row_tile(p, vals, state, totals, t, tx)
+                        _store_row_tile(p, Yf, vals, state, bx, ty, t, tx)
     return scan_rows
+
+
+@T.macro
+def _load_row_tile(p, Xf, vals, bx, ty, t, tx):
+    """The thread's elements of tile t, in the accumulator's dtype (the identity past the row's end)."""
+    if p.aligned and p.full(bx, ty, t, tx):
+        for u in T.serial(p.vectors):
+            for v in T.vectorized(p.lanes):
+                vals[u * p.lanes + v] = p.cast(Xf[p.base(bx, ty, t, tx) + u * p.lanes + v])
+    else:
+        for e in T.serial(p.per_thread):
+            vals[e] = T.if_then_else(p.inside(bx, ty, t, tx, e), p.cast(Xf[p.base(bx, ty, t, tx) + e]), p.ident)
+
+
+@T.macro
+def _scan_row_tile(p, vals, state, totals, t, tx):
+    """Tile t scanned in registers, then across the row's threads; the carry grows by the tile's total."""
+    for e in T.serial(p.per_thread - 1):
+        vals[e + 1] = p.combine(vals[e], vals[e + 1])
+    state[1] = vals[p.per_thread - 1]
+    for k in T.unroll(p.steps):
+        up = T.tvm_warp_shuffle_up(FULL_MASK, state[1], T.shift_left(1, k), p.width, WARP)
+        if p.lane(tx) >= T.shift_left(1, k):
+            state[1] = p.combine(up, state[1])
+    before = T.tvm_warp_shuffle_up(FULL_MASK, state[1], 1, p.width, WARP)
+    state[2] = p.combine(state[0], T.if_then_else(p.lane(tx) == 0, p.ident, before))
+    if p.warps == 1:
+        state[0] = p.combine(state[0], T.tvm_warp_shuffle(FULL_MASK, state[1], p.width - 1, p.width, WARP))
+    else:
+        # two slots: a tile's totals never overwrite those the last tile still reads
+        if p.lane(tx) == WARP - 1:
+            totals[t % 2, tx // WARP] = state[1]
+        T.tvm_storage_sync("shared")
+        for w in T.serial(p.warps):
+            if w < tx // WARP:
+                state[2] = p.combine(state[2], totals[t % 2, w])
+            state[0] = p.combine(state[0], totals[t % 2, w])
+
+
+@T.macro
+def _store_row_tile(p, Yf, vals, state, bx, ty, t, tx):
+    """Tile t's elements from the thread's prefix (shifted by one for an exclusive scan), stored."""
+    if p.exclusive:
+        for e in T.serial(p.per_thread - 1):
+            vals[p.per_thread - 1 - e] = p.combine(state[2], vals[p.per_thread - 2 - e])
+        vals[0] = state[2]
+    else:
+        for e in T.serial(p.per_thread):
+            vals[e] = p.combine(state[2], vals[e])
+    if p.aligned and p.full(bx, ty, t, tx):
+        for u in T.serial(p.vectors):
+            for v in T.vectorized(p.lanes):
+                Yf[p.base(bx, ty, t, tx) + u * p.lanes + v] = p.rounded(vals[u * p.lanes + v])
+    else:
+        for e in T.serial(p.per_thread):
+            if p.inside(bx, ty, t, tx, e):
+                Yf[p.base(bx, ty, t, tx) + e] = p.rounded(vals[e])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -254,95 +292,118 @@ def _column_grid(scan: Scan, lanes: int, chunks: int):
     return threads, per_block
 
 
+class _ColumnTemplate:
+    """What the column template is built from: sizes, dtypes and index expressions (written out, as
+    the row template's): thread g runs `lanes` adjacent columns from i (outer index o) over chunk c."""
+
+    def __init__(self, scan: Scan, split: bool):
+        self.lanes, chunks = column_shape(scan)
+        self.chunks = chunks if split else 1
+        self.outer, self.n, self.inner = scan.split()
+        self.threads, self.per_block = _column_grid(scan, self.lanes, self.chunks)
+        self.vectors = tirx.floordiv(self.inner, self.lanes)
+        self.chunk = _ceildiv(self.n, self.chunks)
+        self.total, self.sums = self.outer * self.n * self.inner, self.outer * self.chunks * self.inner
+        self.shape, self.in_dtype, self.out_dtype, self.dtype = scan.shape, scan.in_dtype, scan.out_dtype, scan.dtype
+        self.ident, self.combine, self.cast, self.rounded = scan.identity, scan.combine, scan.cast, scan.rounded
+        self.exclusive = scan.exclusive
+        self.split = self.chunks > 1
+
+    def g(self, bx, tx):
+        return bx * self.per_block + tx
+
+    def i(self, bx, tx):
+        return self.g(bx, tx) % self.vectors * self.lanes
+
+    def c(self, bx, tx):
+        return self.g(bx, tx) // self.vectors % self.chunks
+
+    def o(self, bx, tx):
+        return self.g(bx, tx) // self.vectors // self.chunks
+
+    def at(self, bx, tx, j):
+        return (self.o(bx, tx) * self.n + self.c(bx, tx) * self.chunk + j) * self.inner + self.i(bx, tx)
+
+    def sum_at(self, bx, tx):
+        return (self.o(bx, tx) * self.chunks + self.c(bx, tx)) * self.inner + self.i(bx, tx)
+
+    def length(self, bx, tx):
+        return T.max(T.min(self.n, (self.c(bx, tx) + 1) * self.chunk) - self.c(bx, tx) * self.chunk, 0)
+
+
 def column_kernels(scan: Scan, split: bool = True) -> list[tirx.PrimFunc]:
     """The column template for `scan`: one kernel (always, for split=False), or three: each chunk's
     sum, the exclusive scan of those sums (this template again, over the chunk axis), and the scan of
     each chunk from its prefix."""
-    lanes, chunks = column_shape(scan)
-    chunks = chunks if split else 1
-    outer, n, inner = scan.split()
-    threads, per_block = _column_grid(scan, lanes, chunks)
-    vectors = tirx.floordiv(inner, lanes)
-    chunk = _ceildiv(n, chunks)
-    total, sums = outer * n * inner, outer * chunks * inner
-    in_dtype, out_dtype, dtype, ident = scan.in_dtype, scan.out_dtype, scan.dtype, scan.identity
-    combine, cast, rounded, exclusive, shape = scan.combine, scan.cast, scan.rounded, scan.exclusive, scan.shape
-    split = chunks > 1
-    # index expressions written out (see row_kernel): thread g runs `lanes` adjacent columns from i
-    # (outer index o) over chunk c
-    g = lambda bx, tx: bx * per_block + tx  # noqa: E731
-    i = lambda bx, tx: g(bx, tx) % vectors * lanes  # noqa: E731
-    c = lambda bx, tx: g(bx, tx) // vectors % chunks  # noqa: E731
-    o = lambda bx, tx: g(bx, tx) // vectors // chunks  # noqa: E731
-    at = lambda bx, tx, j: (o(bx, tx) * n + c(bx, tx) * chunk + j) * inner + i(bx, tx)  # noqa: E731
-    length = lambda bx, tx: T.max(T.min(n, (c(bx, tx) + 1) * chunk) - c(bx, tx) * chunk, 0)  # noqa: E731
+    p = _ColumnTemplate(scan, split)
+    if not p.split:
+        return [_columns(p)]
 
     @T.prim_func(private=True)
     def chunk_sums(x: T.handle, s: T.handle):
-        X = T.match_buffer(x, shape, in_dtype)
-        S = T.match_buffer(s, (outer, chunks, inner), dtype)
-        Xf = T.decl_buffer((total,), in_dtype, data=X.data)
-        Sf = T.decl_buffer((sums,), dtype, data=S.data)
-        for bx in T.thread_binding(_ceildiv(threads, per_block), thread="blockIdx.x"):
-            for tx in T.thread_binding(per_block, thread="threadIdx.x"):
-                acc = T.alloc_buffer((lanes,), dtype, scope="local")
-                if g(bx, tx) < threads:
-                    for v in T.vectorized(lanes):
-                        acc[v] = ident
-                    for j in T.serial(length(bx, tx)):
-                        for v in T.vectorized(lanes):
-                            acc[v] = combine(acc[v], cast(Xf[at(bx, tx, j) + v]))
-                    for v in T.vectorized(lanes):
-                        Sf[(o(bx, tx) * chunks + c(bx, tx)) * inner + i(bx, tx) + v] = acc[v]
-
-    @T.macro
-    def scan_body(Xf, Sf, Yf):
-        for bx in T.thread_binding(_ceildiv(threads, per_block), thread="blockIdx.x"):
-            for tx in T.thread_binding(per_block, thread="threadIdx.x"):
-                acc = T.alloc_buffer((lanes,), dtype, scope="local")
-                if g(bx, tx) < threads:
-                    for v in T.vectorized(lanes):
-                        acc[v] = ident
-                    if split:
-                        for v in T.vectorized(lanes):
-                            acc[v] = Sf[(o(bx, tx) * chunks + c(bx, tx)) * inner + i(bx, tx) + v]
-                    for j in T.serial(length(bx, tx)):
-                        if exclusive:
-                            for v in T.vectorized(lanes):
-                                Yf[at(bx, tx, j) + v] = rounded(acc[v])
-                                acc[v] = combine(acc[v], cast(Xf[at(bx, tx, j) + v]))
-                        else:
-                            for v in T.vectorized(lanes):
-                                acc[v] = combine(acc[v], cast(Xf[at(bx, tx, j) + v]))
-                                Yf[at(bx, tx, j) + v] = rounded(acc[v])
-
-    if not split:
-        return [_columns(shape, in_dtype, out_dtype, total, scan_body)]
+        X = T.match_buffer(x, p.shape, p.in_dtype)
+        S = T.match_buffer(s, (p.outer, p.chunks, p.inner), p.dtype)
+        Xf = T.decl_buffer((p.total,), p.in_dtype, data=X.data)
+        Sf = T.decl_buffer((p.sums,), p.dtype, data=S.data)
+        for bx in T.thread_binding(_ceildiv(p.threads, p.per_block), thread="blockIdx.x"):
+            for tx in T.thread_binding(p.per_block, thread="threadIdx.x"):
+                acc = T.alloc_buffer((p.lanes,), p.dtype, scope="local")
+                if p.g(bx, tx) < p.threads:
+                    for v in T.vectorized(p.lanes):
+                        acc[v] = p.ident
+                    for j in T.serial(p.length(bx, tx)):
+                        for v in T.vectorized(p.lanes):
+                            acc[v] = p.combine(acc[v], p.cast(Xf[p.at(bx, tx, j) + v]))
+                    for v in T.vectorized(p.lanes):
+                        Sf[p.sum_at(bx, tx) + v] = acc[v]
 
     @T.prim_func(private=True)
     def scan_chunks(x: T.handle, s: T.handle, y: T.handle):
-        X = T.match_buffer(x, shape, in_dtype)
-        S = T.match_buffer(s, (outer, chunks, inner), dtype)
-        Y = T.match_buffer(y, shape, out_dtype)
-        Xf = T.decl_buffer((total,), in_dtype, data=X.data)
-        Sf = T.decl_buffer((sums,), dtype, data=S.data)
-        Yf = T.decl_buffer((total,), out_dtype, data=Y.data)
-        scan_body(Xf, Sf, Yf)
+        X = T.match_buffer(x, p.shape, p.in_dtype)
+        S = T.match_buffer(s, (p.outer, p.chunks, p.inner), p.dtype)
+        Y = T.match_buffer(y, p.shape, p.out_dtype)
+        Xf = T.decl_buffer((p.total,), p.in_dtype, data=X.data)
+        Sf = T.decl_buffer((p.sums,), p.dtype, data=S.data)
+        Yf = T.decl_buffer((p.total,), p.out_dtype, data=Y.data)
+        _scan_columns(p, Xf, Sf, Yf)
     size = lambda e, name: I64(_static(e)) if _static(e) is not None else tirx.Var(name, "int64")  # noqa: E731
-    sums_shape = (size(outer, "outer"), I64(chunks), size(inner, "inner"))
-    prefixes = Scan(scan.op, sums_shape, 1, dtype, dtype, True, dtype)
+    sums_shape = (size(p.outer, "outer"), I64(p.chunks), size(p.inner, "inner"))
+    prefixes = Scan(scan.op, sums_shape, 1, p.dtype, p.dtype, True, p.dtype)
     return [chunk_sums, column_kernels(prefixes, split=False)[0], scan_chunks]
 
 
-def _columns(shape, in_dtype: str, out_dtype: str, total, scan_body) -> tirx.PrimFunc:
-    """The unsplit column scan: `scan_body` with no chunk sums."""
+@T.macro
+def _scan_columns(p, Xf, Sf, Yf):
+    """Each thread's columns scanned down its chunk, from the chunk's prefix in Sf where split."""
+    for bx in T.thread_binding(_ceildiv(p.threads, p.per_block), thread="blockIdx.x"):
+        for tx in T.thread_binding(p.per_block, thread="threadIdx.x"):
+            acc = T.alloc_buffer((p.lanes,), p.dtype, scope="local")
+            if p.g(bx, tx) < p.threads:
+                for v in T.vectorized(p.lanes):
+                    acc[v] = p.ident
+                if p.split:
+                    for v in T.vectorized(p.lanes):
+                        acc[v] = Sf[p.sum_at(bx, tx) + v]
+                for j in T.serial(p.length(bx, tx)):
+                    if p.exclusive:
+                        for v in T.vectorized(p.lanes):
+                            Yf[p.at(bx, tx, j) + v] = p.rounded(acc[v])
+                            acc[v] = p.combine(acc[v], p.cast(Xf[p.at(bx, tx, j) + v]))
+                    else:
+                        for v in T.vectorized(p.lanes):
+                            acc[v] = p.combine(acc[v], p.cast(Xf[p.at(bx, tx, j) + v]))
+                            Yf[p.at(bx, tx, j) + v] = p.rounded(acc[v])
+
+
+def _columns(p: _ColumnTemplate) -> tirx.PrimFunc:
+    """The unsplit column scan: `_scan_columns` with no chunk sums."""
     @T.prim_func(private=True)
     def scan_columns(x: T.handle, y: T.handle):
-        X = T.match_buffer(x, shape, in_dtype)
-        Y = T.match_buffer(y, shape, out_dtype)
-        Xf = T.decl_buffer((total,), in_dtype, data=X.data)
-        Yf = T.decl_buffer((total,), out_dtype, data=Y.data)
-        scan_body(Xf, None, Yf)
+        X = T.match_buffer(x, p.shape, p.in_dtype)
+        Y = T.match_buffer(y, p.shape, p.out_dtype)
+        Xf = T.decl_buffer((p.total,), p.in_dtype, data=X.data)
+        Yf = T.decl_buffer((p.total,), p.out_dtype, data=Y.data)
+        _scan_columns(p, Xf, None, Yf)
     return scan_columns
 
 

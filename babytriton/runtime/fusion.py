@@ -168,7 +168,18 @@ def analyse(generated: tvm.IRModule, binding_lines: dict, modules: dict[str, tvm
     lines = {var.id_: line for var, line in binding_lines.items()}
     dataflow, legal, fused, final = (modules[s] for s in needed)
     fused = modules.get("FuseMultiOutput", fused)  # the groups FuseTIR makes kernels of
+    ops, op_of, params, outputs = _dataflow_ops(generated, dataflow, lines)
+    legal_origin = _legal_origins(dataflow, legal, op_of)
+    group_ops = _group_ops(legal, fused, legal_origin)
+    kernels, kernel_outputs = _kernels(fused, final, group_ops)
+    _absorb(ops, kernels)
+    return {"params": _unique_list(params), "ops": ops, "outputs": outputs, "kernels": kernels,
+            "kernel_outputs": kernel_outputs}
 
+
+def _dataflow_ops(generated: tvm.IRModule, dataflow: tvm.IRModule, lines: dict) -> tuple:
+    """The ops of the dataflow module (each call that is no plumbing), with their source lines and
+    inputs: (ops, dataflow var id -> op index, parameter names, output refs)."""
     ops: list[dict] = []
     op_of: dict[int, int] = {}           # dataflow var id -> op index
     producers: dict[int, list] = {}      # var id -> refs of what produced it (through tuples)
@@ -192,9 +203,12 @@ def analyse(generated: tvm.IRModule, binding_lines: dict, modules: dict[str, tvm
             ops.append({"op": _op_name(value), "var": binding.var.name, "line": line, "inputs": inputs})
         outputs.extend(_inputs(fn.body.body, producers))
     _inherit_lines(ops)
+    return ops, op_of, params, outputs
 
-    # dataflow -> legalized: ops a legalization split into several bindings stay one op.
-    legal_origin: dict[int, int] = {}    # legalized var id -> op index
+
+def _legal_origins(dataflow: tvm.IRModule, legal: tvm.IRModule, op_of: dict) -> dict[int, int]:
+    """Legalized var id -> op index: ops a legalization split into several bindings stay one op."""
+    legal_origin: dict[int, int] = {}
     matcher = Matcher([b for _, fn in user_functions(dataflow) for b in bindings(fn)])
     for _, fn in user_functions(legal):
         helpers: dict[int, relax.Binding] = {}   # unmatched so far: maybe part of a later op
@@ -214,9 +228,12 @@ def analyse(generated: tvm.IRModule, binding_lines: dict, modules: dict[str, tvm
                     if isinstance(arg, relax.Var) and arg.id_ in helpers:
                         legal_origin[arg.id_] = op
                         stack.append(helpers.pop(arg.id_).value)
+    return legal_origin
 
-    # legalized -> fused groups: a group is the bindings inside one Primitive function.
-    group_ops: dict[int, list[int]] = {}  # FuseOps var id -> op indices
+
+def _group_ops(legal: tvm.IRModule, fused: tvm.IRModule, legal_origin: dict) -> dict[int, list[int]]:
+    """FuseOps var id -> op indices: a group is the bindings inside one Primitive function."""
+    group_ops: dict[int, list[int]] = {}
     legal_matcher = Matcher([b for _, fn in user_functions(legal) for b in bindings(fn)])
     fused_funcs = {gv.name_hint: fn for gv, fn in fused.functions.items()
                    if isinstance(fn, relax.Function) and _is_primitive(fn)}
@@ -227,19 +244,7 @@ def analyse(generated: tvm.IRModule, binding_lines: dict, modules: dict[str, tvm
             value = binding.value
             callee = _callee(value) if isinstance(value, relax.Call) else None
             if callee in fused_funcs and isinstance(value.op, tvm.ir.GlobalVar):
-                inner_fn = fused_funcs[callee]
-                inner_env = dict(env)
-                for param, arg in zip(inner_fn.params, value.args):
-                    inner_env[param.id_] = _origin(arg, env) if isinstance(arg, relax.Var) else \
-                        ("expr", tvm_ffi.structural_hash(arg))
-                members = []
-                for inner in bindings(inner_fn):
-                    matched = legal_matcher.match(inner, inner_env)
-                    inner_env[inner.var.id_] = matched
-                    members.extend(matched)
-                env[binding.var.id_] = members[-1:]
-                if isinstance(inner_fn.body.body, relax.Tuple):
-                    results[binding.var.id_] = [_origin(f, inner_env) for f in inner_fn.body.body.fields]
+                members = _group_members(fused_funcs[callee], binding, legal_matcher, env, results)
             else:
                 members = legal_matcher.match(binding, env)
                 env[binding.var.id_] = members
@@ -247,8 +252,31 @@ def analyse(generated: tvm.IRModule, binding_lines: dict, modules: dict[str, tvm
                         and getattr(value.tuple_value, "id_", None) in results:  # a new var for a group's result
                     env[binding.var.id_] = results[value.tuple_value.id_][value.index]
             group_ops[binding.var.id_] = _unique(legal_origin[m] for m in members if m in legal_origin)
+    return group_ops
 
-    # fused -> final (FuseTIR): the kernels are the calls left in the final functions.
+
+def _group_members(inner_fn: relax.Function, binding: relax.Binding, legal_matcher: Matcher, env: dict,
+                   results: dict) -> list[int]:
+    """The legalized var ids inside the group `binding` calls (`env` and `results` updated with the
+    group's result and, for a tuple, each field's origin)."""
+    inner_env = dict(env)
+    for param, arg in zip(inner_fn.params, binding.value.args):
+        inner_env[param.id_] = _origin(arg, env) if isinstance(arg, relax.Var) else \
+            ("expr", tvm_ffi.structural_hash(arg))
+    members = []
+    for inner in bindings(inner_fn):
+        matched = legal_matcher.match(inner, inner_env)
+        inner_env[inner.var.id_] = matched
+        members.extend(matched)
+    env[binding.var.id_] = members[-1:]
+    if isinstance(inner_fn.body.body, relax.Tuple):
+        results[binding.var.id_] = [_origin(f, inner_env) for f in inner_fn.body.body.fields]
+    return members
+
+
+def _kernels(fused: tvm.IRModule, final: tvm.IRModule, group_ops: dict) -> tuple[list[dict], list]:
+    """The kernels (FuseTIR): the calls left in the final functions, each with its group's ops and
+    inputs; and the refs of the final functions' outputs."""
     fused_matcher = Matcher([b for _, fn in user_functions(fused) for b in bindings(fn)])
     kernels: list[dict] = []
     made: dict[int, list] = {}
@@ -264,13 +292,10 @@ def analyse(generated: tvm.IRModule, binding_lines: dict, modules: dict[str, tvm
             matched = fused_matcher.match(binding, {})
             origin = matched[0] if matched else None
             members = group_ops.get(origin, [])
-            name = _callee(value)
             made[binding.var.id_] = [["kernel", len(kernels)]]
-            kernels.append({"name": name, "ops": members, "inputs": inputs, "fused": len(members) > 1})
-    _absorb(ops, kernels)
+            kernels.append({"name": _callee(value), "ops": members, "inputs": inputs, "fused": len(members) > 1})
     kernel_outputs = [ref for _, fn in user_functions(final) for ref in _inputs(fn.body.body, made)]
-    return {"params": _unique_list(params), "ops": ops, "outputs": outputs, "kernels": kernels,
-            "kernel_outputs": kernel_outputs}
+    return kernels, kernel_outputs
 
 
 def _absorb(ops: list[dict], kernels: list[dict]) -> None:

@@ -213,66 +213,13 @@ def _layout(graph: Graph) -> tuple[dict[str, _Placed], dict[int, tuple[float, fl
     """Rank nodes by longest path from the inputs; give every kernel box its own band of columns
     over the ranks it spans (bands reuse columns where ranks don't overlap); place nodes in them;
     route the edges around the nodes (`_route`)."""
-    preds: dict[str, list[str]] = {n.id: [] for n in graph.nodes}
-    for src, dst in graph.edges:
-        preds[dst].append(src)
-    rank: dict[str, int] = {}
-
-    def rank_of(node_id: str) -> int:  # the graph is a DAG in binding order
-        if node_id not in rank:
-            rank[node_id] = 1 + max((rank_of(p) for p in preds[node_id]), default=-1)
-        return rank[node_id]
-
-    for node in graph.nodes:
-        rank_of(node.id)
-    if "out" in rank:  # the return at the bottom, below ops whose results nothing reads
-        rank["out"] = max(rank["out"], 1 + max((r for n, r in rank.items() if n != "out"), default=-1))
-    # Groups: a kernel box's nodes, or a single node.
-    groups: list[list[Node]] = []
-    by_box: dict[int, list[Node]] = {}
-    for node in graph.nodes:
-        if node.box is not None and node.box in graph.boxes:
-            if node.box not in by_box:
-                by_box[node.box] = []
-                groups.append(by_box[node.box])
-            by_box[node.box].append(node)
-        else:
-            groups.append([node])
+    rank = _ranks(graph)
     placed = {n.id: _Placed(n, w=max(len(s) for s in n.label) * CHAR_W + 2 * PAD,
                             h=len(n.label) * LINE_H + PAD) for n in graph.nodes}
     row_h = max(p.h for p in placed.values()) + RANK_GAP
-    groups.sort(key=lambda g: min(rank[n.id] for n in g))
-    busy: dict[int, list[tuple[int, int]]] = {}   # column -> occupied rank spans
-    column: dict[str, int] = {}
-    spans: list[tuple[list[Node], int, int]] = []  # each group, its first column and its width in columns
-    for group in groups:
-        lo, hi = min(rank[n.id] for n in group), max(rank[n.id] for n in group)
-        width = max(sum(1 for n in group if rank[n.id] == r) for r in range(lo, hi + 1))
-        col = 0
-        while any(not (hi < a or lo > b) for c in range(col, col + width) for a, b in busy.get(c, [])):
-            col += 1
-        for c in range(col, col + width):
-            busy.setdefault(c, []).append((lo, hi))
-        slots: dict[int, int] = {}
-        for node in group:
-            r = rank[node.id]
-            column[node.id] = col + slots.get(r, 0)
-            slots[r] = slots.get(r, 0) + 1
-        spans.append((group, col, width))
-    # Each column as wide as its widest node, and a kernel box's columns as wide as its title.
-    columns = max(busy) + 1 if busy else 1
-    inner = [0.0] * columns
-    for node_id, c in column.items():
-        inner[c] = max(inner[c], placed[node_id].w)
-    for group, col, width in spans:
-        box = group[0].box if group[0].box in graph.boxes else None
-        if box is not None:
-            short = len(graph.boxes[box]) * CHAR_W + 12 - sum(inner[col:col + width]) - 2 * BOX_PAD * (width - 1)
-            if short > 0:
-                inner[col + width - 1] += short
-    left = [COL_GAP]
-    for c in range(columns):
-        left.append(left[-1] + inner[c] + 2 * BOX_PAD + COL_GAP)
+    groups = sorted(_groups(graph), key=lambda g: min(rank[n.id] for n in g))
+    column, spans, columns = _columns(groups, rank)
+    inner, left = _column_widths(graph, placed, column, spans, columns)
     for node_id, c in column.items():
         p = placed[node_id]
         p.x = left[c] + BOX_PAD + (inner[c] - p.w) / 2
@@ -290,6 +237,82 @@ def _layout(graph: Graph) -> tuple[dict[str, _Placed], dict[int, tuple[float, fl
     bands = [r * row_h + BOX_PAD + LINE_H * 2 + row_h - RANK_GAP + BOX_PAD + LANE for r in range(len(rank) + 1)]
     channels = [x - COL_GAP / 2 for x in left]
     return placed, boxes, width, height, _route(graph, placed, rank, bands, channels)
+
+
+def _ranks(graph: Graph) -> dict[str, int]:
+    """Each node's rank: the longest path to it from the inputs; the return below every other node."""
+    preds: dict[str, list[str]] = {n.id: [] for n in graph.nodes}
+    for src, dst in graph.edges:
+        preds[dst].append(src)
+    rank: dict[str, int] = {}
+
+    def rank_of(node_id: str) -> int:  # the graph is a DAG in binding order
+        if node_id not in rank:
+            rank[node_id] = 1 + max((rank_of(p) for p in preds[node_id]), default=-1)
+        return rank[node_id]
+
+    for node in graph.nodes:
+        rank_of(node.id)
+    if "out" in rank:  # the return at the bottom, below ops whose results nothing reads
+        rank["out"] = max(rank["out"], 1 + max((r for n, r in rank.items() if n != "out"), default=-1))
+    return rank
+
+
+def _groups(graph: Graph) -> list[list[Node]]:
+    """The nodes placed together: a kernel box's nodes, or a single node."""
+    groups: list[list[Node]] = []
+    by_box: dict[int, list[Node]] = {}
+    for node in graph.nodes:
+        if node.box is not None and node.box in graph.boxes:
+            if node.box not in by_box:
+                by_box[node.box] = []
+                groups.append(by_box[node.box])
+            by_box[node.box].append(node)
+        else:
+            groups.append([node])
+    return groups
+
+
+def _columns(groups: list[list[Node]], rank: dict[str, int]) -> tuple[dict[str, int], list, int]:
+    """Each node's column: every group gets its own columns over the ranks it spans, reusing columns
+    where ranks don't overlap. (node id -> column, [(group, first column, width in columns)], columns)."""
+    busy: dict[int, list[tuple[int, int]]] = {}   # column -> occupied rank spans
+    column: dict[str, int] = {}
+    spans: list[tuple[list[Node], int, int]] = []
+    for group in groups:
+        lo, hi = min(rank[n.id] for n in group), max(rank[n.id] for n in group)
+        width = max(sum(1 for n in group if rank[n.id] == r) for r in range(lo, hi + 1))
+        col = 0
+        while any(not (hi < a or lo > b) for c in range(col, col + width) for a, b in busy.get(c, [])):
+            col += 1
+        for c in range(col, col + width):
+            busy.setdefault(c, []).append((lo, hi))
+        slots: dict[int, int] = {}
+        for node in group:
+            r = rank[node.id]
+            column[node.id] = col + slots.get(r, 0)
+            slots[r] = slots.get(r, 0) + 1
+        spans.append((group, col, width))
+    return column, spans, max(busy) + 1 if busy else 1
+
+
+def _column_widths(graph: Graph, placed: dict[str, _Placed], column: dict[str, int], spans: list,
+                   columns: int) -> tuple[list[float], list[float]]:
+    """Each column's inner width (as wide as its widest node; a kernel box's columns as wide as its
+    title) and left edge, with the right edge of the last."""
+    inner = [0.0] * columns
+    for node_id, c in column.items():
+        inner[c] = max(inner[c], placed[node_id].w)
+    for group, col, width in spans:
+        box = group[0].box if group[0].box in graph.boxes else None
+        if box is not None:
+            short = len(graph.boxes[box]) * CHAR_W + 12 - sum(inner[col:col + width]) - 2 * BOX_PAD * (width - 1)
+            if short > 0:
+                inner[col + width - 1] += short
+    left = [COL_GAP]
+    for c in range(columns):
+        left.append(left[-1] + inner[c] + 2 * BOX_PAD + COL_GAP)
+    return inner, left
 
 
 def _route(graph: Graph, placed: dict[str, _Placed], rank: dict[str, int], bands: list[float],

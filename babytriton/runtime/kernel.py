@@ -146,30 +146,7 @@ class Kernel:
         run = self._torch_runner(args)
         if run is not None:
             return run
-        device_index = 0
-        direct = []      # (position, how to read it as torch): tensors passed as they are where TVM can
-        converters = []  # (position, conversion) of every other argument passed
-        all_numpy = True
-        for position, (spec, value) in enumerate(zip(self.specs, args)):
-            if spec.kind == "constexpr":
-                continue
-            if spec.kind == "scalar":
-                converters.append((position, _scalar_converter(spec.dtype, spec.device or self.device_kind)))
-                continue
-            data = value.data if isinstance(value, Tensor) else value
-            if isinstance(data, np.ndarray):
-                convert = numpy_to_vm
-                read = f"numpy_to_torch(args[{position}])"
-            else:
-                all_numpy = False
-                convert = torch_to_vm
-                read = f"args[{position}].data" if isinstance(value, Tensor) else f"args[{position}]"
-                if data.is_cuda:
-                    device_index = data.device.index or 0
-            if data.size if isinstance(data, np.ndarray) else data.numel():
-                direct.append((position, read))
-                continue   # an empty one goes through torch_to_vm, which gives it compact strides
-            converters.append((position, convert if not isinstance(value, Tensor) else _via_data(convert)))
+        device_index, direct, converters, all_numpy = _argument_plan(self.specs, args, self.device_kind)
         has_tensor = any(s.kind == "tensor" for s in self.specs)
         wrap = _to_numpy if all_numpy and has_tensor else _to_torch
         # the VM holds a call's result until its next call (pipeline.RELEASE): worth a call to drop it
@@ -180,33 +157,14 @@ class Kernel:
         local = self._thread_local(device_index)
         new_vm = functools.partial(self._new_vm_function, device_index)
         failed = functools.partial(_run_error, self.name)   # TVM's error as the user's RuntimeError
-        # Generated: one statement per argument, so that a call costs no loop, list or Python call
-        # per argument (a loop over the arguments took 0.15 us of a 2 us call).
         env = {"sync_threads": threads.sync_threads, "torch_to_vm": torch_to_vm, "numpy_to_torch": numpy_to_torch,
                "local": local, "new_vm": new_vm, "failed": failed, "debug_enabled": debug_enabled,
                "T": torch.Tensor, "wrap": wrap}
-        lines = ["def run(args):"]
-        if self.uses_thread_pool:
-            lines.append("    sync_threads()")
-        for i, read in direct:   # dlpack.as_is, inlined (a call would cost a third of the test)
-            lines += [f"    a{i} = {read}",
-                      f"    if not (a{i}.is_contiguous() and not a{i}.data_ptr() & 63 and not a{i}.is_neg()):",
-                      f"        a{i} = torch_to_vm(a{i})"]
-        for i, convert in converters:
-            env[f"convert{i}"] = convert
-            lines.append(f"    a{i} = convert{i}(args[{i}])")
+        env.update((f"convert{i}", convert) for i, convert in converters)
         passed = "".join(f"a{i}, " for i, s in enumerate(self.specs) if s.kind != "constexpr")
-        lines += ["    try:",
-                  "        fn = local.fn",
-                  "    except AttributeError:  # the runner was made by another thread: this one's first call",
-                  "        fn = local.fn = new_vm()",
-                  "    try:",
-                  f"        out = fn({passed})",
-                  *(["        local.release()"] if release else []),
-                  "    except Exception as e:  # TVM's run-time checks raise several types",
-                  "        raise failed(e) from (e if debug_enabled() else None)",
-                  "    return out if type(out) is T else wrap(out)" if wrap is _to_torch else "    return wrap(out)"]
-        exec(_compiled("\n".join(lines) + "\n"), env)  # noqa: S102 - made above from argument positions only
+        code = _run_source(direct, [i for i, _ in converters], passed, self.uses_thread_pool, release,
+                           wrap is _to_torch)
+        exec(_compiled(code), env)  # noqa: S102 - made from argument positions only
         return env["run"]
 
     @functools.cached_property
@@ -484,3 +442,58 @@ def _check_aliasing(args, outputs, tensors, names, fname):
                     np.asarray(_Layout(unwrap(args[i]))), np.asarray(_Layout(unwrap(args[j])))):
                 raise ValueError(f"{fname}(): parameter '{names[i]}' is written by the function and shares "
                                  f"memory with parameter '{names[j]}'; pass separate tensors")
+
+
+def _argument_plan(specs, args: tuple, device_kind: str) -> tuple:
+    """How a runner passes each argument: (the CUDA device index, [(position, how to read it as torch)]
+    for tensors passed as they are where TVM can, [(position, conversion)] for every other argument
+    passed, whether every tensor is a NumPy array)."""
+    device_index = 0
+    direct = []
+    converters = []
+    all_numpy = True
+    for position, (spec, value) in enumerate(zip(specs, args)):
+        if spec.kind == "constexpr":
+            continue
+        if spec.kind == "scalar":
+            converters.append((position, _scalar_converter(spec.dtype, spec.device or device_kind)))
+            continue
+        data = value.data if isinstance(value, Tensor) else value
+        if isinstance(data, np.ndarray):
+            convert = numpy_to_vm
+            read = f"numpy_to_torch(args[{position}])"
+        else:
+            all_numpy = False
+            convert = torch_to_vm
+            read = f"args[{position}].data" if isinstance(value, Tensor) else f"args[{position}]"
+            if data.is_cuda:
+                device_index = data.device.index or 0
+        if data.size if isinstance(data, np.ndarray) else data.numel():
+            direct.append((position, read))
+            continue   # an empty one goes through torch_to_vm, which gives it compact strides
+        converters.append((position, convert if not isinstance(value, Tensor) else _via_data(convert)))
+    return device_index, direct, converters, all_numpy
+
+
+def _run_source(direct: list, converted: list[int], passed: str, sync: bool, release: bool, to_torch: bool) -> str:
+    """A runner's source: one statement per argument, so that a call costs no loop, list or Python
+    call per argument (a loop over the arguments took 0.15 us of a 2 us call)."""
+    lines = ["def run(args):"]
+    if sync:
+        lines.append("    sync_threads()")
+    for i, read in direct:   # dlpack.as_is, inlined (a call would cost a third of the test)
+        lines += [f"    a{i} = {read}",
+                  f"    if not (a{i}.is_contiguous() and not a{i}.data_ptr() & 63 and not a{i}.is_neg()):",
+                  f"        a{i} = torch_to_vm(a{i})"]
+    lines += [f"    a{i} = convert{i}(args[{i}])" for i in converted]
+    lines += ["    try:",
+              "        fn = local.fn",
+              "    except AttributeError:  # the runner was made by another thread: this one's first call",
+              "        fn = local.fn = new_vm()",
+              "    try:",
+              f"        out = fn({passed})",
+              *(["        local.release()"] if release else []),
+              "    except Exception as e:  # TVM's run-time checks raise several types",
+              "        raise failed(e) from (e if debug_enabled() else None)",
+              "    return out if type(out) is T else wrap(out)" if to_torch else "    return wrap(out)"]
+    return "\n".join(lines) + "\n"

@@ -49,16 +49,7 @@ class Elementwise(GPUScheduleRule):
         loops = sch.get_loops(info.block_rv)
         if not loops:  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
             return decline("a 0-d result: one thread")
-        # a transpose, slice or gather gets 1: Fallback's scalar loads are what it can do
-        vector = contiguous_lanes(sch, loops[-1], max(self.vector_bytes // widest, 1))
-        var, block = innermost_var(sch, loops[-1]), sch.get(info.block_rv)
-        if vector > 4 and _computes_bools(uniform_branches(block, var, vector, probe=True)):
-            vector = 4  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
-        if vector > 4 and _too_wide(block, vector) and branched_buffers(block) and not _scalar_calls(block):
-            # half math in float32 (`concat(..) * 2.0` of halves) over a concat's pieces: staging
-            # through registers would read the pieces an element at a time; 4 lanes load them as
-            # vectors and compute in CUDA's widest float vector
-            vector = 4
+        vector, var = self._lanes(sch, info.block_rv, loops, widest)
         total = _total(loops, sch)
         if vector == 1 or not _whole_vectors(total, vector):
             # an odd row, a transpose, slice or gather, a ragged or symbolic size: vectors of the
@@ -88,6 +79,22 @@ class Elementwise(GPUScheduleRule):
         else:
             sch.vectorize(lanes)
         return sch
+
+    def _lanes(self, sch, block_rv, loops, widest: int) -> tuple:
+        """The lanes of each thread's vector in a one-block kernel (16 bytes of its widest buffer where
+        the innermost axis is contiguous, 4 where CUDA has no wider type for its math), and the
+        block's variable along its innermost loop."""
+        # a transpose, slice or gather gets 1: Fallback's scalar loads are what it can do
+        vector = contiguous_lanes(sch, loops[-1], max(self.vector_bytes // widest, 1))
+        var, block = innermost_var(sch, loops[-1]), sch.get(block_rv)
+        if vector > 4 and _computes_bools(uniform_branches(block, var, vector, probe=True)):
+            vector = 4  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
+        if vector > 4 and _too_wide(block, vector) and branched_buffers(block) and not _scalar_calls(block):
+            # half math in float32 (`concat(..) * 2.0` of halves) over a concat's pieces: staging
+            # through registers would read the pieces an element at a time; 4 lanes load them as
+            # vectors and compute in CUDA's widest float vector
+            vector = 4
+        return vector, var
 
     def _flat(self, sch, block, func, total, widest):
         """The kernel's loops as one flat loop over the output, `vector` lanes per thread: each buffer

@@ -39,6 +39,49 @@ class RowKernel(GPUScheduleRule):
         if sch is None:
             return None
         original = list(infos)
+        kept = self._kept(sch, func, infos)
+        infos = inline(sch, infos, GPU_CALL_DEPTH, keep=[info.block_rv for info in kept])
+        if len(infos) < 2 or not infos[-1].is_injective():
+            return None
+        rows = self._rows(sch, func, infos)
+        if rows is None:
+            return None
+        n_rows, width, whole_row, vector, threads, last_loops = rows
+        *reductions, last = [info.block_rv for info in infos]
+        column = innermost_var(sch, last_loops[-1]) if whole_row else None
+        # a unit loop for the thread index apart from the rows' (a split of the row loop would put the
+        # thread index into the row's, and the reductions' regions would then span a row per thread)
+        rest = last_loops[n_rows:] or [sch.add_unit_loop(last)]
+        # the element-wise block first: its row loop is where the reductions then go
+        row = fuse(sch, last_loops[:n_rows])
+        if whole_row:
+            step, lane, lanes = sch.split(rest[0], [None, threads, vector])
+            sch.reorder(lane, step, lanes)
+        else:
+            _, lane = sch.split(fuse(sch, rest), [None, threads])  # thread 0 writes the row's value
+        sch.bind(row, "blockIdx.x")
+        sch.bind(lane, "threadIdx.x")
+        vectors = []  # (block, the row's vars, step): each block's per-step vectors, after `kept`
+        if whole_row:
+            vectors.append((last, [column], step))
+            sch.unroll(lanes)
+            self._annotate_unroll(sch, step)
+        for block in reversed(kept_in_order(original[:-1], infos[:-1], kept)):
+            if any(block is k.block_rv for k in kept):
+                vectors.append((block, [sch.get(block).iter_vars[-1].var], self._in_registers(sch, block, row, threads,
+                                                                                               vector)))
+                continue
+            step = self._shared_reduction(sch, block, row, width, threads, vector)
+            if step is None:
+                return None
+            vectors.append((block, [iv.var for iv in sch.get(block).iter_vars
+                                    if iv.iter_type == tirx.IterVar.CommReduce], step))
+        for block, along, step in vectors:
+            _row_vectors(sch, block, along, step)
+        return sch
+
+    def _kept(self, sch, func, infos) -> list:
+        """The blocks computed once into registers rather than inlined: math two passes read."""
         kept = [info for info in infos[:-1] if math_read_twice(sch, info.block_rv)]
         # a softmax's exp(x - max), read by the row sum and by the division, is computed once per element
         # into registers instead of inlined into both: float16 rows of 4096 on the H100, 33.0 -> 28.3 us
@@ -47,9 +90,12 @@ class RowKernel(GPUScheduleRule):
             width = get_extent(sch, sch.get_loops(infos[0].block_rv)[-1])
             shape = self._shape(func, width) if isinstance(width, int) else None
             kept = kept if shape is not None and width // shape[1] <= self.kept_elements else []
-        infos = inline(sch, infos, GPU_CALL_DEPTH, keep=[info.block_rv for info in kept])
-        if len(infos) < 2 or not infos[-1].is_injective():
-            return None
+        return kept
+
+    def _rows(self, sch, func, infos) -> tuple | None:
+        """Whether the blocks are a row kernel this rule takes, and its shape: (the number of row axes,
+        the row width, whether the last block writes whole rows, the vector and thread counts, the
+        last block's loops); None (with the reason, mostly) where not."""
         *reductions, last = [info.block_rv for info in infos]
         dom = infos[0].dom_kind()
         if "R" not in dom:
@@ -88,48 +134,27 @@ class RowKernel(GPUScheduleRule):
             return decline("a reduction of (sum, max) pairs over a narrow block: InnerReduction")
         if whole_row and contiguous_lanes(sch, last_loops[-1], vector) != vector:
             return decline("rows not contiguous in the innermost axis")
-        column = innermost_var(sch, last_loops[-1]) if whole_row else None
-        # a unit loop for the thread index apart from the rows' (a split of the row loop would put the
-        # thread index into the row's, and the reductions' regions would then span a row per thread)
-        rest = last_loops[n_rows:] or [sch.add_unit_loop(last)]
-        # the element-wise block first: its row loop is where the reductions then go
-        row = fuse(sch, last_loops[:n_rows])
-        if whole_row:
-            step, lane, lanes = sch.split(rest[0], [None, threads, vector])
-            sch.reorder(lane, step, lanes)
-        else:
-            _, lane = sch.split(fuse(sch, rest), [None, threads])  # thread 0 writes the row's value
-        sch.bind(row, "blockIdx.x")
+        return n_rows, width, whole_row, vector, threads, last_loops
+
+    def _shared_reduction(self, sch, block, row, width: int, threads: int, vector: int):
+        """A reduction computed at the row, into shared memory (every thread of the row reads its
+        result), each thread reducing whole vectors; its step loop, or None where its row is not
+        the element-wise block's or is read in no whole vectors."""
+        for index in range(len(sch.get(block).writes)):
+            sch.set_scope(block, index, "shared")  # every thread of the row reads the result
+        sch.compute_at(block, row, preserve_unit_loops=True)
+        loops = sch.get_loops(block)[1:]
+        if any(get_extent(sch, loop) != 1 for loop in loops[:-1]) or get_extent(sch, loops[-1]) != width:
+            return decline("a reduction's rows are not the element-wise block's rows")
+        reduced = loops[-1]
+        if contiguous_lanes(sch, reduced, vector) != vector:
+            return decline("a reduction reads its row in no whole contiguous vectors")
+        step, lane, lanes = sch.split(reduced, [None, threads, vector])
+        sch.reorder(lane, step, lanes)
         sch.bind(lane, "threadIdx.x")
-        vectors = []  # (block, the row's vars, step): each block's per-step vectors, after `kept`
-        if whole_row:
-            vectors.append((last, [column], step))
-            sch.unroll(lanes)
-            self._annotate_unroll(sch, step)
-        for block in reversed(kept_in_order(original[:-1], infos[:-1], kept)):
-            if any(block is k.block_rv for k in kept):
-                vectors.append((block, [sch.get(block).iter_vars[-1].var], self._in_registers(sch, block, row, threads,
-                                                                                               vector)))
-                continue
-            for index in range(len(sch.get(block).writes)):
-                sch.set_scope(block, index, "shared")  # every thread of the row reads the result
-            sch.compute_at(block, row, preserve_unit_loops=True)
-            loops = sch.get_loops(block)[1:]
-            if any(get_extent(sch, loop) != 1 for loop in loops[:-1]) or get_extent(sch, loops[-1]) != width:
-                return decline("a reduction's rows are not the element-wise block's rows")
-            reduced = loops[-1]
-            if contiguous_lanes(sch, reduced, vector) != vector:
-                return decline("a reduction reads its row in no whole contiguous vectors")
-            step, lane, lanes = sch.split(reduced, [None, threads, vector])
-            sch.reorder(lane, step, lanes)
-            sch.bind(lane, "threadIdx.x")
-            vectors.append((block, [iv.var for iv in sch.get(block).iter_vars
-                                    if iv.iter_type == tirx.IterVar.CommReduce], step))
-            sch.unroll(lanes)
-            self._annotate_unroll(sch, step)
-        for block, along, step in vectors:
-            _row_vectors(sch, block, along, step)
-        return sch
+        sch.unroll(lanes)
+        self._annotate_unroll(sch, step)
+        return step
 
     def _in_registers(self, sch, block, row, threads: int, vector: int):
         """Compute a kept block (an exp that two passes read) once per element, into registers: each

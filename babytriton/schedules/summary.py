@@ -27,62 +27,69 @@ def serial_work(func: tirx.PrimFunc, gpu: bool) -> int:
     """Loop iterations of `func` outside any loop that spreads them: a parallel loop on a CPU, a
     blockIdx loop on a GPU (either of extent > 1). A symbolic size counts as SYMBOLIC_GUESS, a
     tensor's several symbolic sizes together as at most SYMBOLIC_GUESS ** SYMBOLIC_AXES (`_guesses`)."""
-    total = 0
-    bound = False   # inside a thread-bound loop: one launch
-    guesses = _guesses(func)
+    walk = _SerialWork(func, gpu)
+    walk.visit(func.body, 1)
+    return walk.total
 
-    def spreads(loop) -> bool:
+
+class _SerialWork:
+    """serial_work's walk: each leaf block counts its enclosing iterations, outside spreading loops."""
+
+    def __init__(self, func: tirx.PrimFunc, gpu: bool):
+        self.gpu, self.guesses = gpu, _guesses(func)
+        self.total = 0
+        self.bound = False   # inside a thread-bound loop: one launch
+
+    def spreads(self, loop) -> bool:
         extent = loop.extent
         wide = not isinstance(extent, tirx.IntImm) or int(extent) > 1
-        if gpu:
+        if self.gpu:
             return wide and loop.kind == tirx.ForKind.THREAD_BINDING and loop.thread_binding is not None \
                 and loop.thread_binding.thread_tag.startswith("blockIdx")
         return wide and loop.kind == tirx.ForKind.PARALLEL
 
-    def extent_of(loop) -> int:
+    def extent_of(self, loop) -> int:
         try:
-            return max(_estimate(loop.extent, guesses), 0)
+            return max(_estimate(loop.extent, self.guesses), 0)
         except (TypeError, ZeroDivisionError):
             return SYMBOLIC_GUESS
 
-    def visit(stmt, iterations: int):
-        nonlocal total
-        nonlocal bound
+    def visit(self, stmt, iterations: int) -> None:
         if isinstance(stmt, tirx.For):
-            if spreads(stmt):
+            if self.spreads(stmt):
                 return
-            inside, bound = bound, bound or stmt.kind == tirx.ForKind.THREAD_BINDING
-            visit(stmt.body, iterations * extent_of(stmt))
-            bound = inside
-        elif isinstance(stmt, tirx.SeqStmt) and gpu and iterations == 1 and not bound:
-            # GPU launches one after another (a split reduction's chunks, then its fold): the
-            # work of the largest is what one block runs, not their sum
-            before, most = total, 0
-            for part in stmt.seq:
-                visit(part, iterations)
-                most, total = max(most, total - before), before
-            total = before + most
+            inside, self.bound = self.bound, self.bound or stmt.kind == tirx.ForKind.THREAD_BINDING
+            self.visit(stmt.body, iterations * self.extent_of(stmt))
+            self.bound = inside
+        elif isinstance(stmt, tirx.SeqStmt) and self.gpu and iterations == 1 and not self.bound:
+            self.launches(stmt)
         elif isinstance(stmt, tirx.SeqStmt):
             for part in stmt.seq:
-                visit(part, iterations)
+                self.visit(part, iterations)
         elif isinstance(stmt, s_tir.SBlockRealize):
-            visit(stmt.block, iterations)
+            self.visit(stmt.block, iterations)
         elif isinstance(stmt, s_tir.SBlock):
             if stmt.init is not None:
-                visit(stmt.init, iterations)
-            before = total
-            visit(stmt.body, iterations)
-            if total == before:  # a leaf block: one iteration of its body per enclosing iteration
-                total += iterations
+                self.visit(stmt.init, iterations)
+            before = self.total
+            self.visit(stmt.body, iterations)
+            if self.total == before:  # a leaf block: one iteration of its body per enclosing iteration
+                self.total += iterations
         elif isinstance(stmt, tirx.IfThenElse):
-            visit(stmt.then_case, iterations)
+            self.visit(stmt.then_case, iterations)
             if stmt.else_case is not None:
-                visit(stmt.else_case, iterations)
+                self.visit(stmt.else_case, iterations)
         elif hasattr(stmt, "body"):  # LetStmt, AttrStmt, DeclBuffer, ...
-            visit(stmt.body, iterations)
+            self.visit(stmt.body, iterations)
 
-    visit(func.body, 1)
-    return total
+    def launches(self, stmt: tirx.SeqStmt) -> None:
+        """GPU launches one after another (a split reduction's chunks, then its fold): the work of the
+        largest is what one block runs, not their sum."""
+        before, most = self.total, 0
+        for part in stmt.seq:
+            self.visit(part, 1)
+            most, self.total = max(most, self.total - before), before
+        self.total = before + most
 
 
 _ARITH = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,

@@ -6,7 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 python3 -c "import tvm" 2>/dev/null || source .gpu/setup.sh
 OUT=${OUT:-/tmp/gpu_tests_out}; mkdir -p "$OUT/gpu_tests"
-files=$(ls tests/test_*.py | grep -v -E "test_(book|chapters|whole_chapters|exercises|notebooks|chapter_sizes|bridge|torch_corpus)\.py")
+files=$(find tests -name 'test_*.py' -not -path 'tests/course/*' -not -name test_torch_corpus.py | sort)
 timeout 200 python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu tests/codegen/pytorch/test_torch_corpus.py > "$OUT/gpu_tests/test_torch_corpus.py.log" 2>&1 &
 echo $files | tr ' ' '\n' | xargs -P 8 -I{} sh -c "timeout 200 python3 -m pytest -q -p no:cacheprovider -n 0 -m gpu -k 'not meta_schedule' {} > $OUT/gpu_tests/\$(basename {}).log 2>&1"
 wait

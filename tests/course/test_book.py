@@ -1,7 +1,7 @@
 """The book (scripts/build_book.py): it builds, each chapter's page shows its output and its diff against
 the chapter it imports, each notebook's page its outputs (IR text, SVG graphs, plots), and the pages
-show them in a real browser (headless Chromium; that test skips where `chromium` is not installed:
-`apt-get install chromium`).
+show them in a real browser (headless Chromium: Debian's, which the test installs with apt-get where it
+is missing and the tests run as root, as in CI; elsewhere it skips, naming the command).
 
 The chapters and notebooks run once per test session (build_book.run_chapter/execute_notebook remember
 them), so with tests/course/test_chapters.py and tests/course/test_notebooks.py in the same session the book costs
@@ -10,10 +10,14 @@ only its MkDocs build and the browser.
 import base64
 import html
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,6 +26,7 @@ import pytest
 pytest.importorskip("mkdocs")
 pytest.importorskip("mkdocs_jupyter")
 nbformat = pytest.importorskip("nbformat")
+Image = pytest.importorskip("PIL.Image")   # matplotlib's, for the screenshots
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -30,7 +35,6 @@ import store_executions  # noqa: E402
 
 CHAPTERS = build_book.chapter_files()
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +162,51 @@ def test_a_stored_chapter_run_is_used_until_a_chapter_under_it_changes(tmp_path,
     assert not rerun["stored"] and rerun["returncode"] == 0 and "printed on the GPU machine" not in rerun["stdout"]
 
 
+def test_every_stored_execution_is_current():
+    """book/executed/ holds an execution of every chapter and notebook, made from its current source: the
+    book runs a stale one again while it builds (chapter 15's tuning once ran into the 300 s limit so)."""
+    stale = store_executions.stale()
+    if stale:
+        pytest.fail("\n".join(stale.values()), pytrace=False)
+
+
+def test_a_stale_or_missing_execution_is_named_with_the_command_that_stores_it(tmp_path):
+    stored = tmp_path / "executed"
+    (stored / "chapters").mkdir(parents=True)
+    (stored / "chapters" / f"{CHAPTERS[0].stem}.json").write_text(
+        json.dumps({"digest": build_book.chapter_digest(CHAPTERS[0])}))
+    (stored / NOTEBOOKS[0].name).write_text(json.dumps({"metadata": {"babytriton_book": {"digest": "an old one"}}}))
+    stale = store_executions.stale(stored)
+    assert CHAPTERS[0] not in stale and CHAPTERS[1] in stale and NOTEBOOKS[0] in stale
+    assert stale[NOTEBOOKS[0]].startswith(f"{stored / NOTEBOOKS[0].name} was stored from an older notebooks/")
+    assert stale[NOTEBOOKS[0]].endswith(f"`python scripts/store_executions.py notebooks/{NOTEBOOKS[0].name}`")
+    assert "is missing: refresh it with `python scripts/store_executions.py chapters/" in stale[CHAPTERS[1]]
+
+
+def test_the_build_says_what_it_reuses_and_what_it_runs(tmp_path, capsys):
+    stored = tmp_path / "executed"
+    (stored / "chapters").mkdir(parents=True)
+    record = {"stdout": "", "stderr": "", "returncode": 0, "seconds": 1.0, "machine": "a test machine",
+              "date": "2030-01-01", "digest": build_book.chapter_digest(CHAPTERS[0])}
+    (stored / "chapters" / f"{CHAPTERS[0].stem}.json").write_text(json.dumps(record))
+    build_book.chapter_result(CHAPTERS[0], stored, fresh=False)
+    build_book.chapter_result(CHAPTERS[1], stored, fresh=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"chapters/{CHAPTERS[0].name}: output stored on 2030-01-01, reused"
+    assert lines[1] == (f"chapters/{CHAPTERS[1].name}: running it, as it has no stored execution "
+                        f"(`python scripts/store_executions.py chapters/{CHAPTERS[1].name}` stores one)...")
+    assert re.fullmatch(rf"chapters/{CHAPTERS[1].name}: exited with status 0 after \d+\.\d s", lines[2])
+
+
+def test_a_chapter_that_runs_too_long_is_named_with_how_to_store_it(tmp_path, monkeypatch):
+    slow = tmp_path / "99_slow.py"
+    slow.write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setattr(build_book, "CHAPTER_TIMEOUT", 1)
+    with pytest.raises(build_book.BookError, match=r"99_slow.py did not finish in 1 s and was stopped(.|\n)*"
+                                                   r"`python scripts/store_executions.py .*99_slow.py --timeout"):
+        build_book.run_chapter(slow, tmp_path)
+
+
 # --------------------------------------------------------------------------------------------------
 # stored without Jupyter (the GPU machine: scripts/store_executions.py, `build_book.py --store-only`)
 # --------------------------------------------------------------------------------------------------
@@ -266,40 +315,166 @@ def test_storing_needs_no_jupyter(monkeypatch):
 # in a browser
 # --------------------------------------------------------------------------------------------------
 
-def chromium(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                           *args], capture_output=True, text=True, timeout=120)
+BROWSER_NAMES = ("chromium", "chromium-browser")
+APT_INSTALL = "apt-get update && apt-get install -y chromium"   # Debian's Chromium, as root
+SECTIONS = ("Course", "Chapters", "Notebooks", "User guide")    # book/mkdocs.yml's nav, as a reader sees it
+PYGMENTS_KEYWORDS = {"k", "kn", "kd", "kc", "nb", "ow"}          # keyword and builtin tokens: Python highlighted
+CODE_BACKGROUND = (0xf5, 0xf5, 0xf5)                             # Material's --md-code-bg-color
 
 
-def dom(site: Path, relative: str) -> str:
-    """The page's DOM after Chromium loaded it and ran its scripts."""
-    result = chromium("--virtual-time-budget=2000", "--dump-dom", (site / relative).as_uri())
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout
+def find_chromium() -> str | None:
+    return next(filter(None, map(shutil.which, BROWSER_NAMES)), None)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium)")
-def test_every_page_shows_in_a_browser(site, tmp_path):
-    pages = (["index.html"] + [f"chapters/{p.stem}.html" for p in CHAPTERS]
-             + [f"notebooks/{p.stem}.html" for p in NOTEBOOKS])
-    with ThreadPoolExecutor(3) as pool:
-        doms = dict(zip(pages, pool.map(lambda relative: dom(site, relative), pages)))
-    for relative, loaded in doms.items():
-        shown = text_of(loaded)
-        assert "babytriton" in shown, relative
-        assert "404" not in re.findall(r"<title>(.*?)</title>", loaded)[0], relative
-    for path in CHAPTERS:
-        shown = text_of(doms[f"chapters/{path.stem}.html"])
-        assert "What it prints" in shown and "The code" in shown
-    assert "@R.function" in text_of(doms["notebooks/01_tour.html"])       # IR text
-    assert len(svgs(doms["notebooks/02_fusion.html"])) >= 3                # the graphs
-    if (ROOT / "benchmarks" / "RESULTS.md").exists():
-        assert "data:image/png;base64," in doms["notebooks/04_gpu_schedules.html"]  # the plot
-    # What a reader sees: a screenshot of the fusion notebook, in colour (the SVG boxes) and not blank.
-    shot = tmp_path / "02_fusion.png"
-    result = chromium("--window-size=1280,2400", f"--screenshot={shot}", (site / "notebooks/02_fusion.html").as_uri())
-    assert result.returncode == 0 and shot.exists(), result.stderr[-2000:]
-    image = pytest.importorskip("PIL.Image").open(shot).convert("RGB")
+@pytest.fixture(scope="session")
+def chromium():
+    """Chromium's path: the one on PATH; else Debian's, installed with apt-get where this runs as root (CI runs
+    `pip install -e ".[dev]"` and `pytest` as root, and a browser download from elsewhere fails there); else a
+    skip that names the command to run."""
+    found = find_chromium()
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip(f"needs Chromium: install it with `sudo sh -c '{APT_INSTALL}'`")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"]
+    for command in (["apt-get", "update", "-qq"], install):
+        run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+        if run.returncode != 0:
+            pytest.fail(f"could not install Chromium: `{' '.join(command)}` exited with status {run.returncode}:\n"
+                        f"{(run.stderr or run.stdout)[-3000:]}", pytrace=False)
+    return find_chromium() or pytest.fail("`apt-get install chromium` put no chromium on PATH", pytrace=False)
+
+
+def shown_in_chromium(chromium: str, site: Path, relative: str, shots: Path) -> tuple[str, Path]:
+    """One headless Chromium loads the page at 1280 px, as a laptop's window: its DOM after its scripts
+    ran, and a screenshot of its first 1600 px."""
+    shot = shots / (relative.replace("/", "_").removesuffix(".html") + ".png")
+    with tempfile.TemporaryDirectory(prefix="babytriton-chromium-") as profile:
+        run = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                              "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                              "--disable-sync", f"--user-data-dir={profile}", "--window-size=1280,1600",
+                              "--virtual-time-budget=2000", f"--screenshot={shot}", "--dump-dom",
+                              (site / relative).as_uri()], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and shot.exists(), f"{relative}: {run.stderr[-2000:]}"
+    return run.stdout, shot
+
+
+def primary_nav(loaded: str) -> str:
+    """The left-hand navigation of a page as Material renders it."""
+    start = loaded.find('class="md-nav md-nav--primary"')
+    assert start >= 0, "no Material navigation (nav.md-nav--primary) on the page"
+    return loaded[start:loaded.find('class="md-sidebar md-sidebar--secondary"', start)]
+
+
+def highlighted_tokens(loaded: str) -> list[str]:
+    """The Pygments classes of the spans inside the page's code blocks (Markdown's and the notebooks')."""
+    blocks = re.findall(r'<div class="highlight[^"]*">\s*<pre[^>]*>(.*?)</pre>', loaded, re.DOTALL)
+    return [token for block in blocks for token in re.findall(r'<span class="([a-z0-9]+)">', block)]
+
+
+def widest_code(image) -> int:
+    """The most pixels of code background in one row of a screenshot: how wide the code blocks are shown."""
+    rows = (image.crop((0, y, image.width, y + 1)).getcolors(image.width + 1) for y in range(0, image.height, 8))
+    return max(next((n for n, colour in row if colour == CODE_BACKGROUND), 0) for row in rows)
+
+
+def first_guide_page(site: Path) -> str:
+    """The first page of the user guide, in the navigation's order, that shows code."""
+    pages = re.findall(r'href="(guide/[^"#]+\.html)"', primary_nav(page(site, "index.html")))
+    assert pages, "the book's navigation has no User guide page: list book/docs/guide/*.md in book/mkdocs.yml's nav"
+    with_code = [relative for relative in pages if '<div class="highlight' in page(site, relative)]
+    assert with_code, f"no page of the user guide shows a code block: {pages}"
+    return with_code[0]
+
+
+def test_the_book_shows_in_a_browser(site, chromium, tmp_path):
+    """The front page, a chapter, a notebook and the first page of the user guide, each in its own headless
+    Chromium, at 1280 px: rendered with the book's navigation and stylesheet, code highlighted."""
+    chapter, notebook, guide = f"chapters/{CHAPTERS[-1].stem}.html", "notebooks/02_fusion.html", first_guide_page(site)
+    pages = ["index.html", chapter, notebook, guide]
+    with ThreadPoolExecutor(2) as pool:
+        shown = dict(zip(pages, pool.map(lambda p: shown_in_chromium(chromium, site, p, tmp_path), pages)))
+    for relative, (loaded, shot) in shown.items():
+        assert "babytriton" in re.findall(r"<title>(.*?)</title>", loaded)[0], relative
+        nav = text_of(primary_nav(loaded))
+        assert all(section in nav for section in SECTIONS), (relative, nav[:500])
+        assert "stylesheets/extra.css" in loaded, relative
+        image = Image.open(shot).convert("RGB")
+        assert image.size == (1280, 1600) and len(image.getcolors(maxcolors=1 << 22)) > 50, relative  # not blank
+    for relative in (chapter, notebook, guide):
+        tokens = highlighted_tokens(shown[relative][0])
+        assert len(tokens) > 20 and PYGMENTS_KEYWORDS & set(tokens), (relative, tokens[:20])
+    loaded, shot = shown[notebook]
+    assert len(svgs(loaded)) >= 3                                            # the fusion graphs
+    image = Image.open(shot).convert("RGB")
     colours = {colour for _, colour in image.getcolors(maxcolors=1 << 22)}
-    assert len(colours) > 50
-    assert {(0xff, 0xf4, 0xe0), (0xe8, 0xf0, 0xfe)} <= colours   # a kernel box's fill, a parameter's
+    assert {(0xff, 0xf4, 0xe0), (0xe8, 0xf0, 0xfe)} <= colours               # a kernel box's fill, a parameter's
+    assert widest_code(image) >= 680   # an input cell: 572 px of the 1280 before book/docs/stylesheets/extra.css
+
+
+# --------------------------------------------------------------------------------------------------
+# the course's pages, and the book served on this machine
+# --------------------------------------------------------------------------------------------------
+
+def test_the_course_pages_show_the_readmes_tables(site):
+    """book/docs/course/ includes the tables of chapters/README.md and exercises/README.md (kept there, once)."""
+    course = text_of(page(site, "course/index.html"))
+    article = (ROOT / "chapters" / "README.md").read_text()
+    rows = [line for line in article.splitlines() if re.match(r"\| `\d\d\.py` \|", line)]   # the article's steps
+    assert len(rows) >= 13 and "| exercise (difficulty in stars) |" in article
+    assert all(text_of(re.split(r"(?<!\\)\|", row)[2]).strip().replace("`", "") in course for row in rows)
+    assert "--8<--" not in course and "exercises/21_tir_backend.py" in course and "tvm.s_tir" in course
+    exercises = text_of(page(site, "course/exercises.html"))
+    listed = re.findall(r"^\| `(\w+\.py)` \|.*\| `(pytest exercises -k \w+)` \|$",
+                        (ROOT / "exercises" / "README.md").read_text(), re.MULTILINE)   # file, its check
+    assert len(listed) == len(list((ROOT / "exercises").glob("[0-9w]*.py")))
+    assert all(name in exercises and check in exercises for name, check in listed)
+    assert "How to attempt one" in exercises and "--8<--" not in exercises
+
+
+def test_the_book_is_served_on_loopback(site):
+    """`build_book.py --serve` (and `python -m babytriton book`): the site over HTTP on 127.0.0.1 only."""
+    with build_book.book_server(site, 0) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        host, port = server.server_address
+        try:
+            front = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read().decode()
+            css = urllib.request.urlopen(f"http://127.0.0.1:{port}/stylesheets/extra.css", timeout=30).read().decode()
+            with pytest.raises(SystemExit, match=f"cannot serve the book on port {port} .*--port N"):
+                build_book.book_server(site, port)                               # taken: a message, no traceback
+        finally:
+            server.shutdown()
+    assert host == "127.0.0.1" and "babytriton" in front and "course/index.html" in front and ".md-grid" in css
+
+
+# --------------------------------------------------------------------------------------------------
+# the user guide (book/docs/guide/): its Python blocks run while the book is built (book/hooks.py)
+# --------------------------------------------------------------------------------------------------
+
+def test_the_guide_and_the_api_pages_are_built(site):
+    for path in sorted((ROOT / "book" / "docs" / "guide").glob("*.md")):
+        assert (site / "guide" / f"{path.stem}.html").exists(), path.name
+    writing = text_of(page(site, "guide/writing.html"))
+    assert "'versions': 2" in writing                      # a block's output, shown under it
+    api = text_of(page(site, "api.html"))
+    assert "Compile a Python tensor function with TVM" in api and "CompilationError" in api
+
+
+def test_a_guide_block_that_raises_fails_the_build_naming_its_page_and_line(tmp_path):
+    from mkdocs.commands.build import build as mkdocs_build
+    from mkdocs.config import load_config
+    docs = tmp_path / "docs"
+    (docs / "guide").mkdir(parents=True)
+    (docs / "index.md").write_text("# Home\n")
+    (docs / "guide" / "ok.md").write_text("# Fine\n\n```python\nx = 6 * 7\nprint(x)\n```\n")
+    (docs / "guide" / "broken.md").write_text("# Broken\n\n```python\nimport math\n```\n\nText.\n\n"
+                                              "```python\nvalue = math.sqrt(4)\nvalue.append(1)\n```\n")
+    (tmp_path / "mkdocs.yml").write_text(f"site_name: t\nhooks: [{ROOT / 'book' / 'hooks.py'}]\n")
+    config = load_config(config_file=str(tmp_path / "mkdocs.yml"))
+    with pytest.raises(Exception, match=r"guide/broken\.md:11: the Python block that starts "
+                                        r"`value = math\.sqrt\(4\)` raised AttributeError"):
+        mkdocs_build(config)
+    (docs / "guide" / "broken.md").unlink()
+    mkdocs_build(load_config(config_file=str(tmp_path / "mkdocs.yml")))
+    assert "42" in text_of((tmp_path / "site" / "guide" / "ok" / "index.html").read_text())

@@ -34,7 +34,7 @@ ARTEFACTS = {
            "after FuseTIR", "def fused_add_add(", "fused_add_add_kernel(", "matches torch"],
     "14": ['R.const(2.5, "float16")', 'R.astype(i, dtype="float16")', "integers: 14 results match torch",
            "python_logic: 4 results match torch", "is not defined on a bool tensor"],
-    # 15 tunes for real (4 trials on the CPU): about 45 s here, 20 s of it MetaSchedule's start-up.
+    # 15 tunes for real (4 trials on the CPU, built and timed in-process): 10-25 s here, most of it imports.
     # (its fastest CPU candidate may be serial: waking the sleeping pool costs more than 32x32x32)
     "15": ["MetaSchedule measured 4 CPU candidates", "The tuned TIR for the CPU", "CUDA schedule by Dlight",
            "CUDA schedule by MetaSchedule", "threads per block", "__shared__"],

@@ -3,7 +3,7 @@ the reference solution; the starters are the chapters 14-23 with the answer take
 (14-21) built on chapter 13 alone, the course's exercises 9 and 10 (22, 23) on chapter 18.
 
 The checks run in this process (TVM is imported once); the meta_schedule check tunes one trial (its
-intrinsics imported the quick way first, see there), the rest a few seconds each."""
+intrinsics imported the quick way first, see `prepare`), the rest a few seconds each."""
 import ast
 import importlib.util
 import sys
@@ -37,8 +37,19 @@ def test_every_exercise_of_the_tutorial_and_three_warm_ups_have_a_check():
     assert [checks.TASKS[c][0] for c in chapters] == [f"task{make_exercises.EXERCISES[c][0]}" for c in chapters]
 
 
+def prepare(stem):
+    """Before exercise 2's starter or solution tunes: MetaSchedule's first TuneContext imports TVM's ~500
+    TVMScript intrinsics for every kind of hardware (the chapter's own quick import takes 10-20 s in this
+    process, with torch loaded); babytriton's tuning registers the package with only the CPU's, all that
+    the check's CPU tuning can use, and the chapter finds it imported."""
+    if stem == "15_meta_schedule":
+        from babytriton.schedules import tuning
+        tuning.import_tensor_intrinsics("llvm")
+
+
 @pytest.mark.parametrize("stem", STEMS)
 def test_the_check_fails_on_the_starter_at_its_gap(stem):
+    prepare(stem)
     starter = checks.load(ROOT / "exercises" / f"{stem}.py")
     with pytest.raises(NotImplementedError, match=r"^(exercise [1-9][0-9]?|warm-up [1-3]) \("):
         checks.CHECKS[stem](starter)
@@ -46,13 +57,7 @@ def test_the_check_fails_on_the_starter_at_its_gap(stem):
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_the_check_passes_on_the_solution(stem):
-    if stem == "15_meta_schedule":
-        # MetaSchedule imports TVM's ~500 TVMScript intrinsics; each parse's inspect.stack() scans all of
-        # sys.modules per frame in this pytest process (90 s on 2 cores): babytriton's tuning imports the
-        # ones the check's CPU tuning and CUDA sample can use, with that scan memoised (schedules/tuning.py),
-        # and the check finds them imported
-        from babytriton.schedules import tuning
-        tuning.import_tensor_intrinsics("llvm", "cuda")
+    prepare(stem)
     checks.CHECKS[stem](checks.load(checks.SOLUTIONS[stem]))
 
 

@@ -13,7 +13,7 @@ import build_book  # noqa: E402
 import flatten_chapters  # noqa: E402
 
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.py"))
-# Chapter 15 tunes with MetaSchedule (25-45 s here) and its candidates, so its output, differ from run to run;
+# Chapter 15 tunes with MetaSchedule, and its measured times, so its output, differ from run to run;
 # its whole file is checked by importing it.
 SLOW = {"15_meta_schedule"}
 
