@@ -441,6 +441,8 @@ def store(folder: Path, plain: bool = False, chapters: bool = True, notebooks: b
     for path in [p for p in todo if p.suffix == ".py"]:
         result = build_book.chapter_result(path, None, fresh=True)   # it says what it runs, and how long
         result.pop("stored")
+        if result["returncode"] != 0:   # every chapter ends on its asserts: a failed run is no record to keep
+            raise CellError(f"{path.name} exited with status {result['returncode']}:\n{result['stderr'][-6000:]}")
         (folder / "chapters" / f"{path.stem}.json").write_text(json.dumps(result, indent=1) + "\n")
     for path in [p for p in todo if p.suffix == ".ipynb"]:
         build_book.progress(path, "executing it...")
