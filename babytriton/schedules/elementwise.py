@@ -13,10 +13,13 @@ from tvm.sym.pattern import detect_linear_equation
 
 from ..core.types import is_float_dtype
 from .analysis import find_all, fuse, is_buffer, is_int, normalized, one_loop, only_output, static_product, uses
-from .inlining import GPU_CALL_DEPTH, inline
+from .inlining import GPU_CALL_DEPTH, MAX_TREE_SIZE, inline
 from .lanes import (branch_multiples, branched_buffers, contiguous_lanes, flat_index, flat_offsets, innermost_var,
                     make_branches_uniform, substituted, uniform_branches)
-from .reasons import decline
+from .reasons import decline, hearing
+
+SPREAD_READS = "a kept intermediate read at several elements per output element"
+SPREAD_TREE_FACTOR = 4  # how much larger an expression may grow where that intermediate is computed per read
 
 
 class Elementwise(GPUScheduleRule):
@@ -31,10 +34,22 @@ class Elementwise(GPUScheduleRule):
         self.vector_bytes = vector_bytes
 
     def apply(self, func, target, _tunable):
+        with hearing() as said:
+            sch = self._apply(func, target, MAX_TREE_SIZE)
+        if sch is None and said == [SPREAD_READS]:
+            # a kept intermediate that each output element reads at several places (the two halves of
+            # a split): no thread can keep it in registers, so it is computed again at each read, in
+            # an expression of a bounded few times the usual size
+            return self._apply(func, target, SPREAD_TREE_FACTOR * MAX_TREE_SIZE)
+        if said:
+            decline(said[0])
+        return sch
+
+    def _apply(self, func, target, max_tree: int):
         sch, infos = normalized(self, func, target)
         if sch is None:
             return None
-        infos = inline(sch, infos, GPU_CALL_DEPTH)
+        infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=max_tree)
         if not all(info.is_injective() for info in infos):
             return None
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if is_buffer(p) and len(p.ty.shape)),
@@ -43,8 +58,8 @@ class Elementwise(GPUScheduleRule):
             if only_output(sch, infos) is not None and _vector_chain(sch, infos, func, self._chain_lanes(func, widest)):
                 return self._per_thread(sch, infos, func, widest)
             if _last_is_only_output(sch, infos):
-                return self._per_element_staged(sch, infos, func, target, widest)
-            return self._several_outputs_staged(sch, infos, func, target, widest)
+                return self._per_element_staged(sch, infos, func, target, widest, max_tree)
+            return self._several_outputs_staged(sch, infos, func, target, widest, max_tree)
         info = infos[0]
         loops = sch.get_loops(info.block_rv)
         if not loops:  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
@@ -175,14 +190,14 @@ class Elementwise(GPUScheduleRule):
         vector = max(self.vector_bytes // widest, 1)
         return min(vector, 4) if _computes_bools(func) else vector
 
-    def _per_element_staged(self, sch, infos, func, target, widest):
+    def _per_element_staged(self, sch, infos, func, target, widest, max_tree: int):
         """`_per_element` with each staging in turn, from a fresh schedule after one that fails (a
         register copy wider than a vector: two blocks read a buffer at two offsets, a split's halves):
         an input's vector loaded once for every block, else once per block, else no vectors."""
         for i, (vectors, share) in enumerate(((True, True), (True, False), (False, False))):
             if i:
                 sch, infos = normalized(self, func, target)
-                infos = inline(sch, infos, GPU_CALL_DEPTH)
+                infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=max_tree)
             try:
                 return self._per_element(sch, infos, func, widest, vectors, share)
             except Exception:  # noqa: BLE001 - registers did not fit these blocks (TVM raises several types)
@@ -222,7 +237,7 @@ class Elementwise(GPUScheduleRule):
             sch.compute_at(block, lanes, preserve_unit_loops=True)
             sch.set_scope(block, 0, "local")
             if any(get_extent(sch, loop) != 1 for loop in sch.get_loops(block)[depth:]):
-                return decline("a kept intermediate read at several elements per output element")
+                return decline(SPREAD_READS)
         if vector > 1:
             for block in blocks:
                 _through_registers(sch, block, threads, None, share=share, width=vector)
@@ -240,14 +255,14 @@ class Elementwise(GPUScheduleRule):
             return decline(f"{extent} elements: not whole {vector}-lane vectors")
         return True
 
-    def _several_outputs_staged(self, sch, infos, func, target, widest):
+    def _several_outputs_staged(self, sch, infos, func, target, widest, max_tree: int):
         """`_several_outputs` with each staging in turn (`_STAGINGS`), from a fresh schedule after one that
         fails: a buffer several blocks read copied into registers once, else once per block (where TVM
         sizes the shared copy by a min..max of two forms of one index: `UnsizedCopy`), else no registers."""
         for i, staging in enumerate(_STAGINGS):
             if i:
                 sch, infos = normalized(self, func, target)
-                infos = inline(sch, infos, GPU_CALL_DEPTH)
+                infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=max_tree)
             try:
                 return self._several_outputs(sch, infos, func, widest, *staging)
             except Exception:  # noqa: BLE001 - registers did not fit these blocks (TVM raises several types)

@@ -130,12 +130,14 @@ def _reverse_inline(sch, block) -> None:
     sch.reverse_compute_inline(block)
 
 
-def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: bool = True):
+def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: bool = True,
+           max_tree: int = MAX_TREE_SIZE):
     """Dlight's `try_inline` with limits: a producer goes into its consumers only while the math calls
     nested in one expression stay within `max_depth`. LLVM's lowering of tanh (or erf) names its
     argument several times, so forty inlined tanh would be a 5**40-node expression; the chain keeps a
     buffer every few calls instead. GPU rules pass None (GPU_CALL_DEPTH): see there. Blocks in `keep`
-    stay blocks; with `shared=False`, so do producers read more than once (SMALL_SHARED) unless cheap."""
+    stay blocks; with `shared=False`, so do producers read more than once (SMALL_SHARED) unless cheap;
+    `max_tree` bounds the nodes of one inlined expression."""
     kept = [sch.get(b) for b in keep]
     blocks = [info for info in infos if not any(sch.get(info.block_rv).same_as(k) for k in kept)]
 
@@ -149,7 +151,7 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: 
         # times, so a chain of them inlined grows exponentially (5 unrolled `maximum`s kept TVM's
         # simplifier busy for hours: fuzz 9200028250)
         size = _block_size(sch, block)
-        return all(_block_size(sch, o) + size * _block_size(sch, o, tvm.ir.expr.TensorLoad) <= MAX_TREE_SIZE
+        return all(_block_size(sch, o) + size * _block_size(sch, o, tvm.ir.expr.TensorLoad) <= max_tree
                    for o in others)
 
     def trial(inline, neighbours):

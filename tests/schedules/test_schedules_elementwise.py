@@ -378,6 +378,17 @@ def test_a_kept_chain_is_vectors_through_registers_on_sm90(tmp_path, steps, xdty
     assert_builds_with_nvcc(k)
 
 
+def test_halves_of_a_kept_intermediate_are_computed_per_read_on_sm90(tmp_path):
+    """Two clamps and a softplus keep an intermediate that the halves of a split read at two places
+    per output element (hypothesis found it on Fallback): Elementwise computes it again at each read."""
+    f = load_chain(tmp_path, chain_source(["clamp", "clamp", "softplus"], "column", True, "float32", "float32",
+                                          300, 1024))
+    k = bt.jit(target=SM90)(f).compile()
+    (kernel,) = k.fusion
+    assert kernel.rule == "Elementwise", str(k.fusion)
+    assert_builds_with_nvcc(k)
+
+
 @settings(max_examples=2, deadline=None)  # long chains: tens of seconds a compile (inlining.py's `fits`)
 @given(chains())
 def test_generated_kept_chains_get_elementwise_and_build_for_sm90(tmp_path_factory, chain):
