@@ -23,9 +23,9 @@ from ..codegen.mutation import WRITTEN  # main's attribute: the parameters its t
 
 
 def write_in_place(mod: tvm.IRModule) -> tvm.IRModule:
-    """Every function's parameter updates that can be, written in place. CPU only (the pipeline adds
-    it for llvm targets): no GPU rule schedules a kernel whose input is also its output yet (Elementwise
-    declines it, Fallback fails on it), so on a GPU the new values are still copied back (open)."""
+    """Every function's parameter updates that can be, written in place: on a CPU after FuseTIR, on a
+    GPU after scheduling (lowering/pipeline.py), as TVM's compute_at refuses a block that reads and
+    writes one buffer: the rules schedule a kernel computing a new value, which then goes in place."""
     if "vdevice" in mod.global_infos:  # kernels are placed on devices by call_tir later (PlaceOnDevices)
         return mod
     for gvar, func in list(mod.functions_items()):
