@@ -65,7 +65,7 @@ for shape in [(4, 10), (33, 7)]:
     torch.testing.assert_close(softmax(x, torch.empty(*shape)), torch.softmax(x, dim=1))
 kernel = softmax.compile(x, torch.empty_like(x))
 print(kernel.stages["tir"])
-assert softmax.cache_info()["compilations"] == 1
+assert softmax.cache_info()["versions"] == 1   # one version for both shapes (compiled now or found on disk)
 
 
 # 3. A naive matmul, the (i, j) nest in parallel: on the CPU the two loops are fused into one
