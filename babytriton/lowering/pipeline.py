@@ -123,7 +123,7 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
     if not heterogeneous and target.kind.name == "cuda":
         # on a GPU, after scheduling: TVM's compute_at refuses a block that reads and writes one
         # buffer, so the kernel is scheduled as computing a new value and then writes it in place
-        mod = inplace.write_in_place(mod)
+        mod = inplace.write_in_place(mod, scheduled=True)
     record("schedule", mod.script())
     return mod
 

@@ -22,19 +22,21 @@ from tvm import relax, s_tir, tirx
 from ..codegen.mutation import WRITTEN  # main's attribute: the parameters its trailing results update
 
 
-def write_in_place(mod: tvm.IRModule) -> tvm.IRModule:
+def write_in_place(mod: tvm.IRModule, scheduled: bool = False) -> tvm.IRModule:
     """Every function's parameter updates that can be, written in place: on a CPU after FuseTIR, on a
     GPU after scheduling (lowering/pipeline.py), as TVM's compute_at refuses a block that reads and
-    writes one buffer: the rules schedule a kernel computing a new value, which then goes in place."""
+    writes one buffer: the rules schedule a kernel computing a new value, which then goes in place.
+    `scheduled`: the kernels are scheduled already, so a value read back after it is written is read
+    where it was written (no rule will stage the parameter's old values for that read any more)."""
     if "vdevice" in mod.global_infos:  # kernels are placed on devices by call_tir later (PlaceOnDevices)
         return mod
     for gvar, func in list(mod.functions_items()):
         if isinstance(func, relax.Function) and func.attrs is not None and WRITTEN in func.attrs:
-            mod = _function(mod, gvar, func, [str(n) for n in func.attrs[WRITTEN]])
+            mod = _function(mod, gvar, func, [str(n) for n in func.attrs[WRITTEN]], scheduled)
     return mod
 
 
-def _function(mod, gvar, func, written: list[str]):
+def _function(mod, gvar, func, written: list[str], scheduled: bool):
     body = func.body
     bindings = [b for block in body.blocks for b in block.bindings]
     ret = body.body
@@ -55,7 +57,7 @@ def _function(mod, gvar, func, written: list[str]):
         call = bindings[at].value
         kernel = mod[call.args[0]]
         inputs = len(call.args[1].fields)
-        pairs = {r: a for r, a in pairs.items() if _safe(kernel, kernel.params[a], kernel.params[inputs + r])}
+        pairs = {r: a for r, a in pairs.items() if _safe(kernel, kernel.params[a], kernel.params[inputs + r], scheduled)}
         if pairs and _called_once(mod, call.args[0]):
             # a new GlobalVar: the old one's type still has the parameters the kernel no longer takes
             old = call.args[0]
@@ -115,14 +117,15 @@ def _called_once(mod, kernel_gvar) -> bool:
     return sum(calls) == 1
 
 
-def _safe(kernel: tirx.PrimFunc, param_in, param_out) -> bool:
-    """Whether the kernel can write its output `param_out` into its input `param_in`: see the module."""
+def _safe(kernel: tirx.PrimFunc, param_in, param_out, scheduled: bool = False) -> bool:
+    """Whether the kernel can write its output `param_out` into its input `param_in`: see the module;
+    in a `scheduled` kernel the new value may be read back, at its own index."""
     x, y = param_in, param_out   # a kernel's parameters are its buffers
     tainted = [x]   # buffers whose values come from x
     written_y = False
     for block in _blocks(kernel):
         reads, writes = _accesses(block)
-        if any(b.same_as(y) for b, _ in reads) or (written_y and any(b.same_as(x) for b, _ in reads)):
+        if (not scheduled and any(b.same_as(y) for b, _ in reads)) or (written_y and any(b.same_as(x) for b, _ in reads)):
             # the new value read back, or x read after it is written: the schedule rules may hold an input
             # in a register from the kernel's start (read once for every block), which would then be stale
             return False
