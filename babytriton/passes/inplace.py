@@ -11,7 +11,8 @@ writes it into the parameter itself (`call_tir_inplace`) and the driver finds no
   the parameter comes before the block that writes its new value, and nothing reads the new value back
   (`buf.mul_(m).add_(g); p.add_(buf)`: buf stays a copy back, p is written in place): no element is
   read after a thread or loop has overwritten it, and an input the rules read once into a register
-  for every block is never stale.
+  for every block is never stale. On a GPU the rewrite runs after scheduling, where a value read back
+  is read where its own thread wrote it, so there buf goes in place too.
 """
 from __future__ import annotations
 
