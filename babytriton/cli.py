@@ -30,8 +30,6 @@ from .runtime import cache
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"   # in a clone of the repository, not in a wheel
 BOOK_ADDRESS = "http://127.0.0.1:{port}/"               # where scripts/build_book.py's serve() serves it
-ENTRY_NAME = re.compile(r"[0-9a-f]{32}")                    # a cache entry's folder: its key's digest
-LEFTOVER = (".tmp-", ".trash-")                               # folders a writer that died left behind
 
 
 _MISSING = object()
@@ -236,7 +234,7 @@ def explain(options) -> int:
 def show_cache(options) -> int:
     """Where the disk cache is, whether it is on, and what it holds."""
     root = config.cache_dir()
-    entries, tuning = cache_entries(root), root / "meta_schedule"
+    entries, tuning = cache.entries(root), root / "meta_schedule"
     functions = {entry.parent for entry in entries}
     state = "on" if config.disk_enabled(True) else "off (BABYTRITON_CACHE=0: nothing is read or written)"
     print(f"cache {root}: {state}")
@@ -250,8 +248,8 @@ def clear_cache(options) -> int:
     """Remove the compiled versions (and, with --tuning, the MetaSchedule records): nothing else that
     lives in the folder, so a cache pointed at a shared folder loses only what babytriton wrote."""
     root = config.cache_dir()
-    entries = cache_entries(root)
-    removed = entries + [p for p in root.glob("*/.t*-*") if p.name.startswith(LEFTOVER)]
+    entries = cache.entries(root)
+    removed = entries + [p for folder in root.glob("*") if folder.is_dir() for p in cache.leftovers(folder)]
     tuning = options.tuning and (root / "meta_schedule").is_dir()
     removed += [root / "meta_schedule"] if tuning else []
     freed = sum(map(_bytes, removed))
@@ -263,11 +261,6 @@ def clear_cache(options) -> int:
     also = " and the tuning records" if tuning else ""
     print(f"removed {len(entries)} compiled version(s){also} ({_size(freed)}) from {root}")
     return 0
-
-
-def cache_entries(root: Path) -> list[Path]:
-    """The compiled versions on disk: `<root>/<function>/<key digest>/` (runtime/cache.py)."""
-    return sorted(p for p in root.glob("*/*") if ENTRY_NAME.fullmatch(p.name) and p.is_dir())
 
 
 def _bytes(path: Path) -> int:

@@ -11,6 +11,7 @@ import pytest
 
 from babytriton import cli
 from babytriton.core import config
+from babytriton.runtime import cache
 
 SOURCE = '''
 import torch
@@ -71,7 +72,7 @@ def test_show_prints_the_kernels_own_fusion_map_and_stage_names(capsys, kernels)
     assert out.startswith("scaled_relu(a: float32[4, 8], b: float32[4, 8]) for llvm")
     assert str(kernel.fusion) in out and "3 ops fused" in out
     assert f"stages: {', '.join(kernel.stages)}\n" in out
-    assert Path(kernel.cache_path) in cli.cache_entries(config.cache_dir())   # what `cache` counts
+    assert Path(kernel.cache_path) in cache.entries(config.cache_dir())   # what `cache` counts
 
 
 def test_show_one_stage_or_the_source(capsys, kernels):

@@ -49,6 +49,8 @@ NOT_IN_KEY = ("verbose", "cache", "target")
 FUSION_KEYS = {"params", "ops", "outputs", "kernels", "kernel_outputs"}
 # Temporary folders older than this were left by a process that died while writing.
 STALE_SECONDS = 3600
+ENTRY_NAME = re.compile(r"[0-9a-f]{32}")    # an entry's folder: its key's digest
+LEFTOVER = (".tmp-", ".trash-")             # a writer's folders beside the entries (store)
 
 
 class CacheWarning(UserWarning):
@@ -440,6 +442,16 @@ def entry_dir(function, key: CacheKey) -> Path:
     return function_dir(function) / key.digest
 
 
+def entries(root: Path) -> list[Path]:
+    """The compiled versions under a cache folder: `<root>/<function>/<key digest>/` (entry_dir)."""
+    return sorted(p for p in root.glob("*/*") if ENTRY_NAME.fullmatch(p.name) and p.is_dir())
+
+
+def leftovers(folder: Path) -> list[Path]:
+    """What writers left in a function's folder: a `store` that died mid-way, a replaced entry."""
+    return [p for p in folder.glob(".t*-*") if p.name.startswith(LEFTOVER)]
+
+
 class Corrupt(Exception):
     """An entry that exists but cannot be used as it is."""
 
@@ -488,7 +500,7 @@ def store(path: Path, key: CacheKey, executable, stages: dict[str, str], fusion:
     """Write an entry atomically; False when another process already wrote it (then theirs stays)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(path.parent)
-    tmp = path.parent / f".tmp-{key.digest[:12]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = path.parent / f"{LEFTOVER[0]}{key.digest[:12]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
         library = tmp / "lib.so"
@@ -504,7 +516,7 @@ def store(path: Path, key: CacheKey, executable, stages: dict[str, str], fusion:
             except Exception:  # noqa: BLE001 - an IR TVM cannot serialise: the entry is still usable
                 pass
         if replace and path.exists():
-            trash = path.parent / f".trash-{tmp.name}"
+            trash = path.parent / f"{LEFTOVER[1]}{tmp.name}"
             try:
                 os.rename(path, trash)
             except OSError:
@@ -523,8 +535,8 @@ def store(path: Path, key: CacheKey, executable, stages: dict[str, str], fusion:
 
 def _remove_stale(folder: Path) -> None:
     now = time.time()
-    for leftover in folder.glob(".t*-*"):
-        if leftover.name.startswith((".tmp-", ".trash-")) and now - _mtime(leftover) > STALE_SECONDS:
+    for leftover in leftovers(folder):
+        if now - _mtime(leftover) > STALE_SECONDS:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
