@@ -341,8 +341,18 @@ def notebook_digest(nb) -> str:
     return hashlib.sha256(json.dumps(cells).encode()).hexdigest()
 
 
+def stored_record(path: Path, stored: Path) -> Path:
+    """Where `stored` keeps the execution of a chapter (chapters/NN_x.json) or of a notebook (NN_x.ipynb)."""
+    return stored / "chapters" / f"{path.stem}.json" if path.suffix == ".py" else stored / path.name
+
+
+def refresh_command(*paths: Path) -> str:
+    """The command that stores these files' executions again."""
+    return " ".join(["python scripts/store_executions.py", *map(shown, paths)])
+
+
 def chapter_result(path: Path, stored: Path | None, fresh: bool) -> dict:
-    record = stored / "chapters" / f"{path.stem}.json" if stored else None
+    record = stored_record(path, stored) if stored else None
     if not fresh and record and record.exists():
         data = json.loads(record.read_text())
         if data.get("digest") == chapter_digest(path):
@@ -360,7 +370,7 @@ def notebook_result(path: Path, stored: Path | None, fresh: bool):
     """The executed notebook for the book: the stored copy when it matches the source, else a run here."""
     import nbformat
     source = nbformat.read(path, as_version=4)
-    copy_path = stored / path.name if stored else None
+    copy_path = stored_record(path, stored) if stored else None
     if not fresh and copy_path and copy_path.exists():
         nb = nbformat.read(copy_path, as_version=4)
         info = nb.metadata.get("babytriton_book", {})
@@ -379,7 +389,7 @@ def notebook_result(path: Path, stored: Path | None, fresh: bool):
 
 def _why_run(path: Path, record: Path) -> str:
     """Why the book runs a file whose execution could have been stored, and the command that stores it."""
-    command = f"`python scripts/store_executions.py {shown(path)}`"
+    command = f"`{refresh_command(path)}`"
     if record.exists():
         return f", as its stored execution is stale ({command} stores it again)"
     return f", as it has no stored execution ({command} stores one)"
@@ -419,7 +429,7 @@ def write_pages(docs: Path, stored: Path | None, fresh: bool, store: bool) -> tu
     for path in chapter_files():
         result = chapter_result(path, stored, fresh)
         if store:
-            record = stored / "chapters" / f"{path.stem}.json"
+            record = stored_record(path, stored)
             record.parent.mkdir(parents=True, exist_ok=True)
             record.write_text(json.dumps({k: v for k, v in result.items() if k != "stored"}, indent=1) + "\n")
         (docs / "chapters" / f"{path.stem}.md").write_text(chapter_page(path, result))
@@ -435,7 +445,7 @@ def write_pages(docs: Path, stored: Path | None, fresh: bool, store: bool) -> tu
             stored.mkdir(parents=True, exist_ok=True)
             kept = copy.deepcopy(nb)
             kept.metadata["babytriton_book"].pop("stored")
-            nbformat.write(kept, stored / path.name)
+            nbformat.write(kept, stored_record(path, stored))
         title = notebook_title(nb, path)
         page = copy.deepcopy(nb)
         page.cells.insert(1, nbformat.v4.new_markdown_cell(banner(nb)))

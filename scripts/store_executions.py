@@ -389,14 +389,9 @@ def sources(chapters: bool = True, notebooks: bool = True) -> list[Path]:
             + (sorted(build_book.NOTEBOOKS.glob("*.ipynb")) if notebooks else []))
 
 
-def record_of(path: Path, folder: Path = build_book.STORED) -> Path:
-    """Where `folder` keeps the execution of a chapter (chapters/NN_x.json) or of a notebook (NN_x.ipynb)."""
-    return folder / "chapters" / f"{path.stem}.json" if path.suffix == ".py" else folder / path.name
-
-
 def stored_digest(path: Path, folder: Path = build_book.STORED) -> str | None:
     """The digest of the source that the stored execution of `path` was made from (None: none stored)."""
-    record = record_of(path, folder)
+    record = build_book.stored_record(path, folder)
     if not record.exists():
         return None
     data = json.loads(record.read_text())
@@ -420,13 +415,9 @@ def stale(folder: Path = build_book.STORED) -> dict[Path, str]:
             continue
         under = " (or a chapter under it)" if path.suffix == ".py" else ""
         why = "is missing" if digest is None else f"was stored from an older {build_book.shown(path)}{under}"
-        found[path] = f"{build_book.shown(record_of(path, folder))} {why}: refresh it with `{refresh_command(path)}`"
+        record = build_book.shown(build_book.stored_record(path, folder))
+        found[path] = f"{record} {why}: refresh it with `{build_book.refresh_command(path)}`"
     return found
-
-
-def refresh_command(*paths: Path) -> str:
-    """The command that stores these files' executions again."""
-    return " ".join(["python scripts/store_executions.py", *map(build_book.shown, paths)])
 
 
 def store(folder: Path, plain: bool = False, chapters: bool = True, notebooks: bool = True,
@@ -443,14 +434,14 @@ def store(folder: Path, plain: bool = False, chapters: bool = True, notebooks: b
         result.pop("stored")
         if result["returncode"] != 0:   # every chapter ends on its asserts: a failed run is no record to keep
             raise CellError(f"{path.name} exited with status {result['returncode']}:\n{result['stderr'][-6000:]}")
-        (folder / "chapters" / f"{path.stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+        build_book.stored_record(path, folder).write_text(json.dumps(result, indent=1) + "\n")
     for path in [p for p in todo if p.suffix == ".ipynb"]:
         build_book.progress(path, "executing it...")
         nb = executed(path, plain)
         nb["metadata"]["babytriton_book"] = {**nb["metadata"].get("babytriton_book", {}),
                                              "digest": build_book.notebook_digest(json.loads(path.read_text())),
                                              "machine": build_book.machine(), "date": today}
-        write_notebook(nb, folder / path.name)
+        write_notebook(nb, build_book.stored_record(path, folder))
         build_book.progress(path, f"executed in {nb['metadata']['babytriton_book']['seconds']:.1f} s")
     return folder
 
