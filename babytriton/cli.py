@@ -249,12 +249,16 @@ def clear_cache(options) -> int:
     lives in the folder, so a cache pointed at a shared folder loses only what babytriton wrote."""
     root = config.cache_dir()
     entries = cache.entries(root)
-    removed = entries + [p for folder in root.glob("*") if folder.is_dir() for p in cache.leftovers(folder)]
+    removed = entries + [p for folder in root.glob("*") if folder.is_dir()
+                         for p in cache.leftovers(folder) + cache.locks(folder)]
     tuning = options.tuning and (root / "meta_schedule").is_dir()
     removed += [root / "meta_schedule"] if tuning else []
     freed = sum(map(_bytes, removed))
     for path in removed:
-        shutil.rmtree(path, ignore_errors=True)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:   # a lock file
+            path.unlink(missing_ok=True)
     for folder in {path.parent for path in removed} - {root}:
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()

@@ -48,7 +48,8 @@ def version_folder(function: str, params: list[Param], specs: tuple[ArgSpec, ...
         elif spec.kind == "scalar":
             words.append(f"{param.name}_{spec.dtype}")
         else:
-            words.append(f"{param.name}_{spec.dtype}_{'x'.join(str(d) for d in spec.shape) or 'scalar'}")
+            words.append(f"{param.name}_{spec.dtype}_{'x'.join(str(d) for d in spec.shape) or 'scalar'}"
+                         + ("_strided" if spec.layout is not None else ""))
     readable = re.sub(r"[^A-Za-z0-9_.=-]+", "_", "__".join(words))[:60] or "noargs"
     return f"{_safe(function)}/{readable}-{digest[:8]}"
 

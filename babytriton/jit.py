@@ -123,10 +123,11 @@ def _no_gradient_through(run, name: str, held: list[str]):
 
 def _value_key(value, is_constexpr: bool):
     """One argument's part of the call key: what picks its runner (a tensor's dtype, exact shape,
-    device and requires_grad; a constexpr's value; another value's type)."""
+    device, requires_grad and, where it is not contiguous, strides: its layout, frontend/layouts.py;
+    a constexpr's value; another value's type)."""
     kind = type(value)
     if kind is torch.Tensor or isinstance(value, torch.Tensor):
-        return value.dtype, value.shape, value.device, value.requires_grad
+        return value.dtype, value.shape, value.device, value.requires_grad, value.is_contiguous() or value.stride()
     if is_constexpr:
         return kind, value
     if kind is np.ndarray:
@@ -143,7 +144,8 @@ def _key_function(constexpr: tuple[bool, ...]):
     list: a torch tensor's part is read inline, so that the cached call path costs no Python call
     or loop per argument. Called with exactly one argument per parameter."""
     names = [f"a{i}" for i in range(len(constexpr))]
-    parts = [f"(({n}.dtype, {n}.shape, {n}.device, {n}.requires_grad) if type({n}) is T else part({n}, {c}))"
+    parts = [f"(({n}.dtype, {n}.shape, {n}.device, {n}.requires_grad, {n}.is_contiguous() or {n}.stride()) "
+             f"if type({n}) is T else part({n}, {c}))"
              for n, c in zip(names, constexpr)]
     code = (f"def call_key(args):\n    ({''.join(n + ', ' for n in names)}) = args\n"
             f"    return ({''.join(p + ', ' for p in parts)})\n")

@@ -98,15 +98,11 @@ class Versions:
             print(f"===== {name}: new version; differs from the nearest in: {'; '.join(why)}", flush=True)
         use_disk = cache.disk_enabled(options["cache"]) and key.unstable is None
         path = cache.entry_dir(self.info, key) if use_disk else None
-        compiled, loader, replace = None, None, False
-        if use_disk and cache.loadable_here(self.info.target):
-            compiled, loader, replace = self.load(path, key, specs, variant)
-        from_disk = compiled is not None
-        if not from_disk:
-            compiled = self.build(specs, variant)
-            self.stats["compilations"] += 1
-            if use_disk and (replace or not (path / "meta.json").exists()):
-                self.store(path, key, compiled, replace)
+        if use_disk:   # another process compiling this entry: wait for it, then load what it stored
+            with cache.entry_lock(path):
+                compiled, loader, from_disk = self.load_or_build(path, key, specs, variant)
+        else:
+            compiled, loader, from_disk = self.load_or_build(None, key, specs, variant)
         cache_path = str(path) if path is not None and (path / "meta.json").exists() else None
         kernel = Kernel(self.kernel_name(compiled, variant), params or self.info.params, specs, self.info.target,
                         compiled, source_map=self.info.parsed.source_map, module_loader=loader, cache_key=key,
@@ -115,6 +111,20 @@ class Versions:
             warn_serial(kernel)
         self.dump(kernel, key)
         return kernel
+
+    def load_or_build(self, path, key, specs, variant) -> tuple:
+        """(the Compiled, its module loader or None, whether it came from disk): the entry at `path`
+        where it is usable, else built (and stored there; `path` None: no disk cache)."""
+        compiled, loader, replace = None, None, False
+        if path is not None and cache.loadable_here(self.info.target):
+            compiled, loader, replace = self.load(path, key, specs, variant)
+        if compiled is not None:
+            return compiled, loader, True
+        compiled = self.build(specs, variant)
+        self.stats["compilations"] += 1
+        if path is not None and (replace or not (path / "meta.json").exists()):
+            self.store(path, key, compiled, replace)
+        return compiled, None, False
 
     def kernel_name(self, compiled: Compiled, variant) -> str:
         """The name a version's Kernel goes by."""

@@ -176,6 +176,7 @@ def test_cache_shows_and_clears_only_compiled_versions(capsys, tmp_path, monkeyp
         entry.mkdir(parents=True)
         (entry / "lib.so").write_bytes(b"x" * 1000)
     (tmp_path / "f" / ".tmp-0123-99-abcd").mkdir()                     # a writer that died
+    (tmp_path / "g" / f".lock-{'2' * 32}").touch()                     # an entry's lock file (cache.entry_lock)
     (tmp_path / "meta_schedule").mkdir()
     (tmp_path / "meta_schedule" / "database.json").write_bytes(b"y" * 2048)
     (tmp_path / "notes.txt").write_text("not babytriton's")           # a cache pointed at a shared folder

@@ -31,8 +31,11 @@ class RelaxStatements:
         with RB.function():
             RB.func_name(node.name)
             with self.scope.frame():
-                for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
+                args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                for arg in args:
                     self.declare_param(arg)
+                for arg in args:   # after every parameter: the function's bindings begin here
+                    self.caller_view(arg.arg)
                 mutation.start(self)  # the tensor parameters, as the caller's tensors
                 self.visit_body(node.body)
                 RB.func_ret_value(mutation.results(self, self.to_expr(self.returned)))  # and those updated in place
@@ -45,12 +48,28 @@ class RelaxStatements:
             self.scope.assign(arg.arg, spec.value)
             return
         shape = tuple(self.symbolic(d) if isinstance(d, str) else d for d in spec.shape)
+        if spec.layout is not None:   # the caller's tensor passed as its storage (frontend/layouts.py)
+            shape = spec.layout.storage_shape(shape)
         vdevice = self.placement.param_vdevice(spec) if self.placement is not None else None
         var = RB.arg(arg.arg, relax.TensorType(list(shape), spec.dtype, vdevice=vdevice))
         self.params.add(var)
         if spec.kind == "scalar":  # a run-time number promotes as the Python number it is (torch's rule)
             self.weak.append(var)
         self.scope.assign(arg.arg, var)
+
+    def caller_view(self, name: str) -> None:
+        """A parameter passed as a permuted or broadcast tensor's storage, seen as the caller's view of
+        it: `permute_dims` and `broadcast_to`, which the passes fold into the kernels that read it."""
+        spec = self.specs[name]
+        if spec.kind != "tensor" or spec.layout is None:
+            return
+        layout, value = spec.layout, self.scope.lookup(name)
+        if layout.permuted:
+            value = self.emit(relax.op.permute_dims(value, list(layout.inverse)))
+        if layout.broadcast:
+            shape = [self.symbolic(d) if isinstance(d, str) else d for d in spec.shape]
+            value = self.emit(relax.op.broadcast_to(value, shape))
+        self.scope.assign(name, value)
 
     def visit_body(self, body: list[ast.stmt]):
         """Compile the function's statements in order; `return`, `if` and loops steer (control.py)."""

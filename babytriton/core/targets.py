@@ -36,8 +36,9 @@ def resolve_target(target) -> tvm.target.Target:
         return tvm.target.Target(target)
     if TARGET_ALIASES[target] == "llvm":
         return tvm.target.Target.from_device(tvm.cpu())
-    if tvm.cuda().exist:
-        return tvm.target.Target.from_device(tvm.cuda())
+    gpu = tvm.cuda(torch.cuda.current_device() if torch.cuda.is_available() else 0)   # a rank's own GPU
+    if gpu.exist:
+        return tvm.target.Target.from_device(gpu)
     return tvm.target.Target({"kind": "cuda", "arch": DEFAULT_CUDA_ARCH})
 
 

@@ -30,6 +30,7 @@ from ..codegen import values as core  # the compiler's value helpers (a tensor's
 from ..codegen.operators import weak_dtype
 from ..codegen.values import wrap_int
 from ..core.dlpack import torch_to_vm
+from ..runtime.kernel import on_torch_stream
 from ..core.errors import CompilationError, Diagnostic
 from ..core.types import DTYPES, TORCH_TO_NAME, format_shape
 
@@ -599,6 +600,8 @@ def _run_kernel(kernel, name: str, args: list, kwargs: dict, count: bool = False
     device = buffers.inputs[0].device if buffers.inputs else _DEVICE.get()
     outputs = [torch.empty(shape, dtype=DTYPES[dtype], device=device) for shape, dtype in buffers.outputs]
     built = _built_kernel(kernel, name, buffers.sizes, device)
+    if device.type == "cuda":   # TVM tensors carry no stream: launched on torch's current one
+        built = on_torch_stream(built, torch.cuda.current_device() if device.index is None else device.index)
     built(*[torch_to_vm(t.detach().contiguous()) for t in buffers.inputs], *[torch_to_vm(t) for t in outputs])
     result = outputs[0] if len(outputs) == 1 else tuple(outputs)
     return (result, len(buffers.inputs)) if count else result

@@ -2,13 +2,14 @@
 ArgSpecs that key compiled versions and drive code generation."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..core.types import DTYPES, SCALAR_TYPES, TORCH_TO_NAME, Param, Tensor, format_shape, shape_matches
+from .layouts import Layout, layout_of
 
 
 def unwrap(value):
@@ -24,7 +25,7 @@ def is_tensor_like(value) -> bool:
     return isinstance(value, (torch.Tensor, np.ndarray, Tensor))
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ArgSpec:
     """What the compiler needs to know about one argument: enough to generate code for it."""
     kind: str                 # "tensor" | "scalar" | "constexpr"
@@ -34,10 +35,18 @@ class ArgSpec:
     device: str = ""          # functions with device blocks: "cpu" or "cuda:<index>" ("" = the target's)
     # constexpr: the value's type, so that 3, 3.0 and True (equal in Python) key different versions
     value_type: str = ""
+    # tensor: a permuted or broadcast view passed without a copy (layouts.py); None: compact or copied
+    layout: Layout | None = None
 
     def __post_init__(self):
         if self.kind == "constexpr" and not self.value_type:
             object.__setattr__(self, "value_type", _type_signature(self.value))
+
+
+def without_layouts(specs: tuple[ArgSpec, ...]) -> tuple[ArgSpec, ...]:
+    """The specs with every tensor passed compact (copied where it is not): for the code that does not
+    read a layout (backend="tir", device blocks, backwards)."""
+    return tuple(dataclasses.replace(s, layout=None) if s.layout is not None else s for s in specs)
 
 
 def _type_signature(value) -> str:
@@ -104,8 +113,10 @@ def _tensor_spec(param: Param, value, where: str) -> ArgSpec:
         raise TypeError(f"{where} has unsupported dtype {data.dtype}; supported: {', '.join(DTYPES)}")
     shape = tuple(data.shape)
     ann = param.annotation
+    # a plain torch tensor only: the call key (jit.py) reads its strides, not a bt.Tensor's
+    layout = layout_of(data) if isinstance(value, torch.Tensor) else None
     if param.kind == "auto":
-        return ArgSpec("tensor", shape=shape, dtype=got_dtype)
+        return ArgSpec("tensor", shape=shape, dtype=got_dtype, layout=layout)
     if len(shape) != ann.ndim:
         raise ValueError(f"{where} expects a {ann.ndim}-d tensor of shape {format_shape(ann.shape)}, "
                          f"got {len(shape)}-d shape {format_shape(shape)}")
@@ -113,7 +124,9 @@ def _tensor_spec(param: Param, value, where: str) -> ArgSpec:
         raise ValueError(f"{where} expects shape {format_shape(ann.shape)}, got {format_shape(shape)}")
     if got_dtype != ann.dtype:
         raise TypeError(f"{where} expects dtype {ann.dtype}, got {got_dtype}")
-    return ArgSpec("tensor", shape=ann.shape, dtype=ann.dtype)
+    if layout is not None and any(isinstance(ann.shape[axis], str) for axis in layout.broadcast):
+        layout = None   # broadcast inside to a size the function does not know: copied
+    return ArgSpec("tensor", shape=ann.shape, dtype=ann.dtype, layout=layout)
 
 
 def _np_dtype_name(dtype) -> str | None:

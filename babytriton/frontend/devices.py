@@ -76,9 +76,14 @@ def argument_device(param: Param, value, fname: str) -> str:
     if isinstance(data, np.ndarray):
         return "cpu"
     if isinstance(data, torch.Tensor) and data.device.type in ("cpu", "cuda"):
-        return "cpu" if data.device.type == "cpu" else f"cuda:{data.device.index or 0}"
+        return "cpu" if data.device.type == "cpu" else str(data.device)   # a CUDA tensor's has its index
     raise TypeError(f"{fname}(): parameter '{param.name}' is on {data.device}; "
                     "functions with device blocks take CPU or CUDA tensors")
+
+
+def _current_gpu() -> str:
+    """torch's current GPU (a rank's own, once it called torch.cuda.set_device), cuda:0 without one."""
+    return f"cuda:{torch.cuda.current_device() if torch.cuda.is_available() else 0}"
 
 
 def with_devices(params: list[Param], specs: tuple[ArgSpec, ...], args, fname: str,
@@ -86,13 +91,13 @@ def with_devices(params: list[Param], specs: tuple[ArgSpec, ...], args, fname: s
     """The argument descriptions with each tensor's device, part of the compiled version's key.
 
     Runtime scalars are made on the CPU. Without `args` (compiling from the annotations alone),
-    tensors are taken to be on the `default` device ("cpu" or "cuda")."""
+    tensors are taken to be on the `default` device ("cpu", or "cuda": torch's current GPU)."""
     placed = []
     gpus = {}
     for position, (param, spec) in enumerate(zip(params, specs)):
         if spec.kind == "tensor":
             where = argument_device(param, args[position], fname) if args is not None else \
-                "cuda:0" if default == "cuda" else "cpu"
+                _current_gpu() if default == "cuda" else "cpu"
             if where.startswith("cuda"):
                 gpus.setdefault(where, param.name)
             spec = dataclasses.replace(spec, device=where)
@@ -107,7 +112,9 @@ def with_devices(params: list[Param], specs: tuple[ArgSpec, ...], args, fname: s
 
 
 def check_devices(params: list[Param], args, device_kind: str, fname: str) -> None:
-    """A gpu function needs CUDA tensors and a cpu function CPU tensors (no silent copies)."""
+    """A gpu function needs CUDA tensors, all on one GPU (any one: each GPU loads the compiled code
+    for itself), and a cpu function CPU tensors (no silent copies)."""
+    gpus = {}
     for param, value in zip(params, args):
         data = value.data if isinstance(value, Tensor) else value
         if isinstance(data, np.ndarray):
@@ -121,6 +128,12 @@ def check_devices(params: list[Param], args, device_kind: str, fname: str) -> No
             where = "a numpy array (host memory)" if isinstance(data, np.ndarray) else f"on {data.device}"
             raise TypeError(f"{fname}(): parameter '{param.name}' is {where}, but this function runs on "
                             f"{'the GPU' if device_kind == 'cuda' else 'the CPU'}; move it with `{fix}`")
+        if on == "cuda":
+            gpus.setdefault(str(data.device), param.name)
+    if len(gpus) > 1:
+        (first, a), (second, b) = list(gpus.items())[:2]
+        raise TypeError(f"{fname}(): parameter '{a}' is on {first} but '{b}' is on {second}; a call runs on "
+                        f"one GPU: move them to one device (e.g. `{b}.to('{first}')`)")
 
 
 def vm_devices(module: tvm.IRModule) -> list | None:

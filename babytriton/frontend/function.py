@@ -14,7 +14,7 @@ import tvm
 
 from . import devices
 from ..core import targets
-from .arguments import ArgSpec, Specialise, arg_spec, check_symbolic_sizes, static_spec
+from .arguments import ArgSpec, Specialise, arg_spec, check_symbolic_sizes, static_spec, without_layouts
 from ..core.errors import CompilationError
 from .source import parse_function
 from ..core.types import Param, params_from_signature
@@ -90,6 +90,8 @@ class FunctionInfo:
         check_symbolic_sizes(self.params, list(args), self.name)
         if self.heterogeneous:
             specs = devices.with_devices(self.params, specs, args, self.name, self.device_kind)
+        if self.heterogeneous or self.options["backend"] == "tir":   # they index the caller's memory themselves
+            specs = without_layouts(specs)
         return specs
 
     def specialise(self, signal: Specialise) -> None:

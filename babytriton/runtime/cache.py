@@ -8,12 +8,16 @@ folder `<cache dir>/<function>/<digest>/` holding the exported library (`lib.so`
 (`meta.json`: stage texts, fusion record; `module.json`: the lowered IRModule, read on demand).
 
 Entries are written into a temporary folder and renamed into place (atomic on one file system),
-so concurrent writers never see half an entry; a reader checks the library's checksum and the
-metadata, and treats anything unreadable as corrupt: it warns, recompiles and replaces it.
+so concurrent writers never see half an entry; processes wanting the same missing entry take turns
+on its lock file (`entry_lock`), so that one compiles it and the others load it; a reader checks
+the library's checksum and the metadata, and treats anything unreadable as corrupt: it warns,
+recompiles and replaces it.
 """
 from __future__ import annotations
 
 import ast
+import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -51,6 +55,7 @@ FUSION_KEYS = {"params", "ops", "outputs", "kernels", "kernel_outputs"}
 STALE_SECONDS = 3600
 ENTRY_NAME = re.compile(r"[0-9a-f]{32}")    # an entry's folder: its key's digest
 LEFTOVER = (".tmp-", ".trash-")             # a writer's folders beside the entries (store)
+LOCK = ".lock-"   # beside an entry, its lock file (entry_lock): never removed, a waiter may hold it open
 
 
 class CacheWarning(UserWarning):
@@ -187,6 +192,8 @@ def _arg_parts(param: Param, spec: ArgSpec) -> list[KeyPart]:
     parts = [KeyPart(f"dtype of {name}", spec.dtype, spec.dtype), KeyPart(f"shape of {name}", shape, shape)]
     if spec.device:  # functions with device blocks compile per argument placement
         parts.append(KeyPart(f"device of {name}", spec.device, spec.device))
+    if spec.layout is not None:  # the code reads a permuted or broadcast tensor's memory in its order
+        parts.append(KeyPart(f"layout of {name}", repr(spec.layout), str(spec.layout)))
     return parts
 
 
@@ -450,6 +457,30 @@ def entries(root: Path) -> list[Path]:
 def leftovers(folder: Path) -> list[Path]:
     """What writers left in a function's folder: a `store` that died mid-way, a replaced entry."""
     return [p for p in folder.glob(".t*-*") if p.name.startswith(LEFTOVER)]
+
+
+def locks(folder: Path) -> list[Path]:
+    """The entries' lock files in a function's folder (entry_lock), for `cache clear` to remove."""
+    return list(folder.glob(f"{LOCK}*"))
+
+
+@contextlib.contextmanager
+def entry_lock(path: Path):
+    """Held by the one process that looks up, and where missing compiles and stores, the entry at
+    `path`: another process wanting the same entry waits (flock) and then finds it on disk. The
+    kernel drops the lock of a process that dies; a folder that can't hold the file goes unlocked."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.parent / f"{LOCK}{path.name}", os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:  # an unwritable cache folder: nothing to race for (store says what is wrong)
+        fd = None
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)   # releases the lock
 
 
 class Corrupt(Exception):

@@ -13,6 +13,7 @@ import threading
 import numpy as np
 import torch
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from ..frontend import devices
@@ -23,6 +24,7 @@ from . import threads
 from . import fusion as fusion_
 from ..frontend.arguments import ArgSpec, arg_spec, check_symbolic_sizes, unwrap
 from ..codegen import library
+from ..core import dlpack
 from ..core.dlpack import numpy_to_torch, numpy_to_vm, torch_to_vm, vm_to_torch
 from ..core.errors import debug_enabled
 from ..lowering.pipeline import RELEASE
@@ -140,9 +142,11 @@ class Kernel:
         A torch tensor that TVM can take as it is (compact, 64-byte aligned, no negative bit: three
         flag reads per call) is handed to the VM function itself: tvm_ffi reads it through torch's
         DLPack exchange API, and hands results back as torch tensors the same way, each without a
-        Python-level conversion. Any other goes through `torch_to_vm` (a compact copy where needed)."""
+        Python-level conversion; so is a permuted or broadcast one that the version was compiled for
+        (ArgSpec.layout), as its compact storage view. Any other is copied compact first (`_compact`),
+        still a torch tensor: tvm_ffi reads torch's current stream of the tensors' GPU from any of them."""
         if self.backend == "tir":
-            return self._tir_runner()
+            return self._tir_runner(args)
         run = self._torch_runner(args)
         if run is not None:
             return run
@@ -157,13 +161,18 @@ class Kernel:
         local = self._thread_local(device_index)
         new_vm = functools.partial(self._new_vm_function, device_index)
         failed = functools.partial(_run_error, self.name)   # TVM's error as the user's RuntimeError
-        env = {"sync_threads": threads.sync_threads, "torch_to_vm": torch_to_vm, "numpy_to_torch": numpy_to_torch,
+        env = {"sync_threads": threads.sync_threads, "compact": _compact, "numpy_to_torch": numpy_to_torch,
                "local": local, "new_vm": new_vm, "failed": failed, "debug_enabled": debug_enabled,
                "T": torch.Tensor, "wrap": wrap}
         env.update((f"convert{i}", convert) for i, convert in converters)
+        for i, spec in enumerate(self.specs):
+            if spec.layout is not None:
+                env.update(spec.layout.constants(str(i)))
         passed = "".join(f"a{i}, " for i, s in enumerate(self.specs) if s.kind != "constexpr")
+        guard = self.device_kind == "cuda" and torch.cuda.device_count() > 1
+        env.update(current_device=torch.cuda.current_device, set_device=torch.cuda.set_device)
         code = _run_source(direct, [i for i, _ in converters], passed, self.uses_thread_pool, release,
-                           wrap is _to_torch)
+                           wrap is _to_torch, guard)
         exec(_compiled(code), env)  # noqa: S102 - made from argument positions only
         return env["run"]
 
@@ -191,9 +200,15 @@ class Kernel:
         values = []
         for i, (kind, value) in enumerate(inputs):
             if kind == "param":
-                if type(args[passed[value]]) is not torch.Tensor:
+                position = passed[value]
+                if type(args[position]) is not torch.Tensor:
                     return None
-                values.append(f"args[{passed[value]}]")
+                layout = self.specs[position].layout
+                read = f"args[{position}]"
+                if layout is not None:   # the function's parameter is the tensor's storage view
+                    env.update(layout.constants(str(i)))
+                    read = layout.expression(read, str(i))
+                values.append(read)
             else:
                 env[f"value{i}"] = value
                 values.append(f"value{i}")
@@ -239,6 +254,10 @@ class Kernel:
         specs = tuple(arg_spec(p, a, self.name) for p, a in zip(self.params, args))
         if self.vm_devices is not None:
             specs = devices.with_devices(self.params, specs, args, self.name, self.device_kind)
+        # a version compiled for a compact tensor takes any layout (copied compact where it must be)
+        if len(specs) == len(self.specs):
+            specs = tuple(s if mine.layout is not None else dataclasses.replace(s, layout=None)
+                          for s, mine in zip(specs, self.specs))
         if specs != self.specs:
             raise TypeError(f"{self.name}(): these arguments need another compiled version "
                             "(call the @jit function itself to get one)")
@@ -255,7 +274,7 @@ class Kernel:
     def __repr__(self):
         return f"<babytriton.Kernel {self.name} for {self.target.kind.name}, stages: {', '.join(self.stages)}>"
 
-    def _tir_runner(self):
+    def _tir_runner(self, args: tuple):
         """backend="tir": the PrimFunc called on the arguments themselves; it returns those it writes."""
         # A compiled PrimFunc keeps no state between calls (unlike a Relax VM): threads share it.
         with self._vm_lock:
@@ -277,6 +296,7 @@ class Kernel:
         outputs = tuple(positions)
 
         cpu = self.target.kind.name != "cuda"
+        launch = function if cpu else on_torch_stream(function, _cuda_index(self.specs, args))
 
         def run(args):
             if cpu:  # bt.parallel loops run on torch's threads, as many as this thread may use
@@ -289,7 +309,7 @@ class Kernel:
                 call_args.append(value)
                 if back is not None:
                     write_back.append(back)
-            function(*call_args)
+            launch(*call_args)
             for back in write_back:
                 back()
             if not outputs:
@@ -328,18 +348,25 @@ def _run_error(name: str, error: Exception) -> RuntimeError:
     return RuntimeError(f"{name}(): {reason}{detail}")
 
 
+def _compact(t: torch.Tensor) -> torch.Tensor:
+    """A copy that TVM takes as it is (as dlpack.torch_to_vm's), kept a torch tensor: tvm_ffi then
+    launches the call on torch's current stream of its device, as for the tensors passed as they are."""
+    t = t.resolve_neg() if t.is_neg() else t
+    return t if dlpack.as_is(t) else t.clone(memory_format=torch.contiguous_format)
+
+
 def _via_data(convert):
     return lambda value: convert(value.data)
 
 
-def _scalar_converter(dtype: str, device_kind: str):
+def _scalar_converter(dtype: str, device_kind: str, device_index: int):
     """A number as the 0-d tensor the VM takes: a fresh torch tensor (a function may return the scalar
     itself, so it must be the caller's alone), compact and aligned, so handed over as it is.
     `torch.scalar_tensor` on a GPU is a fill kernel taking the value as its argument, queued like the
     call's kernels: `torch.tensor(value, device=...)` copied from pageable memory and waited for the
     stream, so the GPU idled between calls (AdamW's lr and step on the H100: 200 us a call for a
-    160 us kernel)."""
-    torch_dtype, device = DTYPES[dtype], torch.device(device_kind)
+    160 us kernel). On a GPU, on the call's GPU (`device_index`), not torch's current one."""
+    torch_dtype, device = DTYPES[dtype], torch.device(device_kind, device_index if device_kind == "cuda" else None)
     return lambda value: torch.scalar_tensor(value, dtype=torch_dtype, device=device)
 
 
@@ -448,7 +475,7 @@ def _argument_plan(specs, args: tuple, device_kind: str) -> tuple:
     """How a runner passes each argument: (the CUDA device index, [(position, how to read it as torch)]
     for tensors passed as they are where TVM can, [(position, conversion)] for every other argument
     passed, whether every tensor is a NumPy array)."""
-    device_index = 0
+    device_index = _cuda_index(specs, args)
     direct = []
     converters = []
     all_numpy = True
@@ -456,7 +483,7 @@ def _argument_plan(specs, args: tuple, device_kind: str) -> tuple:
         if spec.kind == "constexpr":
             continue
         if spec.kind == "scalar":
-            converters.append((position, _scalar_converter(spec.dtype, spec.device or device_kind)))
+            converters.append((position, _scalar_converter(spec.dtype, spec.device or device_kind, device_index)))
             continue
         data = value.data if isinstance(value, Tensor) else value
         if isinstance(data, np.ndarray):
@@ -466,8 +493,8 @@ def _argument_plan(specs, args: tuple, device_kind: str) -> tuple:
             all_numpy = False
             convert = torch_to_vm
             read = f"args[{position}].data" if isinstance(value, Tensor) else f"args[{position}]"
-            if data.is_cuda:
-                device_index = data.device.index or 0
+            if spec.layout is not None:   # its storage view (layouts.py), whose names the runner holds
+                read = spec.layout.expression(read, str(position))
         if data.size if isinstance(data, np.ndarray) else data.numel():
             direct.append((position, read))
             continue   # an empty one goes through torch_to_vm, which gives it compact strides
@@ -475,16 +502,48 @@ def _argument_plan(specs, args: tuple, device_kind: str) -> tuple:
     return device_index, direct, converters, all_numpy
 
 
-def _run_source(direct: list, converted: list[int], passed: str, sync: bool, release: bool, to_torch: bool) -> str:
+def _cuda_index(specs, args) -> int:
+    """The GPU a call runs on: its CUDA tensors' (one GPU: devices.check_devices), else 0."""
+    return next((data.device.index for spec, data in zip(specs, map(unwrap, args)) if spec.kind == "tensor"
+                 and isinstance(data, torch.Tensor) and data.is_cuda), 0)
+
+
+def on_torch_stream(function, index: int):
+    """`function` launched on torch's current stream of GPU `index`: a PrimFunc's TVM tensors carry no
+    stream, and TVM launches on the one tvm_ffi holds for the device (else the null stream)."""
+    device = tvm_ffi.device("cuda", index)
+
+    def call(*args):
+        before = torch.cuda.current_device()
+        try:
+            with tvm_ffi.use_raw_stream(device, torch.cuda.current_stream(index).cuda_stream):
+                return function(*args)
+        finally:   # TVM's host code set the device it launched on: torch's current GPU stays the caller's
+            if index != before:
+                torch.cuda.set_device(before)
+    return call
+
+
+def _run_source(direct: list, converted: list[int], passed: str, sync: bool, release: bool, to_torch: bool,
+                guard: bool = False) -> str:
     """A runner's source: one statement per argument, so that a call costs no loop, list or Python
-    call per argument (a loop over the arguments took 0.15 us of a 2 us call)."""
+    call per argument (a loop over the arguments took 0.15 us of a 2 us call). `guard`: torch's current
+    GPU is put back after the call (TVM's host code sets the device of the tensors it launches on)."""
     lines = ["def run(args):"]
+    if guard:
+        lines += ["    before = current_device()",
+                  "    try:",
+                  "        return run_on(args)",
+                  "    finally:",
+                  "        if current_device() != before:",
+                  "            set_device(before)",
+                  "def run_on(args):"]
     if sync:
         lines.append("    sync_threads()")
     for i, read in direct:   # dlpack.as_is, inlined (a call would cost a third of the test)
         lines += [f"    a{i} = {read}",
                   f"    if not (a{i}.is_contiguous() and not a{i}.data_ptr() & 63 and not a{i}.is_neg()):",
-                  f"        a{i} = torch_to_vm(a{i})"]
+                  f"        a{i} = compact(a{i})"]
     lines += [f"    a{i} = convert{i}(args[{i}])" for i in converted]
     lines += ["    try:",
               "        fn = local.fn",

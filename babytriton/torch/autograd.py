@@ -35,7 +35,7 @@ from tvm import relax
 from ..runtime import cache
 from ..core import config
 from ..backends import relax as relax_backend
-from ..frontend.arguments import ArgSpec
+from ..frontend.arguments import ArgSpec, without_layouts
 from ..autodiff.backward import NotDifferentiable
 from ..runtime.cache import KeyPart
 from ..codegen import kernels
@@ -96,14 +96,15 @@ def requires_grad(args) -> tuple[bool, ...]:
 
 
 def concrete(specs: tuple[ArgSpec, ...], args) -> tuple[ArgSpec, ...]:
-    """The specs with every tensor's symbolic sizes replaced by this call's."""
+    """The specs with every tensor's symbolic sizes replaced by this call's, each passed compact: the
+    gradient is the caller's view's, not that of a permuted or broadcast tensor's storage (layouts.py)."""
     out = []
     for spec, value in zip(specs, args):
         if spec.kind == "tensor" and not all(isinstance(d, int) for d in spec.shape):
             data = value.data if isinstance(value, Tensor) else value
             spec = dataclasses.replace(spec, shape=tuple(int(n) for n in data.shape))
         out.append(spec)
-    return tuple(out)
+    return without_layouts(tuple(out))
 
 
 def grad_params(outputs: tuple[bool, ...]) -> list[Param]:

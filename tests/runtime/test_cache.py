@@ -302,6 +302,9 @@ def test_processes_compiling_the_same_function_at_once_all_succeed(tmp_path, cac
     for result, err in results:
         assert result["info"]["misses"] == 1 and "Warning" not in err
     assert len({r["digest"] for r, _ in results}) == 1
+    # one compiled; the other waited on the entry's lock (cache.entry_lock), then loaded what it stored
+    done = sorted((r["info"]["compilations"], r["info"]["disk_hits"], r["from_disk"]) for r, _ in results)
+    assert done == [(0, 1, True), (1, 0, False)], done
     assert len(entries(cache_dir)) == 1
     assert not list(cache_dir.glob("*/.tmp-*")) and not list(cache_dir.glob("*/.trash-*"))
 

@@ -5,6 +5,7 @@ import torch
 
 import babytriton as bt
 from babytriton.runtime import kernel as runtime
+from babytriton.frontend.layouts import layout_of
 
 V = bt.Tensor(("n",), "float32")
 
@@ -106,8 +107,9 @@ def axpy48(a: M48, b: M48):
     lambda base: base[:8].expand(4, 8),               # broadcast (stride 0)
 ], ids=["compact", "misaligned", "transposed", "negated", "broadcast"])
 def test_one_runner_takes_every_layout_of_its_shape(make):
-    """A runner is made for a shape, not a layout: the first call and the next ones, in any layout
-    at either argument, give torch's values (a layout TVM can't take is copied, not misread)."""
+    """A runner is made for a shape, not a layout, except a permuted or broadcast one, which the version
+    reads in place (frontend/layouts.py): the first call and the next ones, in any layout at either
+    argument, give torch's values (a layout TVM can't take is copied, not misread)."""
     f = bt.jit(axpy48, cache=False)
     base = torch.arange(64.0)
     view, b = make(base), torch.randn(4, 8)
@@ -116,7 +118,7 @@ def test_one_runner_takes_every_layout_of_its_shape(make):
     compact = torch.randn(4, 8)
     torch.testing.assert_close(f(compact, compact), compact * 3.0)   # ... and reused for another
     torch.testing.assert_close(f(view, view), view * 3.0)
-    assert f.stats["hits"] + f.stats["misses"] == 1
+    assert f.stats["hits"] + f.stats["misses"] == (1 if layout_of(view) is None else 4)
 
 
 def test_results_come_back_as_torch_tensors_without_a_copy():
