@@ -19,7 +19,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from ..passes import decompose, inplace, max_argmax, multi_output, offload, online, rowwise, shifts, views
+from ..passes import decompose, inplace, max_argmax, multi_output, offload, online, operands, rowwise, shifts, views
 from ..operators import legalize
 from . import nvrtc
 from .. import schedules
@@ -57,8 +57,10 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
         ("FuseMultiOutput", multi_output.FuseMultiOutput),
         # a reshape left as a kernel of its own is a view of its input's memory; in a kernel, what
         # reads a view reads through its index (views.py); on a CPU, a parameter updated in place is
-        # written where it is, by the kernel computing it, where that is safe (inplace.py)
-        ("FuseTIR", tvm.transform.Sequential([relax.transform.FuseTIR(), views.FreeReshapes, views.InlineViews]
+        # written where it is, by the kernel computing it, where that is safe (inplace.py); a kernel takes
+        # each tensor once, the repeated views of one tensor too (operands.py)
+        ("FuseTIR", tvm.transform.Sequential([relax.transform.FuseTIR(), views.FreeReshapes,
+                                              operands.DeduplicateOperands, views.InlineViews]
                                              + ([_WriteInPlace] if target is not None and target.kind.name == "llvm"
                                                 else []))),
     ]

@@ -30,7 +30,7 @@ The CPU rules, in order (`cpu_rules`):
   dlight.cpu.GEMV, dlight.cpu.Reduction   Dlight's CPU rules
   CPUSpatial        cpu_spatial.py        anything left: leading spatial loops in parallel
 What the rules share: analysis.py, inlining.py (`inline`), lanes.py (vector widths), tails.py (ragged CPU
-rows: whole vectors, then a scalar tail), cpu_rule.py
+rows: whole vectors, then a scalar tail), kept_rows.py (a row read once into registers), cpu_rule.py
 (CPURule), columns.py (which kept axes of a reduction are its inputs' contiguous ones); a rule that declines a kernel of its kind says why (reasons.py: `decline`; `k.fusion` shows
 it where a kernel ends on Fallback). Around them: passes.py (the TIR passes after scheduling), loops.py
 (parallel loops as GPU kernels), summary.py (`k.fusion`'s rule and launch shape; SerialKernelWarning),

@@ -9,8 +9,10 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
-from .analysis import contiguous_reduction, find_all, fuse, in_registers, is_buffer, normalized, reduce_count, uses
+from .analysis import (contiguous_reduction, find_all, fuse, in_registers, is_buffer, is_int, normalized, reduce_count,
+                       uses)
 from .inlining import GPU_CALL_DEPTH, inline
+from .kept_rows import in_flat_rows, keep_rows, kept_inputs, kept_threads
 from .lanes import branched_buffers, contiguous_lanes, most_lanes, one_vector
 from .reasons import decline
 
@@ -29,7 +31,10 @@ class InnerReduction(GPUScheduleRule):
       least `block_threads` threads: 64 experts of float32 over 32768 tokens are 4 threads per row (4
       vectors each), 32 rows per block. A warp, or part of one, reduces with shuffles;
     * long rows loop: each thread accumulates its steps in registers, then the row's threads reduce;
-      few rows get more threads each (up to 1024), until `busy_threads` are in flight.
+      few rows get more threads each (up to 1024), until `busy_threads` are in flight;
+    * an input that several blocks read along the row (a norm's mean, variance and output) is read
+      once into the threads' registers where a thread's share fits, with more threads (up to 1024)
+      where that makes it fit (kept_rows.py: Inductor's persistent reduction).
     The blocks run one after the other inside one loop over the rows (`sch.merge`), each split over
     the row's threads the same way, so a thread reads back only what it wrote itself (`_own_reads`)
     and no barrier is needed between them. A row's reduced values stay in registers: TVM's all-reduce
@@ -62,14 +67,23 @@ class InnerReduction(GPUScheduleRule):
         rows, width = space
         lanes = self._lanes(func, width)
         threads, per_block = self._shape(rows, width, lanes)
+        kept = kept_inputs(sch, nests, func, rows, width)  # read by several passes: into registers once
+        wider = kept_threads(kept, width, lanes, threads) if kept else None
+        if wider is None:
+            kept = []
+        else:
+            threads, per_block = wider, self._per_block(rows, wider)
+        flat = [column is not None and isinstance(width, int) and in_flat_rows(sch, block, row, column, width)
+                for block, row, column in nests]  # asked before the merge: an image's rows, vectors too
         row = sch.merge(*[row for _, row, _ in nests]) if len(nests) > 1 else nests[0][1]
         grid, row = sch.split(row, [None, per_block])
         sch.bind(grid, "blockIdx.x")
         sch.bind(row, "threadIdx.y" if threads > 1 else "threadIdx.x")
         for block in blocks:  # first: vectors then move only what stays in global memory
             in_registers(sch, block)  # a row's value, a per-row value or an element (`_own_reads`)
-        for block, _, column in nests:
-            self._spread(sch, block, column, threads, lanes)
+        keep_rows(sch, blocks, kept, row, width, threads, lanes)
+        for (block, _, column), in_rows in zip(nests, flat):
+            self._spread(sch, block, column, threads, lanes, unrolled=bool(kept), flat=in_rows)
         return sch
 
     def _lanes(self, func, width) -> int:
@@ -86,10 +100,11 @@ class InnerReduction(GPUScheduleRule):
         """(threads per row, rows per block): see `_threads`; rows share a block until it has
         `block_threads` threads (never more rows than there are)."""
         threads = self._threads(rows, width, lanes)
+        return threads, self._per_block(rows, threads)
+
+    def _per_block(self, rows, threads: int) -> int:
         per_block = max(self.block_threads // threads, 1)
-        if isinstance(rows, int):
-            per_block = min(per_block, _pow2_at_least(rows))
-        return threads, per_block
+        return min(per_block, _pow2_at_least(rows)) if isinstance(rows, int) else per_block
 
     def _threads(self, rows, width, lanes: int) -> int:
         """Threads per row: a power of two giving each about `vectors` vectors (up to `max_threads`;
@@ -104,18 +119,23 @@ class InnerReduction(GPUScheduleRule):
             threads *= 2
         return threads
 
-    def _spread(self, sch, block, column, threads: int, lanes: int) -> None:
+    def _spread(self, sch, block, column, threads: int, lanes: int, unrolled: bool = False,
+                flat: bool = False) -> None:
         """Split a block's columns over the row's threads as (thread, step, lane), through registers a
-        vector at a time where a vector's columns are contiguous in every buffer. A per-row block (no
-        column) runs in every thread of the row (a value it keeps is then in each thread's registers)."""
+        vector at a time where a vector's columns are contiguous in every buffer (`flat`: consecutive
+        elements of rows over several axes, kept_rows.in_flat_rows); the steps `unrolled`
+        where it reads rows kept in registers (constant indices). A per-row block (no column) runs in
+        every thread of the row (a value it keeps is then in each thread's registers)."""
         if column is None:
             return  # every thread of the row computes it; TVM has only the first store a kernel result
-        whole = lanes > 1 and contiguous_lanes(sch, column, lanes) == lanes  # asked before the splits
+        whole = lanes > 1 and (flat or contiguous_lanes(sch, column, lanes) == lanes)  # asked before the splits
         vector, lane = sch.split(column, [None, lanes])
         step, thread = sch.split(vector, [None, threads])
         sch.reorder(thread, step, lane)
         if threads > 1:
             sch.bind(thread, "threadIdx.x")
+        if unrolled:
+            sch.unroll(step)
         sch.unroll(lane)
         if whole:
             _whole_vectors(sch, block, step)
@@ -187,6 +207,9 @@ def _own_reads(sch, nests) -> bool:
     for block, row_loop, column_loop in nests:
         stmt = sch.get(block)
         common_vars = dict([common(row_loop, "row")] + ([common(column_loop, "column")] if column_loop else []))
+        for loop in sch.get_loops(block):  # a unit loop (a per-row block's kept axis of one) is its start
+            if is_int(sch.get(loop).extent, 1):
+                common_vars.setdefault(sch.get(loop).loop_var, sch.get(loop).min)
         realize = next(r for r in realizes if r.block.same_as(stmt))
         values = {iv.var: _substituted(value, common_vars) for iv, value in zip(stmt.iter_vars, realize.iter_values)}
         own = [region.source for region in stmt.writes]
