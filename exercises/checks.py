@@ -392,6 +392,105 @@ def check_23_torch_names(m):
     torch.testing.assert_close(exp_sums(Tensor.of(x3)), x3.exp().mean(dim=2, keepdim=True))
 
 
+def check_24_programs(m):
+    """Exercise 11: a block kernel (program_id, arange, masked load and store) launched over a grid, run at
+    ragged sizes against torch, one compilation for every size, the grid a parallel loop of programs."""
+    @m.jit
+    def shifted_relu(x, out, n, shift, BLOCK: m.constexpr):
+        offs = m.program_id(0) * BLOCK + m.arange(0, BLOCK)
+        mask = offs < n
+        v = m.load(x + offs, mask=mask, other=-1.0) - shift
+        m.store(out + offs, v * (v > 0.0), mask=mask)
+
+    for n in (1, 100, 257):
+        x, out = torch.randn(n), torch.full((n + 3,), 5.0)
+        shifted_relu[(m.cdiv(n, 64),)](x, out, n, 0.25, BLOCK=64)
+        torch.testing.assert_close(out[:n], torch.relu(x - 0.25))
+        assert (out[n:] == 5.0).all(), "the mask must keep the store inside n"
+    assert len(shifted_relu.compiled) == 1, "one compilation for every size: sizes and the grid are parameters"
+    text = shifted_relu.codegen(x, out, 257, 0.25, BLOCK=64).script()
+    assert "T.parallel(grid0)" in text, "the programs of the grid are one parallel loop"
+
+
+def check_25_block_reductions(m):
+    """Exercise 12: 2-D blocks by broadcasting (`[:, None]`, `[None, :]`) and reductions inside a block:
+    a row softmax and column sums at ragged sizes against torch, and on a GPU (built, not run) a
+    cross-thread reduction through shared memory."""
+    @m.jit
+    def softmax(x, out, n_cols, BLOCK: m.constexpr):
+        cols = m.arange(0, BLOCK)
+        v = m.load(x + m.program_id(0) * n_cols + cols, mask=cols < n_cols, other=-math.inf)
+        num = m.exp(v - m.block_max(v, axis=0))
+        m.store(out + m.program_id(0) * n_cols + cols, num / m.block_sum(num, axis=0), mask=cols < n_cols)
+
+    @m.jit
+    def column_sums(x, out, n_rows, n_cols, BLOCK_R: m.constexpr, BLOCK_C: m.constexpr):
+        rows = m.arange(0, BLOCK_R)
+        cols = m.program_id(0) * BLOCK_C + m.arange(0, BLOCK_C)
+        mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+        v = m.load(x + rows[:, None] * n_cols + cols[None, :], mask=mask)
+        m.store(out + cols, m.block_sum(v, axis=0), mask=cols < n_cols)
+
+    x, out = torch.randn(19, 50) * 3, torch.empty(19, 50)
+    softmax[(19,)](x, out, 50, BLOCK=64)
+    torch.testing.assert_close(out, torch.softmax(x, dim=1))
+    y, sums = torch.randn(13, 21), torch.empty(21)
+    column_sums[(m.cdiv(21, 8),)](y, sums, 13, 21, BLOCK_R=16, BLOCK_C=8)
+    torch.testing.assert_close(sums, y.sum(dim=0))
+    cuda = tvm.compile(softmax.codegen(x, out, 50, BLOCK=64, gpu=True),
+                       target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+    source = cuda.mod.imports[0].inspect_source()
+    assert "__shared__" in source and "__syncthreads()" in source, \
+        "on a GPU the kept block is in shared memory, and each step of the tree ends on a barrier"
+
+
+def check_26_dot_tiles(m):
+    """Exercise 13: a tiled matmul, a K loop carrying a float32 accumulator and `dot` of two tiles, at
+    ragged sizes against torch (float32, and float16 inputs accumulated in float32)."""
+    @m.jit
+    def matmul(a, b, c, M, N, K, BLOCK_M: m.constexpr, BLOCK_N: m.constexpr, BLOCK_K: m.constexpr):
+        rows = m.program_id(0) * BLOCK_M + m.arange(0, BLOCK_M)
+        cols = m.program_id(1) * BLOCK_N + m.arange(0, BLOCK_N)
+        acc = m.zeros((BLOCK_M, BLOCK_N))
+        for k in range(0, m.cdiv(K, BLOCK_K)):
+            ks = k * BLOCK_K + m.arange(0, BLOCK_K)
+            a_tile = m.load(a + rows[:, None] * K + ks[None, :], mask=(rows < M)[:, None] & (ks < K)[None, :])
+            b_tile = m.load(b + ks[:, None] * N + cols[None, :], mask=(ks < K)[:, None] & (cols < N)[None, :])
+            acc += m.dot(a_tile, b_tile)
+        m.store(c + rows[:, None] * N + cols[None, :], acc, mask=(rows < M)[:, None] & (cols < N)[None, :])
+
+    for dtype, (M, N, K) in ((torch.float32, (33, 17, 45)), (torch.float16, (20, 30, 9))):
+        a, b, c = torch.randn(M, K, dtype=dtype), torch.randn(K, N, dtype=dtype), torch.empty(M, N, dtype=dtype)
+        matmul[(m.cdiv(M, 16), m.cdiv(N, 8))](a, b, c, M, N, K, BLOCK_M=16, BLOCK_N=8, BLOCK_K=8)
+        torch.testing.assert_close(c, (a.float() @ b.float()).to(dtype))
+
+
+def check_27_autotune(m):
+    """Exercise 14: a grid-stride loop (a fixed grid covering any size) and an autotuner that times each
+    config once per key and launches the fastest, compared with torch."""
+    @m.jit
+    def negate(x, out, n, BLOCK: m.constexpr):
+        for start in range(m.program_id(0) * BLOCK, n, m.num_programs(0) * BLOCK):
+            offs = start + m.arange(0, BLOCK)
+            m.store(out + offs, 0.0 - m.load(x + offs, mask=offs < n), mask=offs < n)
+
+    for n, programs in ((1000, 3), (7, 5), (129, 1)):
+        x, out = torch.randn(n), torch.full((n + 2,), 9.0)
+        negate[(programs,)](x, out, n, BLOCK=32)
+        torch.testing.assert_close(out[:n], -x)
+        assert (out[n:] == 9.0).all(), "the mask must keep the store inside n"
+
+    configs = [{"BLOCK": 32}, {"BLOCK": 128}]
+    tuned = m.autotune(configs=configs, key=["n"])(m.jit(negate.fn))
+    for n in (300, 300, 50):
+        x, out = torch.randn(n), torch.empty(n)
+        tuned[lambda meta: (m.cdiv(n, meta["BLOCK"]),)](x, out, n)
+        torch.testing.assert_close(out, -x)
+    assert sorted(tuned.timings) == [(50,), (300,)], "one timing per value of the key, none for a key seen before"
+    assert all(sorted(t) == [0, 1] for t in tuned.timings.values()), "every config timed"
+    assert tuned.best[(300,)] in configs and len(tuned.kernel.compiled) == 2, "each config compiled once"
+
+
 # exercise file stem -> its check; `pytest exercises -k <stem or part of it>` runs one
 CHECKS = {name.removeprefix("check_"): fn for name, fn in list(globals().items()) if name.startswith("check_")}
 
@@ -406,6 +505,10 @@ TASKS = {
     "21_tir_backend": ("task8", "a TensorIR code generator"),
     "22_autodiff": ("task9", "reverse-mode differentiation"),
     "23_torch_names": ("task10", "torch's names on Relax's operators"),
+    "24_programs": ("task11", "a grid of programs: a block kernel as one TIR PrimFunc"),
+    "25_block_reductions": ("task12", "2-D blocks and reductions inside a block"),
+    "26_dot_tiles": ("task13", "tiles: dot, a K loop and an accumulator"),
+    "27_autotune": ("task14", "the grid-stride loop and autotuning"),
 }
 
 # where each exercise's reference solution is

@@ -1,13 +1,14 @@
-"""Write the exercise starters: chapters 14-23 with the answer taken out.
+"""Write the exercise starters: chapters 14-27 with the answer taken out.
 
 Each of chapters 14-21 solves one of the tutorial's eight exercises on chapter 13 alone; chapters 22 and 23
-are the course's own exercises 9 (reverse-mode differentiation) and 10 (torch's names), on chapter 18. Its starter,
+are the course's own exercises 9 (reverse-mode differentiation) and 10 (torch's names), on chapter 18; chapters 24-27
+its exercises 11-14 (block kernels), on chapter 21, then each on the one before. Its starter,
 exercises/<same name>.py, is the same file with the bodies of the functions that make up the answer
 replaced by `raise NotImplementedError("exercise N (...): name")`; signatures and docstrings stay as
 hints. So `diff exercises/16_if_else.py chapters/16_if_else.py` is the answer and nothing else.
 tests/course/test_exercises.py checks that the starters are what this script writes.
 
-    python scripts/make_exercises.py          # rewrite exercises/1[4-9]_*.py, exercises/2[0-3]_*.py
+    python scripts/make_exercises.py          # rewrite exercises/1[4-9]_*.py, exercises/2[0-7]_*.py
 """
 import ast
 import re
@@ -39,6 +40,15 @@ EXERCISES = {
     "22_autodiff": (9, "reverse-mode differentiation", ["vjp_function", "adjoints_of", "reverse_mode"]),
     "23_torch_names": (10, "torch's names on Relax's operators", [
         "transpose", "maximum_of", "CodeGenerator.visit_Call", "CodeGenerator.call_torch"]),
+    "24_programs": (11, "a grid of programs", [
+        "BlockCodeGenerator.program_loops", "BlockCodeGenerator.block_loops", "BlockCodeGenerator.combine",
+        "BlockCodeGenerator.load", "BlockCodeGenerator.store"]),
+    "25_block_reductions": (12, "reductions inside a block", [
+        "BlockCodeGenerator.visit_Subscript", "BlockCodeGenerator.reduce", "BlockCodeGenerator.tree_steps"]),
+    "26_dot_tiles": (13, "tiles and dot", [
+        "BlockCodeGenerator.visit_Assign", "BlockCodeGenerator.write", "BlockCodeGenerator.dot"]),
+    "27_autotune": (14, "the grid-stride loop and autotuning", [
+        "BlockCodeGenerator.visit_For", "Autotuner.launch", "Autotuner.time"]),
 }
 
 FIND_CHAPTERS = [

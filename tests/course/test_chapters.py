@@ -55,6 +55,19 @@ ARTEFACTS = {
            "The compiled backward matches torch.autograd"],
     "23": ["R.permute_dims(k, axes=[1, 0])", "R.nn.softmax(", "R.argmax(x, axis=1", "match torch",
            "refused: `torch.cumsum` has no rule in this chapter's torch table"],
+    "24": ["for pid0 in T.parallel(grid0):", "for i in T.vectorized(128):", "T.if_then_else(pid0 * 128 + i < n",
+           "the last one masked) matches torch", "blockIdx.x", "threadIdx.x",
+           "refused: cannot call `torch.exp` in a kernel"],
+    "25": ["max0 = T.alloc_buffer((128,))", "max0[i] = T.max(max0[i], max0[i + 64])", "sum1[i] = sum1[i] + sum1[i + 1]",
+           "/ sum1[0]", "37 x 100 matrix (rows of 100 in blocks of 128) matches torch", "sums along axis 1",
+           "__shared__ alignas(64) float max0", "__syncthreads();", "refused: arange's size is 100"],
+    "26": ["for pid1 in range(grid1):", "acc = T.alloc_buffer((16, 16))", "for k in range((K + 15) // 16):",
+           "for kk, i in T.grid(16, 16):", "acc[i, j] = acc[i, j] + dot0[i, j]", "4 x 3 programs, matches torch",
+           "blockIdx.y", "refused: dot multiplies an (M, K) block by a (K, N) block"],
+    # 27 times its configs: the times and the choice differ from run to run
+    "27": ["for trip in range(", "pid0 * 64 + trip * (grid0 * 64) + i < n", "n = 5 alike: both match torch",
+           "microseconds per launch by config", "{'BLOCK': 1024}: ", "chosen: {'BLOCK': ",
+           "the same choice, 3 compilations in all"],
 }
 
 
@@ -67,7 +80,7 @@ def run(path, cwd):
     return build_book.run_chapter(path, cwd)
 
 
-def test_the_chapters_are_numbered_01_to_23():
+def test_the_chapters_are_numbered_in_order():
     assert [p.name[:2] for p in CHAPTERS] == sorted(ARTEFACTS)
 
 
@@ -100,7 +113,8 @@ def test_chapter_shape(path):
     """Opens with its comment block, extends the chapter before it (and not the package), and its demo
     ends on an assert. Chapters 14-21 solve the tutorial's exercises, each on chapter 13 alone, so that
     `diff chapters/13_fusion.py chapters/16_if_else.py` is one exercise's answer and nothing else; chapter
-    22 (differentiation) and 23 (torch's names), after the exercises, build on chapter 18's library calls."""
+    22 (differentiation) and 23 (torch's names), after the exercises, build on chapter 18's library calls;
+    the block chapters on chapter 21's TIR back end (24), then each on the one before (25-27)."""
     source = path.read_text()
     tree = ast.parse(source)
     assert source.startswith(f"# Chapter {path.name[:2]} - ")
@@ -108,7 +122,8 @@ def test_chapter_shape(path):
     assert not [name for name in imported if name.split(".")[0] == "babytriton"]
     chapters = [name for name in imported if name[:2].isdigit()]
     index = CHAPTERS.index(path)
-    base = ("18_library_calls" if path.name >= "22" else "13_fusion" if path.name >= "14"
+    base = (CHAPTERS[index - 1].stem if path.name >= "25" else "21_tir_backend" if path.name >= "24"
+            else "18_library_calls" if path.name >= "22" else "13_fusion" if path.name >= "14"
             else CHAPTERS[index - 1].stem if index else None)
     assert chapters == ([base] if base else [])
     main = [node for node in tree.body

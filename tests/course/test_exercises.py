@@ -1,6 +1,7 @@
 """The exercises (exercises/): each check fails on its untouched starter, at a marked gap, and passes on
-the reference solution; the starters are the chapters 14-23 with the answer taken out, the tutorial's
-(14-21) built on chapter 13 alone, the course's exercises 9 and 10 (22, 23) on chapter 18.
+the reference solution; the starters are the chapters 14-27 with the answer taken out, the tutorial's
+(14-21) built on chapter 13 alone, the course's exercises 9 and 10 (22, 23) on chapter 18, and its block
+chapters' (24-27) on chapter 21, then each on the one before.
 
 The checks run in this process (TVM is imported once); the meta_schedule check tunes one trial (its
 intrinsics imported the quick way first, see `prepare`), the rest a few seconds each."""
@@ -26,11 +27,13 @@ checks = _import(ROOT / "exercises" / "checks.py", "exercise_checks")
 make_exercises = _import(ROOT / "scripts" / "make_exercises.py", "make_exercises")
 STEMS = sorted(checks.CHECKS)
 # the chapter each starter and solution builds on: 13 for the tutorial's exercises and the warm-ups
-BASES = {"22_autodiff": "18_library_calls", "23_torch_names": "18_library_calls"}
+BASES = {"22_autodiff": "18_library_calls", "23_torch_names": "18_library_calls", "24_programs": "21_tir_backend",
+         "25_block_reductions": "24_programs", "26_dot_tiles": "25_block_reductions",
+         "27_autotune": "26_dot_tiles"}
 
 
 def test_every_exercise_of_the_tutorial_and_three_warm_ups_have_a_check():
-    chapters = sorted(p.stem for p in (ROOT / "chapters").glob("[12][0-9]_*.py") if p.name >= "14")
+    chapters = sorted(p.stem for p in (ROOT / "chapters").glob("[0-9][0-9]_*.py") if p.name >= "14")
     assert STEMS == chapters + ["w1_subtract", "w2_negate", "w3_results"]
     assert sorted(make_exercises.EXERCISES) == chapters
     assert sorted(checks.TASKS) == STEMS

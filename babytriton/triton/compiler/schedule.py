@@ -1,0 +1,14 @@
+"""The block program mapped onto a target by its annotated loops (emit.py): cpu.py (a parallel loop
+over programs, vectorised block loops) or gpu.py (a thread block per program, block values spread
+over its threads)."""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+from . import cpu, gpu
+
+
+def schedule(func: tirx.PrimFunc, target: tvm.target.Target, num_warps: int) -> tirx.PrimFunc:
+    """The block program `func` mapped onto `target` (num_warps * 32 threads a program on a GPU)."""
+    return gpu.schedule(func, num_warps) if target.kind.name == "cuda" else cpu.schedule(func)
