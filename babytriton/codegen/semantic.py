@@ -130,9 +130,11 @@ def if_else(b, cond, body, orelse):
         return body() if cond else orelse()
     if b.dtype(cond) != "bool":
         raise Diagnostic(f"the condition must be a bool tensor, got {b.describe(cond)}")
-    x1 = b.operand(body())
-    x2 = b.operand(orelse())
-    return b.select(cond, x1, x2, b.promote(x1, x2))
+    v1, v2 = body(), orelse()
+    x1, x2 = b.operand(v1), b.operand(v2)
+    result = b.select(cond, x1, x2, b.promote(x1, x2))
+    # Python picks one of two numbers by a one-element condition: the result is still a number
+    return b.weak(result) if b.ndim(cond) == 0 and b.is_weak(v1) and b.is_weak(v2) else result
 
 
 def python_call(b, func, args: list, kwargs: dict):

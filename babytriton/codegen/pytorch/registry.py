@@ -125,8 +125,13 @@ def op(b, name: str, *args, **kwargs):
 
 
 def tensor(b, value, where: str):
-    """`value`, which must be a tensor (torch's functions take no Python numbers where they take input)."""
-    if not b.is_tensor(value):
+    """`value`, which must be a tensor (torch's functions take no Python numbers where they take input:
+    neither a number written in the code nor one the caller passes, such as an `int` parameter)."""
+    if b.is_tensor(value) and b.is_weak(value):
+        kind = "bool" if b.dtype(value) == "bool" else "float" if "float" in b.dtype(value) else "int"
+        raise Diagnostic(f"{where} takes a tensor, got a Python {kind} computed at run time (torch refuses "
+                         f"numbers here too: torch.tensor(...) makes one a tensor)")
+    if not b.is_tensor(value) or b.is_weak(value):
         raise Diagnostic(f"{where} takes a tensor, got {b.describe(value)}")
     return value
 

@@ -217,3 +217,36 @@ def test_errors_name_the_line_and_no_internals(fn, message):
     assert f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno + 1}" in text and "tvm" not in text.lower()
     with pytest.raises(TypeError, match=message):
         bt.jit(fn).eager(torch.ones(3))
+
+
+def sin_of_literal(x, n: int):
+    return torch.sin(2) + x
+
+
+def sin_of_parameter(x, n: int):
+    return torch.sin(n) + x
+
+
+def sin_of_computed(x, n: int):
+    m = n if x.max() > 0 else n + 1   # a Python int in torch; a run-time number here
+    return torch.sin(m) + x
+
+
+@pytest.mark.parametrize("fn", [sin_of_literal, sin_of_parameter, sin_of_computed])
+def test_a_torch_function_refuses_python_numbers_as_torch_does(fn):
+    """torch.sin(3) is a TypeError in torch, also when the number is a parameter or computed from one."""
+    x = torch.ones(3)
+    with pytest.raises(TypeError):
+        fn(x, 3)
+    with pytest.raises(bt.CompilationError, match=r"torch.sin\(\) takes a tensor") as info:
+        bt.jit(fn)(x, 3)
+    assert "tvm" not in str(info.value).lower()
+
+
+def sin_of_tensor(x, n: int):
+    return torch.sin(torch.tensor(n)) + x
+
+
+def test_a_number_made_a_tensor_is_taken():
+    x = torch.ones(3)
+    torch.testing.assert_close(bt.jit(sin_of_tensor)(x, 3), sin_of_tensor(x, 3))
