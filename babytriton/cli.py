@@ -56,12 +56,21 @@ def load_function(spec: str, target: str | None):
         hint = difflib.get_close_matches(name, found, n=1)
         raise UsageError(f"{path_text} defines no '{name}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
                          + (f" (its functions: {', '.join(found)})" if found else ""))
+    if _triton_kernel(value) is not None:   # compiled for `target` by show (the tensors' device is meta)
+        return _triton_kernel(value)
     if isinstance(value, Decorated):
         options = {} if target is None else {"target": parse_target(target)}
         return jit(value.fn, **{**value.options, **options}) if options else value
     if isinstance(value, types.FunctionType):
         return jit(value, target=parse_target(target or "cpu"))
     raise UsageError(f"'{name}' in {path_text} is not a function (its type is {type(value).__name__})")
+
+
+def _triton_kernel(value):
+    """The @triton.jit function `value` is, or wraps (an autotune, heuristics), else None."""
+    while value is not None and not getattr(value, "__triton_jit__", False):
+        value = getattr(value, "fn", None) if not isinstance(value, types.FunctionType) else None
+    return value
 
 
 def _defined_in(value, module: types.ModuleType) -> bool:
@@ -193,6 +202,8 @@ def show(options) -> int:
     """Compile the function for the example arguments; print its fusion map and stage names, one
     stage, or the generated source."""
     function = load_function(options.function, options.target)
+    if _triton_kernel(function) is not None:
+        return show_triton(function, options)
     args, specs = example_call(function, options.args, "--args")
     kernel = function.compile(*args)
     if options.source:
@@ -204,6 +215,37 @@ def show(options) -> int:
         print(kernel.fusion if kernel.backend != "tir" else "backend='tir': one kernel, as written (nothing fuses)")
         print(f"\nstages: {', '.join(kernel.stages)}\n(--stage NAME prints one; --source the generated code)")
     return 0
+
+
+def show_triton(kernel, options) -> int:
+    """`show` for a @triton.jit kernel: compiled (kernel.warmup) for the example arguments, pointer
+    arguments given as tensor specs, other run-time arguments as =VALUE, constexprs bare."""
+    names = kernel.arg_names
+    required = [n for n, p in kernel.signature.parameters.items() if p.default is inspect.Parameter.empty]
+    if not len(required) <= len(options.args) <= len(names):
+        count = f"{len(required)}" if len(required) == len(names) else f"{len(required)} to {len(names)}"
+        raise UsageError(f"{kernel.__name__}({', '.join(names)}) takes {count} argument(s); "
+                         f"--args gave {len(options.args)}")
+    args = [parse_argument(text, "constexpr" if name in kernel.constexprs else "tensor", "--args")
+            for text, name in zip(options.args, names)]
+    target = targets.resolve_target(parse_target(options.target) or "cpu")
+    compiled = kernel.warmup(*args, target=target)
+    if options.source:
+        print(compiled.source)
+    elif options.stage is not None:
+        print(compiled.stages[_stage_name(options.stage, compiled.stages)])
+    else:
+        shown = [f"{n}: {_shown_argument(a)}" for n, a in zip(names, args)]
+        summary = str(compiled).rsplit("\n", 1)[0]   # its last line names the attributes, not the options
+        print(f"{kernel.__name__}({', '.join(shown)}) for {cache._short_target(target)}\n\n{summary}")
+        print("(--stage NAME prints one; --source the generated code)")
+    return 0
+
+
+def _shown_argument(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"*{str(value.dtype).removeprefix('torch.')}[{', '.join(map(str, value.shape))}]"
+    return repr(value)
 
 
 def _stage_name(name: str, stages: dict) -> str:

@@ -13,7 +13,7 @@ import torch
 from ..core import config
 from ..core.errors import Diagnostic
 from ..frontend.source import environment, parse_function
-from . import interpreter, semantics
+from . import interpreter, launcher, semantics
 from .language import core as tl
 
 # launch options Triton accepts beside the kernel's parameters, with their defaults
@@ -48,6 +48,9 @@ class JITFunction:
         self.constexprs = {n for n, p in self.signature.parameters.items() if _is_constexpr(p.annotation)}
         self.do_not_specialize = set(do_not_specialize)
         self.cache: dict = {}
+        self.launchers: dict = {}   # launch key -> fast launch (launcher.py)
+        self._by_value = frozenset(self.constexprs | (set(LAUNCH_OPTIONS) - set(self.arg_names)))
+        self._exact = tuple(n in self._by_value for n in self.arg_names)
         _KERNEL_CODES.add(fn.__code__)
 
     @property
@@ -79,18 +82,25 @@ class JITFunction:
         return dict(bound.arguments), options
 
     def run(self, *args, grid, **kwargs):
-        runtime, constants, options = self._split(args, kwargs)
+        interpret = interpret_mode()
+        key = None if interpret else launcher.launch_key(args, kwargs, self._exact, self._by_value)
+        fast = self.launchers.get(key)
+        if fast is not None:
+            return fast(args, kwargs, grid)
+        runtime, constants, options = self._split(args, dict(kwargs))
         grid = launch_grid(grid, {**runtime, **constants})
-        if interpret_mode():
+        if interpret:
             return interpreter.run(self.fn, grid, runtime, constants, _KERNEL_CODES)
         compiled = self.compiled(runtime, constants, options)
-        return compiled.launch(grid, tuple(runtime.values()))
+        compiled.launch(grid, tuple(runtime.values()))
+        launcher.remember(self.launchers, key, launcher.make_launcher(compiled, self.arg_names, args, kwargs, runtime,
+                                                                      constants, launch_grid))
 
-    def warmup(self, *args, grid=None, **kwargs):
+    def warmup(self, *args, grid=None, target=None, **kwargs):
         """Compile for these arguments without running (Triton's `kernel.warmup`): the compiled kernel,
-        whose `stages` show each step."""
+        whose `stages` show each step; `target` ("cpu", "cuda", a tvm Target) other than the tensors'."""
         runtime, constants, options = self._split(args, kwargs)
-        return self.compiled(runtime, constants, options)
+        return self.compiled(runtime, constants, options, target)
 
     def _split(self, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
         """The runtime arguments, the constexpr ones and the launch options of a launch."""
@@ -101,31 +111,33 @@ class JITFunction:
             argument_type(value, name)
         return runtime, constants, options
 
-    def compiled(self, runtime: dict, constants: dict, options: dict):
-        """The compiled kernel for this specialisation and target, compiled on first use."""
+    def compiled(self, runtime: dict, constants: dict, options: dict, target=None):
+        """The compiled kernel for this specialisation and target: on first use loaded from the disk
+        cache, else compiled (disk.py)."""
         signature = {n: argument_type(v, n) for n, v in runtime.items()}
-        target = launch_target(runtime)
+        target = target or launch_target(runtime)
         equal_to_1 = tuple(n for n, v in runtime.items()
                            if type(v) is int and v == 1 and n not in self.do_not_specialize)
         key = (tuple((str(t), _device(v)) for t, v in zip(signature.values(), runtime.values())), equal_to_1,
                tuple((n, _hashable(v)) for n, v in constants.items()),
                tuple(sorted(options.items(), key=lambda kv: kv[0])), target)
         if key not in self.cache:
-            compiler = _compiler()
-            self.cache[key] = compiler.compile(self, signature, constants,
-                                               {**options, "target": target, "equal_to_1": equal_to_1})
+            self.cache[key] = _disk().obtain(self, signature, constants,
+                                             {**options, "target": target, "equal_to_1": equal_to_1})
         return self.cache[key]
 
 
-def _compiler():
+def _disk():
+    """The compiler behind the disk cache (disk.py), imported on first compile: interpret mode never
+    needs it, and a copy without it says how to run kernels."""
     try:
-        from . import compiler
+        from . import compiler, disk  # noqa: F401 - compiler: present, or the error below
     except ModuleNotFoundError as e:
         if e.name != f"{__package__}.compiler":
             raise
-        raise RuntimeError("babytriton.triton has no compiler yet: set BABYTRITON_INTERPRET=1 to run kernels in "
+        raise RuntimeError("babytriton.triton has no compiler: set BABYTRITON_INTERPRET=1 to run kernels in "
                            "the interpreter") from None
-    return compiler
+    return disk
 
 
 def _hashable(value):

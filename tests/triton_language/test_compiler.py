@@ -97,11 +97,13 @@ def cuda_codegen(monkeypatch):
         return k
     monkeypatch.setattr(compiler, "compile", compile_for_gpu)
     monkeypatch.setattr(compiler.CompiledKernel, "launch", lambda self, grid, args: None)
+    monkeypatch.setattr(compiler.CompiledKernel, "launcher", lambda self: lambda grid, args: None)
     monkeypatch.setattr(triton_jit, "launch_target", lambda runtime: "cuda-codegen")
     for obj in vars(kernels).values():   # compiled anew (and autotuned anew) under this fixture
         for holder in (obj, getattr(obj, "fn", None)):
-            if isinstance(getattr(holder, "cache", None), dict):
-                monkeypatch.setattr(holder, "cache", {})
+            for attribute in ("cache", "launchers"):
+                if isinstance(getattr(holder, attribute, None), dict):
+                    monkeypatch.setattr(holder, attribute, {})
     return built
 
 
@@ -311,7 +313,9 @@ def test_a_tvm_failure_names_the_kernel_and_the_stage(monkeypatch):
     def fail(*_args, **_kwargs):
         raise RuntimeError("boom")
     monkeypatch.setattr(pipeline, "compile_module", fail)
+    monkeypatch.setenv("BABYTRITON_CACHE", "0")   # not loaded from the disk cache either
     monkeypatch.setattr(kernels.scale_shift_kernel, "cache", {})   # compiled anew
+    monkeypatch.setattr(kernels.scale_shift_kernel, "launchers", {})
     with pytest.raises(CompilationError, match="TVM failed to compile 'scale_shift_kernel' \\(during build\\)"):
         kernels.scale_shift(torch.randn(5), alpha=3.0)
 

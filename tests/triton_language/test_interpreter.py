@@ -271,6 +271,8 @@ def test_compiled_launch_without_the_compiler_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("BABYTRITON_INTERPRET")
     monkeypatch.setitem(sys.modules, "babytriton.triton.compiler", None)  # as before the compiler existed
     monkeypatch.delattr(triton, "compiler", raising=False)
+    for attribute in ("cache", "launchers"):   # nothing left by an earlier compiled run
+        monkeypatch.setattr(K.add_kernel, attribute, {})
     x = torch.zeros(8)
     with pytest.raises(RuntimeError, match="BABYTRITON_INTERPRET=1"):
         K.add(x, x, BLOCK_SIZE=8)

@@ -44,6 +44,10 @@ from .codegen import KernelCompiler
 class CompiledKernel:
     """One specialisation of a kernel, built for one target: `launch(grid, args)`, `stages`."""
 
+    from_disk = False     # loaded from the disk cache (triton/disk.py) instead of compiled
+    cache_key = None      # its runtime.cache.CacheKey and entry folder, where the disk cache holds it
+    cache_path = None
+
     def __init__(self, name: str, executable, stages: dict, params: list, device_kind: str):
         self.name = name
         self.executable = executable
@@ -52,6 +56,22 @@ class CompiledKernel:
         self.device_kind = device_kind
         self._function = executable[name]
 
+    @property
+    def source(self) -> str:
+        """The generated code, the last stage: CUDA for a GPU, LLVM IR for a CPU."""
+        return self.stages["source"]
+
+    def __repr__(self) -> str:
+        how = "loaded from the disk cache" if self.from_disk else "compiled"
+        return f"<CompiledKernel {self.name} for {self.device_kind}, {how}>"
+
+    def __str__(self) -> str:
+        lines = [repr(self)] + [f"  {stage:<9} {text.count(chr(10)) + 1:>6} lines"
+                                for stage, text in self.stages.items()]
+        if self.cache_path:
+            lines.append(f"  cache entry {self.cache_path}")
+        return "\n".join(lines + ["(.stages[NAME] is one stage's text, .source the generated code)"])
+
     def launch(self, grid: tuple, args: tuple) -> None:
         """Run every program of `grid` (three ints) on `args` (the kernel's runtime arguments, in order)."""
         if len(args) != len(self.params):
@@ -59,15 +79,31 @@ class CompiledKernel:
         grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
         if min(grid) <= 0:
             return
-        values = [_flat(a) if kind == "pointer" else a for kind, a in zip(self.params, args)]
-        if self.device_kind == "cpu":
-            threads.sync_threads()   # TVM's pool sized as torch's threads (its workers sleep between kernels)
-        self._function(*values, *grid)
+        self.launcher()(grid, args)
+
+    def launcher(self):
+        """The launch as one cheap function (grid of three ints, runtime args): what `launch` does less
+        its checks, for the launch fast path (launcher.py), whose key already fixed the argument types."""
+        pointers = tuple(i for i, kind in enumerate(self.params) if kind == "pointer")
+        function, cpu = self._function, self.device_kind == "cpu"
+
+        def run(grid, args):
+            if min(grid) <= 0:
+                return
+            values = list(args)
+            for i in pointers:
+                values[i] = _flat(values[i])
+            if cpu:
+                threads.sync_threads()   # TVM's pool sized as torch's threads (its workers sleep between kernels)
+            function(*values, *grid)
+        return run
 
 
 def _flat(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor's memory from its first element on, as a 1-D view (no copy): the kernel indexes it
     with the offsets it computes from the strides it was given."""
+    if not tensor.requires_grad and tensor.is_contiguous():   # the common case: at most one cheap view
+        return tensor if tensor.dim() == 1 else tensor.view(-1)
     tensor = tensor.detach()   # DLPack takes no tensor that requires grad; the memory is the same
     if tensor.numel() == 0:
         return tensor.reshape(-1)[:0]

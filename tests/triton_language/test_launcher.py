@@ -1,0 +1,94 @@
+"""The launch fast path (babytriton/triton/launcher.py): a launch keyed like an earlier one skips binding
+and typing, with the same results as torch; what changes the specialisation (dtypes, constexprs, ints
+equal to 1, number types, launch options) still takes the slow path and compiles anew."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+import babytriton.triton as triton
+from babytriton.triton import launcher
+
+import kernels
+
+triton_jit = importlib.import_module("babytriton.triton.jit")   # the module (triton.jit is the decorator)
+
+
+@pytest.fixture
+def add():
+    """A fresh add kernel: no launches remembered."""
+    return triton.jit(kernels.add_kernel.fn)
+
+
+def _launch(kernel, x, y, block=64, **options):
+    out = torch.empty_like(x)
+    kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK_SIZE"]),)](x, y, out, x.numel(), BLOCK_SIZE=block,
+                                                                        **options)
+    return out
+
+
+def _slow_path_fails(monkeypatch):
+    def fail(*_args, **_kwargs):
+        raise AssertionError("the slow path ran")
+    monkeypatch.setattr(triton_jit.JITFunction, "_split", fail)
+
+
+def test_a_second_launch_takes_the_fast_path_with_new_tensors_and_sizes(add, monkeypatch):
+    x, y = torch.randn(300), torch.randn(300)
+    assert torch.equal(_launch(add, x, y), x + y)
+    _slow_path_fails(monkeypatch)
+    for n in (300, 77, 1000):   # new tensors and sizes: the same key (the grid follows the size)
+        x, y = torch.randn(n), torch.randn(n)
+        assert torch.equal(_launch(add, x, y), x + y)
+    x = torch.randn(4, 50)      # a 2-D contiguous tensor and one that requires grad
+    assert torch.equal(_launch(add, x, x.clone()), x + x)
+    w = torch.randn(200, requires_grad=True)
+    assert torch.equal(_launch(add, w, w), (w + w).detach())
+    assert len(add.launchers) == 1
+
+
+@pytest.mark.parametrize("change", ["dtype", "block", "one", "warps"])
+def test_what_changes_the_specialisation_takes_the_slow_path(add, change, monkeypatch):
+    x, y = torch.randn(300), torch.randn(300)
+    _launch(add, x, y)
+    calls = []
+    split = triton_jit.JITFunction._split
+    monkeypatch.setattr(triton_jit.JITFunction, "_split", lambda self, *a: calls.append(1) or split(self, *a))
+    if change == "dtype":
+        x, y = x.half(), y.half()
+        assert torch.equal(_launch(add, x, y), x + y)
+    elif change == "block":
+        assert torch.equal(_launch(add, x, y, block=128), x + y)
+    elif change == "one":       # n_elements == 1 is specialised, as Triton's equal_to_1
+        x, y = x[:1].clone(), y[:1].clone()
+        assert torch.equal(_launch(add, x, y), x + y)
+    else:
+        assert torch.equal(_launch(add, x, y, num_warps=2), x + y)
+    assert calls == [1] and len(add.launchers) == 2
+
+
+def test_number_types_key_apart(monkeypatch):
+    kernel = triton.jit(kernels.scale_shift_kernel.fn)
+    x = torch.randn(100)
+    for alpha in (3.0, 3, 2.5, -1):   # an int and a float argument are typed apart
+        out = torch.empty_like(x)
+        kernel[(3,)](x, out, x.numel(), alpha, 0.5, BLOCK=32)
+        torch.testing.assert_close(out, alpha * x + 0.5)
+    assert len(kernel.launchers) == 2
+
+
+def test_the_remembered_launches_are_bounded(add, monkeypatch):
+    monkeypatch.setattr(launcher, "MAX_LAUNCHERS", 2)
+    x = torch.randn(64)
+    for block in (16, 32, 64):
+        assert torch.equal(_launch(add, x, x, block=block), x + x)
+    assert len(add.launchers) == 2
+
+
+def test_a_wrong_launch_is_still_refused(add):
+    x = torch.randn(8)
+    _launch(add, x, x)
+    with pytest.raises(TypeError, match="launching add_kernel"):
+        add[(1,)](x, x, x, 8, 16, 32)
