@@ -244,9 +244,11 @@ def _serial_if_broadcast(loop):
 
 def bfloat16_reads_in_binds(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
     """On a CPU, each bfloat16 element read inside a `let` value (the (index, value) step of an argmax,
-    read through a float32 cast) widened to float32 by its bits: TVM's bfloat16 compute legalization
-    skips `let` values, its storage pass still retypes the buffer to uint16, and the cast then
-    converted the bits as an integer (a whole-tensor bfloat16 argmin returned the wrong index)."""
+    read through a float32 cast) widened to float32 by its bits, and bfloat16 math on it there (a
+    producer inlined into that step: `argmax(abs(x))`) done in float32: TVM's bfloat16 compute
+    legalization skips `let` values, its storage pass still retypes the buffer to uint16, and the cast
+    then converted the bits as an integer (a whole-tensor bfloat16 argmin returned the wrong index),
+    or `llvm.fabs` of bfloat16 met a uint16 load and LLVM's code generator crashed the process."""
     def on_cpu(func):
         own = own_target(func, target)
         if own is None or own.kind.name != "llvm":
@@ -267,20 +269,70 @@ def _let_reads_widened(let):
 
 
 def _bfloat16_reads_widened(expr):
-    """`expr` with each cast of a bfloat16 buffer load made from the float32 of its bits (a load of
-    uint16 once TVM's storage pass retypes the buffer: exact, NaN and infinities kept)."""
+    """`expr` with each cast, comparison and test (`isnan`) of bfloat16 values computed in float32
+    (`_in_float32`) where it can be."""
+    def is_half(e) -> bool:
+        return str(_dtype(e).with_lanes(1)) == "bfloat16"
+
+    def wide(e):
+        return _in_float32(e) if is_half(e) else None
+
     def widened(cast):
-        load = cast.value
-        dtype = load.ty.dtype if hasattr(load, "ty") else load.dtype
-        if not isinstance(load, tvm.ir.TensorLoad) or str(dtype.with_lanes(1)) != "bfloat16":
-            return cast
+        value = wide(cast.value)
+        return cast if value is None else tirx.Cast(_dtype(cast), value)
+
+    def compared(node):
+        a, b = wide(node.a), wide(node.b)
+        return node if a is None or b is None else type(node)(a, b)
+
+    def tested(call):
+        value = wide(call.args[0]) if call.op.same_as(tvm.ir.Op.get("tirx.isnan")) else None
+        return call if value is None else tirx.isnan(value)   # isinf, isfinite: comparisons by now
+    return tvm_ffi.structural_map(expr, [(tirx.Cast, widened), (tvm.ir.Call, tested),
+                                         *((kind, compared) for kind in _HALF_COMPARE)])
+
+
+def _dtype(expr):
+    return expr.ty.dtype if hasattr(expr, "ty") else expr.dtype
+
+
+def _in_float32(expr):
+    """The float32 of the bfloat16 expression `expr`, with no bfloat16 left in it: loads widened by
+    their bits (a load of uint16 once TVM's storage pass retypes the buffer: exact, NaN and infinities
+    kept), operations in float32 unrounded, as TVM's legalization computes bfloat16 outside `let`s (it
+    rounds at bfloat16 stores, and a `let` value is never one; rounding on the bits in a `let` gave
+    wrong lanes once vectorised: an argmin over axis 0 of exp); None where a part is unknown."""
+    dtype = _dtype(expr)
+    if str(dtype.with_lanes(1)) != "bfloat16":
+        return tirx.Cast(as_f32(dtype), expr)   # a float32 or integer operand of a cast to bfloat16
+    if isinstance(expr, tvm.ir.TensorLoad):
         lanes = "" if dtype.lanes == 1 else f"x{dtype.lanes}"
-        bits = tirx.Cast(f"uint32{lanes}", tirx.reinterpret(f"uint16{lanes}", load))
-        sixteen = tirx.const(16, "uint32")
-        wide = tirx.reinterpret(as_f32(dtype), tirx.shift_left(
-            bits, sixteen if dtype.lanes == 1 else tirx.Broadcast(sixteen, dtype.lanes)))
-        return tirx.Cast(cast.ty.dtype if hasattr(cast, "ty") else cast.dtype, wide)
-    return tvm_ffi.structural_map(expr, (tirx.Cast, widened))
+        bits = tirx.Cast(f"uint32{lanes}", tirx.reinterpret(f"uint16{lanes}", expr))
+        return tirx.reinterpret(as_f32(dtype), tirx.shift_left(bits, _uint32(16, dtype.lanes)))
+    if isinstance(expr, tirx.FloatImm):
+        return tirx.const(expr.value, "float32")
+    if isinstance(expr, tirx.Broadcast):
+        value = _in_float32(expr.value)
+        return None if value is None else tirx.Broadcast(value, expr.lanes)
+    if isinstance(expr, tirx.Cast):
+        return tirx.Cast(as_f32(dtype), expr.value)
+    if isinstance(expr, tirx.Select):
+        sides = _in_float32(expr.true_value), _in_float32(expr.false_value)
+        return None if None in sides else tirx.Select(expr.condition, *sides)
+    if isinstance(expr, _HALF_ARITH):
+        a, b = _in_float32(expr.a), _in_float32(expr.b)
+        return None if a is None or b is None else type(expr)(a, b)
+    if isinstance(expr, tvm.ir.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name.startswith("tirx."):
+        halves = [str(_dtype(a).with_lanes(1)) == "bfloat16" for a in expr.args]
+        args = [_in_float32(a) if half else a for a, half in zip(expr.args, halves)]
+        if not any(halves) or None in args:
+            return None   # not math on bfloat16 (a reinterpret of bits) or a part unknown
+        return tvm.ir.Call(expr.op, args, ret_ty=str(as_f32(dtype)))
+    return None
+
+
+def _uint32(n, lanes):
+    return tirx.const(n, "uint32") if lanes == 1 else tirx.Broadcast(tirx.const(n, "uint32"), lanes)
 
 
 def _uses(expr, var) -> bool:

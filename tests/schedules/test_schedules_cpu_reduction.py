@@ -181,3 +181,41 @@ def test_results_along_a_middle_axis_of_symbolic_size_match_torch(n):
     x = with_specials(n * 24, 3).reshape(n, 24, 3) if n else torch.randn(0, 24, 3)
     torch.testing.assert_close(bt.jit(target="cpu")(norm_outer_inner_any)(x), norm_outer_inner(x), equal_nan=True,
                                **TOL[torch.float32])
+
+
+# -- bfloat16 math inlined into an (index, value) step: a `let` value TVM's legalization skips ----
+
+def abs_argmax(x):
+    return torch.argmax(torch.abs(x), dim=-1)
+
+
+def exp_argmin(x):
+    return torch.argmin(torch.exp(x), dim=-1)
+
+
+def scaled_root_argmax(x):
+    return torch.argmax(torch.sqrt(torch.abs(x)) * 3.0 - 1.0, dim=-1)
+
+
+def clipped_argmin_columns(x):
+    return torch.argmin(torch.clamp(x, -1.0, 1.0) * 2.0, dim=0)
+
+
+@pytest.mark.parametrize("f, shape", [(abs_argmax, (40000,)), (exp_argmin, (40000,)),
+                                      (scaled_root_argmax, (40000,)), (clipped_argmin_columns, (3, 64))])
+def test_bfloat16_math_in_an_argmax_step_matches_torch(f, shape):
+    """Chunked (CPUReduction's rfactor), the step's bfloat16 `fabs` met TVM's uint16 retyping of the
+    input and LLVM crashed the process (fuzz seed 40); `exp`, `sqrt`, `clamp` failed the build or
+    crashed. Computed in float32 (rounded only at stores, as TVM's bfloat16 is), the index found holds
+    torch's extreme value."""
+    x = (torch.randn(shape, generator=torch.Generator().manual_seed(3)) * 3).to(torch.bfloat16)
+    k = bt.jit(target="cpu")(f).compile(x)
+    assert only_kernel(k).rule in ("CPUReduction", "CPUOuterReduction")
+    value = {abs_argmax: torch.abs, exp_argmin: torch.exp, scaled_root_argmax: lambda v: torch.sqrt(v.abs()),
+             clipped_argmin_columns: lambda v: torch.clamp(v, -1.0, 1.0)}[f]
+    for special in (None, math.inf, -math.inf, math.nan):
+        if special is not None:
+            x.view(-1)[37] = special
+        got, want = k(x), f(x)
+        picked = [torch.gather(value(x).float(), 0, i.unsqueeze(0)) for i in (got, want)]
+        torch.testing.assert_close(picked[0], picked[1], equal_nan=True, rtol=0, atol=0)
