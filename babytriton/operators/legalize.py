@@ -248,10 +248,34 @@ def is_kept(expr) -> bool:
         and isinstance(expr.args[0], tvm.ir.expr.Call) and expr.args[0].op.same_as(reinterpret)
 
 
+_PRIM = tvm.ir.prim.expr
+_OPERANDS = {_PRIM.BinaryOpExpr: ("a", "b"), _PRIM.CmpExpr: ("a", "b"), _PRIM.LogicalExpr: ("a", "b"),
+             _PRIM.Cast: ("value",), _PRIM.Broadcast: ("value",), _PRIM.Select: ("condition", "true_value", "false_value")}
+
+
+def _closed(expr) -> bool:
+    """Whether `expr` reads no buffer and no variable (a constant once simplified). It stops at the
+    first load, so that a guard around a whole inlined computation, which can be enormous (and the
+    simplifier slow on it without end), costs next to nothing."""
+    todo = [expr]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (tirx.IntImm, tirx.FloatImm)):
+            continue
+        if isinstance(node, tvm.ir.expr.Call):
+            todo.extend(node.args)
+            continue
+        fields = next((f for cls, f in _OPERANDS.items() if isinstance(node, cls)), None)
+        if fields is None:  # a load, a variable, a Let, anything else: not a constant here
+            return False
+        todo.extend(getattr(node, f) for f in fields if getattr(node, f, None) is not None)  # Not has no b
+    return True
+
+
 def _kept_constant(expr):
     """The constant a `kept` guard holds (put there by inlining a constant producer, as in
     `x / zeros_like(x)` once fused), else None."""
-    if not is_kept(expr):
+    if not is_kept(expr) or not _closed(expr.args[0].args[0]):
         return None
     inner = tvm.sym.Analyzer().simplify(expr.args[0].args[0])  # a half constant cast to float32, say
     return tirx.const(inner.value, _dtype(expr)) if isinstance(inner, tirx.FloatImm) else None
@@ -270,7 +294,7 @@ def settle_kept_constants(mod: tvm.IRModule) -> tvm.IRModule:
         b = tvm_ffi.structural_map(node.b, (tvm.ir.expr.Call, unguarded))
         if b.same_as(node.b):
             return node
-        c = tvm.sym.Analyzer().simplify(b)
+        c = tvm.sym.Analyzer().simplify(b) if _closed(b) else b  # a large b: no constant, no simplifier
         if not (isinstance(c, tirx.FloatImm) and c.value == 0):
             return type(node)(node.a, b)
         return _times_inf(node.a, c) if isinstance(node, tirx.Div) else _times_nan(node.a)

@@ -20,7 +20,7 @@ schedules a kernel wins, each inside `Guarded`):
   LongRows          wrappers.py           Dlight's GeneralReduction, long row loops left as loops
   Tiled             transpose.py          an input read across its contiguous axis: tiles in shared memory
   Elementwise       elementwise.py        injective kernels: vectors of 16 bytes, any size (a scalar tail)
-  dlight.gpu.Fallback                     anything left: one thread per element
+  dlight.gpu.Fallback   fallback.py       anything left: one thread per element (Dlight's, inlining bounded)
 The CPU rules, in order (`cpu_rules`):
   CPUMatmul         cpu_matmul.py         matrix products: a register-tiled micro-kernel
   CPUTiled          cpu_transpose.py      an input read across its contiguous axis: cache-sized tiles
@@ -50,6 +50,7 @@ from .cpu_rule import MIN_PARALLEL, CPURule
 from .cpu_spatial import CPUSpatial
 from .cpu_transpose import CPUTiled
 from .elementwise import Elementwise
+from .fallback import Bounded, BoundedFallback
 from .fast_math import fast_exp, vector_math
 from .inner_reduction import InnerReduction
 from .loops import launch_unscheduled, loops_to_kernels
@@ -70,7 +71,7 @@ from .wrappers import DECLINED_ATTR, RULE_ATTR, Declines, Guarded, LongRows, rul
 
 __all__ = [
     "SCHEDULES", "gpu_rules", "cpu_rules", "apply",
-    "Elementwise", "Tiled", "CPUTiled", "SmallReduction", "RowReduction", "RowKernel", "InnerReduction", "SplitReduction", "Guarded", "LongRows", "rule_name", "RULE_ATTR",
+    "Elementwise", "Bounded", "BoundedFallback", "Tiled", "CPUTiled", "SmallReduction", "RowReduction", "RowKernel", "InnerReduction", "SplitReduction", "Guarded", "LongRows", "rule_name", "RULE_ATTR",
     "decline", "Declines", "DECLINED_ATTR", "OuterReduction", "CPUOuterReduction",
     "CPURule", "CPUElementwise", "CPUReduction", "CPUMatmul", "CPUSpatial", "MIN_PARALLEL", "LONG_CHAIN_VECTORS",
     "THREAD_AXIS", "own_thread_slices", "fast_exp", "vector_math", "loops_to_kernels", "launch_unscheduled",
@@ -85,9 +86,10 @@ SCHEDULES = ("dlight", "fallback", "meta_schedule")
 def gpu_rules(schedule: str) -> list:
     if schedule == "fallback":  # the 2024 tutorial: one thread per element, nothing else
         return [Guarded(dl.gpu.Fallback(), guard=False)]
-    return [Guarded(r) for r in (dl.gpu.Matmul(), dl.gpu.GEMV(), SmallReduction(), SplitReduction(), RowReduction(), RowKernel(min_threads=64), InnerReduction(),
-                                 OuterReduction(), dl.gpu.Reduction(), LongRows(dl.gpu.GeneralReduction()), Tiled(), Elementwise())] + \
-        [Guarded(dl.gpu.Fallback(), guard=False)]
+    return [Guarded(r) for r in (Bounded(dl.gpu.Matmul()), Bounded(dl.gpu.GEMV()), SmallReduction(), SplitReduction(), RowReduction(),
+                                 RowKernel(min_threads=64), InnerReduction(), OuterReduction(), Bounded(dl.gpu.Reduction()),
+                                 Bounded(LongRows(dl.gpu.GeneralReduction())), Tiled(), Elementwise())] + \
+        [Guarded(BoundedFallback(), guard=False)]
 
 
 def cpu_rules(schedule: str = "dlight") -> list:
