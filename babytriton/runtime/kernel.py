@@ -169,11 +169,11 @@ class Kernel:
             if spec.layout is not None:
                 env.update(spec.layout.constants(str(i)))
         passed = "".join(f"a{i}, " for i, s in enumerate(self.specs) if s.kind != "constexpr")
-        guard = self.device_kind == "cuda" and torch.cuda.device_count() > 1
-        env.update(current_device=torch.cuda.current_device, set_device=torch.cuda.set_device)
         code = _run_source(direct, [i for i, _ in converters], passed, self.uses_thread_pool, release,
-                           wrap is _to_torch, guard)
+                           wrap is _to_torch)
         exec(_compiled(code), env)  # noqa: S102 - made from argument positions only
+        if self.device_kind == "cuda" and torch.cuda.device_count() > 1:
+            return keeping_current_device(env["run"])
         return env["run"]
 
     @functools.cached_property
@@ -514,30 +514,28 @@ def on_torch_stream(function, index: int):
     device = tvm_ffi.device("cuda", index)
 
     def call(*args):
+        with tvm_ffi.use_raw_stream(device, torch.cuda.current_stream(index).cuda_stream):
+            return function(*args)
+    return keeping_current_device(call)
+
+
+def keeping_current_device(function):
+    """`function` leaving torch's current GPU as the caller set it: TVM's host code sets the device of
+    the tensors it launches on, which torch would otherwise take as its current GPU from then on."""
+    def call(*args):
         before = torch.cuda.current_device()
         try:
-            with tvm_ffi.use_raw_stream(device, torch.cuda.current_stream(index).cuda_stream):
-                return function(*args)
-        finally:   # TVM's host code set the device it launched on: torch's current GPU stays the caller's
-            if index != before:
+            return function(*args)
+        finally:
+            if torch.cuda.current_device() != before:
                 torch.cuda.set_device(before)
     return call
 
 
-def _run_source(direct: list, converted: list[int], passed: str, sync: bool, release: bool, to_torch: bool,
-                guard: bool = False) -> str:
+def _run_source(direct: list, converted: list[int], passed: str, sync: bool, release: bool, to_torch: bool) -> str:
     """A runner's source: one statement per argument, so that a call costs no loop, list or Python
-    call per argument (a loop over the arguments took 0.15 us of a 2 us call). `guard`: torch's current
-    GPU is put back after the call (TVM's host code sets the device of the tensors it launches on)."""
+    call per argument (a loop over the arguments took 0.15 us of a 2 us call)."""
     lines = ["def run(args):"]
-    if guard:
-        lines += ["    before = current_device()",
-                  "    try:",
-                  "        return run_on(args)",
-                  "    finally:",
-                  "        if current_device() != before:",
-                  "            set_device(before)",
-                  "def run_on(args):"]
     if sync:
         lines.append("    sync_threads()")
     for i, read in direct:   # dlpack.as_is, inlined (a call would cost a third of the test)

@@ -195,7 +195,7 @@ def _log_parts(x, lanes: int):
     shifted = bits - i32(_SQRT_HALF_BITS)
     k = shifted >> i32(23)                                   # arithmetic: m below 1 borrows from e
     m = tirx.reinterpret(fdt, bits - (k << i32(23)))
-    e = (k - tirx.Select(subnormal, _lanes_of(i32(23), lanes), _lanes_of(i32(0), lanes))).astype(fdt)
+    e = (k - tirx.Select(subnormal, lanes_of(i32(23), lanes), lanes_of(i32(0), lanes))).astype(fdt)
     f = m - f32(1.0)                                         # exact (Sterbenz)
     z = f * f
     p = f32(_LOG_POLY[0])
@@ -204,7 +204,7 @@ def _log_parts(x, lanes: int):
     return f, p * f * z - f32(0.5) * z, e
 
 
-def _lanes_of(scalar, lanes: int):
+def lanes_of(scalar, lanes: int):
     """`scalar` broadcast to `lanes` (a Select's arms need the lanes of its condition)."""
     return scalar if lanes == 1 else tirx.Broadcast(scalar, lanes)
 
@@ -213,8 +213,8 @@ def _log_specials(x, finite, lanes: int):
     """`finite` where 0 < x < inf, else torch's log there: -inf at +-0, NaN below 0, x at inf and NaN."""
     f32 = lambda v: tirx.const(v, "float32")  # noqa: E731
     positive = tirx.And(x > f32(0.0), x < f32(math.inf))
-    special = tirx.Select(x == f32(0.0), _lanes_of(f32(-math.inf), lanes),
-                          tirx.Select(x < f32(0.0), _lanes_of(f32(math.nan), lanes), x))
+    special = tirx.Select(x == f32(0.0), lanes_of(f32(-math.inf), lanes),
+                          tirx.Select(x < f32(0.0), lanes_of(f32(math.nan), lanes), x))
     return tirx.Select(positive, finite, special)
 
 
@@ -294,7 +294,7 @@ def _trig_fast(x, cosine: bool, lanes: int):
     i32 = lambda v: tirx.const(v, "int32")  # noqa: E731
     fdt, idt = ("float32", "int32") if lanes == 1 else (f"float32x{lanes}", f"int32x{lanes}")
     inside = tirx.abs(x) <= f32(TRIG_BOUND)                  # false for NaN
-    c = tirx.Select(inside, x, _lanes_of(f32(0.0), lanes))  # keeps the int conversion defined
+    c = tirx.Select(inside, x, lanes_of(f32(0.0), lanes))  # keeps the int conversion defined
     n = tirx.floor(c * f32(0.6366197723675814) + f32(0.5))
     r = c
     for part in _PIO2_PARTS:

@@ -9,7 +9,7 @@ import tvm_ffi
 from tvm import s_tir, tirx
 
 from .analysis import find_all, own_target, retype, updated
-from .fast_math import as_f32, bool_casts_as_selects
+from .fast_math import as_f32, bool_casts_as_selects, lanes_of
 from .wrappers import RULE_ATTR
 
 
@@ -308,7 +308,8 @@ def _in_float32(expr):
     if isinstance(expr, tvm.ir.TensorLoad):
         lanes = "" if dtype.lanes == 1 else f"x{dtype.lanes}"
         bits = tirx.Cast(f"uint32{lanes}", tirx.reinterpret(f"uint16{lanes}", expr))
-        return tirx.reinterpret(as_f32(dtype), tirx.shift_left(bits, _uint32(16, dtype.lanes)))
+        sixteen = lanes_of(tirx.const(16, "uint32"), dtype.lanes)
+        return tirx.reinterpret(as_f32(dtype), tirx.shift_left(bits, sixteen))
     if isinstance(expr, tirx.FloatImm):
         return tirx.const(expr.value, "float32")
     if isinstance(expr, tirx.Broadcast):
@@ -329,10 +330,6 @@ def _in_float32(expr):
             return None   # not math on bfloat16 (a reinterpret of bits) or a part unknown
         return tvm.ir.Call(expr.op, args, ret_ty=str(as_f32(dtype)))
     return None
-
-
-def _uint32(n, lanes):
-    return tirx.const(n, "uint32") if lanes == 1 else tirx.Broadcast(tirx.const(n, "uint32"), lanes)
 
 
 def _uses(expr, var) -> bool:

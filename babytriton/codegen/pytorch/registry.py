@@ -131,7 +131,7 @@ def tensor(b, value, where: str):
         kind = "bool" if b.dtype(value) == "bool" else "float" if "float" in b.dtype(value) else "int"
         raise Diagnostic(f"{where} takes a tensor, got a Python {kind} computed at run time (torch refuses "
                          f"numbers here too: torch.tensor(...) makes one a tensor)")
-    if not b.is_tensor(value) or b.is_weak(value):
+    if not b.is_tensor(value):
         raise Diagnostic(f"{where} takes a tensor, got {b.describe(value)}")
     return value
 
