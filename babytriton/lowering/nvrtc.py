@@ -1,4 +1,10 @@
-"""A lighter CUDA prologue for NVRTC, which compiles every generated GPU kernel.
+"""How every generated GPU kernel is compiled: TVM's NVRTC (or nvcc) call, keeping subnormal floats,
+with a lighter CUDA prologue.
+
+TVM compiles with --use_fast_math, which also flushes subnormal floats to zero (-ftz=true); torch's
+kernels keep them, so a value below 1.2e-38 became 0 and, in KL divergence's q * log(q), 0 * -inf =
+NaN where torch gives a finite sum. `--ftz=false` after it keeps the fast approximate math and the
+subnormals (TVM's own docs name this flag for that purpose).
 
 TVM's CUDA source includes libcu++'s <cuda/std/type_traits> when NVRTC compiles it, for a few traits
 that only some kernels use. Parsing that header took about 1.4 s of a 1.7 s
@@ -8,6 +14,7 @@ it; anything the slimmer source fails to compile is compiled again as TVM wrote 
 """
 from __future__ import annotations
 
+import os
 import re
 
 import tvm
@@ -32,7 +39,15 @@ def slim(code: str) -> str:
     return code[:found.start()] + code[found.end():]
 
 
-_tvm_compile = nvcc.tvm_callback_cuda_compile  # the function, not the registry: a reload can't wrap twice
+KEEP_SUBNORMALS = ["--ftz=false"]
+
+
+def _tvm_compile(code: str) -> bytes:
+    """TVM's compile (nvcc.tvm_callback_cuda_compile) with subnormals kept: NVRTC to a cubin unless
+    TVM_CUDA_COMPILE_MODE=nvcc asks for nvcc's fatbin."""
+    if os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc").lower() == "nvcc":
+        return nvcc.compile_cuda(code, target_format="fatbin", compiler="nvcc", options=KEEP_SUBNORMALS)
+    return nvcc.compile_cuda(code, target_format="cubin", compiler="nvrtc", options=KEEP_SUBNORMALS)
 
 
 def _compile(code):

@@ -75,3 +75,51 @@ def test_nvrtc_emits_the_same_kernels(source):
         pytest.skip(f"NVRTC is not usable here: {str(error)[:80]}")
     entries = [re.findall(r"\.entry[\s\S]*?\n}\n", text) for text in ptx]
     assert entries[0] and entries[0] == entries[1]
+
+
+# -- subnormals: --use_fast_math's flush to zero undone ---------------------------------------------
+
+@pytest.mark.parametrize("mode", ["nvrtc", "nvcc"])
+def test_both_compilers_are_asked_to_keep_subnormals(mode, monkeypatch):
+    from tvm.support import nvcc
+    calls = []
+    monkeypatch.setenv("TVM_CUDA_COMPILE_MODE", mode)
+    monkeypatch.setattr(nvcc, "compile_cuda", lambda code, **kw: calls.append(kw) or b"binary")
+    assert nvrtc._tvm_compile("code") == b"binary"
+    assert calls == [{"target_format": "cubin" if mode == "nvrtc" else "fatbin", "compiler": mode,
+                      "options": nvrtc.KEEP_SUBNORMALS}]
+
+
+def test_the_flag_keeps_subnormals_in_the_kernels_instructions(source):
+    """nvcc's PTX of a generated kernel: with the flag, no `.ftz` instruction (a subnormal operand or
+    result is kept); without it, --use_fast_math flushes them."""
+    import shutil
+
+    import tvm
+    from tvm.support import nvcc
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    with tvm.target.Target(SM90):
+        kept, flushed = (nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc", options=options).decode()
+                         for options in (nvrtc.KEEP_SUBNORMALS, None))
+    assert ".ftz." in flushed and ".ftz." not in kept
+
+
+def kl(student, teacher):
+    log_p = torch.nn.functional.log_softmax(student / 2.0, dim=-1)
+    q = torch.nn.functional.softmax(teacher / 2.0, dim=-1)
+    return torch.nn.functional.kl_div(log_p, q, reduction="batchmean") * 4.0
+
+
+@pytest.mark.gpu
+def test_gpu_kl_divergence_over_subnormal_probabilities_agrees_with_torch():
+    """Teacher logits 60 apart make softmax probabilities below 1.2e-38: flushed to 0, q * log(q) was
+    0 * -inf = NaN where torch's sum is finite."""
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    torch.manual_seed(0)
+    s, t = torch.randn(64, 4096, device="cuda"), torch.randn(64, 4096, device="cuda") * 60.0
+    q = torch.softmax(t / 2.0, dim=-1)
+    assert ((q > 0) & (q < torch.finfo(torch.float32).tiny)).any()  # the inputs do reach subnormals
+    got, want = bt.jit(target="gpu")(kl)(s, t), kl(s, t)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
