@@ -426,9 +426,16 @@ def _call(b: Builder, op: Op, arguments: dict):
             values[n] = b.as_tensor(values[n], dtype)
     else:
         dtype = common_dtype([b.promotion_operand(v) for n, v in values.items() if op.kinds[n] in TENSOR_KINDS])
+        # a run-time scalar (a Python number's stand-in) made a tensor by an op of one tensor operand
+        # becomes one as a number does (element-wise ops keep it a number; several operands promote
+        # it): `reshape(s, (1,))` of a float is float32, as torch.as_tensor(s) is, not float64
+        numbers_kept = op.fn.__module__ in (BINARY_MODULE, UNARY_MODULE) or op.name in ELEMENTWISE or \
+            sum(op.kinds[n] in TENSOR_KINDS for n in values) != 1
         for name, value in values.items():
             if op.kinds[name] in TENSOR_KINDS and core.is_python_scalar(value):
                 values[name] = b.const(value, dtype)
+            elif op.kinds[name] in TENSOR_KINDS and not numbers_kept and b.is_tensor(value) and b.is_weak(value):
+                values[name] = b.as_tensor(value, dtype)
     if op.fn.__module__ == BINARY_MODULE or op.name in ELEMENTWISE:
         operands = [n for n in values if op.kinds[n] in TENSOR_KINDS and b.is_tensor(values[n])]
         values.update(zip(operands, b.aligned(*[values[n] for n in operands])))

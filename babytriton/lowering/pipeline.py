@@ -10,7 +10,6 @@ gets each kernel's target and inputs on its device (PlaceOnDevices).
 from __future__ import annotations
 
 import functools
-import math
 
 from typing import Callable
 
@@ -19,9 +18,10 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from ..passes import decompose, inplace, max_argmax, multi_output, offload, online, operands, rowwise, shifts, views
+from ..passes import (decompose, inplace, max_argmax, multi_output, offload, online, operands, row_partials,
+                      rowwise, shifts, views)
 from ..operators import legalize
-from . import nvrtc
+from . import cuda_spelling, nvrtc
 from .. import schedules
 from ..core import targets
 
@@ -42,11 +42,13 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
             relax.transform.LegalizeOps(legalize.legalize_map())])),
         # a gather (`take`, `x[idx]`) is injective, not opaque: its consumers index through it (views.py);
         # a reduction repeated on equal values is computed once, and one over a whole tensor takes no
-        # consumer over the tile (rowwise.py)
+        # consumer over the tile (rowwise.py); one over a row group's rows and more is split into the
+        # group's per-row partials and their reduction (row_partials.py)
         ("AnnotateTIROpPattern", tvm.transform.Sequential([views.AnnotatePatterns, rowwise.ReductionsOnce,
-                                                           rowwise.WholeReductionsApart])),
+                                                           rowwise.WholeReductionsApart, row_partials.RowPartials])),
         # one kernel per row-wise computation: FuseOps never puts two reductions in one kernel
-        # (in a training forward, a row kernel also writes the per-row values it saves for the backward)
+        # (a row kernel also writes what it computes that is read outside it, a scale or a residual sum;
+        # in a training forward, over any rows, the per-row values it saves for the backward)
         ("FuseRowwise", rowwise.FuseRowwiseSideOutputs if side_outputs else rowwise.FuseRowwise),
         # unused bindings first (e.g. what zeros_like(x) no longer reads once legalized): FuseOps
         # warns about them, and fails on them inside the branches of an If
@@ -334,17 +336,19 @@ def unrestricted_if_read_back(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
 
 
 def half_specials_from_float32(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
-    """A CUDA kernel's ±inf and NaN constants of a dtype narrower than float32 written as float32's
-    converted: TVM's CUDA code generator prints a bfloat16 one as `__float2bfloat16_rn(inff)` (a
-    hexfloat of inf: no such identifier, nvcc refuses it), whereas float32's are CUDART_INF_F and
-    CUDART_NAN_F. Run after the device module's last simplification, which would fold the cast back."""
+    """A CUDA kernel's constants of a dtype narrower than float32 written as float32's converted: TVM's
+    CUDA code generator prints a bfloat16 ±inf or NaN as `__float2bfloat16_rn(inff)` (a hexfloat of
+    inf: no such identifier, nvcc refuses it), whereas float32's are CUDART_INF_F and CUDART_NAN_F;
+    and a half literal includes no cuda_fp16.h, which only a half type does (`(half)`): a kernel whose
+    only half value was a constant, `exp` of one, met "identifier hexp is undefined". Run after the
+    device module's last simplification, which would fold the cast back."""
     target = func.attrs.get("target") if func.attrs is not None else None
     if target is None or target.kind.name != "cuda":
         return func
 
     def spelled(const):
         dtype = const.ty.dtype
-        if math.isfinite(const.value) or dtype.bits >= 32:
+        if dtype.bits >= 32:
             return const
         return tvm.tirx.Cast(str(dtype), tvm.tirx.const(const.value, "float32"))
     return func.with_body(tvm_ffi.structural_map(func.body, [(tvm.tirx.FloatImm, spelled)]))
@@ -359,7 +363,8 @@ def _tir_pipeline():
     lower, finalize_host, finalize_device = tvm.tirx.get_tir_pipeline("s_tir")
     uniform = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: branch_on_uniform_selects(func),
                                                 opt_level=0, name="BranchOnUniformSelects")
-    constants = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: half_specials_from_float32(func),
+    constants = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: half_specials_from_float32(
+        cuda_spelling.nvcc_spellings(func)),
                                                   opt_level=0, name="HalfSpecialsFromFloat32")
     unrestricted = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: unrestricted_if_read_back(func),
                                                      opt_level=0, name="UnrestrictedIfReadBack")

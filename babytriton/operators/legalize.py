@@ -598,6 +598,28 @@ def _not_equal(bb, call):
                       primfunc_name_hint="not_equal")
 
 
+def float_equal(a, b):
+    """a == b that TVM's simplifier cannot fold to True when both sides are the same expression
+    (`x == x`, once a fused kernel reads one buffer for both): False at NaN, as in torch."""
+    if _kept_unless_constant(b) is b:
+        return a == b
+    if _dtype(a) == "bfloat16":  # see _guarded: no bfloat16 reinterpret
+        a, b = tirx.Cast("float32", a), tirx.Cast("float32", b)
+    return a == kept(b)
+
+
+def _equal(bb, call):
+    a, b = call.args
+    if not is_float_dtype(a.ty.dtype):
+        return None
+
+    def rule(x, y):
+        return float_equal(x, y)
+    rule.__name__ = "equal"
+    return bb.call_te(lambda x, y: _elementwise(rule, x, y), a, _try_convert_to_scalar_const(b),
+                      primfunc_name_hint="equal")
+
+
 def _logical_not(bb, call):
     """`not c` as `c ^ True`: TVM's simplifier rewrites `!(a >= b)` as `a < b`, which is false where
     a or b is NaN (torch: `~(nan >= 1)` is True). An exclusive-or it leaves alone, and LLVM and
@@ -729,6 +751,7 @@ _RULES = {
     "relax.nn.relu": _relu,
     "relax.clip": _clip,
     "relax.not_equal": _not_equal,
+    "relax.equal": _equal,
     "relax.logical_not": _logical_not,
     "relax.astype": _astype,
     "relax.full": _full,

@@ -1,10 +1,11 @@
 """MaxWithArgmax: `values, indices = x.max(dim=d)` (and `x.min(dim=d)`) as ONE reduction giving both,
 as torch's max.dim is, so a kernel reads x once for the two results.
 
-The front end writes torch's max.dim as `max(x, d)` and `argmax(x, d)`; no fusion pass puts two
-reductions over outer or middle axes in one kernel, and each read all of x. The argmax's (index,
-value) reduction already holds the max as its value: the element at the index, so NaN where a NaN is
-(the first NaN wins) and -inf for a row of -inf, as torch's values. This pass replaces each such pair
+The front end writes torch's max.dim as `max(x, d)` and `argmax(x, d)`. FuseMultiOutput would put the
+two in one kernel (reductions over the same outer axes that read a common input), but as two
+reductions side by side; the argmax's (index, value) reduction already holds the max as its value: the
+element at the index, so NaN where a NaN is (the first NaN wins) and -inf for a row of -inf, as
+torch's values, and one reduction computes both. This pass replaces each such pair
 in a dataflow block with one call (legalize.arg_reduce) that writes both halves of the pair; the max
 and the argmax keep their Relax vars (now items of the pair), so the fusion map still shows the
 user's line. bfloat16's max and argmax each read their own float32 cast of x: one cast serves both.

@@ -8,7 +8,11 @@ after FuseOps and merges such kernels: a producer kernel joins a consumer kernel
 element-wise (or broadcast) over the same shape and the consumer reads the producer's result element
 for element (at its own index, checked in the TIR); kernels over one shape that read a common value
 and not each other (`x.exp(), x.sin()`) join too, as Inductor fuses consumers sharing an input, so the
-value is read once. The merged Primitive function returns a tuple of
+value is read once. Reductions over the same axes of one shape, the innermost kept (`x.mean(1),
+x.amax(1)`, batch-norm's sum and sum of squares, max and argmax over an outer axis), that read a common
+value and not each other join alike, each with its FuseOps producers and epilogue (a mean's division):
+OuterReduction and CPUOuterReduction run their reduction blocks in one loop nest, reading the common
+input once. The merged Primitive function returns a tuple of
 the values still needed outside it; FuseTIR makes it one PrimFunc writing each of them, which the
 schedules run as one loop nest. No op is computed twice (each kernel joins one group), and every op
 keeps its arithmetic, so results do not change.
@@ -23,16 +27,17 @@ from tvm import relax, s_tir, tirx
 
 from .blocks import BlockRewriter
 from .rowwise import PREFIX as ROWS_PREFIX
-from .rowwise import _BROADCAST, _CALL_TIR, _Graph, _outputs, _same, _shape, with_free_sizes
+from .rowwise import _BROADCAST, _CALL_TIR, Rows, _classify, _Graph, _outputs, _same, _shape, with_free_sizes
 
 PREFIX = "fused_"
 
 
 class _Kernel:
-    """A kernel binding that may join others: the shape it writes, on which device."""
+    """A kernel binding that may join others: the shape it writes, on which device; for a reduction
+    over outer axes, the rows it reduces (in the caller's symbolic sizes)."""
 
-    def __init__(self, shape: tuple, vdevice):
-        self.shape, self.vdevice = shape, vdevice
+    def __init__(self, shape: tuple | None, vdevice, rows: Rows | None = None):
+        self.shape, self.vdevice, self.rows = shape, vdevice, rows
 
 
 def _primitive(func) -> bool:
@@ -65,8 +70,66 @@ def _kernel(mod: tvm.IRModule, binding) -> _Kernel | None:
 
 
 def _same_place(a: _Kernel, b: _Kernel) -> bool:
-    return _same(a.shape, b.shape) and ((a.vdevice is None and b.vdevice is None) or (
-        a.vdevice is not None and b.vdevice is not None and tvm_ffi.structural_equal(a.vdevice, b.vdevice)))
+    """Element-wise kernels over one shape on one device (reductions never join their readers)."""
+    return a.rows is None and b.rows is None and _same(a.shape, b.shape) and _same_device(a, b)
+
+
+def _same_device(a: _Kernel, b: _Kernel) -> bool:
+    return (a.vdevice is None and b.vdevice is None) or (
+        a.vdevice is not None and b.vdevice is not None and tvm_ffi.structural_equal(a.vdevice, b.vdevice))
+
+
+def _siblings(a: _Kernel, b: _Kernel) -> bool:
+    """Kernels that may share one loop nest when they read a common value: element-wise ones over one
+    shape, or reductions over the same rows (one iteration space, the same axes reduced)."""
+    if a.rows is not None or b.rows is not None:
+        return a.rows is not None and a.rows == b.rows and _same_device(a, b)
+    return _same_place(a, b)
+
+
+# --------------------------------------------------------------------------------------------------
+# reductions over outer or middle axes
+# --------------------------------------------------------------------------------------------------
+
+def _reduction(mod: tvm.IRModule, binding) -> _Kernel | None:
+    """The binding as a kernel of one reduction that keeps the innermost axis, with element-wise ops
+    before or after it (a FuseOps group, a row group, an argmax's (index, value) pair), or None."""
+    call = binding.value
+    if not isinstance(call, relax.Call):
+        return None
+    if call.op.same_as(_CALL_TIR):
+        func, inner = None, [binding]
+    elif isinstance(call.op, tvm.ir.GlobalVar) and _primitive(mod[call.op]):
+        func = mod[call.op]
+        inner = [b for block in func.body.blocks for b in block.bindings]
+    else:
+        return None
+    ops = [_classify(mod, b) for b in inner]
+    if any(op is None for op in ops) or any(op.kind not in ("reduce", "ewise") for op in ops):
+        return None
+    reductions = [op for op in ops if op.kind == "reduce"]
+    if len(reductions) != 1 or any(op.kind == "ewise" and op.pattern > _BROADCAST for op in ops) \
+            or (func is not None and any(len(b.value.args) > 2 for b in inner if isinstance(b.value, relax.Call))):
+        return None  # (a call passing symbolic sizes defines them where it is now)
+    rows = reductions[0].rows
+    if rows.whole or len(rows.shape) - 1 in rows.axes:  # the innermost axis reduced: a row kernel's
+        return None
+    if func is not None:
+        rows = Rows(_outside(rows.shape, func, call.args), rows.axes)
+    ty = binding.var.ty
+    first = ty.fields[0] if isinstance(ty, relax.TupleType) and ty.fields else ty
+    return _Kernel(None, getattr(first, "vdevice", None), rows)
+
+
+def _outside(shape: tuple, func: relax.Function, args) -> tuple:
+    """A shape inside a Primitive function in the caller's symbolic sizes (FuseOps names its own)."""
+    sizes = {}
+    for p, a in zip(func.params, args):
+        inside, out = _shape(p), _shape(a)
+        if inside is not None and out is not None and len(inside) == len(out):
+            sizes.update((d, e) for d, e in zip(inside, out) if isinstance(d, tirx.Var))
+    return tuple(tvm_ffi.structural_map(d, [(tvm.ir.Var, lambda v: sizes.get(v, v))]) for d in shape) \
+        if sizes else shape
 
 
 def _reads_in_place(mod: tvm.IRModule, binding, var) -> bool:
@@ -120,7 +183,7 @@ def _zero(expr) -> bool:
 def partition(mod: tvm.IRModule, bindings: list) -> list[list]:
     """The groups of two or more kernel bindings to merge, each a list of vars in binding order."""
     graph = _Graph(bindings)
-    kernels = {b.var: k for b in bindings if (k := _kernel(mod, b)) is not None}
+    kernels = {b.var: k for b in bindings if (k := _kernel(mod, b) or _reduction(mod, b)) is not None}
     by_var = {b.var: b for b in bindings}
     group_of: dict = {}
     for b in bindings:
@@ -151,24 +214,26 @@ def partition(mod: tvm.IRModule, bindings: list) -> list[list]:
 
 
 def _join_siblings(bindings: list, kernels: dict, group_of: dict, graph: _Graph) -> None:
-    """Merge the groups of kernels over one shape that read a common value and not each other
-    (`x.exp(), x.sin()`): one loop reads it once for both, as Inductor fuses consumers sharing an input."""
+    """Merge the groups of kernels over one shape, or of reductions over the same rows, that read a
+    common value and not each other (`x.exp(), x.sin()`; `x.mean(1), x.amax(1)`): one loop nest reads
+    it once for all, as Inductor fuses consumers sharing an input."""
     readers: dict = {}
     for b in bindings:
         if b.var in kernels:
             for v in dict.fromkeys(_args(b.value)):
                 readers.setdefault(v, []).append(b.var)
     for users in readers.values():
-        for other in users[1:]:
-            first, group = group_of[users[0]], group_of[other]
-            if group is first or not _same_place(kernels[users[0]], kernels[other]) \
-                    or any(p in first for c in group for p in graph.producers[c]) \
-                    or any(p in group for c in first for p in graph.producers[c]) \
-                    or not graph.convex(first + group, lambda v: group_of.get(v, (v,))):
-                continue
-            merged = sorted(first + group, key=graph.order.get)
-            for v in merged:
-                group_of[v] = merged
+        for i, other in enumerate(users):
+            for user in users[:i]:  # any earlier reader of its kind (an element-wise one may come first)
+                first, group = group_of[user], group_of[other]
+                if group is first or not _siblings(kernels[user], kernels[other]) \
+                        or any(p in first for c in group for p in graph.producers[c]) \
+                        or any(p in group for c in first for p in graph.producers[c]) \
+                        or not graph.convex(first + group, lambda v: group_of.get(v, (v,))):
+                    continue
+                merged = sorted(first + group, key=graph.order.get)
+                for v in merged:
+                    group_of[v] = merged
 
 
 def _args(call) -> list:
@@ -224,8 +289,16 @@ def _group_function(mod: tvm.IRModule, bindings_of: dict, members: list, outputs
         remap[v] = func.body.body
     if len(outputs) == 1:
         result, ty = remap[outputs[0]], outputs[0].ty
-    else:
-        result, ty = relax.Tuple([remap[v] for v in outputs]), relax.TupleType([v.ty for v in outputs])
+    else:  # an argmax's (index, value) pair as its two items: FuseTIR writes flat tuples
+        items = []
+        for v in outputs:
+            if isinstance(v.ty, relax.TupleType):
+                for i, field in enumerate(v.ty.fields):
+                    items.append(relax.Var(f"{v.name}_{i}", field))
+                    body.append(relax.VarBinding(items[-1], relax.TupleGetItem(remap[v], i)))
+            else:
+                items.append(remap[v])
+        result, ty = relax.Tuple(items), relax.TupleType([v.ty for v in items])
     func = relax.Function(params, relax.SeqExpr([relax.DataflowBlock(body)], result), ty, True)
     return func.with_attr("Primitive", 1), args, names
 
@@ -281,7 +354,7 @@ class _Rewriter(BlockRewriter):
             else:
                 results = relax.DataflowVar("_".join(v.name for v in outputs), func.ret_ty)
                 group = [relax.VarBinding(results, relax.Call(gvar, args))]
-                group += [relax.VarBinding(v, relax.TupleGetItem(results, i)) for i, v in enumerate(outputs)]
+                group += _items(results, outputs)
             replaced[members[-1]] = group
             for v in members:
                 unit_of[v] = members[-1]
@@ -289,6 +362,21 @@ class _Rewriter(BlockRewriter):
             unit_of[results] = members[-1]
         new = [b for old in bindings for b in replaced.get(old.var, [old])]
         return type(block)(_in_order(new, unit_of), block.span)
+
+
+def _items(results, outputs: list) -> list:
+    """The bindings of each output to its item of the group's flat tuple of results (a pair output,
+    an argmax's (index, value), rebuilt from its two items)."""
+    bindings, i = [], 0
+    for v in outputs:
+        if isinstance(v.ty, relax.TupleType):
+            n = len(v.ty.fields)
+            bindings.append(relax.VarBinding(v, relax.Tuple([relax.TupleGetItem(results, i + j) for j in range(n)])))
+            i += n
+        else:
+            bindings.append(relax.VarBinding(v, relax.TupleGetItem(results, i)))
+            i += 1
+    return bindings
 
 
 def fuse_multi_output(mod: tvm.IRModule) -> tvm.IRModule:

@@ -338,10 +338,11 @@ def _reads_outside(members: list, ops: dict, rows: Rows | None, recomputed: set 
 
 def partition(mod: tvm.IRModule, bindings: list, side_outputs: bool = False) -> list[list]:
     """The row groups of a block's bindings, each a list of vars in binding order whose last one is
-    the group's only output; with `side_outputs` (a training forward), a group may also output
-    per-row values read outside it (the row statistics it saves for the backward), returned first.
-    Off elsewhere: the row schedule rules take one output (a kernel with side outputs falls to
-    CPUSpatial or Dlight's Fallback)."""
+    the group's last output. A group over the innermost axes also outputs what else it computes that
+    is read outside it, per-row values or tiles (_writes_several: the row rules store them through
+    copies, schedules/side_outputs.py); with `side_outputs` (a training forward), a group over any
+    rows outputs the per-row values it saves for the backward. Other groups keep one output: no rule
+    of theirs writes more (such a kernel would fall to CPUSpatial or Dlight's Fallback)."""
     graph = _Graph(bindings)
     ops = {b.var: _classify(mod, b) for b in bindings}
     for b in bindings:  # only the results of a row reduction are per-row values
@@ -528,15 +529,30 @@ def _transposes_apart(members: list, ops: dict, rows: Rows | None, outs: list) -
 
 
 def _writes_several(members: list, outs: list, rows: Rows | None, graph: _Graph, side_outputs: bool) -> bool:
-    """Whether a group with several results stays one kernel: a training forward's row kernel that
-    also writes the per-row values it saves (`side_outputs`), or reductions over the same rows each
-    giving a result (several_outputs). The results besides the last are read after it."""
+    """Whether a group with several results stays one kernel, writing each value it computes that is
+    also read outside (Inductor stores such a buffer from the kernel that computes it): over the
+    innermost axes (InnerReduction and CPUReduction store any number of results, schedules/
+    side_outputs.py), a per-row value (a quantisation's scale) or a tile (a residual sum that the norm
+    reads) besides a last result over the rows, or per-row values that the last one depends on; in a
+    training forward (`side_outputs`) over any rows, per-row values saved for the backward besides a
+    tile; or reductions over the same rows each giving a result (several_outputs). Every result is
+    read after the last member, where the group's call is placed."""
     if len(outs) < 2 or rows is None or outs[-1] is not members[-1] \
-            or not all(_side_output(v, rows, members, graph) for v in outs[:-1]):
+            or not all(_side_output(v, rows, members, graph, rows.trailing) for v in outs[:-1]):
         return False
+    if rows.trailing and (_same(_shape(outs[-1]), rows.shape) or _chained(members, outs, graph)):
+        return True
     if side_outputs and _same(_shape(outs[-1]), rows.shape):
         return True
     return several_outputs() and rows.per_row(_shape(outs[-1]))
+
+
+def _chained(members: list, outs: list, graph: _Graph) -> bool:
+    """Whether the last result depends on every other result (`m = x.max(-1)` and `m + log(sum(exp(x -
+    m)))`): a chain of per-row values that one row loop computes in order, not reductions side by side
+    (max and argmax), which only several_outputs lets share a kernel."""
+    needed = graph.reach([outs[-1]], graph.producers)
+    return all(v in needed for v in outs[:-1])
 
 
 def _join_siblings(bindings: list, group_of: dict, graph: _Graph, ops: dict) -> None:
@@ -563,12 +579,14 @@ def _join_siblings(bindings: list, group_of: dict, graph: _Graph, ops: dict) -> 
                 group_of[v] = first
 
 
-def _side_output(v, rows: Rows, members: list, graph: _Graph) -> bool:
-    """A per-row value the group may output besides its last member: its readers outside the group
-    come after that member (where the group's call is placed)."""
+def _side_output(v, rows: Rows, members: list, graph: _Graph, tiles: bool = False) -> bool:
+    """A value the group may output besides its last member: per-row, or (`tiles`) a tile of the rows,
+    whose readers outside the group come after that member (where the group's call is placed)."""
     last = graph.order[members[-1]]
     inside = set(members)
-    return rows.per_row(_shape(v)) and all(graph.order[c] > last for c in graph.consumers[v] if c not in inside)
+    shape = _shape(v)
+    return (rows.per_row(shape) or tiles and _same(shape, rows.shape)) and \
+        all(graph.order[c] > last for c in graph.consumers[v] if c not in inside)
 
 
 def _fuse_ops_does_it(members: list, ops: dict) -> bool:

@@ -209,7 +209,7 @@ class _CastsPastViews(relax.PyExprMutator):
         args = [source if a.same_as(first) else self._in_shape_of(self.visit_expr(a), list(out),
                                                                   list(source.ty.shape)) for a in value.args]
         inside = self.builder_.emit(relax.Call(value.op, args, value.attrs, value.ty_args), name_hint="pointwise")
-        return relax.op.reshape(inside, relax.ShapeExpr(list(out)))
+        return _reshaped(inside, list(out))
 
     def _in_shape_of(self, operand, out: list, inner: list):
         """`operand`, which broadcasts to `out`, viewed in `inner` (the same elements in another shape):
@@ -230,7 +230,7 @@ class _CastsPastViews(relax.PyExprMutator):
             [target[len(out) - trail + j] for j in range(trail)]
         if not _same_shape(shape, target):
             operand = self.builder_.emit(relax.op.broadcast_to(operand, relax.ShapeExpr(target)), name_hint="view")
-        return self.builder_.emit(relax.op.reshape(operand, relax.ShapeExpr(view)), name_hint="view")
+        return self.builder_.emit(_reshaped(operand, view), name_hint="view")
 
     def visit_var_binding_(self, binding):
         value = binding.value
@@ -379,6 +379,12 @@ class _Reshapes(BlockRewriter):
         else:  # TVM's build would make a result's reshape a kernel again (LegalizeOps): the VM's own op
             view = relax.call_pure_packed("vm.builtin.reshape", source, binding.var.ty.shape, ty_args=binding.var.ty)
         return relax.VarBinding(binding.var, self.builder.normalize(view), binding.span)
+
+
+def _reshaped(x, shape: list):
+    """relax.reshape of `x` to exactly `shape`: relax.op.reshape reads a size 0 as "the input's
+    size there" (an empty (0, 1) viewed as (1, 0) became (1, 1), which TVM then refused)."""
+    return relax.Call(tvm.ir.Op.get("relax.reshape"), [x, relax.ShapeExpr(shape)])
 
 
 def _same_size(source, result) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tvm import tirx
+from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
 
 from .analysis import fuse, is_buffer, kept_in_order, reduce_count, static_product
@@ -16,6 +16,7 @@ from .cpu_rule import (CPURule, MIN_PARALLEL_ELEMENTWISE, MIN_PARALLEL_REDUCTION
 from .inlining import inline
 from .lanes import contiguous_lanes
 from .reasons import decline
+from .siblings import same_block, siblings
 
 SYMBOLIC = 4096  # what a symbolic extent counts for
 
@@ -47,7 +48,14 @@ class CPUOuterReduction(CPURule):
         # ran lane by lane (a max over axis 0 of (33, 13445): 1.6 ms, eager 0.1): whole vectors, then
         # a scalar tail (`with_tails`)
         # static sizes only: over a symbolic width of 0 the tail's bounds divide by a chunk count of 0
-        sch = super().apply(func, target, tunable)
+        self.together, self.joined = True, False
+        try:
+            sch = super().apply(func, target, tunable)
+        except (s_tir.ScheduleError, tvm.error.InternalError):
+            if not self.joined:
+                raise
+            self.together = False  # siblings that TVM would not run in one loop nest: a nest each
+            sch = super().apply(func, target, tunable)
         static = all(isinstance(d, tirx.IntImm) for p in func.params if is_buffer(p) for d in p.ty.shape)
         return with_tails(sch) if sch is not None and static else sch
 
@@ -62,54 +70,96 @@ class CPUOuterReduction(CPURule):
         if not reductions or any(layout is None for layout in layouts):
             return False
         lanes = vector_lanes(sch, target) if vectorizable(sch) else 1
+        sets = siblings(sch, reductions, layouts) if self.together else [[b] for b in reductions]
+        self.joined = any(len(group) > 1 for group in sets)
         for block in blocks:
             if reduce_count(sch, block):
-                if not self._reduce(sch, block, layouts[reductions.index(block)], lanes):
+                group = next((g for g in sets if same_block(sch, g[0], block)), None)
+                if group is None:
+                    continue  # scheduled with the first of its siblings
+                layout = layouts[next(i for i, b in enumerate(reductions) if same_block(sch, b, block))]
+                if not self._reduce(sch, group, layout, lanes):
                     return decline("(index, value) pairs over columns that whole vectors don't tile")
             else:
                 self._spread(sch, block, lanes)
         return True
 
-    def _reduce(self, sch, block, layout, lanes):
-        """One reduction as [outer kept x tiles of columns (parallel), reduced, columns (vector)],
-        or, with too few such tasks, in chunks of rows (`_chunks`)."""
-        loops = sch.get_loops(block)
+    # whether siblings (`siblings`) share one loop nest (off where TVM refused that), and whether some did
+    together, joined = True, False
+
+    def _reduce(self, sch, blocks, layout, lanes):
+        """Reductions over the same loops (`blocks`: siblings reading one input, in one loop nest
+        where whole tiles of whole vectors cover the columns) as [outer kept x tiles of columns
+        (parallel), reduced, columns (vector)], or, with too few such tasks, in chunks of rows
+        (`_chunks`)."""
+        loops = sch.get_loops(blocks[0])
         n_kept = layout.n_outer + layout.n_inner
         layout = self._narrowed(sch, loops, layout)
-        outer = fuse(sch, loops[:layout.n_outer]) if layout.n_outer else None
-        column = fuse(sch, loops[layout.n_outer:n_kept])
-        reduced = fuse(sch, loops[n_kept:])
+        nests = []
+        for block in blocks:
+            loops = sch.get_loops(block)
+            outer = fuse(sch, loops[:layout.n_outer]) if layout.n_outer else None
+            nests.append((outer, fuse(sch, loops[layout.n_outer:n_kept]), fuse(sch, loops[n_kept:])))
+        plan = self._plan(sch, blocks, nests[0], lanes)
+        width = get_extent(sch, nests[0][1])
+        whole = plan is not None and isinstance(width, int) and width % plan[0] == 0 and plan[0] % lanes == 0
+        if len(blocks) > 1 and not whole and any(len(sch.get(b).writes) > 1 for b in blocks):
+            # pairs over columns that whole tiles of vectors don't cover, beside other reductions
+            # (which Dlight would then take too): the columns one at a time, each pair in order
+            lanes = 1
+            plan = self._plan(sch, blocks, nests[0], lanes)
+        elif len(blocks) > 1 and not whole:
+            # a ragged tile's tail (`with_tails`) is cut for one block alone: a nest each
+            return all([self._nest(sch, [b], [n], lanes) for b, n in zip(blocks, nests)])
+        return plan is not None and self._nest(sch, blocks, nests, lanes)
+
+    def _plan(self, sch, blocks, nest, lanes):
+        """(columns per task, chunks of rows, whether in parallel) for reductions over the `nest`
+        (outer, column, reduced), or None for pairs it leaves to Dlight."""
+        outer, column, reduced = nest
         width, count = get_extent(sch, column), get_extent(sch, reduced)
         rows = get_extent(sch, outer) if outer is not None else 1
         rows = rows if isinstance(rows, int) else SYMBOLIC
         # argmax's (index, value) pairs: each column reduced in order, never in chunks (the pair's
         # combiner is torch's only in order: the first index of the maximum, or of the first NaN)
-        pairs = len(sch.get(block).writes) > 1
+        pairs = any(len(sch.get(b).writes) > 1 for b in blocks)
         if pairs and (not isinstance(width, int) or pow2_divisor(width, lanes) < min(lanes, 4)):
             # a ragged last tile puts a predicate on the lanes, and TVM then runs every tile's pairs
             # lane by lane: an argmax over 173 columns took 2.5 times Dlight's one column per task
-            return False
+            return None
         tile = self._pair_tile(width, rows, lanes) if pairs else self._tile(width, rows, lanes)
         tiles = -(-width // tile) if isinstance(width, int) else SYMBOLIC // tile
-        work = static_product(sch, sch.get_loops(block))
+        work = static_product(sch, sch.get_loops(blocks[0]))
         threads = work is None or work > MIN_PARALLEL_REDUCTION
-        tasks = rows * tiles
         steps = count if isinstance(count, int) else SYMBOLIC
         parts = 1
-        if threads and not pairs and tasks < self.tasks and steps >= 2 * self.min_rows:
-            parts = min(self.tasks // tasks, steps // self.min_rows)
+        if threads and not pairs and rows * tiles < self.tasks and steps >= 2 * self.min_rows:
+            parts = min(self.tasks // (rows * tiles), steps // self.min_rows)
+        return tile, parts, threads
+
+    def _nest(self, sch, blocks, nests, lanes) -> bool:
+        """The reductions scheduled by their plan, in one loop nest (`_merged`)."""
+        plan = self._plan(sch, blocks, nests[0], lanes)
+        if plan is None:
+            return False
+        tile, parts, threads = plan
         if parts > 1:
-            self._chunks(sch, block, outer is not None, parts, tile, lanes)
+            self._chunks(sch, blocks, nests[0][0] is not None, parts, tile, lanes)
             return True
-        tiled, inner = sch.split(column, [None, tile])
-        spread = [loop for loop in (outer, tiled) if loop is not None]
-        sch.reorder(*spread, reduced, inner)
-        if pairs:
-            _nan_tests_as_compares(sch, block)
+        for block, (outer, column, reduced) in zip(blocks, nests):
+            tiled, inner = sch.split(column, [None, tile])
+            spread = [loop for loop in (outer, tiled) if loop is not None]
+            sch.reorder(*spread, reduced, inner)
+            fuse(sch, spread)
+        spread, reduced, inner = _merged(sch, blocks)
+        for block in blocks:
+            if len(sch.get(block).writes) > 1:
+                _nan_tests_as_compares(sch, block)
         self._vectorize(sch, inner, lanes)
         if threads:
-            sch.parallel(fuse(sch, spread))
-        sch.decompose_reduction(block, reduced)
+            sch.parallel(spread)
+        for block in blocks:
+            sch.decompose_reduction(block, reduced)
         return True
 
     def _narrowed(self, sch, loops, layout):
@@ -147,24 +197,36 @@ class CPUOuterReduction(CPURule):
 
     PAIR_TILE = 16
 
-    def _chunks(self, sch, block, has_outer, parts, tile, lanes):
+    def _chunks(self, sch, blocks, has_outer, parts, tile, lanes):
         """Each task sums a chunk of the rows of a tile of columns into a row of partial results
-        (rfactor); a second loop folds them. (The columns are tiled after rfactor: a predicate on
-        them before it would not reach the fold.)"""
-        reduced = sch.get_loops(block)[-1]
-        count = get_extent(sch, reduced)
-        # a symbolic count: `parts` chunks whatever it is (an empty one's partial results are still
-        # initialised: only the update is predicated)
-        chunk, _ = sch.split(reduced, [None, -(-count // parts)] if isinstance(count, int) else [parts, None])
-        partial = sch.rfactor(chunk, factor_axis=0)
-        loops = sch.get_loops(partial)
-        outer, loops = ([loops[0]], loops[1:]) if has_outer else ([], loops)
-        column, chunk, step = loops
-        tiled, inner = sch.split(column, [None, tile])
-        sch.reorder(chunk, *outer, tiled, step, inner)
-        sch.parallel(fuse(sch, [chunk, *outer, tiled]))
+        (rfactor; siblings' in one loop nest); a second loop folds them, for each block. (The columns
+        are tiled after rfactor: a predicate on them before it would not reach the fold.)"""
+        partials = []
+        for block in blocks:
+            reduced = sch.get_loops(block)[-1]
+            count = get_extent(sch, reduced)
+            # a symbolic count: `parts` chunks whatever it is (an empty one's partial results are still
+            # initialised: only the update is predicated)
+            chunk, _ = sch.split(reduced, [None, -(-count // parts)] if isinstance(count, int) else [parts, None])
+            partial = sch.rfactor(chunk, factor_axis=0)
+            loops = sch.get_loops(partial)
+            outer, loops = ([loops[0]], loops[1:]) if has_outer else ([], loops)
+            column, chunk, step = loops
+            tiled, inner = sch.split(column, [None, tile])
+            sch.reorder(chunk, *outer, tiled, step, inner)
+            fuse(sch, [chunk, *outer, tiled])
+            partials.append(partial)
+        spread, step, inner = _merged(sch, partials)
+        sch.parallel(spread)
         self._vectorize(sch, inner, lanes)
-        sch.decompose_reduction(partial, step)
+        for partial in partials:
+            sch.decompose_reduction(partial, step)
+        for block in blocks:
+            self._fold(sch, block, tile, lanes)
+
+    def _fold(self, sch, block, tile, lanes):
+        """The loop folding a block's chunks of partial results: rows of them vectorised, tiles of a
+        wide row in parallel."""
         *kept, chunk = sch.get_loops(block)  # the fold: [outer, columns, chunks]
         row = fuse(sch, kept)
         size, width = static_product(sch, [row, chunk]), get_extent(sch, row)
@@ -221,6 +283,15 @@ class CPUOuterReduction(CPURule):
             sch.parallel(fuse(sch, loops[:-n_row]))
 
     ROW = 4096  # contiguous elements of an element-wise block's row (`_spread`)
+
+
+def _merged(sch, blocks) -> list:
+    """The loops of blocks over equal loop nests merged into one (it takes the first block's place:
+    TVM puts it where the last loop it is given was), each block reading the input there: the
+    merged loops, outermost first."""
+    if len(blocks) > 1:
+        sch.merge(*[sch.get_loops(b)[-1] for b in reversed(blocks)])
+    return sch.get_loops(blocks[0])
 
 
 def _nan_tests_as_compares(sch, block) -> None:

@@ -14,6 +14,7 @@ from .cpu_rule import (CPURule, MIN_PARALLEL_ELEMENTWISE, MIN_PARALLEL_REDUCTION
 from .inlining import inline
 from .lanes import substituted, uniform_lanes
 from .reasons import decline
+from .side_outputs import is_copy, written_by_copies
 from .tails import with_tails
 
 
@@ -44,7 +45,9 @@ class CPUReduction(CPURule):
         if all(info.is_injective() for info in infos):
             return False
         lanes = vector_lanes(sch, target)
-        keep = [info for info in infos[:-1] if math_read_twice(sch, info.block_rv)]
+        infos, self.copies = written_by_copies(sch, infos)  # results besides the last, stored at the row
+        keep = [info for info in infos[:-1] if math_read_twice(sch, info.block_rv)
+                or is_copy(sch, info.block_rv, self.copies)]
         remaining = inline(sch, infos[:-1], keep=[info.block_rv for info in keep])
         blocks = kept_in_order(infos[:-1], remaining, keep) + [infos[-1].block_rv]
         reductions = [b for b in blocks if reduce_count(sch, b)]
@@ -59,15 +62,20 @@ class CPUReduction(CPURule):
         self.threads = work is None or work * passes > MIN_PARALLEL_REDUCTION
         self.vectors = vectorizable(sch)
         many_rows = rows is None or rows >= self.min_rows
-        if any(len(sch.get(b).writes) > 1 for b in reductions):
+        pairs = any(len(sch.get(b).writes) > 1 for b in reductions)
+        whole = rows == 1 or len(loops) == reduce_count(sch, first)
+        if pairs and (len(blocks) == 1 or whole):  # (with other blocks over rows: a row each, `_rows`)
             return self._pairs(sch, blocks, first, many_rows)
         if len(blocks) == 1:
             return self._single(sch, first, lanes, many_rows)
-        if reduce_count(sch, blocks[-1]):
-            return decline("its last block is a reduction too (reductions in sequence)")
+        if reduce_count(sch, blocks[-1]) and not all(contiguous_reduction(sch, b) for b in reductions):
+            # (a per-row result last, over rows: `_rows` or `_passes` below; row_partials.py makes them)
+            return decline("its last block is a reduction too (reductions in sequence), some over columns")
         lined = _rows_line_up(sch, blocks, reductions)
-        if many_rows and lined and all(contiguous_reduction(sch, b) for b in reductions):
+        if (many_rows or pairs) and lined and all(contiguous_reduction(sch, b) for b in reductions):
             return self._rows(sch, blocks, reductions, lanes)
+        if pairs:  # (cut into chunks, `_passes`, they would be reduced to chunk-local pairs)
+            return decline("(index, value) pairs with other blocks, over rows that don't line up")
         for b in blocks:
             if not sch.get_loops(b):  # rfactor fails on a neighbour block without loops
                 sch.add_unit_loop(b)
@@ -288,13 +296,24 @@ class CPUReduction(CPURule):
             # one row, whose unit axis the element-wise blocks lost to normalisation: their first loop
             # is no row (taken for one, every block ran once per element); `_passes` takes it
             return decline("one row, whose unit axis the element-wise blocks lost")
-        row = fuse(sch, loops[:n_rows])
-        inner = loops[n_rows:]
+        if reduce_count(sch, last):    # 2a. a per-row result last (row_partials.py): rfactored as the others
+            row, rf = _rfactor_rows(sch, last, n_rows, self.accum, lanes)
+            if rf is not None:
+                order.append(rf)
+                rfs.append((rf, _ragged(sch, rf)))
+                row = sch.get_loops(last)[0]  # its fold of the partials, after the row's other blocks
+            inner = []
+        else:
+            row, inner = fuse(sch, loops[:n_rows]), loops[n_rows:]
+        copies = [b for b in order if is_copy(sch, b, self.copies)]
+        if copies:  # 2b. (an output block is never computed at a loop: its row loop joins the last's)
+            row = sch.merge(*[fuse(sch, sch.get_loops(b)[:n_rows]) for b in copies], row)
         if inner:
             self._vector_row(sch, fuse(sch, inner), lanes)
         self._parallel(sch, row)
         for b in reversed(order):      # 3. every other block per row, consumers first
-            sch.compute_at(b, row, preserve_unit_loops=True)
+            if not is_copy(sch, b, self.copies):
+                sch.compute_at(b, row, preserve_unit_loops=True)
         for rf, tail in rfs:           # 4. the partial-result axis innermost, one vector register wide
             ki, ko = _rfactor_loops(sch, rf)
             under = sch.get_loops(rf)[1:]  # below the row: ki, ko and unit loops of the other axes
@@ -341,10 +360,11 @@ def _rows_line_up(sch, blocks, reductions) -> bool:
 
 def _rfactor_rows(sch, block, n_rows, accum, lanes):
     """A reduction block of loops [rows..., reduced...] as (row loop, rfactor block) (`_split_row`);
-    (row loop, None) for a row too short for vectors."""
+    (row loop, None) for a row too short for vectors, or for (index, value) pairs, each row reduced
+    in order (rfactor into vectors mixed up their NaN-aware combiner: see `_pairs`)."""
     loops = sch.get_loops(block)
     row = fuse(sch, loops[:n_rows])
-    if _split_row(sch, fuse(sch, loops[n_rows:]), accum, lanes) is None:
+    if len(sch.get(block).writes) > 1 or _split_row(sch, fuse(sch, loops[n_rows:]), accum, lanes) is None:
         return row, None
     rf = sch.rfactor(sch.get_loops(block)[-1], factor_axis=-1)
     return sch.get_loops(rf)[0], rf

@@ -9,12 +9,13 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
-from .analysis import (contiguous_reduction, find_all, fuse, in_registers, is_buffer, is_int, normalized, reduce_count,
-                       uses)
+from .analysis import (contiguous_reduction, find_all, fuse, in_registers, is_buffer, is_int, kept_in_order, normalized,
+                       reduce_count, uses)
 from .inlining import GPU_CALL_DEPTH, inline
 from .kept_rows import in_flat_rows, keep_rows, kept_inputs, kept_threads
 from .lanes import branched_buffers, contiguous_lanes, most_lanes, one_vector
 from .reasons import decline
+from .side_outputs import is_copy, written_by_copies
 
 
 class InnerReduction(GPUScheduleRule):
@@ -51,20 +52,24 @@ class InnerReduction(GPUScheduleRule):
         sch, infos = normalized(self, func, target)
         if sch is None:
             return None
-        blocks = [info.block_rv for info in inline(sch, infos, GPU_CALL_DEPTH)]
+        infos, copies = written_by_copies(sch, infos)  # results besides the last: from registers
+        copied = [info for info in infos if is_copy(sch, info.block_rv, copies)]
+        blocks = kept_in_order(infos, inline(sch, infos, GPU_CALL_DEPTH, keep=copies), copied)
         reductions = [b for b in blocks if reduce_count(sch, b)]
         if not reductions:
             return None  # no reduction: another kind of kernel
         space = _row_space(sch, reductions)
         if space is None:
             return None
-        blocks = _results_in_registers(sch, blocks, func, space[0])
         nests = _nests(sch, blocks, *space)
         if nests is None:
             return None
         if not _own_reads(sch, nests):
             return decline("a block reads another's result at another element (a shift, a transpose)")
         rows, width = space
+        if not isinstance(width, int) and _intermediate_elements(sch, nests):
+            # a thread's share of a symbolic row is a symbolic count: no register array holds it
+            return decline("elements kept between passes over a row of symbolic width")
         lanes = self._lanes(func, width)
         threads, per_block = self._shape(rows, width, lanes)
         kept = kept_inputs(sch, nests, func, rows, width)  # read by several passes: into registers once
@@ -73,8 +78,11 @@ class InnerReduction(GPUScheduleRule):
             kept = []
         else:
             threads, per_block = wider, self._per_block(rows, wider)
-        flat = [column is not None and isinstance(width, int) and in_flat_rows(sch, block, row, column, width)
-                for block, row, column in nests]  # asked before the merge: an image's rows, vectors too
+        # asked before the merge (an image's rows, vectors too) and before the kept rows, whose
+        # (step, thread, lane) layout no longer reads a vector's lanes at consecutive indices
+        whole = [column is not None and lanes > 1 and (
+            isinstance(width, int) and in_flat_rows(sch, block, row, column, width)
+            or contiguous_lanes(sch, column, lanes) == lanes) for block, row, column in nests]
         row = sch.merge(*[row for _, row, _ in nests]) if len(nests) > 1 else nests[0][1]
         grid, row = sch.split(row, [None, per_block])
         sch.bind(grid, "blockIdx.x")
@@ -82,8 +90,8 @@ class InnerReduction(GPUScheduleRule):
         for block in blocks:  # first: vectors then move only what stays in global memory
             in_registers(sch, block)  # a row's value, a per-row value or an element (`_own_reads`)
         keep_rows(sch, blocks, kept, row, width, threads, lanes)
-        for (block, _, column), in_rows in zip(nests, flat):
-            self._spread(sch, block, column, threads, lanes, unrolled=bool(kept), flat=in_rows)
+        for (block, _, column), vectors in zip(nests, whole):
+            self._spread(sch, block, column, threads, lanes, unrolled=bool(kept), whole=vectors)
         return sch
 
     def _lanes(self, func, width) -> int:
@@ -120,15 +128,14 @@ class InnerReduction(GPUScheduleRule):
         return threads
 
     def _spread(self, sch, block, column, threads: int, lanes: int, unrolled: bool = False,
-                flat: bool = False) -> None:
+                whole: bool = False) -> None:
         """Split a block's columns over the row's threads as (thread, step, lane), through registers a
-        vector at a time where a vector's columns are contiguous in every buffer (`flat`: consecutive
-        elements of rows over several axes, kept_rows.in_flat_rows); the steps `unrolled`
-        where it reads rows kept in registers (constant indices). A per-row block (no column) runs in
-        every thread of the row (a value it keeps is then in each thread's registers)."""
+        vector at a time where a vector's columns are contiguous in every buffer (`whole`, asked before
+        any split); the steps `unrolled` where it reads rows kept in registers (constant indices). A
+        per-row block (no column) runs in every thread of the row (a value it keeps is then in each
+        thread's registers)."""
         if column is None:
             return  # every thread of the row computes it; TVM has only the first store a kernel result
-        whole = lanes > 1 and (flat or contiguous_lanes(sch, column, lanes) == lanes)  # asked before the splits
         vector, lane = sch.split(column, [None, lanes])
         step, thread = sch.split(vector, [None, threads])
         sch.reorder(thread, step, lane)
@@ -226,34 +233,13 @@ def _own_reads(sch, nests) -> bool:
     return True
 
 
-def _results_in_registers(sch, blocks, func, rows) -> list:
-    """The blocks, where one writes a per-row result of the kernel that a later block reads (a row
-    statistic a training forward saves) followed by a block that stores it from registers, and the
-    later blocks reading the registers: TVM stores a per-row value from the row's first thread only,
-    which the others would read back with no barrier between."""
-    params = [p for p in func.params if is_buffer(p)]
-    out = []
-    for i, block in enumerate(blocks):
-        out.append(block)
-        wide = [loop for loop in sch.get_loops(block) if get_extent(sch, loop) != 1]
-        if not reduce_count(sch, block) and not _same(_product(sch, wide), rows):
-            continue  # an element-wise block over whole rows: its elements are read by the thread that wrote them
-        for index in reversed(range(len(sch.get(block).writes))):
-            buffer = sch.get(block).writes[index].source
-            readers = [later for later in blocks[i + 1:] if any(r.source.same_as(buffer) for r in sch.get(later).reads)]
-            if readers and any(buffer.same_as(p) for p in params):
-                out.append(sch.cache_write(block, index, "local"))
-                local = sch.get(block).writes[index].source
-                for reader in readers:
-                    _reads_instead(sch, reader, buffer, local)
-    return out
-
-
-def _reads_instead(sch, block, old, new) -> None:
-    """The block reading buffer `new` wherever it read `old`, in place (its handles stay valid)."""
-    stmt = sch.get(block)
-    changed = tvm_ffi.structural_map(stmt, [(tvm.ir.Var, lambda var: new if var.same_as(old) else var)])
-    sch.state.replace(sch.get_sref(block), changed, {stmt: changed})
+def _intermediate_elements(sch, nests) -> bool:
+    """Whether an element-wise block along the row (a column, no reduction) writes a buffer that is no
+    kernel result."""
+    params = [p for p in sch.mod["main"].params if is_buffer(p)]
+    return any(not any(region.source.same_as(p) for p in params)
+               for block, _, column in nests if column is not None and not reduce_count(sch, block)
+               for region in sch.get(block).writes)
 
 
 def _whole_vectors(sch, block, step) -> None:
@@ -265,13 +251,18 @@ def _whole_vectors(sch, block, step) -> None:
     column = [iv.var for iv in stmt.iter_vars][-1]
     skip = list(branched_buffers(stmt)) + [region.source for region in stmt.writes]
     depth = 1 + [sch.get(loop).same_as(sch.get(step)) for loop in sch.get_loops(block)].index(True)
+    lanes = sch.get(sch.get_loops(block)[-1]).extent
 
     def along(region) -> bool:
         # a buffer read at several indices (`pos[k] - pos[q]` of a (T, T) bias recomputed in the
-        # row) spans a range that moves with the thread, no vector of fixed width: read in place
+        # row) spans a range that moves with the thread, no vector of fixed width: read in place;
+        # so is one whose last axis the lanes don't tile (flat rows of (10, 14) int16 over 4 lanes:
+        # a vector would straddle two of its rows, a (2, 14) block CUDA has no type for)
+        last = region.source.shape[-1] if region.region else None
         return bool(region.region) and str(region.source.dtype) != "bool" and \
             str(region.source.ty.storage_scope) == "global" and uses(region.region[-1].min, column) and \
-            all(isinstance(r.extent, tirx.IntImm) for r in region.region) and one_vector(region, sch.get(step))
+            all(isinstance(r.extent, tirx.IntImm) for r in region.region) and one_vector(region, sch.get(step)) \
+            and isinstance(last, tirx.IntImm) and isinstance(lanes, tirx.IntImm) and int(last) % int(lanes) == 0
     for index in reversed(range(len(stmt.reads))):
         region = stmt.reads[index]
         if along(region) and not any(region.source.same_as(s) for s in skip):

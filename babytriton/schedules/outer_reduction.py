@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
-from tvm import tirx
+from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
@@ -15,6 +15,8 @@ from .analysis import fuse, normalized, reduce_count, static_product, uses
 from .columns import columns
 from .inlining import GPU_CALL_DEPTH, inline
 from .lanes import contiguous_lanes
+from .siblings import decompose, siblings
+from .siblings import same_block as _same_block
 
 SYMBOLIC = 4096  # what a symbolic extent counts for when sizing the grid
 
@@ -72,6 +74,13 @@ class OuterReduction(GPUScheduleRule):
         self.spread_threads = spread_threads
 
     def apply(self, func, target, _tunable):
+        scheduled = self._apply(func, target, together=True)
+        if scheduled is False:  # siblings that TVM would not run in one loop nest: a launch each
+            scheduled = self._apply(func, target, together=False)
+        return scheduled
+
+    def _apply(self, func, target, together: bool):
+        """The schedule, or None where the rule does not apply; False where `together` failed."""
         sch, infos = normalized(self, func, target)
         if sch is None:
             return None
@@ -80,43 +89,67 @@ class OuterReduction(GPUScheduleRule):
         layouts = [columns(sch, b) for b in reductions]
         if not reductions or any(layout is None for layout in layouts):
             return None
-        home, kept = None, None
+        sets = siblings(sch, reductions, layouts) if together else [[b] for b in reductions]
+        homes = []  # (a reduction or its epilogue, its kept extents, the loop where what reads it may run)
         for block in blocks:
-            loops = sch.get_loops(block)
             if reduce_count(sch, block):
-                kept = _wide_extents(sch, loops[:len(loops) - reduce_count(sch, block)])
-                # its results stay in registers where every block reading them runs in its fold
-                local = not _writes_param(sch, block) and all(
-                    not reduce_count(sch, c) and _wide_extents(sch, sch.get_loops(c)) == kept
-                    for c in sch.get_consumers(block))
-                if local:
-                    _in_scope(sch, block, "local")
-                home = self._reduce(sch, block, layouts[reductions.index(block)])
-                home = home if local else None
-            elif home is not None and _wide_extents(sch, loops) == kept:
+                group = next((g for g in sets if _same_block(sch, g[0], block)), None)
+                if group is None:
+                    continue  # scheduled with the first of its siblings
+                local = [self._local(sch, b, group) for b in group]
+                kept = [_kept(sch, b) for b in group]  # (before the loops are cut)
+                try:
+                    lanes = self._reduce(sch, group, layouts[_index(sch, reductions, block)])
+                except (s_tir.ScheduleError, tvm.error.InternalError):
+                    if len(group) > 1:
+                        return False
+                    raise
+                homes += [(b, k, lane if keep else None) for b, k, lane, keep in zip(group, kept, lanes, local)]
+                continue
+            extents = _wide_extents(sch, sch.get_loops(block))
+            home = next((h for b, kept, h in homes if h is not None and kept == extents and any(
+                _same_block(sch, b, p) for p in sch.get_producers(block))), None)
+            if home is not None:  # (what reads it in turn may follow it there)
                 sch.reverse_compute_at(block, home, preserve_unit_loops=True)
+                homes.append((block, extents, home))
             else:
                 self._spread(sch, block)
         return sch
 
-    # -- one reduction ----------------------------------------------------------------------------
-    def _reduce(self, sch, block, layout):
-        """Schedule one column reduction; returns the loop, one iteration per result, where an
-        element-wise block over the reduced shape can follow it (a mean's division)."""
-        loops = sch.get_loops(block)
+    @staticmethod
+    def _local(sch, block, group) -> bool:
+        """Whether the results stay in registers: every block reading them runs in its fold (over
+        the same kept extents, reading no sibling's results, which another thread may hold)."""
+        kept = _kept(sch, block)
+        local = not _writes_param(sch, block) and all(
+            not reduce_count(sch, c) and _wide_extents(sch, sch.get_loops(c)) == kept and not any(
+                _same_block(sch, p, b) for p in sch.get_producers(c) for b in group if not _same_block(sch, b, block))
+            for c in sch.get_consumers(block))
+        if local:
+            _in_scope(sch, block, "local")
+        return local
+
+    # -- one reduction, or several over the same rows ---------------------------------------------
+    def _reduce(self, sch, blocks, layout):
+        """Schedule column reductions over the same loops (`blocks`, siblings reading one input) in
+        one loop nest; returns, for each, the loop (one iteration per result) where an element-wise
+        block over the reduced shape can follow it (a mean's division)."""
+        loops = sch.get_loops(blocks[0])
         n_kept = layout.n_outer + layout.n_inner
         steps = static_product(sch, loops[n_kept:])
         if steps is not None and steps < 2 * self.min_steps:
             n_outer = 0  # a short reduction, a thread per column: the outer rows side by side in blocks too
         else:
-            n_outer = self._narrowed(sch, block, loops[:n_kept], layout.n_outer)
+            n_outer = self._narrowed(sch, blocks, loops[:n_kept], layout.n_outer)
         dims = _wide_extents(sch, loops[n_outer:n_kept], text=False) or [1]
-        outer = fuse(sch, loops[:n_outer]) if n_outer else None
-        column = fuse(sch, loops[n_outer:n_kept])
-        reduced = fuse(sch, loops[n_kept:])
-        return self._stage(sch, block, outer, column, reduced, dims)
+        nests = []
+        for block in blocks:
+            loops = sch.get_loops(block)
+            nests.append((fuse(sch, loops[:n_outer]) if n_outer else None, fuse(sch, loops[n_outer:n_kept]),
+                          fuse(sch, loops[n_kept:])))
+        return self._stage(sch, blocks, nests, dims)
 
-    def _narrowed(self, sch, block, kept, n_outer) -> int:
+    def _narrowed(self, sch, blocks, kept, n_outer) -> int:
         """How many kept loops count as outer rows: those of `n_outer`, then more while no tile of
         columns (`_threads_across`) is a rectangle of the fused kept axes ((128, 150) in float16:
         no 32 to 64 threads of 2 columns make whole rows of 150; TVM then sized the cross-thread
@@ -126,42 +159,56 @@ class OuterReduction(GPUScheduleRule):
             if len(dims) <= 1:
                 break
             if all(isinstance(d, int) for d in dims):
-                vector = self._lanes(sch, block, dims[-1])
+                vector = self._lanes(sch, blocks, dims[-1])
                 vectors = static_product(sch, kept[n_outer:]) // vector
                 if vectors <= 64 or any(vectors % t == 0 and _rectangle(t * vector, dims) for t in _ACROSS):
                     break
             n_outer += 1
         return n_outer
 
-    def _stage(self, sch, block, outer, column, reduced, dims, split=True):
+    def _stage(self, sch, blocks, nests, dims, split=True):
         """One stage: blocks of threads over tiles of the columns; where the plan cuts the reduction
         into parts, their partial results (rfactor) are then folded by a stage of their own, a
-        column reduction over the parts. `dims`: the extents of the kept axes fused into `column`
-        (`outer`: the others). Returns the last stage's threadIdx.x loop."""
-        plan = self._plan(sch, block, outer, column, reduced, dims, split)
+        column reduction over the parts. `nests`: each block's (outer, column, reduced) loops;
+        `dims`: the extents of the kept axes fused into `column` (`outer`: the others). Siblings
+        are cut alike, their partial results computed in one loop nest (each reads the input
+        there). Returns each block's threadIdx.x loop of the last stage."""
+        outer, column, reduced = nests[0]
+        plan = self._plan(sch, blocks, outer, column, reduced, dims, split)
         # each thread's share of the rows: i * parts * ty + part * ty + y
         shares = plan.parts if plan.across else plan.parts * plan.ty
-        sch.split(reduced, [None, shares, plan.ty] if plan.across else [None, shares])
-        work = block
-        if shares > 1:
-            work = sch.rfactor(sch.get_loops(block)[-2 if plan.across else -1], factor_axis=0)
-        partial = work
-        if plan.across and plan.ty > 1:  # each thread's partial result, in registers
-            partial = sch.rfactor(sch.get_loops(work)[-1], factor_axis=0)
-            _in_scope(sch, partial, "local")
-        bx, lane_x = self._in_thread(sch, partial, plan, outer is not None)
+        works, partials = [], []
+        for block, (_, _, reduced) in zip(blocks, nests):
+            sch.split(reduced, [None, shares, plan.ty] if plan.across else [None, shares])
+            work = block
+            if shares > 1:
+                work = sch.rfactor(sch.get_loops(block)[-2 if plan.across else -1], factor_axis=0)
+            partial = work
+            if plan.across and plan.ty > 1:  # each thread's partial result, in registers
+                partial = sch.rfactor(sch.get_loops(work)[-1], factor_axis=0)
+                _in_scope(sch, partial, "local")
+            works.append(work)
+            partials.append(partial)
+        bx, lane_x = self._in_thread(sch, partials, plan, outer is not None)
+        lanes = [lane_x] * len(blocks)
         if plan.across and plan.ty > 1:
-            lane_x = self._across_threads(sch, work, bx, plan)
+            lanes = [self._across_threads(sch, work, bx, plan) for work in works]
         if shares == 1:
-            return lane_x
-        *kept, parts = sch.get_loops(block)  # the fold: [outer, columns, parts], contiguous along the columns
-        return self._stage(sch, block, kept[0] if len(kept) > 1 else None, kept[-1], parts, dims, split=False)
+            return lanes
+        folds = []
+        for block in blocks:  # the fold: [outer, columns, parts], contiguous along the columns
+            *kept, parts = sch.get_loops(block)
+            folds.append((kept[0] if len(kept) > 1 else None, kept[-1], parts))
+        return self._stage(sch, blocks, folds, dims, split=False)
 
-    def _in_thread(self, sch, partial, plan, has_outer):
+    def _in_thread(self, sch, partials, plan, has_outer):
         """Each thread's loop over its rows, [blocks, threadIdx.y, threadIdx.x, rows, vector], with
-        its partial result in registers, the vector's columns loaded at once (`columns`: every read
-        along the columns has them last, contiguous); returns the block and the threadIdx.x loops."""
-        loops = sch.get_loops(partial)
+        its partial results in registers (siblings' in one loop nest), the vector's columns loaded at
+        once (`columns`: every read along the columns has them last, contiguous); returns the block
+        and the threadIdx.x loops."""
+        if len(partials) > 1:  # (the merged nest takes the last loop's place: the first block's)
+            sch.merge(*[sch.get_loops(p)[-1] for p in reversed(partials)])
+        loops = sch.get_loops(partials[0])
         outer, loops = (loops[0], loops[1:]) if has_outer else (None, loops)
         column, rows, *shares = loops
         tile, lane_x, vec = sch.split(column, [None, plan.tx, plan.vector])
@@ -180,16 +227,18 @@ class OuterReduction(GPUScheduleRule):
         if plan.ty > 1:
             sch.bind(lane_y, "threadIdx.y")
         sch.bind(lane_x, "threadIdx.x")
-        if plan.vector > 1 and len(sch.get(partial).writes) > 1:
+        if plan.vector > 1 and any(len(sch.get(p).writes) > 1 for p in partials):
             # an argmax's (index, value) update: TVM's vectoriser runs its Lets lane by lane, then
             # stores the last lane's pair in every lane
             sch.unroll(vec)
         elif plan.vector > 1:
             sch.vectorize(vec)
-        if not _in_registers(sch, partial):  # summed in a register, stored once
-            for i in range(len(sch.get(partial).writes)):  # (an argmax's index and value)
-                sch.reverse_compute_at(sch.cache_write(partial, i, "local"), lane_x)
-        sch.decompose_reduction(partial, rows)
+        for partial in partials:
+            if not _in_registers(sch, partial):  # summed in a register, stored once
+                for i in range(len(sch.get(partial).writes)):  # (an argmax's index and value)
+                    sch.reverse_compute_at(sch.cache_write(partial, i, "local"), lane_x)
+        for partial in partials:
+            decompose(sch, partial, rows)
         return bx, lane_x
 
     def _across_threads(self, sch, work, bx, plan):
@@ -206,13 +255,13 @@ class OuterReduction(GPUScheduleRule):
         sch.bind(lane_y, "threadIdx.y")
         return lane_x
 
-    def _plan(self, sch, block, outer, column, reduced, dims, split) -> Plan:
+    def _plan(self, sch, blocks, outer, column, reduced, dims, split) -> Plan:
         """The block shape and the parts for `outer` x `column` results over `reduced` steps; `dims`:
         the extents of the kept axes that `column` fuses. A thread's vector, and a block's tile of
         columns, is a rectangle of them (TVM places the steps after the reduction by regions)."""
         width, count = get_extent(sch, column), get_extent(sch, reduced)
         rows = get_extent(sch, outer) if outer is not None else 1
-        vector = self._lanes(sch, block, dims[-1])
+        vector = self._lanes(sch, blocks, dims[-1])
         vectors = width // vector if isinstance(width, int) else None
         steps = count if isinstance(count, int) else SYMBOLIC
         rows = rows if isinstance(rows, int) else SYMBOLIC
@@ -246,13 +295,12 @@ class OuterReduction(GPUScheduleRule):
         # reduction would wait for threads that skip it
         return Plan(vector, tx, ty, parts, across=vectors is not None and vectors % tx == 0)
 
-    def _lanes(self, sch, block, width) -> int:
-        """Columns per thread: a vector of `vector_bytes` of the widest buffer read along the
-        reduction (at most `max_lanes`), dividing the row."""
+    def _lanes(self, sch, blocks, width) -> int:
+        """Columns per thread: a vector of `vector_bytes` of the widest buffer the reductions read
+        (at most `max_lanes`), dividing the row."""
         if not isinstance(width, int):
             return 1
-        stmt = sch.get(block)
-        widest = max(tvm.DataType(r.source.ty.dtype).bits // 8 for r in stmt.reads)
+        widest = max(tvm.DataType(r.source.ty.dtype).bits // 8 for b in blocks for r in sch.get(b).reads)
         lanes = min(self.max_lanes, max(1, self.vector_bytes // widest))
         while lanes > 1 and width % lanes:
             lanes //= 2
@@ -308,6 +356,16 @@ def _rectangle(size: int, dims) -> bool:
             return False
         size //= dim
     return True
+
+
+def _index(sch, blocks, block) -> int:
+    return next(i for i, b in enumerate(blocks) if _same_block(sch, b, block))
+
+
+def _kept(sch, block) -> list:
+    """The extents of a reduction's kept loops that are not unit loops, as text."""
+    loops = sch.get_loops(block)
+    return _wide_extents(sch, loops[:len(loops) - reduce_count(sch, block)])
 
 
 def _in_registers(sch, block) -> bool:

@@ -234,9 +234,13 @@ def _serial_if_broadcast(loop):
     # a store outside any block (one in a block, read without its binding, never uses the loop)
     stores += [(store, {}) for store in find_all(loop.body, tirx.BufferStore)
                if not any(store.same_as(other) for other in in_blocks)]
+    # judged as TVM's simplifier will leave it: `where(c, x, x)`, `x - x` or `where(True, ...)` of
+    # per-lane values becomes one value for every lane only there (fuzz, seed 41)
+    analyzer = tvm.sym.Analyzer()
+    analyzer.bind(loop.loop_var, tvm.ir.Range.from_min_extent(loop.min, loop.extent))
     for store, binding in stores:
         value = tvm_ffi.structural_map(store.value, (tvm.ir.Var, lambda var: binding.get(var, var)))
-        if str(store.buffer.dtype) == "bfloat16" and not _uses(value, loop.loop_var):
+        if str(store.buffer.dtype) == "bfloat16" and not _uses(analyzer.simplify(value), loop.loop_var):
             return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.SERIAL, loop.body,
                             loop.thread_binding, loop.annotations)
     return loop

@@ -98,6 +98,11 @@ class RowKernel(GPUScheduleRule):
         last block's loops); None (with the reason, mostly) where not."""
         *reductions, last = [info.block_rv for info in infos]
         dom = infos[0].dom_kind()
+        params = [p for p in func.params if is_buffer(p)]
+        if any("R" in info.dom_kind() for info in infos) and any(
+                region.source.same_as(p) for block in reductions for region in sch.get(block).writes for p in params):
+            # (a row statistic a training forward saves, a residual sum, a quantisation's scale)
+            return decline("results besides the last block's: InnerReduction writes them from registers")
         if "R" not in dom:
             return None  # no reduction first: another kind of kernel
         if len(dom) < 2 or dom[:-1] != "S" * (len(dom) - 1) or dom[-1] != "R" or any(
@@ -120,9 +125,6 @@ class RowKernel(GPUScheduleRule):
         whole_row = tail == [width]  # else one value per row (cross-entropy's loss), or nothing fits
         if not whole_row and any(t != 1 for t in tail):
             return decline("the element-wise block's rows are not the reductions' width")
-        params = [p for p in func.params if is_buffer(p)]
-        if any(region.source.same_as(p) for block in reductions for region in sch.get(block).writes for p in params):
-            return decline("a row statistic is a result too (a training forward's)")  # not in shared memory
         shape = self._shape(func, width)
         if shape is None:
             return decline(f"row width {width}: no vectors x threads tile it")

@@ -44,6 +44,12 @@ def gelu_mean_any(x: bt.Tensor(("n", "w"), "float32")):
     return gelu_mean(x)
 
 
+def reference_gelu_mean(x):
+    """torch's gelu_mean in float64: torch's vectorised float32 gelu gives NaN for +inf on some CPUs
+    (AVX-512: erf's polynomial) and inf on others and in its scalar loop; its float64 path gives inf."""
+    return gelu_mean(x.double()).to(x.dtype)
+
+
 def with_specials(rows, width, dtype=torch.float32, seed=0):
     """Random rows with a NaN, an inf, a -inf and a row of -inf where there are rows enough."""
     x = torch.randn(rows, width, generator=torch.Generator().manual_seed(seed)) * 3
@@ -93,7 +99,7 @@ def test_gelu_then_mean_is_one_vectorised_row_kernel(rows, width):
     kernel = only_kernel(k)
     assert kernel.rule == "CPUReduction" and "vector" in kernel.launch, kernel
     assert "_tail" in k.stages["schedule"] and vector_ops(k.source)
-    torch.testing.assert_close(k(x), gelu_mean(x), equal_nan=True, **TOL[torch.float32])
+    torch.testing.assert_close(k(x), reference_gelu_mean(x), equal_nan=True, **TOL[torch.float32])
 
 
 @pytest.mark.parametrize("rows, width", [(0, 9), (1, 1), (5, 7), (6, 16), (9, 17), (8, 139), (4, 1000), (3, 2035)])
@@ -103,7 +109,7 @@ def test_symbolic_widths_match_torch(rows, width):
     x = with_specials(rows, width)
     torch.testing.assert_close(bt.jit(target="cpu")(softmax_any)(x), torch.softmax(x, -1), equal_nan=True,
                                **TOL[torch.float32])
-    torch.testing.assert_close(bt.jit(target="cpu")(gelu_mean_any)(x), gelu_mean(x), equal_nan=True,
+    torch.testing.assert_close(bt.jit(target="cpu")(gelu_mean_any)(x), reference_gelu_mean(x), equal_nan=True,
                                **TOL[torch.float32])
 
 

@@ -351,12 +351,27 @@ def lerp(b, input, end, weight):
     """torch.lerp with torch's two-sided formula (exact at weight 0 and 1): start + w * (end - start)
     where |w| < 0.5, else end - (end - start) * (1 - w)."""
     x = tensor(b, input, "torch.lerp()")
+    _lerp_dtypes(b, x, end, weight)
     diff = op(b, "subtract", end, x)
     low = lambda: op(b, "add", x, op(b, "multiply", diff, weight))  # noqa: E731
     high = lambda: op(b, "subtract", end, op(b, "multiply", diff, op(b, "subtract", 1.0, weight)))  # noqa: E731
     if not b.is_tensor(weight):
         return low() if abs(weight) < 0.5 else high()
     return op(b, "where", op(b, "less", op(b, "abs", weight), 0.5), low(), high())
+
+
+def _lerp_dtypes(b, x, end, weight) -> None:
+    """torch.lerp promotes nothing: `end`, and a `weight` tensor with axes, are tensors of the input's
+    floating dtype (a 0-d weight may differ), else torch raises."""
+    dtype = b.dtype(x)
+    if not is_float_dtype(dtype):
+        raise Diagnostic(f"torch.lerp(): not implemented for {dtype} tensors (torch refuses it too)")
+    if not b.is_tensor(end):
+        raise Diagnostic(f"torch.lerp(): `end` must be a tensor, got the number {end!r} (torch refuses it too)")
+    for name, value in (("end", end), ("weight", weight)):
+        if b.is_tensor(value) and b.dtype(value) != dtype and (name == "end" or b.ndim(value) != 0):
+            raise Diagnostic(f"torch.lerp(): expected dtype {dtype} for `{name}` but got dtype "
+                             f"{b.dtype(value)} (torch refuses it too)")
 
 
 @register("addcmul")
