@@ -242,11 +242,26 @@ def zeros_like(input):
 def cast(input, dtype, fp_downcast_rounding=None, bitcast=False):
     x, dtype = block(input), tl.unwrap(dtype)
     semantics.cast(x.dtype, dtype, bitcast)
+    if bitcast and x.dtype != dtype and not (x.dtype.is_ptr() or dtype.is_ptr()):
+        return Block(_bitcast(x.data, x.dtype, dtype), dtype)
     if bitcast and x.dtype != dtype:
         return Block(x.data.view(holder(dtype)), dtype)
     if x.dtype.is_ptr():
         return Block(x.data.clone(), dtype, x.pointee if dtype.is_ptr() else None)
     return Block(convert(x.data, x.dtype, dtype), dtype)
+
+
+_SIGNED = {8: torch.int8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
+
+
+def _bitcast(data: torch.Tensor, src: tl.dtype, dst: tl.dtype) -> torch.Tensor:
+    """The bits of `data` (of `src`) read as `dst`, of the same width: through the signed integer of
+    that width, as the wide unsigned types are held in int64 (a view of those would read 64 bits)."""
+    bits = src.primitive_bitwidth
+    if src.name in _WIDE_UNSIGNED and bits < 64:   # [0, 2**bits) to the same bits as a signed integer
+        data = (data + 2 ** (bits - 1)) % 2 ** bits - 2 ** (bits - 1)
+    raw = data.to(_SIGNED[bits]) if src.name in _WIDE_UNSIGNED else data.view(_SIGNED[bits])
+    return convert(raw, tl.int64, dst) if dst.name in _WIDE_UNSIGNED else raw.view(dst.torch)
 
 
 def _broadcast(x: Block, shape) -> torch.Tensor:

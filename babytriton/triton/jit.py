@@ -3,8 +3,10 @@ evaluates the grid and runs the kernel, interpreted (`BABYTRITON_INTERPRET=1`) o
 specialisation; `triton.autotune`/`Config`/`heuristics` choose meta-parameters, as Triton's do."""
 from __future__ import annotations
 
+import functools
 import inspect
 import operator
+import os
 import statistics
 import time
 
@@ -23,9 +25,16 @@ _KERNEL_CODES: set = set()  # every @triton.jit function's code: an error's fram
 
 
 def interpret_mode() -> bool:
-    """`BABYTRITON_INTERPRET=1` (read at each launch, as Triton reads TRITON_INTERPRET) runs kernels in
-    the interpreter."""
+    """`BABYTRITON_INTERPRET=1` (read at each launch) runs kernels in the interpreter. Unset, the
+    common case, is seen in CPython's own copy of the environment: os.environ.get encodes and decodes
+    (a sixth of a small kernel's launch)."""
+    if _ENVIRON is not None and _INTERPRET_KEY not in _ENVIRON:
+        return False
     return config.interpret_requested()
+
+
+_ENVIRON = getattr(os.environ, "_data", None) if hasattr(os.environ, "encodekey") else None
+_INTERPRET_KEY = os.environ.encodekey("BABYTRITON_INTERPRET") if _ENVIRON is not None else None
 
 
 def _is_constexpr(annotation) -> bool:
@@ -63,7 +72,7 @@ class JITFunction:
         return self.parsed.source_map
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+        return functools.partial(self.run, grid=grid)   # a C call, not a Python frame: launches are hot
 
     def __call__(self, *args, **kwargs):
         if tl.active_implementation() is None:
@@ -84,7 +93,10 @@ class JITFunction:
     def run(self, *args, grid, **kwargs):
         interpret = interpret_mode()
         key = None if interpret else launcher.launch_key(args, kwargs, self._exact, self._by_value)
-        fast = self.launchers.get(key)
+        try:
+            fast = self.launchers.get(key)
+        except TypeError:   # an unhashable constexpr: the slow path keys it by repr
+            key = fast = None
         if fast is not None:
             return fast(args, kwargs, grid)
         runtime, constants, options = self._split(args, dict(kwargs))

@@ -168,6 +168,7 @@ HEADER = IMPORTS + "\n\n@triton.jit\n"
     ("    x = tl.load(p + tl.arange(0, 16))\n    tl.store(p + tl.arange(0, 16), x & 1.5)\n", "takes integers", 8),
     ("    tl.store(p + tl.arange(0, 16), tl.umulhi(1, 2))\n", "tl.umulhi is not supported", 7),
     ("    x = tl.arange(0, 12)\n", "powers of two", 7),
+    ("    print(tl.arange(0, 16))\n", "print() of block values runs in interpret mode", 7),
     ("    tl.store(p + tl.arange(0, 16), undefined_name)\n", "'undefined_name' is not defined", 7),
     ("    y = tl.load(p + tl.arange(0, 16))\n    y[0] = 1.0\n", "assigns only to names", 8),
     ("    x = tl.dot(tl.zeros([16, 16], tl.float32), tl.zeros([8, 16], tl.float32))\n", "cannot multiply", 7),

@@ -113,6 +113,31 @@ def test_boolean_tensors_and_implicit_store_casts():
 
 
 @triton.jit
+def bitcast_kernel(x_ptr, h_ptr, top_ptr, f_ptr, back_ptr, hf_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    u = x.to(tl.uint32, bitcast=True)
+    tl.store(top_ptr + offs, (u >> 28).to(tl.int32))   # a logical shift: the sign bit is not repeated
+    tl.store(f_ptr + offs, x.to(tl.float32, bitcast=True))
+    tl.store(back_ptr + offs, u.to(tl.float32, bitcast=True).to(tl.int32, bitcast=True))
+    h = tl.load(h_ptr + offs)
+    tl.store(hf_ptr + offs, h.to(tl.uint16, bitcast=True).to(tl.float16, bitcast=True))
+
+
+@pytest.mark.parametrize("interpret", ["1", "0"])
+def test_bitcasts_keep_the_bits(interpret, monkeypatch):
+    """int32 <-> uint32 (held in int64 by the interpreter) <-> float32, int16 -> uint16 -> float16."""
+    monkeypatch.setenv("BABYTRITON_INTERPRET", interpret)
+    x = torch.tensor([-1, 2 ** 31 - 1, -2 ** 31, 0, 1065353216, -5, 123456789, 7], dtype=torch.int32)
+    h = torch.tensor([-1, 15360, -32768, 0, 1, 31744, -1024, 12], dtype=torch.int16)
+    top, back = torch.empty(8, dtype=torch.int32), torch.empty(8, dtype=torch.int32)
+    f, hf = torch.empty(8), torch.empty(8, dtype=torch.float16)
+    bitcast_kernel[(1,)](x, h, top, f, back, hf, BLOCK=8)
+    assert torch.equal(top, ((x.long() & 0xFFFFFFFF) >> 28).int()) and torch.equal(back, x)
+    assert torch.equal(f.view(torch.int32), x) and torch.equal(hf.view(torch.int16), h)
+
+
+@triton.jit
 def print_kernel(x_ptr, BLOCK: tl.constexpr):
     x = tl.load(x_ptr + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK))
     tl.device_print("x:", x)

@@ -35,6 +35,15 @@ def test_constexpr_wraps_and_compares():
     assert c.value == 8 and c == 8 and tl.unwrap(c) == 8 and tl.unwrap(3) == 3 and len(range(c)) == 8
 
 
+def test_constexpr_arithmetic_gives_constexprs():
+    # core.py class constexpr: its operators wrap Python's (a global `GROUP = tl.constexpr(8)` in host code)
+    c = tl.constexpr(8)
+    for value, expected in [(64 // c, 8), (c * 4, 32), (3 - c, -5), (c / 2, 4.0), (c % 3, 2), (2 ** c, 256),
+                            (c >> 1, 4), (1 << c, 256), (c & 12, 8), (c | 1, 9), (c ^ c, 0), (-c, -8), (~c, -9),
+                            (c < 9, True), (c >= 9, False), (c != 8, False)]:
+        assert isinstance(value, tl.constexpr) and value.value == expected
+
+
 def test_builtins_are_marked_and_keep_tritons_signatures():
     for fn in (tl.load, tl.store, tl.dot, tl.sum, tl.program_id, tl.arange, tl.where, tl.atomic_add, tl.range):
         assert tl.is_builtin(fn)

@@ -18,13 +18,14 @@ Stages: "python", "block" (the unscheduled PrimFunc), "schedule", "source" (CUDA
 
 Supported: the builtins in builtins.BUILTINS (program ids, arange/zeros/full, masked load/store with
 `other`, atomic_add (its result, the old values, is not kept), shapes (`[:, None]`, broadcast_to,
-expand_dims, reshape, trans), casts, dot (rank 2, a SIMT loop: no tensor cores yet), sum/max/min/argmax/
-argmin, where/maximum/minimum/clamp/abs, the math functions, cdiv, hints), Python operators on blocks and
-constexprs, `if` (constexpr: folded; scalar: a run-time branch), range/tl.range/static_range loops with
-loop-carried blocks and pointers, @triton.jit helpers. Refused at the user's line: `while`, `return`
-under run-time control flow, subscripts other than `:`/`None`, assignments to anything but names, any
-other builtin (device_print runs in interpret mode), batched dot. On a CPU, a kernel with atomics runs
-its programs one after another (its updates are then plain ones).
+expand_dims, reshape, trans), casts, dot (rank 2, a SIMT loop: no tensor cores yet; rank 3, batched,
+as a reduction nest of multiply-adds), sum/max/min/argmax/argmin, where/maximum/minimum/clamp/abs,
+the math functions, cdiv, hints), Python operators on blocks and constexprs, `if` (constexpr:
+folded; scalar: a run-time branch), range/tl.range/static_range loops with loop-carried blocks and
+pointers, @triton.jit helpers. Refused at the user's line: `while`, `return` under run-time control
+flow, subscripts other than `:`/`None`, assignments to anything but names, any other builtin
+(device_print and print of blocks run in interpret mode). On a CPU, a kernel with atomics runs its
+programs one after another (its updates are then plain ones).
 """
 from __future__ import annotations
 
@@ -35,9 +36,8 @@ from ...core import targets
 from ...core.errors import debug_enabled, quiet_tvm
 from ...frontend.source import environment, parse_function
 from ...lowering import pipeline
-from ...runtime import threads
 from ..language import core
-from . import schedule
+from . import cpu, schedule
 from .codegen import KernelCompiler
 
 
@@ -47,6 +47,7 @@ class CompiledKernel:
     from_disk = False     # loaded from the disk cache (triton/disk.py) instead of compiled
     cache_key = None      # its runtime.cache.CacheKey and entry folder, where the disk cache holds it
     cache_path = None
+    _run = None           # its launch (launcher.runner), made on first use
 
     def __init__(self, name: str, executable, stages: dict, params: list, device_kind: str):
         self.name = name
@@ -84,19 +85,10 @@ class CompiledKernel:
     def launcher(self):
         """The launch as one cheap function (grid of three ints, runtime args): what `launch` does less
         its checks, for the launch fast path (launcher.py), whose key already fixed the argument types."""
-        pointers = tuple(i for i, kind in enumerate(self.params) if kind == "pointer")
-        function, cpu = self._function, self.device_kind == "cpu"
-
-        def run(grid, args):
-            if min(grid) <= 0:
-                return
-            values = list(args)
-            for i in pointers:
-                values[i] = _flat(values[i])
-            if cpu:
-                threads.sync_threads()   # TVM's pool sized as torch's threads (its workers sleep between kernels)
-            function(*values, *grid)
-        return run
+        if self._run is None:
+            from .. import launcher
+            self._run = launcher.runner(self)
+        return self._run
 
 
 def _flat(tensor: torch.Tensor) -> torch.Tensor:
@@ -146,10 +138,11 @@ def compile(jit_fn, signature: dict, constants: dict, options: dict | None = Non
     stage = "schedule"
     try:
         with quiet_tvm():
+            func = func if gpu else cpu.with_ones(func, options.get("equal_to_1", ()))
             func = schedule.schedule(func, target, int(options.get("num_warps", 4)))
             stages["schedule"] = func.script()
             stage = "build"
-            executable = pipeline.compile_module(tvm.IRModule({name: func}), target)
+            executable = (pipeline.compile_module if gpu else cpu.build)(tvm.IRModule({name: func}), target)
     except Exception as e:  # noqa: BLE001 - TVM's failures past code generation
         message = f"TVM failed to compile '{name}' (during {stage})"
         detail = f"\n[BABYTRITON_DEBUG] {e}" if debug_enabled() else "; set BABYTRITON_DEBUG=1 to see the cause"

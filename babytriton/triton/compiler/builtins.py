@@ -158,11 +158,22 @@ def dot(c, node, input, other, acc=None, input_precision=None, allow_tf32=None, 
     acc = None if acc is None else _block(acc, "tl.dot's accumulator")
     dtype, shape = semantics.dot(a.dtype, b.dtype, a.shape, b.shape, None if acc is None else acc.dtype,
                                  None if acc is None else acc.shape, out_dtype)
-    if len(shape) != 2:
-        raise Diagnostic("tl.dot of batched (rank-3) blocks is not supported by the compiler")
+    if len(shape) == 3:
+        return _batched_dot(c, a, b, acc, dtype)
     into = c.assigning if c.assigning is not None and acc is not None and acc.buffer is not None and \
         acc.buffer.same_as(c.assigning) and acc.dtype == dtype else None
     return c.emit.dot(a, b, acc, dtype, dtype, into)
+
+
+def _batched_dot(c, a: Block, b: Block, acc: Block | None, dtype: core.dtype) -> Block:
+    """A rank-3 dot, a product per batch: each result element's sum over K a reduction nest (plain
+    multiply-adds; tensor cores take rank 2), from operands computed once into buffers."""
+    a, b = (x if x.buffer is not None else c.emit.materialise(x, name) for x, name in ((a, "dot_a"), (b, "dot_b")))
+    (batches, m, k), n = a.shape, b.shape[2]
+    products = Block(dtype, (batches, m, n, k), lambda i: cast(a.at((i[0], i[1], i[3])), dtype) * cast(
+        b.at((i[0], i[3], i[2])), dtype))
+    total = c.emit.reduce(products, 3, lambda x, y: x + y, const(0, dtype), dtype, "dot")
+    return total if acc is None else Block(dtype, total.shape, lambda i: total.at(i) + cast(acc.element(i), dtype))
 
 
 def _axes(x: Block, axis) -> list[int]:
@@ -173,8 +184,23 @@ def _axes(x: Block, axis) -> list[int]:
 def _reduce(c, x: Block, axis, keep_dims, dtype, combine, init, prefix):
     result = ops.as_block(x)
     for a in _axes(x, axis):
-        result = c.emit.reduce(result, a, combine, init, dtype, prefix)
+        result = _along(result, a, lambda block, axis: c.emit.reduce(block, axis, combine, init, dtype, prefix))
     return _kept(result, x, axis) if keep_dims else result
+
+
+def _along(x: Block, axis: int, reduction):
+    """`reduction(block, axis)` of `x` along `axis`. Where the other axes have size 1 (a [1, N] row),
+    `x` is reduced as its 1-D block to a scalar, which the schedules spread over threads or lanes (a
+    nest over a one-element result would leave the work to one thread), then given its shape back."""
+    if len(x.shape) < 2 or any(size != 1 for pos, size in enumerate(x.shape) if pos != axis):
+        return reduction(x, axis)
+    zero = tirx.IntImm("int32", 0)
+    row = reshaped(x, (x.shape[axis],), lambda index: tuple(index[0] if pos == axis else zero
+                                                             for pos in range(len(x.shape))))
+    shape = x.shape[:axis] + x.shape[axis + 1:]
+    out = reduction(row, 0)
+    return tuple(reshaped(o, shape, lambda index: ()) for o in out) if isinstance(out, tuple) else \
+        reshaped(out, shape, lambda index: ())
 
 
 def _kept(result: Block, x: Block, axis) -> Block:
@@ -214,7 +240,8 @@ def _arg(c, x: Block, axis, keep_dims, better):
     if axis is None:
         raise Diagnostic("argmax/argmin (and max/min with indices) need an axis")
     x = converted(x, semantics.max_min_dtype(x.dtype, return_indices=True))
-    values, indices = c.emit.arg_reduce(x, axis % len(x.shape), better, _lowest(x.dtype, better), "arg")
+    values, indices = _along(x, axis % len(x.shape), lambda block, a: c.emit.arg_reduce(
+        block, a, better, _lowest(x.dtype, better), "arg"))
     return (_kept(values, x, axis), _kept(indices, x, axis)) if keep_dims else (values, indices)
 
 

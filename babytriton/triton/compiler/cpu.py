@@ -1,6 +1,7 @@
 """The block program on a CPU (schedule.py): the programs one parallel loop (a task each; one after
 another where the kernel has atomics), each block nest's innermost loop vectorised in vectors of
-LANES, masked vectors only at a block's ragged edge, reductions to a scalar in LANES partial results."""
+LANES, masked vectors only at a block's ragged edge, reductions to a scalar in LANES partial results;
+a program's buffers on its thread's stack (`build`)."""
 from __future__ import annotations
 
 import functools
@@ -8,18 +9,258 @@ import functools
 import tvm
 import tvm_ffi
 from tvm import tirx
+from tvm.sym.pattern import detect_linear_equation
 
+from ...lowering import pipeline
 from . import loops as nests
 from .emit import ATOMIC, BLOCK, PROGRAM, REDUCE
 
 LANES = 16        # a CPU vector: 16 x 32 bits (AVX-512)
+ROWS = 4          # a rank-2 reduction's rows per step of its reduced loop (4 x its vectors in registers)
+STACK_BYTES = 256 * 1024   # a program's buffers kept on its thread's stack (threads have megabytes)
+ON_STACK = {"disable_lower_builtin": tirx.IntImm("bool", 1)}   # TVM's annotation: an alloca, no workspace
 
 
 def schedule(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """`func` with its programs in parallel and its block loops vectorised."""
     # atomics are plain updates on a CPU: the programs then run one after another
     kind = tirx.ForKind.SERIAL if func.attrs is not None and ATOMIC in func.attrs else tirx.ForKind.PARALLEL
-    return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.For, lambda loop: _cpu_loop(loop, kind))]))
+    body = tvm_ffi.structural_map(func.body, [(tirx.SeqStmt, _offsets)])
+    body = tvm_ffi.structural_map(body, [(tirx.SeqStmt, _fuse)])
+    body = tvm_ffi.structural_map(body, [(tirx.For, lambda loop: _cpu_loop(loop, kind))])
+    return func.with_body(_on_stack(body))
+
+
+def with_ones(func: tirx.PrimFunc, names) -> tirx.PrimFunc:
+    """`func` with the int parameters that every launch of this version passes as 1 (Triton's
+    equal_to_1, part of the key) as the constant 1: a unit stride makes a block's load contiguous,
+    one vector load where it was a gather."""
+    ones = {p: tirx.const(1, str(p.ty.dtype)) for p in func.params
+            if p.name in names and "int" in str(getattr(p.ty, "dtype", ""))}
+    if not ones:
+        return func
+    return func.with_body(tvm_ffi.structural_map(func.body, [(tvm.ir.Var, lambda v: ones.get(v, v))]))
+
+
+def build(mod: tvm.IRModule, target: tvm.target.Target):
+    """The scheduled module compiled as every kernel is (pipeline.compile_module), less TVM's
+    StorageRewrite: it would drop the buffers' stack annotations (_on_stack)."""
+    ctx = tvm.transform.PassContext.current()
+    with tvm.transform.PassContext(opt_level=ctx.opt_level, required_pass=list(ctx.required_pass),
+                                   disabled_pass=list(ctx.disabled_pass), instruments=list(ctx.instruments),
+                                   config={**dict(ctx.config), "tirx.disable_storage_rewrite": True}):
+        return pipeline.compile_module(mod, target)
+
+
+def _on_stack(body: tirx.Stmt) -> tirx.Stmt:
+    """The program's buffers on the stack, first come first served up to STACK_BYTES: TVM takes
+    every other local buffer from its workspace pool, a call to allocate and one to free per buffer
+    and program (vector add's 1024-element programs ran at half speed)."""
+    left = [STACK_BYTES]
+
+    def place(alloc: tirx.AllocBuffer) -> tirx.AllocBuffer:
+        buf = alloc.buffer
+        size = functools.reduce(lambda a, b: a * b, (int(d) for d in buf.ty.shape), 1)
+        size *= max(1, tvm.DataType(str(buf.ty.dtype)).bits // 8)
+        if "disable_lower_builtin" in alloc.annotations or size > left[0] or _retyped(buf):
+            return alloc
+        left[0] -= size
+        return tirx.AllocBuffer(buf, annotations={**dict(alloc.annotations), **ON_STACK})
+    return tvm_ffi.structural_map(body, [(tirx.AllocBuffer, place)])
+
+
+def _offsets(seq: tirx.SeqStmt) -> tirx.Stmt:
+    """A block that a program fills once from values that never change and then only moves by a
+    step the same for every element (a pointer block advanced in a loop: `a_ptrs += BLOCK_K *
+    stride_ak`), as the fill's expression plus one scalar offset: each load then indexes memory by
+    that expression, contiguous where it is linear with a unit stride (a vector load, not a gather
+    through a buffer of pointers)."""
+    stmts = list(seq.seq)
+    for alloc in [s for s in stmts if isinstance(s, tirx.AllocBuffer)]:
+        stmts = _as_offset(stmts, alloc) or stmts
+    unchanged = len(stmts) == len(seq.seq) and all(a.same_as(b) for a, b in zip(stmts, seq.seq))
+    return seq if unchanged else nests.seq(stmts)
+
+
+def _as_offset(stmts: list, alloc: tirx.AllocBuffer):
+    """`stmts` with `alloc`'s block an expression plus an offset (_offsets), or None where it is not
+    one: another kind of store to it, a fill that reads memory or is not its first access."""
+    buf = alloc.buffer
+    touching = [i for i, s in enumerate(stmts) if not isinstance(s, tirx.AllocBuffer) and buf in _accesses(s)]
+    if not touching or not _elementwise(stmts[touching[0]]):
+        return None
+    loops = nests.nest(stmts[touching[0]])
+    fill = loops[-1].body
+    if not isinstance(fill, tirx.BufferStore) or not fill.buffer.same_as(buf) or _accesses(tirx.Evaluate(fill.value)) \
+            or not _same(list(fill.indices), [loop.loop_var for loop in loops]):
+        return None
+    offset = tirx.decl_buffer((1,), str(buf.ty.dtype), f"{buf.name}_offset", scope="local")
+
+    def step(loop: tirx.For):
+        if BLOCK not in loop.annotations or not _elementwise(loop):
+            return loop
+        nest = nests.nest(loop)
+        store = nest[-1].body
+        if not isinstance(store, tirx.BufferStore) or not store.buffer.same_as(buf) or \
+                not isinstance(store.value, tirx.Add) or not isinstance(store.value.a, tvm.ir.TensorLoad) or \
+                not store.value.a.source.same_as(buf):
+            return loop
+        index = [l.loop_var for l in nest]
+        moved = store.value.b
+        if not _same(list(store.indices), index) or not _same(list(store.value.a.indices), index) or \
+                _accesses(tirx.Evaluate(moved)) or any(_uses(moved, v) for v in index):
+            return loop
+        return tirx.BufferStore(offset, offset[0] + moved, [nests.int_imm(0)])
+
+    # recomputed where that makes the load contiguous, else (a modulo, a gather) read from the block
+    unit = _unit_stride(fill.value, loops[-1].loop_var)
+    kept = []
+
+    def read(e):
+        if not e.source.same_as(buf):
+            return e
+        if not unit:
+            kept.append(e)
+            return e + offset[0]
+        value = fill.value
+        for loop, i in zip(loops, e.indices):
+            value = nests.substitute(value, loop.loop_var, i)
+        return value + offset[0]
+    rest = [tvm_ffi.structural_map(s, [(tirx.For, step)]) for s in stmts[touching[0] + 1:]]
+    if any(w for s in rest for w, _ in _accesses(s).get(buf, [])):
+        return None   # written otherwise
+    rest = [tvm_ffi.structural_map(s, [(tvm.ir.TensorLoad, read)]) for s in rest]
+    zero = tirx.BufferStore(offset, tirx.const(0, str(buf.ty.dtype)), [nests.int_imm(0)])
+    head = [s for s in stmts[:touching[0]] if kept or not s.same_as(alloc)]
+    return [tirx.AllocBuffer(offset)] + head + ([stmts[touching[0]]] if kept else []) + [zero] + rest
+
+
+def _unit_stride(expr, var) -> bool:
+    """Whether `expr` is linear in `var` with coefficient 1: consecutive elements (integer casts, the
+    int32 index widened to an int64 offset, seen through)."""
+    expr = tvm_ffi.structural_map(expr, [(tirx.Cast, lambda c: c.value if "int" in str(c.ty.dtype) and
+                                          "int" in str(c.value.ty.dtype) else c)])
+    linear = detect_linear_equation(expr, [var])
+    return bool(linear) and isinstance(linear[0], tirx.IntImm) and int(linear[0]) == 1
+
+
+def _retyped(buf) -> bool:
+    """Whether TVM's legalisation stores `buf`'s type as another (bfloat16, float8): it rebuilds such
+    buffers without their annotations, and retypes values but not the variables bound to them."""
+    return str(buf.ty.dtype).startswith(("bfloat", "float8", "float4"))
+
+
+def _fuse(seq: tirx.SeqStmt) -> tirx.Stmt:
+    """Adjacent element-wise nests over one shape as one nest, each element computed start to end
+    (a load's value no longer stored to a buffer and read back: a value of its own, _scalarised)."""
+    out = []
+    for stmt in seq.seq:
+        j = len(out) - 1
+        while j >= 0 and isinstance(out[j], tirx.AllocBuffer):
+            j -= 1
+        fused = _fused_pair(out[j], stmt) if j >= 0 and _elementwise(out[j]) and _elementwise(stmt) else None
+        if fused is None:
+            out.append(stmt)
+        else:   # a buffer declared between them now ahead of both: the fused nest may fill and read it
+            out[j:] = out[j + 1:] + [fused]
+    if len(out) == len(seq.seq):
+        return seq
+    return nests.seq(_scalarised(out))
+
+
+def _scalarised(stmts: list) -> list:
+    """`stmts`, where a buffer that one nest alone fills and reads, each element only at its own, is
+    a value per element (a Bind: in a register, not stored and loaded back)."""
+    for alloc in [s for s in stmts if isinstance(s, tirx.AllocBuffer)]:
+        users = [i for i, stmt in enumerate(stmts) if not isinstance(stmt, tirx.AllocBuffer) and
+                 alloc.buffer in _accesses(stmt)]
+        value = _as_value(stmts[users[0]], alloc.buffer) if len(users) == 1 else None
+        if value is not None:
+            stmts[users[0]] = value
+            stmts = [s for s in stmts if not s.same_as(alloc)]
+    return stmts
+
+
+def _as_value(nest, buf):
+    """The element-wise `nest` with `buf` a value, where its first access is the one store to it, at
+    the nest's own element, and every read is at that element; else None."""
+    if not _elementwise(nest) or _retyped(buf):
+        return None
+    loops = nests.nest(nest)
+    index = [loop.loop_var for loop in loops]
+    body = _flat(loops[-1].body)
+    touching = [j for j, stmt in enumerate(body) if buf in _accesses(stmt)]
+    store = body[touching[0]]
+    if not isinstance(store, tirx.BufferStore) or not store.buffer.same_as(buf) or \
+            any(b.same_as(buf) or _retyped(b) for b in _accesses(tirx.Evaluate(store.value))) or \
+            any(c.op.name != "prim.if_then_else" for c in _calls(tirx.Evaluate(store.value), "")):
+        # TVM's legalisation misses a retyped buffer read in a bound value, and a math call's
+        # expansion (fast_math: a Let of its own) would be bound twice where TVM inlines the value
+        return None
+    later = [a for stmt in body[touching[0] + 1:] for a in _accesses(stmt).get(buf, [])]
+    if not _same(list(store.indices), index) or any(write or not _same(where, index) for write, where in later):
+        return None
+    value = tirx.Var(buf.name, store.value.ty)
+    rest = tvm_ffi.structural_map(nests.seq(body[touching[0] + 1:]), [(
+        tvm.ir.TensorLoad, lambda e: value if e.source.same_as(buf) else e)]) if touching[0] + 1 < len(body) else None
+    new = nests.seq(body[:touching[0]] + [tirx.Bind(value, store.value)] + (_flat(rest) if rest is not None else []))
+    for loop in reversed(loops):
+        new = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, new, annotations=loop.annotations)
+    return new
+
+
+def _elementwise(stmt) -> bool:
+    """Whether `stmt` is a block nest of independent elements: constant extents, one body, no
+    reduction, no atomics, no loop inside."""
+    if not isinstance(stmt, tirx.For) or BLOCK not in stmt.annotations or ATOMIC in stmt.annotations:
+        return False
+    nest = nests.nest(stmt)
+    return all(isinstance(loop.extent, tirx.IntImm) for loop in nest) and \
+        not any(isinstance(s, tirx.For) for s in nests.walk(nest[-1].body))
+
+
+def _fused_pair(a: tirx.For, b: tirx.For):
+    """Nests `a` then `b` as one nest (a's loops, then b's body after a's), or None where an element
+    of one reads what the other writes at another element (or may: a memory write in one and any
+    access of that memory in the other, as the index may repeat)."""
+    outer, inner = nests.nest(a), nests.nest(b)
+    if [int(x.extent) for x in outer] != [int(y.extent) for y in inner]:
+        return None
+    body = inner[-1].body
+    for x, y in zip(outer, inner):
+        body = nests.substitute(body, y.loop_var, x.loop_var)
+    index = [loop.loop_var for loop in outer]
+    first, then = _accesses(outer[-1].body), _accesses(body)
+    for buf in first.keys() & then.keys():
+        every = first[buf] + then[buf]
+        if not any(write for write, _ in every):
+            continue
+        if buf.scope() != "local" or not all(_same(where, index) for _, where in every):
+            return None
+    new = nests.seq(_flat(outer[-1].body) + _flat(body))
+    for loop in reversed(outer):
+        new = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, new, annotations=loop.annotations)
+    return new
+
+
+def _accesses(stmt) -> dict:
+    """Each buffer `stmt` reads or writes: [(is a write, index)]."""
+    found: dict = {}
+    tvm_ffi.structural_walk(stmt, (tvm.ir.TensorLoad, lambda e: found.setdefault(e.source, []).append(
+        (False, list(e.indices)))))
+    for s in nests.walk(stmt):
+        if isinstance(s, tirx.BufferStore):
+            found.setdefault(s.buffer, []).append((True, list(s.indices)))
+    return found
+
+
+def _same(index: list, loop_vars: list) -> bool:
+    return len(index) == len(loop_vars) and all(isinstance(i, tvm.ir.Var) and i.same_as(v)
+                                                for i, v in zip(index, loop_vars))
+
+
+def _flat(stmt) -> list:
+    return list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
 
 
 def _cpu_loop(loop: tirx.For, kind: tirx.ForKind) -> tirx.Stmt:
@@ -58,6 +299,9 @@ def _vectorised(outer: tirx.For) -> tirx.Stmt:
         return outer
     elif reduction is not None:
         inits = list(body.seq[:-1]) if isinstance(body, tirx.SeqStmt) else []
+        blocked = _row_blocked(nest[0], inits, reduction, inner) if len(nest) == 2 else None
+        if blocked is not None:
+            return blocked
         steps = tirx.For(reduction.loop_var, reduction.min, reduction.extent, reduction.kind,
                          _vector_loop(inner.loop_var, inner.extent.value, reduction.body),
                          annotations=reduction.annotations)
@@ -70,8 +314,32 @@ def _vectorised(outer: tirx.For) -> tirx.Stmt:
     return new
 
 
+def _row_blocked(row: tirx.For, inits: list, reduction: tirx.For, inner: tirx.For):
+    """A rank-2 reduction nest with ROWS rows inside each step of its reduced loop (its results are
+    independent, so any order is theirs): a step updates ROWS vectors of results, which stay in
+    registers across the loop, and reads the other operand's vector once for all of them (a matrix
+    product's inner kernel; a row at a time, each step loaded and stored the results). None where
+    the rows do not divide."""
+    if not isinstance(row.extent, tirx.IntImm) or int(row.extent) % ROWS or int(row.extent) < ROWS:
+        return None
+    dtype = row.loop_var.ty.dtype
+    outer = tirx.Var(f"{row.loop_var.name}_rows", dtype)
+
+    def each_row(stmt, kind):
+        within = tirx.Var(f"{row.loop_var.name}_row", dtype)
+        at = nests.substitute(stmt, row.loop_var, outer * ROWS + within)
+        return tirx.For(within, nests.int_imm(0), nests.int_imm(ROWS), kind,
+                        _vector_loop(inner.loop_var, int(inner.extent), at))
+    steps = tirx.For(reduction.loop_var, reduction.min, reduction.extent, reduction.kind,
+                     each_row(reduction.body, tirx.ForKind.UNROLLED), annotations=reduction.annotations)
+    body = nests.seq(([each_row(nests.seq(inits), tirx.ForKind.SERIAL)] if inits else []) + [steps])
+    return tirx.For(outer, nests.int_imm(0), nests.int_imm(int(row.extent) // ROWS), tirx.ForKind.SERIAL, body,
+                    annotations=row.annotations)
+
+
 def _vector_loop(var, extent: int, body: tirx.Stmt) -> tirx.Stmt:
     """`body` for var in range(extent), vectorised (in vectors of LANES when longer), with fresh loop vars."""
+    body = _by_reciprocal(body, var)
     lane = tirx.Var(f"{var.name}_lane", var.ty.dtype)
     if extent <= LANES or extent % LANES:
         return _masked_vector(lane, extent, nests.substitute(body, var, lane))
@@ -80,11 +348,22 @@ def _vector_loop(var, extent: int, body: tirx.Stmt) -> tirx.Stmt:
                     _masked_vector(lane, LANES, nests.substitute(body, var, chunk * LANES + lane)))
 
 
+def _by_reciprocal(body: tirx.Stmt, var) -> tirx.Stmt:
+    """Floating-point divisions by a value the same for every element (softmax's sum) as products
+    with its reciprocal, computed once: a vector division takes a multiply's time ten times over.
+    Triton's own `/` on float32 is approximate too (div.full.f32, 2 ulp)."""
+    def divide(e):
+        if "float" not in str(e.ty.dtype) or _uses(e.b, var):
+            return e
+        return e.a * (tirx.const(1, str(e.ty.dtype)) / e.b)
+    return tvm_ffi.structural_map(body, [(tirx.Div, divide)])
+
+
 def _masked_vector(lane, extent: int, body: tirx.Stmt) -> tirx.Stmt:
     """A vectorised loop over `lane`. Where its masks (a store's `if`, a load's if_then_else) depend
-    on the lane, TVM would run the vector one lane at a time: instead the masks are computed first,
-    and where every lane's hold (a block's inside, away from its ragged edge), the vector runs
-    without them; elsewhere lane by lane."""
+    on the lane, TVM would run the vector one lane at a time: instead, where every lane's masks hold
+    (a block's inside, away from its ragged edge), the vector runs without them; where none holds
+    (past the edge), with each mask false; elsewhere lane by lane."""
     masks = []
 
     def collect(cond):
@@ -95,26 +374,73 @@ def _masked_vector(lane, extent: int, body: tirx.Stmt) -> tirx.Stmt:
             collect(stmt.condition)
     for call in _calls(body, "prim.if_then_else"):
         collect(call.args[0])
-    vector = tirx.For(lane, nests.int_imm(0), nests.int_imm(extent), tirx.ForKind.VECTORIZED, body)
+
+    def vectorised(kind, stmt):   # each copy of the body binds values of its own (TIR's are SSA)
+        return tirx.For(lane, nests.int_imm(0), nests.int_imm(extent), kind, _fresh_binds(stmt))
     if not masks:
-        return vector
+        return vectorised(tirx.ForKind.VECTORIZED, body)
+    ends = [_at_ends(m, lane, extent) for m in masks]
+    lane_by_lane = vectorised(tirx.ForKind.SERIAL, body)
+    if all(e is not None for e in ends):
+        every = functools.reduce(tirx.And, [e[0] for e in ends])
+        none = functools.reduce(tirx.And, [e[1] for e in ends])
+        return tirx.IfThenElse(every, vectorised(tirx.ForKind.VECTORIZED, _masks_as(body, masks, True)),
+                               tirx.IfThenElse(none, vectorised(tirx.ForKind.VECTORIZED,
+                                                                _masks_as(body, masks, False)), lane_by_lane))
+    # masks of other forms: each lane's computed at once (a vector), the vector runs unmasked where all hold
     held = tirx.decl_buffer((extent,), "bool", "held", scope="local")
     every = tirx.Var("every", "bool")
-    check = tirx.For(lane, nests.int_imm(0), nests.int_imm(extent), tirx.ForKind.VECTORIZED,
-                     tirx.BufferStore(held, functools.reduce(tirx.And, masks), [lane]))
+    check = vectorised(tirx.ForKind.VECTORIZED, tirx.BufferStore(held, functools.reduce(tirx.And, masks), [lane]))
     all_held = functools.reduce(tirx.And, [held[i] for i in range(extent)])
+    return nests.seq([tirx.AllocBuffer(held, annotations=ON_STACK), check, tirx.Bind(every, all_held), tirx.IfThenElse(
+        every, vectorised(tirx.ForKind.VECTORIZED, _masks_as(body, masks, True)), lane_by_lane)])
 
-    def unmasked_if(stmt):
-        return stmt.then_case if any(tvm_ffi.structural_equal(stmt.condition, m) for m in masks) else stmt
 
-    def unmasked_call(call):
-        if call.op.name == "prim.if_then_else" and any(tvm_ffi.structural_equal(call.args[0], m) for m in masks):
-            return call.args[1]
-        return call
-    fast = tvm_ffi.structural_map(body, [(tirx.IfThenElse, unmasked_if), (tvm.ir.Call, unmasked_call)])
-    return nests.seq([tirx.AllocBuffer(held), check, tirx.Bind(every, all_held), tirx.IfThenElse(
-        every, tirx.For(lane, nests.int_imm(0), nests.int_imm(extent), tirx.ForKind.VECTORIZED, fast),
-        tirx.For(lane, nests.int_imm(0), nests.int_imm(extent), tirx.ForKind.SERIAL, body))])
+def _fresh_binds(stmt: tirx.Stmt) -> tirx.Stmt:
+    """`stmt` with a new variable for each value it binds."""
+    bound = {s.var: tirx.Var(s.var.name, s.var.ty) for s in nests.walk(stmt) if isinstance(s, tirx.Bind)}
+    if not bound:
+        return stmt
+    return tvm_ffi.structural_map(stmt, [(tvm.ir.Var, lambda v: bound.get(v, v)),
+                                         (tirx.Bind, lambda b: tirx.Bind(bound.get(b.var, b.var), b.value))])
+
+
+def _at_ends(cond, lane, extent: int):
+    """(holds in every lane, fails in every lane) as scalar conditions, or None. A comparison of
+    values linear in the lane changes truth at most once along the lanes (a line is monotone), so
+    the first and last lanes decide; a conjunction holds where each part holds, fails where any part
+    fails everywhere. Other forms (a modulo, a gathered index): None."""
+    if not _uses(cond, lane):
+        return cond, tirx.Not(cond)
+    if isinstance(cond, tirx.And):
+        a, b = _at_ends(cond.a, lane, extent), _at_ends(cond.b, lane, extent)
+        return None if a is None or b is None else (tirx.And(a[0], b[0]), tirx.Or(a[1], b[1]))
+    if not isinstance(cond, (tirx.LT, tirx.LE, tirx.GT, tirx.GE)) or "int" not in str(cond.a.ty.dtype) or \
+            not detect_linear_equation(cond.a - cond.b, [lane]):
+        return None
+    first, last = nests.substitute(cond, lane, nests.int_imm(0, lane.ty.dtype)), \
+        nests.substitute(cond, lane, nests.int_imm(extent - 1, lane.ty.dtype))
+    return tirx.And(first, last), tirx.And(tirx.Not(first), tirx.Not(last))
+
+
+def _masks_as(body: tirx.Stmt, masks: list, value: bool) -> tirx.Stmt:
+    """`body` with each of `masks` known to be `value`: a load's if_then_else its value or its
+    `other`, a store's `if` its branch, a select its side."""
+    def known(cond):
+        return any(tvm_ffi.structural_equal(cond, m) for m in masks)
+
+    def branch(stmt):
+        if not known(stmt.condition):
+            return stmt
+        taken = stmt.then_case if value else stmt.else_case
+        return taken if taken is not None else tirx.Evaluate(nests.int_imm(0))
+
+    def call(c):
+        return (c.args[1] if value else c.args[2]) if c.op.name == "prim.if_then_else" and known(c.args[0]) else c
+
+    def select(e):   # a `where` on a mask's condition (layer norm's) is decided too
+        return (e.true_value if value else e.false_value) if known(e.condition) else e
+    return tvm_ffi.structural_map(body, [(tirx.IfThenElse, branch), (tvm.ir.Call, call), (tirx.Select, select)])
 
 
 def _uses(expr, var) -> bool:
@@ -124,8 +450,9 @@ def _uses(expr, var) -> bool:
 
 
 def _calls(stmt, name: str) -> list:
+    """The calls of op `name` in `stmt` (every call: "")."""
     found = []
-    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.append(c) if c.op.name == name else None))
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.append(c) if c.op.name == name or not name else None))
     return found
 
 

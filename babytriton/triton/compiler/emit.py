@@ -3,12 +3,14 @@ finds it), buffers that hold materialised values, reductions and `dot` as reduct
 
 Annotations the schedule reads: "triton.program" (the loop over one grid axis), "triton.block" on the
 outermost loop of a nest over a block's shape (its value: the rank), "triton.reduce" on the loop over
-a reduced axis (inside the nest over the result's shape)."""
+a reduced axis (inside the nest over the result's shape), "triton.mma" also on a dot's reduced loop whose
+operands and result tensor cores take (its operands then plain shared buffers; gpu.py/mma.py)."""
 from __future__ import annotations
 
 import contextlib
 import itertools
 
+import tvm
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
@@ -17,6 +19,8 @@ from ..language import core
 from .values import Block, cast, const
 
 BLOCK, REDUCE, PROGRAM, ATOMIC = "triton.block", "triton.reduce", "triton.program", "triton.atomic"
+MMA = "triton.mma"
+MMA_INPUTS = ("float16", "bfloat16")   # operand types of mma.sync m16n8k16 with an fp32 accumulator
 
 
 class Emitter:
@@ -108,26 +112,29 @@ class Emitter:
     def dot(self, a: Block, b: Block, acc: Block | None, dtype: core.dtype, compute: core.dtype, into=None) -> Block:
         """The M x N product of `a` (M x K) and `b` (K x N), in `compute`, added to `acc`; `into`: acc's
         own buffer, to accumulate in place."""
-        a = a if a.buffer is not None else self.materialise(a, "dot_a")
-        b = b if b.buffer is not None else self.materialise(b, "dot_b")
+        # on a GPU, operands that tensor cores can take are read from their own buffers (by ldmatrix)
+        mma = self.gpu and a.dtype == b.dtype and a.dtype.tvm in MMA_INPUTS and dtype.tvm == compute.tvm == "float32"
+        a = a if a.buffer is not None and (not mma or _plain(a)) else self.materialise(a, "dot_a")
+        b = b if b.buffer is not None and (not mma or _plain(b)) else self.materialise(b, "dot_b")
         (m, k), n = a.shape, b.shape[1]
         buf = into if into is not None else self.alloc((m, n), dtype, "acc")
         start = (lambda index: cast(acc.element(index), dtype)) if acc is not None else const(0, dtype)
         inits = () if into is not None else (start,)
         self._reduction((m, n), (buf,), inits, lambda index, r: [element(buf, index) + cast(
-            cast(a.at((index[0], r)), compute) * cast(b.at((r, index[1])), compute), dtype)], k, None)
+            cast(a.at((index[0], r)), compute) * cast(b.at((r, index[1])), compute), dtype)], k, None,
+                        {MMA: 1} if mma else None)
         return reading(buf, Block(dtype, (m, n), None))
 
-    def _reduction(self, out_shape, bufs: tuple, inits: tuple, step, extent: int, reducer) -> None:
+    def _reduction(self, out_shape, bufs: tuple, inits: tuple, step, extent: int, reducer, notes=None) -> None:
         """The nest: over the result's shape, set `inits`, then a loop over the reduced axis, annotated
-        with the `reducer` (tirx.CommReducer) that combines partial results (None: none may be)."""
+        with the `reducer` (tirx.CommReducer) that combines partial results (None: none may be) and `notes`."""
         # a scalar result is a one-element nest (on a GPU, its threads each reduce a part, then together)
         with self.block_loop(out_shape or (1,), "o") as index:
             index = index if out_shape else ()
             where = list(index) or [0]
             for buf, init in zip(bufs, inits):
                 T.buffer_store(buf, init(index) if callable(init) else init, where)
-            with T.serial(0, extent, annotations={REDUCE: reducer if reducer is not None else 0}) as r:
+            with T.serial(0, extent, annotations={REDUCE: reducer if reducer is not None else 0, **(notes or {})}) as r:
                 self.ib.name("r", r)
                 for buf, value in zip(bufs, step(index, r)):
                     T.buffer_store(buf, value, where)
@@ -141,6 +148,15 @@ def element(buf, index: tuple):
 def reading(buf, like: Block) -> Block:
     """A block that reads `buf` (shaped as `like`, a pointer block's offsets for a pointer)."""
     return Block(like.dtype, like.shape, lambda index: element(buf, index), like.base, buf)
+
+
+def _plain(block: Block) -> bool:
+    """Whether `block` reads its buffer, of its own shape, at its own index (not a view of it)."""
+    index = tuple(tirx.Var(f"i{axis}", "int32") for axis in range(len(block.shape)))
+    expr = block.at(index)
+    return isinstance(expr, tvm.ir.TensorLoad) and expr.source.same_as(block.buffer) and \
+        [int(d) for d in block.buffer.ty.shape] == list(block.shape) and \
+        all(i.same_as(j) for i, j in zip(expr.indices, index))
 
 
 def _storage(dtype: core.dtype) -> str:

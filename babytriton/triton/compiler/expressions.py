@@ -200,6 +200,9 @@ class ExpressionCompiler(ast.NodeVisitor):
         if not _unhashable(fn) and fn in _PYTHON:
             if _PYTHON[fn] and any(isinstance(a, Block) for a in args):
                 return self.call_builtin(getattr(core, _PYTHON[fn]), node, args, kwargs)
+            if fn is py.print and any(isinstance(a, Block) for a in (*args, *kwargs.values())):
+                raise self.error(node, "print() of block values runs in interpret mode (BABYTRITON_INTERPRET=1): "
+                                       "the compiler prints only constexprs, while compiling")
             if any(isinstance(a, Block) for a in (*args, *kwargs.values())):
                 raise self.error(node, f"{fn.__name__}() takes constexprs in a kernel, not block values")
             return fn(*args, **kwargs)

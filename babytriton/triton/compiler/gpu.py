@@ -4,7 +4,10 @@ over them (element `it * threads + tx`); in a dot, each step of the reduced loop
 thread's elements; a reduction to a scalar ends in TVM's thread all-reduce (warp shuffles); a value
 each thread reads and writes only at its own elements lives in its registers, the rest in shared
 memory (dynamic shared memory past 48 KB); a write to memory outside any nest (a scalar store) is
-made by thread 0 alone."""
+made by thread 0 alone. A float16/bfloat16 dot runs on tensor cores (mma.py) where its tile allows:
+its accumulator's registers, and those of every nest that shares them, are then spread in the
+instruction's fragment layout instead of `it * threads + tx`, and copied to shared memory only before
+a nest that reads them across threads."""
 from __future__ import annotations
 
 import contextlib
@@ -18,27 +21,84 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import loops as nests
+from . import mma
 from .emit import BLOCK, PROGRAM, REDUCE
 
 MAX_UNROLL = 128            # a nest of at most this many rounds per thread is unrolled
 STATIC_SHARED = 48 * 1024   # the most static shared memory a CUDA kernel may have
 
 
-def schedule(func: tirx.PrimFunc, num_warps: int) -> tirx.PrimFunc:
-    """`func` for thread blocks of num_warps * 32 threads."""
+def schedule(func: tirx.PrimFunc, num_warps: int, tensor_cores: bool = True) -> tirx.PrimFunc:
+    """`func` for thread blocks of num_warps * 32 threads; `tensor_cores`: the target has mma.sync
+    m16n8k16 (sm_80 on), for the dots emit.py marked."""
     params = [p for p in func.params if hasattr(p.ty, "storage_scope")]   # the tensors' buffers
     threads = num_warps * 32
-    body = _Gpu(threads, params, _own_element_buffers(func.body, threads)).stmt(func.body)
-    return func.with_body(_dynamic_shared_if_large(body))
+    body = func.body
+    if tensor_cores:
+        body = _padded_operands(body, threads)
+    dots = _tensor_core_dots(body, threads) if tensor_cores else {}
+    local, mirrored = _own_element_buffers(body, threads, {d.c for d, _ in dots.values()})
+    layouts, family = _mma_layouts(body, local, dots)
+    gpu = _Gpu(threads, params, local, dots, layouts, {b: family[b] for b in mirrored})
+    return func.with_body(_dynamic_shared_if_large(gpu.stmt(body)))
+
+
+def _tensor_core_dots(body: tirx.Stmt, threads: int) -> dict:
+    """The dot nests tensor cores make: outermost loop -> (mma.Dot, its mma.Layout)."""
+    found = {}
+    for s in nests.walk(body):
+        if isinstance(s, tirx.For) and BLOCK in s.annotations:
+            d = mma.dot(nests.nest(s))
+            lay = d and mma.usable(d, threads)
+            if lay is not None:
+                found[s] = (d, lay)
+    return found
+
+
+def _padded_operands(body: tirx.Stmt, threads: int) -> tirx.Stmt:
+    """The shared operands of tensor-core dots with padded rows (mma.PAD), for ldmatrix."""
+    operands = {b for d, _ in _tensor_core_dots(body, threads).values() for b in (d.a, d.b)}
+    pads = {b: mma.padded(b) for b in operands}
+    return tvm_ffi.structural_map(body, [(tvm.ir.Var, lambda v: pads.get(v, v))]) if pads else body
+
+
+def _mma_layouts(body: tirx.Stmt, local: dict, dots: dict) -> dict:
+    """The block nests that run in a tensor-core dot's layout: those reading or writing a register
+    buffer that such a nest does, from the dots' accumulators on (a register buffer is touched only
+    at each thread's own elements, so all the nests touching it must agree on whose they are).
+    Nest (its outermost loop) -> mma.Layout, and buffer -> mma.Layout; other nests keep the linear one."""
+    touched = {}
+    for s in nests.walk(body):
+        if isinstance(s, tirx.For) and BLOCK in s.annotations:
+            own = [loop.loop_var for loop in nests.nest(s)]
+            touched[s] = {b for b, indices in _all_accesses(s) if b in local and _same(indices, own)}
+    family = {d.c: lay for d, lay in dots.values() if d.c in local}
+    grown = True
+    while grown:
+        grown = False
+        for bufs in touched.values():
+            lay = next((family[b] for b in bufs if b in family), None)
+            if lay is not None and not bufs <= family.keys():
+                family.update({b: lay for b in bufs})
+                grown = True
+    return {s: next(family[b] for b in bufs if b in family) for s, bufs in touched.items()
+            if any(b in family for b in bufs)}, family
+
+
+def _same(indices, loop_vars) -> bool:
+    return len(indices) == len(loop_vars) and all(i.same_as(v) for i, v in zip(indices, loop_vars))
 
 
 class _Gpu:
     """Rewrites a block program's statements for a thread block of `threads` threads."""
 
-    def __init__(self, threads: int, params: list, local: dict):
+    def __init__(self, threads: int, params: list, local: dict, dots: dict, layouts: dict, mirrored: dict):
         self.threads = threads
         self.params = params
         self.local = local     # shared buffer -> the registers holding each thread's own elements
+        self.dots = dots       # tensor-core dots: nest -> (mma.Dot, mma.Layout)
+        self.layouts = layouts   # the nests whose elements are spread in an mma.Layout: nest -> the layout
+        self.mirrored = mirrored   # register buffers also copied to shared memory for nests reading across threads
         self.tx = tirx.Var("tx", "int32")
         self.inside = False    # inside a block nest: each thread writes its own elements
 
@@ -51,7 +111,8 @@ class _Gpu:
             return tirx.IfThenElse(s.condition, self.stmt(s.then_case),
                                    None if s.else_case is None else self.stmt(s.else_case))
         if isinstance(s, tirx.AllocBuffer) and s.buffer in self.local:
-            return tirx.AllocBuffer(self.local[s.buffer])
+            own = tirx.AllocBuffer(self.local[s.buffer])
+            return nests.seq([own, s]) if s.buffer in self.mirrored else own
         if not self.inside and (isinstance(s, tirx.Evaluate) or isinstance(s, tirx.BufferStore) and any(
                 s.buffer.same_as(p) for p in self.params)):
             return tirx.IfThenElse(tirx.EQ(self.tx, 0), s, None)   # one write per program, not one per thread
@@ -79,7 +140,15 @@ class _Gpu:
         """A block nest's elements over the threads: thread tx computes elements tx, tx + threads, ...
         In a reduction nest (a dot), each step of the reduced loop runs over all the thread's elements
         (the step's shared operand is read once for them all, its results stay in registers)."""
+        own = [loop.loop_var for loop in nests.nest(outer)]
+        copies = [self.mirror(b) for b in self.mirrored
+                  if any(buf.same_as(b) and not _same(indices, own) for buf, indices in _all_accesses(outer))]
+        return nests.seq([*copies, self.spread_nest(outer)])
+
+    def spread_nest(self, outer: tirx.For) -> tirx.Stmt:
         nest = nests.nest(outer)
+        if outer in self.dots:
+            return self.tensor_core_dot(*self.dots[outer])
         body = nest[-1].body
         total = functools.reduce(operator.mul, [loop.extent.value for loop in nest], 1)
         if total == 1 and nests.reduction_loop(body) is not None:
@@ -93,44 +162,79 @@ class _Gpu:
         return self.each_element(nest, body)
 
     def each_element(self, nest: list, body: tirx.Stmt) -> tirx.Stmt:
-        """`body` for each of the thread's elements of the nest (the nest's loop vars bound to each)."""
+        """`body` for each of the thread's elements of the nest (the nest's loop vars bound to each): elements
+        tx, tx + threads, ..., or those of its mma.Layout for a nest sharing registers with a tensor-core dot."""
         extents = [loop.extent.value for loop in nest]
         total = functools.reduce(operator.mul, extents, 1)
-        rounds = -(-total // self.threads)
+        lay = self.layouts.get(nest[0])
+        rounds = lay.rounds if lay is not None else -(-total // self.threads)
         it = tirx.Var("it", "int32")
         flat = it * self.threads + self.tx if rounds > 1 else self.tx
         binds, stride = [], total
-        for loop, extent in zip(nest, extents):   # fresh vars: a nest's body may be placed twice (spread)
+        at = lay.at(it if rounds > 1 else 0, self.tx) if lay is not None else None
+        for axis, (loop, extent) in enumerate(zip(nest, extents)):   # fresh vars: a body may be placed twice
             stride //= extent
             var = tirx.Var(loop.loop_var.name, loop.loop_var.ty.dtype)
             body = nests.substitute(body, loop.loop_var, var)
-            binds.append(tirx.Bind(var, tirx.floormod(tirx.floordiv(flat, stride), extent)))
+            index = at[axis] if at is not None else tirx.floormod(tirx.floordiv(flat, stride), extent)
+            binds.append(tirx.Bind(var, index))
         self.inside = True
         try:
-            body = nests.seq([*binds, self.own_elements(self.stmt(body), it if rounds > 1 else 0)])
+            own = [bind.var for bind in binds]
+            body = nests.seq([*binds, self.own_elements(self.stmt(body), it if rounds > 1 else 0, own)])
         finally:
             self.inside = False
-        if total % self.threads:
+        if lay is None and total % self.threads:
             body = tirx.IfThenElse(flat < total, body, None)
         if rounds > 1:   # unrolled: a thread's own elements are then registers, not local memory
             kind = tirx.ForKind.UNROLLED if rounds <= MAX_UNROLL else tirx.ForKind.SERIAL
             body = tirx.For(it, nests.int_imm(0), nests.int_imm(rounds), kind, body)
         return body
 
-    def own_elements(self, body: tirx.Stmt, slot) -> tirx.Stmt:
-        """Reads and writes of a buffer each thread keeps its own elements of, as its register `slot`."""
+    def own_elements(self, body: tirx.Stmt, slot, own: list) -> tirx.Stmt:
+        """Reads and writes of a buffer each thread keeps its own elements of, as its register `slot`
+        (those at its own index `own`, for a buffer also mirrored in shared memory)."""
         if not self.local:
             return body
 
+        def registers(buf, indices):
+            new = self.local.get(buf)
+            return None if new is None or buf in self.mirrored and not _same(indices, own) else new
+
         def load(expr):
-            new = self.local.get(expr.source)
+            new = registers(expr.source, expr.indices)
             return new[slot] if new is not None else expr
 
         def store(stmt):
-            new = self.local.get(stmt.buffer)
+            new = registers(stmt.buffer, stmt.indices)
             return tirx.BufferStore(new, stmt.value, [nests.int_imm(slot) if isinstance(slot, int) else slot]) \
                 if new is not None else stmt
         return tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
+
+    def tensor_core_dot(self, d, lay) -> tirx.Stmt:
+        """A dot nest on tensor cores (mma.py): its inits as any nest, then the product into the
+        accumulator's registers, or, for an accumulator in shared memory, into registers loaded from
+        it and stored back."""
+        parts = [self.each_element(d.nest, nests.seq(d.inits))] if d.inits else []
+        acc = self.local.get(d.c)
+        with IRBuilder() as ib:
+            with T.serial(0, 1):   # a frame to build the statements in, unwrapped below
+                regs = acc if acc is not None else T.alloc_buffer((lay.rounds,), "float32", scope="local")
+                if acc is None:
+                    with T.unroll(0, lay.rounds) as it:
+                        T.buffer_store(regs, d.c[lay.at(it, self.tx)], [it])
+                mma.product(d, lay, self.tx, regs)
+                if acc is None:
+                    with T.unroll(0, lay.rounds) as it:
+                        T.buffer_store(d.c, regs[it], list(lay.at(it, self.tx)))
+        return nests.seq([*parts, ib.get().body])
+
+    def mirror(self, buf) -> tirx.Stmt:
+        """A register buffer's elements stored to its shared copy, for a nest that reads them across
+        the threads (each thread stores its own; TVM's thread sync then orders the nest's reads)."""
+        lay, regs, it = self.mirrored[buf], self.local[buf], tirx.Var("it", "int32")
+        store = tirx.BufferStore(buf, regs[it], list(lay.at(it, self.tx)))
+        return tirx.For(it, nests.int_imm(0), nests.int_imm(lay.rounds), tirx.ForKind.UNROLLED, store)
 
     def all_reduce(self, body: tirx.Stmt) -> tirx.Stmt:
         """A reduction to a scalar by every thread: each reduces the elements tx, tx + threads, ... into
@@ -147,7 +251,8 @@ class _Gpu:
                     with T.If(r < extent) if extent % self.threads else contextlib.nullcontext():
                         with T.Then() if extent % self.threads else contextlib.nullcontext():
                             T.Bind(r, var=loop.loop_var)
-                            T.add_to_parent(self.own_elements(loop.body, it if extent > self.threads else 0))
+                            T.add_to_parent(self.own_elements(loop.body, it if extent > self.threads else 0,
+                                                              [loop.loop_var]))
                 results = [T.alloc_buffer((1,), str(store.value.ty.dtype), scope="local") for store in stores]
                 with T.attr(loop.annotations[REDUCE], "reduce_scope",
                             tirx.reinterpret("handle", tirx.const(0, "uint64"))):
@@ -159,13 +264,15 @@ class _Gpu:
         return nests.seq([*inits, ib.get().body])
 
 
-def _own_element_buffers(body: tirx.Stmt, threads: int) -> dict:
+def _own_element_buffers(body: tirx.Stmt, threads: int, mirrorable=frozenset()) -> tuple[dict, set]:
     """The program's buffers read and written only by block nests of their own shape, each at the
     nest's own index: every thread touches only its own elements of them, which can live in its
-    registers (a local buffer of one element per round of the nest). Others stay shared."""
+    registers (a local buffer of one element per round of the nest). Others stay shared. Of the
+    `mirrorable` (tensor-core accumulators), those also read elsewhere in block nests are kept in
+    registers all the same, and mirrored: copied to shared memory before such a nest (the second set)."""
     shared = {s.buffer: s for s in nests.walk(body) if isinstance(s, tirx.AllocBuffer)
               and s.buffer.ty.storage_scope == "shared"}
-    bad = set()
+    bad, elsewhere = set(), set()
 
     def visit(stmt, nest):
         if isinstance(stmt, tirx.For) and BLOCK in stmt.annotations:
@@ -179,9 +286,10 @@ def _own_element_buffers(body: tirx.Stmt, threads: int) -> dict:
             return
         for child in nests.children(stmt):
             visit(child, nest)
-        for buf, indices in _accesses(stmt):
+        for n, (buf, indices) in enumerate(_accesses(stmt)):
             if buf in shared and not _at_own_index(buf, indices, nest):
-                bad.add(buf)
+                read = n > 0 or not isinstance(stmt, tirx.BufferStore)   # a store's own buffer comes first
+                (elsewhere if read and nest is not None and buf in mirrorable else bad).add(buf)
 
     visit(body, None)
     out = {}
@@ -189,7 +297,7 @@ def _own_element_buffers(body: tirx.Stmt, threads: int) -> dict:
         if buf not in bad:
             rounds = -(-functools.reduce(operator.mul, [int(d) for d in buf.ty.shape], 1) // threads)
             out[buf] = tirx.decl_buffer((rounds,), buf.ty.dtype, buf.name + "_own", scope="local")
-    return out
+    return out, elsewhere - bad
 
 
 def _at_own_index(buf, indices, nest) -> bool:
@@ -198,6 +306,11 @@ def _at_own_index(buf, indices, nest) -> bool:
     loop_vars, extents = nest
     return len(indices) == len(loop_vars) and all(i.same_as(v) for i, v in zip(indices, loop_vars)) and \
         all(int(a) == int(b) for a, b in zip(buf.ty.shape, extents))
+
+
+def _all_accesses(stmt) -> list:
+    """(buffer, indices) of the reads and writes in a statement and its children."""
+    return [access for s in nests.walk(stmt) for access in _accesses(s)]
 
 
 def _accesses(stmt) -> list:
@@ -223,12 +336,23 @@ def _accesses(stmt) -> list:
 
 def _dynamic_shared_if_large(body: tirx.Stmt) -> tirx.Stmt:
     """Shared buffers past the static limit (a matmul's large tiles) in dynamic shared memory, which
-    TVM merges into one allocation, reusing the space of buffers no longer live."""
+    TVM merges into one allocation, reusing the space of buffers no longer live: the largest ones, until
+    the rest fits the static limit. The small ones stay static: TVM's sync planner sees the merged
+    buffers as one, so a nest under `tx < total` (fewer elements than threads: a row sum's result)
+    reading one dynamic buffer and writing another would need a barrier inside its condition."""
     shared = [s.buffer for s in nests.walk(body) if isinstance(s, tirx.AllocBuffer)
               and s.buffer.ty.storage_scope == "shared"]
-    size = sum(functools.reduce(operator.mul, [int(d) for d in b.ty.shape], 1) * tvm.runtime.DataType(str(b.ty.dtype)).bits // 8
-               for b in shared)
-    if size <= STATIC_SHARED:
-        return body
-    dynamic = {b: tirx.decl_buffer(b.ty.shape, b.ty.dtype, b.name, scope="shared.dyn") for b in shared}
-    return tvm_ffi.structural_map(body, [(tvm.ir.Var, lambda v: dynamic.get(v, v))])
+
+    def size(b):
+        return functools.reduce(operator.mul, [int(d) for d in b.ty.shape], 1) * tvm.runtime.DataType(str(b.ty.dtype)).bits // 8
+    static, moved = sum(size(b) for b in shared), 0
+    dynamic = {}
+    for b in sorted(shared, key=size, reverse=True):
+        # a launch may pass 48 KB of shared memory in all unless it opts in, which TVM's launcher does
+        # only for 48 KB of dynamic memory or more: so static <= 48 KB, and then either everything fits
+        # 48 KB or the dynamic part is at least 48 KB (else CUDA_ERROR_INVALID_VALUE at the launch)
+        if static <= STATIC_SHARED and (moved >= STATIC_SHARED or static + moved <= STATIC_SHARED):
+            break
+        dynamic[b] = tirx.decl_buffer(b.ty.shape, b.ty.dtype, b.name, scope="shared.dyn")
+        static, moved = static - size(b), moved + size(b)
+    return tvm_ffi.structural_map(body, [(tvm.ir.Var, lambda v: dynamic.get(v, v))]) if dynamic else body

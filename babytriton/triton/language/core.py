@@ -8,6 +8,7 @@ from __future__ import annotations
 import builtins as _py
 import contextlib
 import functools
+import operator
 import threading
 
 import torch
@@ -134,6 +135,28 @@ class constexpr:
 
     def __index__(self) -> int:
         return _py.int(self.value.__index__())
+
+
+def _constexpr_operator(op, reflected: bool = False):
+    """Python's `op` on constexprs (Triton's constexpr does arithmetic too, so a global
+    `GROUP = tl.constexpr(8)` serves host code and kernels alike): constexpr in, constexpr out; a block
+    value operand gives its own result."""
+    def method(self, other=None):
+        a, b = (unwrap(other), self.value) if reflected else (self.value, unwrap(other))
+        result = op(a) if other is None and op in _UNARY else op(a, b)
+        return result if isinstance(result, tensor) else constexpr(result)
+    return method
+
+
+_UNARY = {operator.neg, operator.pos, operator.invert, operator.abs}
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "lshift", "rshift", "and", "or", "xor"):
+    _op = getattr(operator, f"{_name}_" if _name in ("and", "or") else _name)
+    setattr(constexpr, f"__{_name}__", _constexpr_operator(_op))
+    setattr(constexpr, f"__r{_name}__", _constexpr_operator(_op, reflected=True))
+for _name in ("lt", "le", "gt", "ge", "ne"):
+    setattr(constexpr, f"__{_name}__", _constexpr_operator(getattr(operator, _name)))
+for _op in _UNARY:
+    setattr(constexpr, f"__{_op.__name__}__", _constexpr_operator(_op))
 
 
 def unwrap(value):

@@ -1,0 +1,132 @@
+"""The CPU schedule's rewrites (babytriton/triton/compiler/cpu.py), each against torch where it applies
+and where it must not: masks decided per vector at both ends of a linear condition (every lane, no lane,
+lane by lane) or per lane (other conditions), adjacent element-wise nests fused (not where one writes
+memory the other reads), pointer blocks advanced by a uniform step kept as an expression plus an offset
+(not a non-uniform step), buffers on the stack; and the launch's grid forms (launcher.py)."""
+from __future__ import annotations
+
+import runpy
+import textwrap
+
+import pytest
+import torch
+
+SOURCE = textwrap.dedent('''
+    import babytriton.triton as triton
+    import babytriton.triton.language as tl
+
+    @triton.jit
+    def add(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(o_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+    @triton.jit
+    def every_third(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        keep = (offs % 3 == 0) & (offs < n)
+        tl.store(o_ptr + offs, tl.load(x_ptr + offs, mask=keep, other=-1.0) * 2, mask=offs < n)
+
+    @triton.jit
+    def shift_right(p, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(p + offs, mask=offs < n)
+        tl.store(p + offs + 1, x, mask=offs + 1 < n)
+
+    @triton.jit
+    def strided_sums(x_ptr, o_ptr, BLOCK: tl.constexpr, STEPS: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        ptrs = x_ptr + offs
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for _ in range(STEPS):
+            acc += tl.load(ptrs)
+            ptrs += offs          # a step of its own per element: stays a block of pointers
+        tl.store(o_ptr + offs, acc)
+
+    @triton.jit
+    def row_sums(x_ptr, o_ptr, n_cols, stride, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        ptrs = x_ptr + row * stride + tl.arange(0, BLOCK)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            acc += tl.load(ptrs, mask=cols < n_cols, other=0.0)
+            ptrs += BLOCK         # the same step for every element: an offset
+        tl.store(o_ptr + row, tl.sum(acc, axis=0) / n_cols)
+''')
+
+
+@pytest.fixture(scope="module")
+def k(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cpu_schedule") / "cpu_kernels.py"
+    path.write_text(SOURCE)
+    return runpy.run_path(str(path))
+
+
+@pytest.mark.parametrize("n", [1, 37, 64, 200])
+def test_masks_at_a_ragged_edge_in_each_kind_of_vector(k, n):
+    # BLOCK 64 at n=37: lanes 0-31 all held, 32-47 some, 48-63 none
+    x, y = torch.randn(n), torch.randn(n)
+    out = torch.full((n,), float("nan"))
+    k["add"][(triton_cdiv(n, 64),)](x, y, out, n, BLOCK=64)
+    assert torch.equal(out, x + y)
+    kernel = k["add"].warmup(x, y, out, n, BLOCK=64, grid=(1,))
+    schedule = kernel.stages["schedule"]
+    assert "held" not in schedule and "T.alloc_local((64,)" not in schedule   # decided at the ends, values fused
+    assert "TVMBackendAllocWorkspace" not in kernel.source   # the program's buffers are on the stack
+
+
+def test_a_mask_that_is_not_linear_is_decided_lane_by_lane(k):
+    n = 70
+    x = torch.randn(n)
+    out = torch.empty(n)
+    k["every_third"][(3,)](x, out, n, BLOCK=32)
+    want = torch.where(torch.arange(n) % 3 == 0, x, torch.tensor(-1.0)) * 2
+    assert torch.equal(out, want)
+
+
+def test_a_store_to_memory_another_element_loads_is_not_fused(k):
+    p = torch.arange(10, dtype=torch.float32)
+    k["shift_right"][(1,)](p, 10, BLOCK=16)
+    assert torch.equal(p, torch.cat([torch.zeros(1), torch.arange(9, dtype=torch.float32)]))
+
+
+def test_pointer_blocks_by_a_uniform_step_and_by_their_own(k):
+    block, steps = 16, 4
+    x = torch.randn(block * block * steps)
+    out = torch.empty(block)
+    k["strided_sums"][(1,)](x, out, BLOCK=block, STEPS=steps)
+    offs = torch.arange(block)
+    torch.testing.assert_close(out, sum(x[offs * (s + 1)] for s in range(steps)))
+    rows = torch.randn(5, 100)[:, :77]   # a row stride other than the width, a ragged last step
+    means = torch.empty(5)
+    k["row_sums"][(5,)](rows, means, 77, rows.stride(0), BLOCK=32)
+    torch.testing.assert_close(means, rows.mean(1))
+    kernel = k["row_sums"].warmup(rows, means, 77, rows.stride(0), BLOCK=32, grid=(5,))
+    assert 'alloc_local((32,), "int64"' not in kernel.stages["schedule"]   # no block of pointers
+    kernel = k["strided_sums"].warmup(x, out, BLOCK=block, STEPS=steps, grid=(1,))
+    assert 'alloc_local((16,), "int64"' in kernel.stages["schedule"]
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b
+
+
+@pytest.mark.parametrize("grid", [(2,), [2], (2, 1), (2, 1, 1), lambda meta: (triton_cdiv(meta["n"], 64),),
+                                  lambda meta: 2])
+def test_every_grid_form_launches_on_the_fast_path(k, grid):
+    x, y = torch.randn(100), torch.randn(100)
+    for _ in range(2):   # the second launch takes the fast path
+        out = torch.zeros(100)
+        k["add"][grid](x, y, out, 100, BLOCK=64)
+        assert torch.equal(out, x + y)
+
+
+def test_a_negative_grid_is_refused_on_the_fast_path_too(k):
+    x = torch.randn(8)
+    k["add"][(1,)](x, x, torch.empty(8), 8, BLOCK=64)
+    with pytest.raises(ValueError, match="negative"):
+        k["add"][(-1,)](x, x, torch.empty(8), 8, BLOCK=64)
+    out = torch.full((8,), 3.0)
+    k["add"][(0,)](x, x, out, 8, BLOCK=64)   # no programs: nothing runs
+    assert torch.equal(out, torch.full((8,), 3.0))

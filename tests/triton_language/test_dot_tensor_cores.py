@@ -1,0 +1,301 @@
+"""`tl.dot` on tensor cores (babytriton/triton/compiler/mma.py): the fragment layout, the CUDA made for
+sm_90 (mma.sync and ldmatrix for float16/bfloat16 dots, compiled by nvcc), the SIMT loop kept for the
+rest, and, on a GPU, the results against torch at ragged sizes with masks."""
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+import torch
+import tvm
+
+import babytriton.triton as triton
+import babytriton.triton.language as tl
+from babytriton.triton import compiler
+from babytriton.triton.compiler import mma
+from babytriton.triton.language import core
+
+SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+SM75 = tvm.target.Target({"kind": "cuda", "arch": "sm_75"})
+MODES = ["loop", "add", "scaled", "rowsum", "relu"]
+
+
+@triton.jit
+def dot_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        ks = k * BK + rk
+        a = tl.load(a_ptr + rm[:, None] * stride_am + ks[None, :] * stride_ak,
+                    mask=(rm[:, None] < M) & (ks[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + ks[:, None] * stride_bk + rn[None, :] * stride_bn,
+                    mask=(ks[:, None] < K) & (rn[None, :] < N), other=0.0)
+        if MODE == "add":
+            acc += tl.dot(a, b)                  # a fresh product, added
+        elif MODE == "scaled":
+            acc = tl.dot(a, b, acc * 0.5)        # the accumulator is an expression, not acc's buffer
+        else:
+            acc = tl.dot(a, b, acc)              # accumulated in place
+    if MODE == "rowsum":
+        acc = acc + tl.sum(acc, axis=1)[:, None]   # read across the warps' fragments
+    if MODE == "relu":
+        acc = tl.where(acc > 0, acc, 0.0)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def reference(a, b, block_k, mode):
+    """What dot_kernel computes, with torch in float32."""
+    a, b = a.float(), b.float()
+    if mode != "scaled":
+        c = a @ b
+    else:
+        c = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float32, device=a.device)
+        for k in range(0, a.shape[1], block_k):
+            c = c * 0.5 + a[:, k:k + block_k] @ b[k:k + block_k]
+    if mode == "rowsum":
+        c = c + c.sum(1, keepdim=True)
+    if mode == "relu":
+        c = torch.relu(c)
+    return c
+
+
+def run(a, b, out_dtype, bm, bn, bk, mode, num_warps):
+    (m, k), n = a.shape, b.shape[1]
+    c = torch.empty(m, n, dtype=out_dtype, device=a.device)
+    dot_kernel[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
+        a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        BM=bm, BN=bn, BK=bk, MODE=mode, num_warps=num_warps)
+    return c
+
+
+def cuda(dtype: torch.dtype, bm: int, bn: int, bk: int, mode: str, num_warps: int, target=SM90) -> str:
+    """dot_kernel's CUDA source for `target`, inputs of `dtype` and a float32 output."""
+    ptr = core.pointer_type(next(t for t in core.DTYPES if t.torch == dtype))
+    names = ["M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"]
+    signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": core.pointer_type(core.float32), **{n: core.int32 for n in names}}
+    k = compiler.compile(dot_kernel, signature, {"BM": bm, "BN": bn, "BK": bk, "MODE": mode},
+                         {"target": target, "num_warps": num_warps})
+    return k.stages["source"]
+
+
+def nvcc_compiles(source: str) -> None:
+    if shutil.which("nvcc"):
+        from tvm.support import nvcc
+        with SM90:
+            assert b".entry" in nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
+
+
+# --- the layout ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("m, n, threads", [(32, 32, 128), (128, 256, 256), (64, 32, 64), (16, 8, 32), (48, 40, 32)])
+def test_the_fragment_layout_gives_each_element_to_one_thread(m, n, threads):
+    lay = mma.layout(m, n, threads)
+    assert lay is not None and lay.warps_m * lay.warps_n * 32 == threads
+    owner = {}
+    for tx in range(threads):
+        for it in range(lay.rounds):
+            row, col = lay.at(it, tx)
+            assert (row, col) not in owner
+            owner[row, col] = (tx, it)
+    assert set(owner) == {(r, c) for r in range(m) for c in range(n)}
+    # the accumulator of mma.m16n8k16 (PTX ISA): lane l's registers 0-3 hold rows l/4, l/4 + 8, columns 2(l%4), +1
+    assert owner[0, 0] == (0, 0) and owner[0, 1] == (0, 1) and owner[8, 0] == (0, 2) and owner[9, 3] == (5, 3)
+
+
+@pytest.mark.parametrize("m, n, threads", [(16, 16, 128), (8, 64, 32), (32, 12, 32)])
+def test_no_layout_for_blocks_that_are_not_whole_fragments_per_warp(m, n, threads):
+    assert mma.layout(m, n, threads) is None
+
+
+# --- the CUDA source (no GPU needed) ------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("mode", MODES)
+def test_half_dots_are_made_by_tensor_cores(dtype, mode):
+    source = cuda(dtype, 32, 32, 32, mode, 4)
+    kind = "bf16" if dtype == torch.bfloat16 else "f16"
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32" in source
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in source and "ldmatrix.sync.aligned.m8n8.x4.trans" in source
+    nvcc_compiles(source)
+
+
+@pytest.mark.parametrize("bm, bn, bk, warps", [(128, 256, 64, 8), (64, 128, 32, 4), (16, 32, 16, 2), (32, 64, 16, 4),
+                                               (16, 16, 16, 1), (16, 16, 16, 2)])
+def test_tutorial_tile_shapes_use_tensor_cores_and_compile(bm, bn, bk, warps):
+    source = cuda(torch.float16, bm, bn, bk, "loop", warps)
+    assert "mma.sync.aligned.m16n8k16" in source
+    nvcc_compiles(source)
+
+
+def test_a_large_tile_read_across_threads_builds():
+    """128 x 256 in 8 warps: the operands past the static limit go to dynamic shared memory, the row
+    sum's result (fewer elements than threads, written under `tx < 128`) stays static, where TVM's
+    sync planner does not take it for part of the merged dynamic buffer it reads (no barrier in a
+    condition)."""
+    source = cuda(torch.float16, 128, 256, 64, "rowsum", 8)
+    assert "mma.sync.aligned.m16n8k16" in source and "extern __shared__" in source
+    nvcc_compiles(source)
+
+
+def tutorial_matmul_source(bm, bn, bk, warps, advance=True) -> str:
+    import kernels
+    ptr = core.pointer_type(core.float16)
+    names = ["M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"]
+    signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr, **{n: core.int32 for n in names}}
+    k = compiler.compile(kernels.matmul_kernel.fn, signature, {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn,
+                         "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8, "ACTIVATION": ""}, {"target": SM90, "num_warps": warps})
+    return k.stages["source"]
+
+
+@triton.jit
+def advance_kernel(x_ptr, y_ptr, n, B: tl.constexpr, UNIFORM: tl.constexpr):
+    offs = tl.arange(0, B)
+    ptrs = x_ptr + offs
+    total = tl.zeros((B,), dtype=tl.float32)
+    for _ in range(0, n):
+        total += tl.load(ptrs)
+        if UNIFORM:
+            ptrs += 2
+        else:
+            ptrs += offs + 1             # element i steps by i + 1: not one advance for all
+    tl.store(y_ptr + offs, total)
+
+
+def test_the_accumulator_stays_in_registers_across_the_k_loop():
+    """acc = tl.dot(a, b, acc): the mma's accumulator is the thread's own registers of acc, which the
+    zero-fill and the store use too: acc never goes to shared memory."""
+    source = cuda(torch.float16, 64, 64, 32, "loop", 4)
+    assert "acc_0_own" in source and "__shared__ alignas(64) float" not in source
+    assert '"=f"(((float *)(acc_0_own_ptr' in source
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mma_accumulates_in_registers(mode):
+    """Whatever else reads the accumulator (a row sum reads across the warps' fragments), the
+    instruction's accumulator is registers; a reader across threads gets a shared copy, made after
+    the K loop, not in it."""
+    source = cuda(torch.float16, 32, 64, 16, mode, 4)
+    accumulators = re.findall(r'"=f"\(\(\(float \*\)\((\w+)_ptr', source)
+    assert accumulators and all(name.endswith("_own") for name in accumulators)
+    loop = source[source.index("for (int k_iter"):source.rindex("mma.sync")]   # the K loop, to its last mma
+    assert ("__shared__ alignas(64) float" in source) == (mode == "rowsum")
+    assert "ldmatrix" in loop and not re.search(r"\bacc_\d+_ptr\[", loop)   # no shared accumulator in the loop
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_flash_attention_runs_both_products_on_tensor_cores(dtype):
+    """q k^T (k transposed: a view, copied to its own tile), read across threads by the row max and
+    in registers by the exponent, then p v accumulated in registers with its rescaling."""
+    import kernels
+    ptr = core.pointer_type(next(t for t in core.DTYPES if t.torch == dtype))
+    signature = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "o_ptr": ptr, "seq_len": core.int32, "scale": core.float32}
+    k = compiler.compile(kernels.flash_attention_kernel, signature, {"D": 32, "BLOCK_M": 64, "BLOCK_N": 32},
+                         {"target": SM90, "num_warps": 4})
+    source = k.stages["source"]
+    assert source.count("mma.sync.aligned.m16n8k16") >= 2
+    assert all(name.endswith("_own") for name in re.findall(r'"=f"\(\(\(float \*\)\((\w+)_ptr', source))
+    nvcc_compiles(source)
+
+
+@pytest.mark.parametrize("case", [(torch.float32, 32, 32, 32, 4, SM90), (torch.float16, 16, 16, 16, 4, SM90),
+                                  (torch.float16, 32, 32, 32, 4, SM75)],
+                         ids=["float32-operands", "tile-smaller-than-the-warps", "sm_75"])
+def test_other_dots_keep_the_simt_loop(case):
+    dtype, bm, bn, bk, warps, target = case
+    source = cuda(dtype, bm, bn, bk, "loop", warps, target)
+    assert "mma.sync" not in source and "ldmatrix" not in source and "__global__" in source
+
+
+# --- on the GPU ---------------------------------------------------------------------------------------
+
+CONFIGS = [(32, 32, 32, 4), (16, 32, 16, 2), (64, 128, 32, 4), (128, 64, 32, 4), (128, 256, 64, 8), (16, 16, 16, 1),
+           (16, 16, 16, 2), (16, 16, 16, 4)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("config", CONFIGS, ids=["x".join(map(str, c)) for c in CONFIGS])
+def test_dot_on_gpu_agrees_with_torch_at_ragged_sizes(dtype, mode, config):
+    bm, bn, bk, warps = config
+    gen = torch.Generator().manual_seed(bm + bn + bk)
+    m, n, k = 2 * bm + 5, (bn + 3 if mode == "rowsum" else 2 * bn + 7), 3 * bk - 5   # rowsum: one block of columns
+    if mode == "rowsum":
+        n = min(n, bn)
+    a = torch.randn(m, k, generator=gen).to(dtype).cuda()
+    b = torch.randn(k, n, generator=gen).to(dtype).cuda()
+    got = run(a, b, torch.float32, bm, bn, bk, mode, warps)
+    want = reference(a, b, bk, mode)
+    torch.testing.assert_close(got, want, atol=1e-2 * (1 + want.abs().max().item()) / 10, rtol=1e-3)
+
+
+@pytest.mark.gpu
+def test_dot_on_gpu_with_special_values_and_transposed_views():
+    a = torch.randn(70, 96, device="cuda", dtype=torch.float16)
+    b = torch.randn(40, 96, device="cuda", dtype=torch.float16).t()   # a strided view: K x N, column major
+    a[3, 5], a[10, 7], b[2, 9] = float("inf"), float("nan"), float("-inf")
+    got = run(a, b, torch.float32, 64, 32, 32, "loop", 4)
+    torch.testing.assert_close(got, a.float() @ b.float(), atol=1e-2, rtol=1e-3, equal_nan=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("seq_len", [37, 200])
+def test_flash_attention_on_gpu_with_tensor_cores(dtype, seq_len):
+    import kernels
+    gen = torch.Generator().manual_seed(seq_len)
+    q, k, v = (torch.randn(seq_len, 32, generator=gen).to(dtype).cuda() for _ in range(3))
+    o = torch.empty_like(q)
+    kernels.flash_attention_kernel[(triton.cdiv(seq_len, 64),)](q, k, v, o, seq_len, 32 ** -0.5, D=32, BLOCK_M=64,
+                                                                BLOCK_N=32, num_warps=4)
+    want = kernels.flash_attention_ref(q, k, v)
+    torch.testing.assert_close(o.float(), want.float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_tutorial_matmul_on_gpu_with_tensor_core_configs():
+    import kernels
+    a = torch.randn(1000, 777, device="cuda", dtype=torch.float16)
+    b = torch.randn(777, 555, device="cuda", dtype=torch.float16)
+    fn = kernels.matmul_kernel.fn
+    for bm, bn, bk, warps in [(128, 256, 64, 8), (64, 128, 32, 4), (128, 64, 32, 4)]:
+        c = torch.empty(1000, 555, device="cuda", dtype=torch.float16)
+        grid = (triton.cdiv(1000, bm) * triton.cdiv(555, bn),)
+        fn[grid](a, b, c, 1000, 555, 777, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                 c.stride(1), BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=8,
+                 ACTIVATION="leaky_relu", num_warps=warps)
+        torch.testing.assert_close(c, kernels.matmul_ref(a, b, "leaky_relu"), atol=5e-2, rtol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("uniform", [True, False])
+def test_advanced_pointer_blocks_on_gpu(uniform):
+    n, width = 7, 64
+    x = torch.randn(width * (n + 1), device="cuda")
+    y = torch.empty(width, device="cuda")
+    advance_kernel[(1,)](x, y, n, B=width, UNIFORM=uniform, num_warps=1)
+    i = torch.arange(width, device="cuda")
+    step = torch.full_like(i, 2) if uniform else i + 1
+    want = sum(x[i + j * step] for j in range(n))
+    torch.testing.assert_close(y, want)
+
+
+@pytest.mark.parametrize("halves, scopes", [
+    ((16896, 9216), ("shared.dyn", "shared.dyn")),          # 33 KB + 18 KB: both dynamic, 51 KB opted in
+    ((65536, 16896, 9216, 256), ("shared.dyn", "shared.dyn", "shared", "shared")),  # 128 KB + 33 KB moved
+    ((9216, 4096), ("shared", "shared")),                   # 26 KB: all static
+])
+def test_shared_memory_past_48_kb_is_launchable(halves, scopes):
+    """Static shared memory stays within 48 KB, and past 48 KB in all, the dynamic part is at least 48 KB:
+    TVM's launcher opts a kernel in to more shared memory only then (33 KB dynamic beside 18 KB static
+    failed at the launch with CUDA_ERROR_INVALID_VALUE on an H200)."""
+    from tvm import tirx
+
+    from babytriton.triton.compiler import gpu
+    buffers = [tirx.decl_buffer((n,), "float16", f"b{i}", scope="shared") for i, n in enumerate(halves)]
+    body = gpu._dynamic_shared_if_large(tirx.SeqStmt([tirx.AllocBuffer(b) for b in buffers] + [tirx.Evaluate(0)]))
+    assert tuple(s.buffer.ty.storage_scope for s in body.seq if isinstance(s, tirx.AllocBuffer)) == scopes
