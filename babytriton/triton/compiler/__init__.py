@@ -21,8 +21,8 @@ Supported: the builtins in builtins.BUILTINS (program ids, arange/zeros/full, ma
 expand_dims, reshape, trans), casts, dot (rank 2: on tensor cores for float16/bfloat16 on a GPU
 (mma.py), else a reduction nest; rank 3, batched, a reduction nest of multiply-adds),
 sum/max/min/argmax/argmin, where/maximum/minimum/clamp/abs, the math functions, cdiv, hints), Python
-operators on blocks and constexprs, `if` (constexpr: folded; scalar: a run-time branch), range/tl.range/static_range loops with loop-carried blocks and
-pointers, @triton.jit helpers. Refused at the user's line: `while`, `return` under run-time control
+operators on blocks and constexprs, `if` (constexpr: folded; scalar: a run-time branch),
+range/tl.range/static_range loops with loop-carried blocks and pointers, @triton.jit helpers. Refused at the user's line: `while`, `return` under run-time control
 flow, subscripts other than `:`/`None`, assignments to anything but names, any other builtin
 (device_print and print of blocks run in interpret mode). On a CPU, a kernel with atomics runs its
 programs one after another (its updates are then plain ones).
