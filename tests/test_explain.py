@@ -42,7 +42,8 @@ def test_a_dtype_change_names_the_parameter_and_both_dtypes():
     assert before.differences == ["dtype of `a`: float32 → float16", "dtype of `x`: float32 → float16",
                                   "dtype of `y`: float32 → float16"]
     assert "a call would compile a new version; the nearest version in memory differs in:" in before.text
-    torch.testing.assert_close(f(*half), half[0] * half[1] + half[2])
+    # one rounding of the fused a * x + y, where eager torch rounds the product first: either is half's
+    torch.testing.assert_close(f(*half), half[0] * half[1] + half[2], rtol=2e-3, atol=2e-3)
     after = f.explain(*half)           # the call compiled it: explain says why it was needed
     assert after.in_memory and after.compiled_because == before.differences
     assert "dtype of `a`: float32 → float16" in after.text

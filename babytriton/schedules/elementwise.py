@@ -12,8 +12,7 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.sym.pattern import detect_linear_equation
 
 from ..core.types import is_float_dtype
-from .analysis import (find_all, fuse, in_registers, is_buffer, is_int, normalized, one_loop, only_output,
-                       static_product, uses)
+from .analysis import find_all, fuse, is_buffer, is_int, normalized, one_loop, only_output, static_product, uses
 from .inlining import GPU_CALL_DEPTH, MAX_TREE_SIZE, inline
 from .lanes import (branch_multiples, branched_buffers, contiguous_lanes, flat_index, flat_offsets, innermost_var,
                     make_branches_uniform, substituted, uniform_branches)
@@ -56,7 +55,7 @@ class Elementwise(GPUScheduleRule):
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if is_buffer(p) and len(p.ty.shape)),
                      default=4)  # a 0-d buffer (a run-time scalar) is read once, not in vectors
         if len(infos) > 1:
-            if only_output(sch, infos) is not None and _vector_chain(sch, infos, func, self._chain_lanes(widest)):
+            if only_output(sch, infos) is not None and _vector_chain(sch, infos, func, self._chain_lanes(func, widest)):
                 return self._per_thread(sch, infos, func, widest)
             if _last_is_only_output(sch, infos):
                 return self._per_element_staged(sch, infos, func, target, widest, max_tree)
@@ -75,11 +74,12 @@ class Elementwise(GPUScheduleRule):
         extent = static_product(sch, loops)
         if extent is not None and not self._size_fits(extent, vector):
             return None  # tiny: Fallback's one block
-        # through registers: a call TVM can't vectorise would make every load scalar, a bool buffer
-        # can't be a vector in memory (CUDA moves 4 bools as a ushort4: 8 misaligned bytes), and
-        # math CUDA has no vector type for is computed lane by lane (`_unvectorisable`)
-        staged = _has_bool_buffers(func) or _unvectorisable(
-            uniform_branches(sch.get(info.block_rv), var, vector, probe=True), vector)
+        # through registers: a call TVM can't vectorise would make every load scalar, and a bool
+        # buffer can't be a vector in memory (CUDA moves 4 bools as a ushort4: 8 misaligned bytes)
+        # and CUDA has no vector of more than 16 bytes: eight halves computed in float32 (gelu, sigmoid
+        # in float32) would be a `make_ulonglong4` of eight floats, which NVRTC refuses
+        staged = _scalar_calls(sch.get(info.block_rv)) or _has_bool_buffers(func) or _too_wide(
+            sch.get(info.block_rv), vector) or _narrow_int_math(sch.get(info.block_rv))
         # the lanes split off the row first, so their index has no div/mod: each thread's registers
         # then hold exactly its vector of every buffer, and a buffer broadcast along the row is one
         # scalar per vector (split off the fused loop, eight halves of a per-channel scale were an
@@ -97,17 +97,17 @@ class Elementwise(GPUScheduleRule):
 
     def _lanes(self, sch, block_rv, loops, widest: int) -> tuple:
         """The lanes of each thread's vector in a one-block kernel (16 bytes of its widest buffer where
-        the innermost axis is contiguous; 4 where CUDA has no wider type for its math over a concat's
-        pieces), and the block's variable along its innermost loop."""
+        the innermost axis is contiguous, 4 where CUDA has no wider type for its math), and the
+        block's variable along its innermost loop."""
         # a transpose, slice or gather gets 1: Fallback's scalar loads are what it can do
         vector = contiguous_lanes(sch, loops[-1], max(self.vector_bytes // widest, 1))
         var, block = innermost_var(sch, loops[-1]), sch.get(block_rv)
-        if vector > 4 and branched_buffers(block) and not _scalar_calls(block) and (
-                _too_wide(block, vector) or _computes_bools(uniform_branches(block, var, vector, probe=True))):
-            # math CUDA has no 8-lane type for (half math in float32, a compare) over a concat's
-            # pieces: staging through registers would read the pieces an element at a time; 4 lanes
-            # load them as vectors and compute in CUDA's widest float (or bool) vector. Anywhere else
-            # such math goes through registers at the full 16 bytes (`_unvectorisable`)
+        if vector > 4 and _computes_bools(uniform_branches(block, var, vector, probe=True)):
+            vector = 4  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
+        if vector > 4 and _too_wide(block, vector) and branched_buffers(block) and not _scalar_calls(block):
+            # half math in float32 (`concat(..) * 2.0` of halves) over a concat's pieces: staging
+            # through registers would read the pieces an element at a time; 4 lanes load them as
+            # vectors and compute in CUDA's widest float vector
             vector = 4
         return vector, var
 
@@ -124,13 +124,11 @@ class Elementwise(GPUScheduleRule):
         if inplace is None:
             return decline("an output not written at its own flat index")
         vector = max(self.vector_bytes // widest, 1)
-        if not isinstance(total, tirx.IntImm) and (_computes_bools(sch.get(block)) or _too_wide(sch.get(block),
-                                                                                                  vector)):
-            # no registers at a symbolic size (below): 4 lanes, CUDA's widest bool and float vectors
-            vector = min(vector, 4)
+        if _computes_bools(sch.get(block)) or _too_wide(sch.get(block), vector):
+            vector = min(vector, 4)  # no 8-lane bool type; half math in float32: CUDA's widest float vector
         inplace = {buffer for buffer, offset in inplace.items() if offset is None or offset % vector}
-        staged = bool(inplace) or _has_bool_buffers(func) or bool(branched_buffers(sch.get(block))) or _unvectorisable(
-            sch.get(block), vector)
+        staged = bool(inplace) or _scalar_calls(sch.get(block)) or _has_bool_buffers(func) or bool(
+            branched_buffers(sch.get(block))) or _narrow_int_math(sch.get(block))
         if staged and not isinstance(total, tirx.IntImm):
             # registers per thread cut at a symbolic end would be a stack array of a symbolic size
             vector, staged = 1, False
@@ -159,8 +157,10 @@ class Elementwise(GPUScheduleRule):
         thread computes its vector of every intermediate into registers, then its vector of the
         output, as CPUElementwise does per vector (Fallback inlined them whole, a tree that grows
         exponentially). Only whole, contiguous, branch-free vectors; anything else stays Fallback's."""
-        vector = self._chain_lanes(widest)
+        vector = self._chain_lanes(func, widest)
         blocks = [info.block_rv for info in infos]
+        if any(_too_wide(sch.get(block), vector) for block in blocks):
+            vector = 4  # half math in float32: 4 lanes, CUDA's widest float vector (see `_too_wide`)
         loops = sch.get_loops(blocks[-1])
         extent = static_product(sch, loops)
         if vector == 1:
@@ -184,9 +184,11 @@ class Elementwise(GPUScheduleRule):
         sch.vectorize(lanes)
         return sch
 
-    def _chain_lanes(self, widest: int) -> int:
-        """The lanes of a vector of 16 bytes of the kernel's widest buffer."""
-        return max(self.vector_bytes // widest, 1)
+    def _chain_lanes(self, func, widest: int) -> int:
+        """The lanes of a vector of 16 bytes of the kernel's widest buffer; 4 where it computes a bool
+        (CUDA has no 8-lane bool type: a float16 compare or NaN test)."""
+        vector = max(self.vector_bytes // widest, 1)
+        return min(vector, 4) if _computes_bools(func) else vector
 
     def _per_element_staged(self, sch, infos, func, target, widest, max_tree: int):
         """`_per_element` with each staging in turn, from a fresh schedule after one that fails (a
@@ -216,7 +218,7 @@ class Elementwise(GPUScheduleRule):
         total = _total(loops, sch)
         if isinstance(total, tirx.IntImm) and int(total) < self.threads:
             return decline(f"{int(total)} elements: fewer than one block's {self.threads}")
-        vector = self._chain_lanes(widest) if vectors else 1
+        vector = self._chain_lanes(func, widest) if vectors else 1
         if not (_same_loops(sch, blocks) and isinstance(total, tirx.IntImm) and int(total) >= vector * self.threads
                 and get_extent(sch, loops[-1]) % vector == 0 and all(
                     contiguous_lanes(sch, sch.get_loops(b)[-1], vector) == vector for b in blocks)):
@@ -272,24 +274,23 @@ class Elementwise(GPUScheduleRule):
         vectorised where every block's lanes are contiguous, else one predicated scalar loop (Fallback
         would give each output a loop nest, so a launch of its own)."""
         vector = max(self.vector_bytes // widest, 1)
-        if not stage and (_computes_bools(func) or any(_too_wide(sch.get(info.block_rv), vector) for info in infos)):
-            vector = min(vector, 4)  # no registers: 4 lanes, CUDA's widest bool and float vectors
+        if _computes_bools(func):  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
+            vector = min(vector, 4)
         if not all(sch.get_loops(info.block_rv) for info in infos):  # a 0-d kernel (loop counters, scalar math)
             return decline("a 0-d result: one thread")
         # a transpose, slice or gather: scalar
         lanes_fit = all(contiguous_lanes(sch, sch.get_loops(info.block_rv)[-1], vector) == vector for info in infos)
-        # through registers, as `apply` stages them: a bool buffer, math of no CUDA vector type
-        staged = stage and (_has_bool_buffers(func) or any(_unvectorisable(sch.get(info.block_rv), vector)
-                                                           for info in infos))
+        # through registers, as `apply` stages them: a bool buffer, half math in float32, narrow integers
+        staged = stage and (_has_bool_buffers(func) or any(
+            _too_wide(sch.get(info.block_rv), vector) or _narrow_int_math(sch.get(info.block_rv))
+            or _scalar_calls(sch.get(info.block_rv)) for info in infos))
         extent = static_product(sch, sch.get_loops(infos[0].block_rv))
         # lanes_fit: each block's row is whole vectors, split off before the loops are fused (as `apply`
         # does), so a thread's vector of each buffer is one region TVM can size
         vectors = lanes_fit and extent is not None and extent >= vector * self.threads
-        fused = one_loop(sch, [info.block_rv for info in infos], vector if vectors else 1, kept=True)
+        fused = one_loop(sch, [info.block_rv for info in infos], vector if vectors else 1)
         if fused is None:
             return decline("outputs of different shapes, or reading each other elsewhere: not one loop")
-        for info in infos:  # a kept intermediate: each thread's element or vector of it, in registers
-            in_registers(sch, info.block_rv)
         if not vectors:
             blocks, threads = sch.split(fused, [None, self.threads])
             sch.bind(blocks, "blockIdx.x")
@@ -303,40 +304,26 @@ class Elementwise(GPUScheduleRule):
             for loop in lanes:
                 sch.vectorize(loop)
             return sch
-        _results_read_in_registers(sch, infos, threads)
+        # a result another block reads (AdamW's m, read by p) stays where it is: a copy out of registers
+        # after the lanes would come after its reader
+        written = [w.source for info in infos for w in sch.get(info.block_rv).writes]
+        shared = {r.source for info in infos for r in sch.get(info.block_rv).reads
+                  if any(r.source.same_as(w) for w in written)}
         for info in infos:  # a buffer read by several blocks: the first copy serves all where `share`
-            _through_registers(sch, info.block_rv, threads, None, share=share)
+            _through_registers(sch, info.block_rv, threads, None, shared, share)
         for loop in lanes:
             sch.unroll(loop)
         return sch
 
 
-def _results_read_in_registers(sch, infos, threads) -> None:
-    """A result another block reads (AdamW's m, read by p; p52's h, read by h * h) is computed into
-    registers that its readers read, and stored from them as one vector: left in place it was a
-    scalar store per lane read back from global memory."""
-    params = [p for p in sch.mod["main"].params if is_buffer(p)]
-    blocks = [info.block_rv for info in infos]
-    for block in blocks:
-        for index in reversed(range(len(sch.get(block).writes))):
-            buffer = sch.get(block).writes[index].source
-            readers = [b for b in blocks if any(r.source.same_as(buffer) for r in sch.get(b).reads)]
-            if readers and any(buffer.same_as(p) for p in params):
-                cache = sch.cache_write(block, index, "local", consumer_blocks=readers)
-                sch.reverse_compute_at(cache, threads)
-                _vectorize_under(sch, cache, threads)
-
-
 def _vector_chain(sch, infos, func, vector: int) -> bool:
-    """Whether every block of a chain computes whole contiguous vectors of `vector` lanes: no math
-    CUDA has no vector of (`_unvectorisable`), no bool buffer, no select on the row index
-    (`Elementwise._per_thread`). Any other chain is computed per element (`Elementwise._per_element`)."""
+    """Whether every block of a chain computes whole contiguous vectors of `vector` lanes: no call
+    without a vector form, no bool buffer, no select on the row index (`Elementwise._per_thread`)."""
     for info in infos:
         loops = sch.get_loops(info.block_rv)
         var = innermost_var(sch, loops[-1]) if loops else None
         if var is None or branch_multiples(sch.get(info.block_rv), var) != [] or contiguous_lanes(
-                sch, loops[-1], vector) != vector or _unvectorisable(sch.get(info.block_rv), vector) or (
-                _has_bool_buffers(func)):
+                sch, loops[-1], vector) != vector or _scalar_calls(sch.get(info.block_rv)) or _has_bool_buffers(func):
             return False
     return True
 
@@ -468,15 +455,6 @@ def _with_tail(sch, blocks, threads, before, lane_var, vector: int, total):
 def _has_bool_buffers(func) -> bool:
     """Whether a kernel reads or writes a bool buffer (never a vector in memory: see Elementwise)."""
     return any(is_buffer(p) and str(p.ty.dtype) == "bool" for p in func.params)
-
-
-def _unvectorisable(block, lanes: int) -> bool:
-    """Whether a block's math can't be one CUDA vector of `lanes`: a call with no vector form, narrow
-    integers, float math wider than 16 bytes, or bools in more than 4 lanes (CUDA has no 8-lane bool
-    type: a float16 compare, a NaN test, the selects of a NaN-aware clamp). Such a block still moves
-    whole 16-byte vectors, through registers, and computes lane by lane in between."""
-    return _scalar_calls(block) or _too_wide(block, lanes) or _narrow_int_math(block) or (
-        lanes > 4 and _computes_bools(block))
 
 
 def _too_wide(block, lanes: int) -> bool:

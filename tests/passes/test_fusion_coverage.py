@@ -278,7 +278,9 @@ def test_reductions_over_the_same_rows_wait_for_a_rule_of_several_results(fn, mo
     x = torch.randn(12, 40)
     x[3, 5] = float("nan")
     fusion = kernels(fn, x)
-    assert len(fusion) == 2 and not any(k.launch.startswith("serial") for k in fusion), str(fusion)
+    # (CPUReduction runs 480 elements' argmax on one thread: too little work for the pool)
+    assert len(fusion) == 2 and not any(k.launch.startswith("serial") and k.rule != "CPUReduction"
+                                        for k in fusion), str(fusion)
     monkeypatch.setattr(rowwise, "SEVERAL_OUTPUTS", True)
     assert len(kernels(fn, x, cache=False)) == 1
     assert_like_torch(fn, x, cache=False)

@@ -82,11 +82,26 @@ def same(got, want, rtol=None, atol=None):
             assert torch.equal(g, w), (i, g, w)
 
 
+def _either(got, want, wide):
+    """torch's result, or where `got` equals the same call's float64 result (rounded to got's dtype)
+    instead, that one: torch's vectorised float32 gelu gives NaN for +inf and inf for 3e38 on some CPUs
+    (AVX-512), and the values themselves on others and in its scalar loop."""
+    if not isinstance(want, torch.Tensor) or not want.is_floating_point() or want.dtype == torch.float64:
+        return want
+    wide = wide.to(want.dtype)
+    return torch.where(torch.isclose(got.to(want.dtype), wide, equal_nan=True), wide, want)
+
+
 def check(f, *args, rtol=None, atol=None):
-    """f compiled and f.eager against f run by torch."""
-    want = f.__wrapped__(*args)
-    same(f(*args), want, rtol, atol)
-    same(f.eager(*args), want, rtol, atol)
+    """f compiled and f.eager against f run by torch (or by torch in float64, where that is what they give)."""
+    want = f.__wrapped__(*(a.clone() for a in args))
+    wide = f.__wrapped__(*(a.double() if a.is_floating_point() else a.clone() for a in args))
+    for got in (f(*args), f.eager(*args)):
+        if isinstance(want, tuple):
+            expected = tuple(_either(g, w, d) for g, w, d in zip(got, want, wide))
+        else:
+            expected = _either(got, want, wide)
+        same(got, expected, rtol, atol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.bool])
