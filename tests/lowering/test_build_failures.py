@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 import tvm
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from tvm import s_tir
 
@@ -148,7 +148,7 @@ def test_several_results_of_a_rank_3_or_4_input_build_for_cuda(shape):
 
 @pytest.mark.xfail(strict=False, reason="open (2026-11-28, also at a8be80e): some shapes, e.g. (1, 4, 260), "
                    "end on dlight.gpu.Fallback instead of Elementwise; they build and run")
-@settings(max_examples=3, deadline=None)
+@settings(max_examples=3, deadline=None, phases=(Phase.explicit, Phase.generate))  # failures not shrunk: minutes of CI
 @given(outer=st.lists(st.integers(1, 9), min_size=2, max_size=3), row=st.sampled_from([4, 64, 260]))
 def test_several_results_of_generated_shapes_build_for_cuda(outer, row):
     _builds_with_a_vector_of_registers((*outer, row))

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import babytriton as bt
@@ -159,7 +159,7 @@ def row_sums_cast_back(x):
 
 @pytest.mark.xfail(strict=False, reason="open (2026-11-28): since row kernels write side results, "
                    "cast_then_views' sliced, reshaped cast can be a copy kernel of its own (results equal)")
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=8, deadline=None, phases=(Phase.explicit, Phase.generate))  # failures not shrunk: minutes of CI
 @given(which=st.sampled_from([group_norm_of_halves, cast_then_views, row_sums_cast_back]),
        dtype=st.sampled_from([torch.float16, torch.bfloat16, torch.float32]), n=st.integers(1, 3),
        c=st.sampled_from([2, 4, 6]), w=st.integers(2, 40))

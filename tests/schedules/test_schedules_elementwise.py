@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import tvm
-from hypothesis import assume, given, settings
+from hypothesis import Phase, assume, given, settings
 from hypothesis import strategies as st
 
 import babytriton as bt
@@ -391,7 +391,7 @@ def test_halves_of_a_kept_intermediate_are_computed_per_read_on_sm90(tmp_path):
 
 @pytest.mark.xfail(strict=False, reason="open (2026-11-28): a generated chain of three NaN-aware clamps, "
                    "mish and erf of chunk halves was not scheduled by Elementwise (results equal)")
-@settings(max_examples=2, deadline=None)  # long chains: tens of seconds a compile (inlining.py's `fits`)
+@settings(max_examples=2, deadline=None, phases=(Phase.explicit, Phase.generate))  # long chains, tens of seconds a compile: not shrunk
 @given(chains())
 def test_generated_kept_chains_get_elementwise_and_build_for_sm90(tmp_path_factory, chain):
     """Any chain, any y layout (a transposed y: one element a thread), halves, half dtypes: no Fallback."""
