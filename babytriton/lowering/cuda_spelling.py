@@ -7,6 +7,8 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+_REINTERPRET = tvm.ir.Op.get("tirx.reinterpret")
+
 
 def nvcc_spellings(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """A CUDA kernel's reinterprets of literals folded into the literals they make, and its vector
@@ -23,7 +25,7 @@ def nvcc_spellings(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
 def _spelled(call):
     """A reinterpret of a literal as the literal of its bits; any other call as it is."""
-    if not (isinstance(call.op, tvm.ir.Op) and call.op.same_as(tvm.ir.Op.get("tirx.reinterpret"))) or \
+    if not (isinstance(call.op, tvm.ir.Op) and call.op.same_as(_REINTERPRET)) or \
             not isinstance(call.args[0], (tirx.IntImm, tirx.FloatImm, tirx.Broadcast)) or \
             not hasattr(call.ty, "dtype"):
         return call   # a reinterpret to a pointer (a Triton kernel's address arithmetic) keeps its form
