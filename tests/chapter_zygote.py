@@ -38,8 +38,10 @@ def _child(request: dict, imported_stderr: str):
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
     path = os.path.abspath(request["path"])
-    sys.argv = [request["path"]]
+    sys.argv = [request["path"], *request.get("args", ())]
     sys.path[0] = os.path.dirname(path)
+    extra = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry]
+    sys.path[1:1] = [entry for entry in extra if entry not in sys.path]   # as the interpreter's start reads it
     code = 0
     try:
         runpy.run_path(path, run_name="__main__")
@@ -102,18 +104,19 @@ def _started() -> subprocess.Popen:
     return _zygote["process"]
 
 
-def run(path: Path, cwd: Path) -> subprocess.CompletedProcess:
-    """scripts/build_book.py's `_run_chapter`, run by a fork of the zygote: its result (args, returncode,
-    stdout, stderr, `.seconds`), or build_book's timeout error after CHAPTER_TIMEOUT."""
+def run(path: Path, cwd: Path, *arguments: str) -> subprocess.CompletedProcess:
+    """scripts/build_book.py's `_run_chapter` (`python path arguments...` in `cwd`), run by a fork of the
+    zygote: its result (args, returncode, stdout, stderr, `.seconds`), or build_book's timeout error after
+    CHAPTER_TIMEOUT."""
     import build_book
-    args = [sys.executable, str(path.relative_to(cwd))]
+    args = [sys.executable, str(path.relative_to(cwd)), *arguments]
     start = time.perf_counter()
     with _lock, tempfile.TemporaryDirectory(prefix="babytriton-chapter-") as folder:
         out, err = Path(folder) / "stdout", Path(folder) / "stderr"
         out.touch()
         err.touch()
         zygote = _started()
-        zygote.stdin.write(json.dumps({"path": args[1], "cwd": str(cwd), "env": dict(os.environ),
+        zygote.stdin.write(json.dumps({"path": args[1], "args": arguments, "cwd": str(cwd), "env": dict(os.environ),
                                        "timeout": build_book.CHAPTER_TIMEOUT,
                                        "stdout": str(out), "stderr": str(err)}) + "\n")
         zygote.stdin.flush()

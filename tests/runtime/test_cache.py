@@ -13,6 +13,7 @@ import torch
 import tvm
 
 import babytriton as bt
+import chapter_zygote
 from babytriton.runtime import cache
 
 T23 = bt.Tensor((2, 3), "float32")
@@ -262,16 +263,16 @@ LIBRARY_DAMAGE = {"truncated": lambda data: data[: len(data) // 3], "zero bytes"
                   "garbage": lambda data: b"\x7fELF" + b"\0" * 200, "missing": None}
 
 
-def test_a_fresh_process_survives_every_damaged_library(tmp_path, cache_dir):
+def test_a_fresh_process_survives_every_damaged_library(tmp_path, cache_dir, monkeypatch):
     """Each cached library (the entry's and the parallel launcher's) truncated, emptied, garbled or
     deleted: a fresh process rebuilds it, returns the right answer and exits 0 (a truncated one
     used to be mapped by dlopen and end the process with SIGBUS)."""
     script = tmp_path / "parallel.py"
     script.write_text(PARALLEL_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
 
-    def fresh_process(why: str) -> str:
-        proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    def fresh_process(why: str) -> str:   # a fork of a Python with torch and TVM imported, not babytriton
+        proc = chapter_zygote.run(script, tmp_path)
         assert proc.returncode == 0, f"{why}: exit code {proc.returncode}\n{proc.stderr[-3000:]}"
         return proc.stdout + proc.stderr
 
@@ -383,14 +384,13 @@ json.dump({"info": axpy.cache_info(), "from_disk": k.from_disk, "stages": k.stag
 '''
 
 
-def test_a_second_process_loads_a_tir_backend_entry(tmp_path, cache_dir, recwarn):
+def test_a_second_process_loads_a_tir_backend_entry(tmp_path, cache_dir, recwarn, monkeypatch):
     script = tmp_path / "tir.py"
     script.write_text(TIR_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     outs = []
-    for name in ("1.json", "2.json"):
-        proc = subprocess.run([sys.executable, str(script), str(tmp_path / name)], env=env, capture_output=True,
-                              text=True, timeout=300)
+    for name in ("1.json", "2.json"):   # each a fork of a Python with torch and TVM imported, not babytriton
+        proc = chapter_zygote.run(script, tmp_path, str(tmp_path / name))
         assert proc.returncode == 0, proc.stderr
         assert "CacheWarning" not in proc.stderr, proc.stderr
         outs.append(json.loads((tmp_path / name).read_text()))
