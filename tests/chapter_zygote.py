@@ -5,7 +5,9 @@ streams, then exits as a script's interpreter does (atexit, finalisers: what the
 
 Each chapter costs about 4 s of CPU for those imports alone, and a test session runs about 55 chapters
 (chapters/ and chapters/whole/). tests/conftest.py puts `run` in place of scripts/build_book.py's
-`_run_chapter`; the zygote starts with the first chapter a test process runs.
+`_run_chapter`; the zygote starts with the first chapter a test process runs. The examples' runs and the
+disk cache's fresh-process tests use it too (babytriton is not imported in the zygote: each child imports
+it afresh); tests that need an interpreter's own start (hash seeds, processes at once) keep subprocesses.
 
 Run as a script, this file is the zygote: one request per line on stdin (JSON: path, cwd, env, timeout,
 stdout and stderr files), one reply per line on stdout (the child's exit status, or that it timed out).
