@@ -178,3 +178,18 @@ def test_few_rows_share_the_grid():
     """3 rows of 2^20: 352 blocks a row, not one (the row rules) or a grid collapsed to a few."""
     k = bt.jit(target=SM90)(row_sums).compile(torch.empty(3, 1 << 20, device="meta"))
     assert k.fusion[0].rule == "SplitReduction" and k.fusion[0].launch == "grid 1056 x block 256", str(k.fusion)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fn,shape,dtype", CASES + [(total, (56132, 1024), torch.float32), (total, (0,), torch.float32)],
+                         ids=lambda v: getattr(v, "__name__", str(v)))
+def test_gpu_split_reductions_match_torch(fn, shape, dtype):
+    """The same kernels on the GPU: the warp shuffles and vector types the CPU run cannot check."""
+    x = _input(shape, dtype, fn).cuda()
+    if x.numel() > 7 and dtype.is_floating_point and fn in (largest, smallest):
+        x.view(-1)[x.numel() // 3] = float("nan")
+    got = bt.jit(target="gpu")(fn)(x)
+    want = fn(x.double() if dtype.is_floating_point and fn is not argmax else x)
+    tol = dict(rtol=1e-5, atol=1e-5 * max(x.numel(), 1) ** 0.5) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(got.double() if want.dtype == torch.float64 else got, want if want.dtype ==
+                               torch.float64 else want.to(got.dtype), equal_nan=True, check_dtype=False, **tol)
