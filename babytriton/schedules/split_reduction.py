@@ -1,26 +1,33 @@
 """GPU rule SplitReduction: reductions to few results (`x.sum()`, a few long rows, the softmax or norm of
-one) cut into chunks that blocks reduce in parallel, then a second kernel that folds the partial
-results; several reductions over the same rows one after another, each in its two launches."""
+one) shared out over a full grid of blocks that each reduce a grid-stride share with vector loads,
+then a second kernel that folds the partial results; several reductions over the same rows one after
+another, each in its two launches."""
 from __future__ import annotations
 
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
-from .analysis import contiguous_reduction, fuse, in_registers, normalized, reduce_count, static_product
+from .analysis import (contiguous_reduction, find_all, fuse, in_registers, normalized, reduce_count,
+                       static_product, uses)
 from .inlining import GPU_CALL_DEPTH, inline
+from .lanes import contiguous_lanes, substituted
 from .reasons import decline
 
 
 class SplitReduction(GPUScheduleRule):
     """A reduction to few results over contiguous elements (`x.sum()`, `x.mean()`, a row sum of 4 long
     rows), with any element-wise epilogue: Dlight gives each result one block, or one thread, and leaves
-    the GPU idle. Here the reduction is cut into equal chunks, up to `parts` per result (rfactor); a
-    block sums each chunk (coalesced loads, then a cross-thread reduction) into a buffer of partial
-    results, and a second kernel folds them with one block per result. The chunks must divide the size
-    exactly: TVM lowers no cross-thread reduction under a predicate that mixes the block index in (a
-    ragged last chunk), it would leave racing threads. A symbolic or prime size is instead shared out
-    element by element over a fixed grid of threads, each summing into a register of its own (no
-    cross-thread reduction in that kernel), and the fold reduces their partial results.
+    the GPU idle. Here a grid of `grid` blocks (a wave on an H100/H200) shares the rows out: each thread
+    loads 16-byte vectors over a grid-stride share of its row into registers, one partial result a
+    lane (`_partials`), the block reduces its threads' partials (warp shuffles), and a second kernel
+    folds the blocks' partial results with one block a row. The ragged end of a row of any size, a
+    symbolic one too, is a predicate on the last step alone (`whole_steps`): the steps before it
+    load with no branch between them, and the cross-thread reduction runs under no predicate (TVM
+    would leave racing threads under one that mixes the block index in). A row short enough for a
+    block (`min_chunk`) is reduced by one block in one launch.
 
     A row kernel of several reductions (a softmax's max and sum, a norm's mean and variance) over few
     long rows is split the same way, reduction after reduction, each reading the last one's folded
@@ -28,11 +35,10 @@ class SplitReduction(GPUScheduleRule):
     (the row rules) left a GPU of 132 SMs with 1 to 32 busy. Shorter rows (`_long`) stay with the row
     rules: one launch, each row read once."""
 
-    def __init__(self, threads: int = 256, parts: int = 1024, max_rows: int = 32, min_chunk: int = 4096,
-                 strided_threads: int = 1 << 16, max_long_rows: int = 128, long_row: int = 1 << 18,
-                 few_rows: int = 8):
-        self.threads, self.parts, self.max_rows, self.min_chunk = threads, parts, max_rows, min_chunk
-        self.strided_threads, self.max_long_rows = strided_threads, max_long_rows
+    def __init__(self, threads: int = 256, grid: int = 1056, max_rows: int = 32, min_chunk: int = 4096,
+                 min_steps: int = 2, max_long_rows: int = 128, long_row: int = 1 << 18, few_rows: int = 8):
+        self.threads, self.grid, self.max_rows, self.min_chunk = threads, grid, max_rows, min_chunk
+        self.min_steps, self.max_long_rows = min_steps, max_long_rows
         self.long_row, self.few_rows = long_row, few_rows
 
     def apply(self, func, target, _tunable):
@@ -60,7 +66,7 @@ class SplitReduction(GPUScheduleRule):
         after = blocks[blocks.index(last) + 1:]
         if after:
             self._epilogues(sch, last, row, after, rows[-1][1])
-        return sch
+        return whole_steps(sch)
 
     def _rows(self, sch, red):
         """`red`'s row loops and rows (static, at most `max_rows`), or why the rule declines it."""
@@ -92,21 +98,15 @@ class SplitReduction(GPUScheduleRule):
         return extent >= self.long_row or (rows <= self.few_rows and extent >= self.long_row // 4)
 
     def _split(self, sch, red, n_rows: int):
-        """Cut `red` into chunks reduced by blocks in parallel (or a strided share a thread), then fold
-        the partial results with one block a row; returns the fold's row loop."""
+        """Cut `red` over a grid of blocks that each reduce a strided share of their row into a partial
+        result (`_partials`), then fold the partial results with one block a row; a short row is
+        reduced by one block in one launch. Returns the fold's row loop."""
+        rows = static_product(sch, sch.get_loops(red)[:n_rows]) or 1
+        lanes = self._lanes(sch, red)
         k = fuse(sch, sch.get_loops(red)[n_rows:])
         extent = get_extent(sch, k)
-        parts = self._parts(extent)
-        if parts > 1:
-            sch.split(k, [parts, None])
-            rf = sch.rfactor(sch.get_loops(red)[-2], factor_axis=0)
-            *spatial, inner = sch.get_loops(rf)
-            _, lane = sch.split(inner, [None, self.threads])
-            wide = [loop for loop in spatial if get_extent(sch, loop) != 1] or spatial[:1]
-            sch.bind(fuse(sch, wide), "blockIdx.x")
-            sch.bind(lane, "threadIdx.x")
-        elif not isinstance(extent, int) or extent > 2 * self.min_chunk:
-            self._strided(sch, k, extent, static_product(sch, sch.get_loops(red)[:n_rows]) or 1)
+        if not isinstance(extent, int) or extent > 2 * self.min_chunk:
+            self._partials(sch, red, k, extent, rows, lanes)
         *spatial, reduced = sch.get_loops(red)  # the fold of the partial results, or the whole reduction
         if not spatial:
             spatial = [sch.add_unit_loop(red)]
@@ -116,29 +116,61 @@ class SplitReduction(GPUScheduleRule):
         sch.bind(lane, "threadIdx.x")
         return row
 
-    def _strided(self, sch, k, extent, rows: int) -> None:
-        """A symbolic size, or one no equal chunks divide: every thread of a fixed grid (its share of
-        `strided_threads` a row) sums a strided share of its row (element i goes to thread i mod the
-        row's threads: coalesced) into a partial result of its own, so no cross-thread reduction runs
-        under the ragged end's predicate."""
-        per_row = self.strided_threads // rows
+    def _lanes(self, sch, red) -> int:
+        """Elements a thread loads as one vector of at most 16 bytes: consecutive, aligned steps of the
+        innermost reduced loop over consecutive elements of every buffer read (lanes.contiguous_lanes),
+        for a reduction of one result (an argmax's pairs stay scalar). TVM's CUDA code generator
+        spells no vector of more than 4 bools (a NaN-propagating max compares lanes) or of 64-bit
+        lanes, nor more than 8 of 16 or 32 bits (an accumulator wider than the loads)."""
+        stmt = sch.get(red)
+        if len(stmt.writes) != 1:
+            return 1
+        widest = max((tvm.DataType(r.source.ty.dtype).bits for r in stmt.reads), default=32)
+        accumulator = tvm.DataType(stmt.writes[0].source.ty.dtype).bits
+        compares = any(find_all(stmt.body, kind) for kind in (tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.EQ, tirx.NE))
+        most = min(128 // max(widest, 8), 256 // accumulator, 4 if compares or accumulator > 32 else 16)
+        return contiguous_lanes(sch, sch.get_loops(red)[-1], max(1, most))
+
+    def _partials(self, sch, red, k, extent, rows: int, lanes: int) -> None:
+        """A grid of `_blocks` blocks a row: element ((step * blocks + block) * threads + thread) * lanes
+        + lane of the row goes to that thread, which keeps `lanes` partial results in registers (its
+        loads one vector each, lanes independent chains of arithmetic); the block then reduces its
+        threads' partials across lanes and threads (warp shuffles) into one partial result of the
+        block, stored for the fold. The grid-stride order keeps every block's loads of one step
+        contiguous and leaves the ragged end to the last step's predicate, which the cross-thread
+        reduction never sees (its partials are registers every thread holds)."""
+        vectors = sch.split(k, [None, lanes])[0] if lanes > 1 else k
+        blocks = self._blocks(extent, rows, lanes)
+        _, block, _ = sch.split(vectors, [None, blocks, self.threads])
+        per_block = sch.rfactor(block, factor_axis=0)
+        per_lane = sch.rfactor(fuse(sch, sch.get_loops(per_block)[-2 if lanes > 1 else -1:]), factor_axis=0)
+        *row_loops, step, block, flat = sch.get_loops(per_lane)
+        thread, lane = sch.split(flat, [None, lanes]) if lanes > 1 else (flat, None)
+        sch.reorder(block, thread, step)
+        sch.bind(fuse(sch, row_loops + [block]), "blockIdx.x")
+        sch.bind(thread, "threadIdx.x")
+        for index in range(len(sch.get(per_lane).writes)):
+            sch.set_scope(per_lane, index, "local")
+        if lanes > 1:
+            sch.vectorize(lane)   # (before the init is split off: TVM vectorises no bare update)
+        init = sch.decompose_reduction(per_lane, step)
+        if lanes > 1:  # TVM spells a constant of 8 floats as make_ulonglong4 of 8 arguments: unrolled
+            wide = lanes * tvm.DataType(sch.get(per_lane).writes[0].source.ty.dtype).bits > 128
+            (sch.unroll if wide else sch.vectorize)(sch.get_loops(init)[-1])
+        # the block's partial result: its threads' lanes, reduced across the block
+        sch.reverse_compute_at(per_block, sch.get_loops(per_lane)[0])
+        thread, _ = sch.split(sch.get_loops(per_block)[-1], [None, lanes]) if lanes > 1 else (
+            sch.get_loops(per_block)[-1], None)
+        sch.bind(thread, "threadIdx.x")
+        sch.annotate(sch.get_loops(per_lane)[-2 if lanes > 1 else -1], LAST_STEP_RAGGED, 1)
+
+    def _blocks(self, extent, rows: int, lanes: int) -> int:
+        """Blocks a row: enough that the grid fills the GPU (`grid` blocks in all: a wave of 256-thread
+        blocks on every SM of an H100/H200), no more than leave each thread `min_steps` vectors."""
+        wanted = max(1, self.grid // rows)
         if isinstance(extent, int):
-            per_row = min(per_row, 1 << ((extent // 8).bit_length() - 1))
-        per_row = max(self.threads, per_row // self.threads * self.threads)
-        _, across = sch.split(k, [None, per_row])
-        rf = sch.rfactor(across, factor_axis=0)
-        *row_loops, serial, lanes = sch.get_loops(rf)
-        grid, lane = sch.split(lanes, [None, self.threads])
-        sch.reorder(grid, lane, serial)
-        sch.bind(fuse(sch, row_loops + [grid]), "blockIdx.x")
-        sch.bind(lane, "threadIdx.x")
-        # the partials accumulate in registers, set before the loop (a thread with no element in
-        # range still writes the reduction's identity), and are stored once; an argmax's (index,
-        # value) and an online softmax's (sum, max) are two
-        partials = [sch.cache_write(rf, i, "local") for i in range(len(sch.get(rf).writes))]
-        for partial in partials:
-            sch.reverse_compute_at(partial, sch.get_loops(rf)[-2])
-        sch.decompose_reduction(rf, sch.get_loops(rf)[-1])
+            wanted = min(wanted, max(1, extent // (lanes * self.threads * self.min_steps)))
+        return wanted
 
     def _grids(self, sch, blocks) -> None:
         """Element-wise blocks between two reductions, each a grid over its elements."""
@@ -163,15 +195,68 @@ class SplitReduction(GPUScheduleRule):
             return
         self._grids(sch, epilogues)
 
-    def _parts(self, extent) -> int:
-        """The most chunks, up to `parts`, of at least `min_chunk` elements that divide `extent`; 1 where
-        they are under half of what the size allows."""
-        if not isinstance(extent, int):
-            return 1
-        wanted = min(self.parts, extent // self.min_chunk)
-        for parts in range(wanted, 1, -1):
-            if extent % parts == 0:
-                # few chunks (a size with only small divisors, 2 x a prime) would leave the GPU idle:
-                # the strided grid instead
-                return parts if 2 * parts >= wanted else 1
-        return 1
+
+LAST_STEP_RAGGED = "babytriton.last_step_ragged"  # a loop of which only the last step has a predicate
+
+
+def whole_steps(sch):
+    """The schedule with each loop annotated LAST_STEP_RAGGED (the steps of a grid-stride share of a
+    row, `_partials`) cut in two: all steps but the last without the predicate on the loop's index (it
+    holds there by construction), then the last step with it. A predicate in every step puts a branch
+    around every load, and the GPU then has one load a thread in flight, not one a step of the
+    unrolled loop."""
+    func = sch.mod["main"]
+    marked = [loop for loop in find_all(func.body, tirx.For) if LAST_STEP_RAGGED in loop.annotations]
+    if not marked:
+        return sch
+
+    def cut(node):
+        return _cut_last_step(node) if any(node.same_as(m) for m in marked) else node
+    return s_tir.Schedule(tvm_ffi.structural_map(func, (tirx.For, cut)))
+
+
+def _cut_last_step(step):
+    """`for s in range(n)` over a block (maybe in a vectorised loop) as `for s in range(n - 1)` over the
+    block without the conjuncts of its predicate that use s, then the block for s = n - 1, renamed
+    with fresh variables."""
+    annotations = {k: v for k, v in step.annotations.items() if k != LAST_STEP_RAGGED}
+    inner = step.body if isinstance(step.body, tirx.For) else None
+    realize = inner.body if inner is not None else step.body
+    kept = [t for t in _conjuncts(realize.predicate) if not uses(t, step.loop_var)]
+    predicate = tirx.const(True, "bool")
+    for test in kept:
+        predicate = test if is_true(predicate) else tirx.And(predicate, test)
+
+    def nest(var, inner_var, realize_):
+        body = realize_ if inner is None else tirx.For(inner_var, inner.min, inner.extent, inner.kind, realize_,
+                                                       inner.thread_binding, inner.annotations)
+        return body
+    whole = tirx.For(step.loop_var, step.min, step.extent - 1, step.kind, nest(
+        step.loop_var, inner.loop_var if inner is not None else None,
+        s_tir.SBlockRealize(realize.iter_values, predicate, realize.block)), step.thread_binding, annotations)
+    defined = [iv.var for iv in realize.block.iter_vars] + [
+        node.var for kind in (tirx.Bind, tirx.LetStmt, tirx.Let) for node in find_all(realize.block.body, kind)]
+    fresh = {var: tirx.Var(var.name + "_last", var.ty.dtype) for var in defined}   # each defined once
+    block = tvm_ffi.structural_map(realize.block, [(tvm.ir.Var, lambda var: fresh.get(var, var))])
+    block = s_tir.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint + "_last", block.body)
+    loops = {step.loop_var: step.min + step.extent - 1}
+    if inner is not None:
+        loops[inner.loop_var] = tirx.Var(inner.loop_var.name + "_last", inner.loop_var.ty.dtype)
+    # no last step where there is no step at all (a symbolic size of 0 elements)
+    last = s_tir.SBlockRealize([substituted(v, loops) for v in realize.iter_values],
+                               tirx.And(substituted(realize.predicate, loops), step.extent > 0), block)
+    if inner is not None:
+        last = tirx.For(loops[inner.loop_var], inner.min, inner.extent, inner.kind, last, inner.thread_binding,
+                        inner.annotations)
+    return tirx.SeqStmt([whole, last])
+
+
+def _conjuncts(predicate) -> list:
+    """The conditions and-ed together in a predicate."""
+    if isinstance(predicate, tirx.And):
+        return _conjuncts(predicate.a) + _conjuncts(predicate.b)
+    return [predicate]
+
+
+def is_true(expr) -> bool:
+    return isinstance(expr, tirx.IntImm) and bool(expr.value)

@@ -1,0 +1,195 @@
+"""SplitReduction's grid of partial results (`x.sum()`, `x.amax()`, a few long rows): each thread
+loads 16-byte vectors over a grid-stride share of its row, the last step alone under the ragged
+end's predicate, each block reduces its threads' partials, and a second kernel folds the blocks'.
+
+No GPU here: the kernels TVM schedules for sm_90 run on the CPU with their thread loops made serial
+(`scheduled_on_cpu`), which checks the schedule's index arithmetic, predicates and tails against
+torch; the CUDA they become is compiled with nvcc and read for vector loads and the grid."""
+import re
+import shutil
+
+import pytest
+import torch
+import tvm
+from hypothesis import given, settings, strategies as st
+from tvm import relax
+
+import babytriton as bt
+from babytriton.lowering import pipeline
+
+from test_schedules import SM90, nvcc_ptx
+
+
+def scheduled_on_cpu(fn, *args):
+    """(the kernel compiled for sm_90, a function running it on tensors) with the GPU schedule run
+    on the CPU: thread bindings become serial loops, per-thread and per-block buffers plain memory."""
+    k = bt.jit(target=SM90)(fn).compile(*args)
+    text = re.sub(r'T\.thread_binding\(([^,]+), thread="[^"]+"\)', r"range(\1)", k.stages["schedule"])
+    text = text.replace('scope="local"', 'scope="global"').replace('scope="shared"', 'scope="global"')
+    mod = tvm.script.from_source(text, check_well_formed=False)  # (a symbolic size: its shape vars)
+    vm = relax.VirtualMachine(pipeline.compile_module(mod, tvm.target.Target("llvm")), tvm.cpu())
+    [name] = [gv.name_hint for gv, f in mod.functions_items() if isinstance(f, relax.Function)]
+    return k, lambda *xs: torch.from_dlpack(vm[name](*[tvm.runtime.from_dlpack(x.contiguous()) for x in xs]))
+
+
+def total(x):
+    return x.sum()
+
+
+def mean(x):
+    return x.mean()
+
+
+def largest(x):
+    return x.amax((0, -1)) if x.dim() > 1 else x.amax()
+
+
+def smallest(x):
+    return x.min()
+
+
+def argmax(x):
+    return x.argmax()
+
+
+def product(x):
+    return x.prod()
+
+
+def abs_max(x):
+    return x.abs().max()
+
+
+def mean_square(x):
+    h = x.float()
+    return (h * h).mean()
+
+
+def row_sums(x):
+    return x.sum(-1)
+
+
+def odd_columns_sum(x):
+    return x[:, 1::2].sum()
+
+
+def _input(shape, dtype, fn):
+    if fn is product:
+        return (1 + (torch.rand(shape) - 0.5) * 1e-3).to(dtype)
+    if dtype.is_floating_point:
+        return (torch.randn(shape) * 3).to(dtype)
+    return torch.randint(-50, 51, shape).to(dtype)
+
+
+def _check(fn, x):
+    k, run = scheduled_on_cpu(fn, x)
+    got = run(x)
+    want = fn(x.double() if x.dtype.is_floating_point and fn not in (argmax,) else x)
+    if x.dtype == torch.float32:
+        tol = dict(rtol=1e-5, atol=1e-5 * max(x.numel(), 1) ** 0.5)
+    else:   # a half result rounds once, from a float32 accumulator
+        tol = dict(rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(got.double() if want.dtype == torch.float64 else got, want.to(got.dtype)
+                               if want.dtype != torch.float64 else want, equal_nan=True, check_dtype=False, **tol)
+    return k
+
+
+CASES = [(total, (57479168 // 8,), torch.float32), (total, (1000003,), torch.float32),
+         (largest, (5613, 1024), torch.float32), (mean, (1 << 22,), torch.bfloat16),
+         (total, (1 << 21,), torch.float16), (smallest, ((1 << 20) + 5,), torch.float16),
+         (total, (1 << 20,), torch.int8), (largest, (1 << 20,), torch.int8), (total, (999999,), torch.int32),
+         (argmax, ((1 << 20) + 1,), torch.float32), (product, (1 << 20,), torch.float32),
+         (abs_max, (3, 1 << 20), torch.float32), (row_sums, (3, 100003), torch.float32),
+         (mean_square, (2, 1048583), torch.float16), (odd_columns_sum, (1023, 2050), torch.float32)]
+
+
+@pytest.mark.parametrize("fn,shape,dtype", CASES, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_split_reductions_match_torch(fn, shape, dtype):
+    x = _input(shape, dtype, fn)
+    k = _check(fn, x)
+    assert "SplitReduction" in [kk.rule for kk in k.fusion], str(k.fusion)
+
+
+@pytest.mark.parametrize("fn", [largest, smallest, total])
+def test_nan_and_inf_propagate(fn):
+    for where in (0, 4097, -1):   # the first step, a middle one, the ragged last one
+        x = torch.randn((1 << 20) + 3)
+        x[where] = float("nan")
+        x[5] = float("inf")
+        _check(fn, x)
+
+
+@settings(max_examples=5, deadline=None)
+@given(n=st.integers(8193, 3_000_000), rows=st.sampled_from([1, 3]), which=st.integers(0, 3),
+       dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.int32]))
+def test_generated_sizes_match_torch(n, rows, which, dtype):
+    fn = [row_sums, largest, mean, argmax][which]
+    if fn is mean and not dtype.is_floating_point:
+        fn = total
+    _check(fn, _input((rows, n // rows), dtype, fn))
+
+
+def symbolic_total(x: bt.Tensor(("n",), "float32")):
+    return x.sum()
+
+
+def symbolic_rows_max(x: bt.Tensor((3, "n"), "float16")):
+    return x.float().amax(-1)
+
+
+def test_symbolic_sizes_match_torch():
+    """One kernel for every size: the steps a thread takes computed at run time, none for n = 0."""
+    k, run = scheduled_on_cpu(symbolic_total)
+    assert [kk.rule for kk in k.fusion] == ["SplitReduction"], str(k.fusion)
+    for n in (0, 1, 1000, 270336, 270337, 1000003):
+        x = torch.randn(n)
+        torch.testing.assert_close(run(x).double(), x.double().sum(), rtol=1e-5, atol=1e-4)
+    _, run = scheduled_on_cpu(symbolic_rows_max)
+    for n in (1, 4099, 300007):
+        x = torch.randn(3, n).half()
+        x[1, n // 2] = float("nan")
+        torch.testing.assert_close(run(x), x.float().amax(-1), equal_nan=True)
+
+
+def test_whole_tensor_max_loads_vectors_over_a_full_grid():
+    """p152's `x.amax((0, -1))` of 230 MB: a wave of 1056 blocks (8 of 256 threads on each of 132
+    SMs), float4 loads, and steps unrolled with no predicate (several loads in flight a thread)."""
+    k = bt.jit(target=SM90)(largest).compile(torch.empty(56132, 1024, device="meta"))
+    [kernel] = k.fusion
+    assert kernel.rule == "SplitReduction" and kernel.launch == "grid 1056 x block 256", str(k.fusion)
+    assert "*(float4*)(x_ptr" in k.source
+    if shutil.which("nvcc"):
+        partials = nvcc_ptx(k.source).decode().split(".entry")[1]
+        assert partials.count("ld.global.nc.v4.f32") >= 4, partials
+
+
+@pytest.mark.parametrize("dtype,vector", [(torch.float16, "uint4"), (torch.bfloat16, "uint4"), (torch.float32, "float4")])
+def test_half_sums_load_16_bytes(dtype, vector):
+    k = bt.jit(target=SM90)(total).compile(torch.empty(1 << 24, device="meta", dtype=dtype))
+    partials = k.source.split('extern "C" __global__')[-2]
+    assert f"*({vector}*)(x_ptr" in partials, partials
+    blocks = int(re.match(r"grid (\d+) x block 256$", k.fusion[0].launch).group(1))
+    assert blocks >= 132 * 4, str(k.fusion)
+    if shutil.which("nvcc"):
+        assert b".entry" in nvcc_ptx(k.source)
+
+
+def test_few_rows_share_the_grid():
+    """3 rows of 2^20: 352 blocks a row, not one (the row rules) or a grid collapsed to a few."""
+    k = bt.jit(target=SM90)(row_sums).compile(torch.empty(3, 1 << 20, device="meta"))
+    assert k.fusion[0].rule == "SplitReduction" and k.fusion[0].launch == "grid 1056 x block 256", str(k.fusion)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fn,shape,dtype", CASES + [(total, (56132, 1024), torch.float32), (total, (0,), torch.float32)],
+                         ids=lambda v: getattr(v, "__name__", str(v)))
+def test_gpu_split_reductions_match_torch(fn, shape, dtype):
+    """The same kernels on the GPU: the warp shuffles and vector types the CPU run cannot check."""
+    x = _input(shape, dtype, fn).cuda()
+    if x.numel() > 7 and dtype.is_floating_point and fn in (largest, smallest):
+        x.view(-1)[x.numel() // 3] = float("nan")
+    got = bt.jit(target="gpu")(fn)(x)
+    want = fn(x.double() if dtype.is_floating_point and fn is not argmax else x)
+    tol = dict(rtol=1e-5, atol=1e-5 * max(x.numel(), 1) ** 0.5) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(got.double() if want.dtype == torch.float64 else got, want if want.dtype ==
+                               torch.float64 else want.to(got.dtype), equal_nan=True, check_dtype=False, **tol)
