@@ -30,9 +30,8 @@ class RowKernel(GPUScheduleRule):
     # 128 threads: on the H100 a 4096-wide float16 softmax took 36.9 us with 128, 41.5 with 256
     # (more rows in flight per SM); float32 rows took the same with either
     def __init__(self, threads: int = 128, min_threads: int = 32, vector_bytes: int = 16, unroll: int = 64,
-                 kept_elements: int = 32, min_vectors: int = 2):
+                 kept_elements: int = 32):
         self.threads, self.min_threads, self.vector_bytes, self.unroll = threads, min_threads, vector_bytes, unroll
-        self.min_vectors = min_vectors  # the fewest vectors a thread reads of a row (else InnerReduction)
         self.kept_elements = kept_elements  # the most elements a thread keeps of an exp two passes read
 
     def apply(self, func, target, _tunable):
@@ -130,11 +129,6 @@ class RowKernel(GPUScheduleRule):
         if shape is None:
             return decline(f"row width {width}: no vectors x threads tile it")
         vector, threads = shape
-        if width < threads * vector * self.min_vectors:
-            # one vector a thread, then a reduction across the block's warps through shared memory and a
-            # barrier, twice: a float16 softmax over rows of 1024 ran at 1.5 TB/s on an H200 (perf fuzzer
-            # p20); InnerReduction gives such rows a warp or two each, several rows to a block
-            return decline(f"rows of {width}: fewer than {self.min_vectors} vectors a thread")
         if threads < self.threads and any(len(sch.get(block).writes) > 1 for block in reductions):
             # an online softmax's (sum, max) pairs over fewer threads than a full block: on an H200
             # (benchmarks/probes/few_rows.py rows) a softmax over rows of 32000 took 70 us here (64

@@ -1489,8 +1489,7 @@ HALF_ROWS = [(fn, dtype) for fn in (row_softmax, row_rmsnorm) for dtype in (torc
     (row_softmax, torch.float32, 4096, "grid 64 x block 128"),
     (row_log_softmax, torch.float32, 1024, "grid 64 x block 128"),
     (row_layernorm, torch.float16, 4096, "grid 64 x block 128"),
-    (row_rmsnorm, torch.float16, 2048, "grid 64 x block 128"),    # 2 vectors a thread
-    (row_rmsnorm, torch.float16, 1536, "grid 64 x block 64"),     # 3 vectors of 64 threads tile the row
+    (row_rmsnorm, torch.float16, 512, "grid 64 x block 64"),      # 64 threads of 8 halves tile the row
     (row_cross_entropy, torch.float32, 8192, "grid 64 x block 128"),  # (online pairs: InnerReduction)
 ], ids=param_id)
 def test_row_kernel_rule_loads_and_stores_whole_vectors(fn, dtype, cols, launch):
@@ -1524,61 +1523,12 @@ def row_softmax_any(x: bt.Tensor(("n", "m"), "float16")):
     (row_rmsnorm, torch.bfloat16, 1028),  # 4 halves would, but 8-byte loads; 1028 / 8 is not whole
     (row_softmax, torch.float32, 1000),   # 250 float4 per row: no power-of-two block of >= 64 tiles it
     (row_layernorm, torch.float32, 48),   # 12 vectors: fewer than 64 threads (rows share a block there)
-    (row_rmsnorm, torch.float16, 512),    # one vector a thread: a warp a row, 4 rows to a block (p20)
-    (row_softmax, torch.float16, 1024),
 ], ids=param_id)
 def test_row_kernel_rule_leaves_rows_it_cannot_tile_to_inner_reduction(fn, dtype, cols):
     k = bt.jit(target=SM90)(fn).compile(*(a.to("meta") for a in row_inputs(fn, 64, cols, dtype)))
     assert row_kernel(k).rule == "InnerReduction", str(k.fusion)
     if shutil.which("nvcc"):
         assert b".entry" in nvcc_ptx(k.source)
-
-
-def clipped_softmax(x, y):
-    """Perf fuzzer p20: float16 rows upcast, a maximum with a broadcast row, a softmax, back to float16."""
-    h = torch.maximum(x.float(), y[None, :].float()) / 0.7
-    e = torch.exp(h - h.max(dim=-1, keepdim=True).values)
-    return (e / e.sum(-1, keepdim=True)).to(x.dtype)
-
-
-@pytest.mark.parametrize("rows, cols, dtype", [(96, 1024, torch.float16), (40, 512, torch.float32),
-                                               (33, 512, torch.bfloat16)])
-def test_rows_of_one_vector_a_thread_get_a_warp_each(rows, cols, dtype):
-    """Rows that RowKernel's 128 threads would read one vector each (then reduce across warps through
-    shared memory, behind barriers) get a warp or two each, several rows to a block: each thread reads
-    its vectors of x once, up front, and no barrier is left for a warp a row."""
-    k = bt.jit(target=SM90)(clipped_softmax).compile(torch.empty(rows, cols, dtype=dtype, device="meta"),
-                                                     torch.empty(cols, dtype=dtype, device="meta"))
-    kernel = row_kernel(k)
-    threads, per_block = map(int, re.search(r"block \((\d+), (\d+)\)", kernel.launch).groups())
-    assert kernel.rule == "InnerReduction" and threads * per_block >= 128, str(k.fusion)
-    (name,) = kernel.cuda_kernels
-    body = kernel_body(k.source, name)
-    lanes = 16 // dtype.itemsize
-    vector = "float4" if dtype == torch.float32 else "uint4"
-    assert len(re.findall(rf"= \*\({vector}\*\)\(x_ptr \+", body)) == cols // (threads * lanes), body
-    assert ("__syncthreads" in body) == (threads > 32)
-    if shutil.which("nvcc"):
-        assert b".entry" in nvcc_ptx(k.source)
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
-def test_cpu_clipped_softmax_agrees_with_torch(dtype):
-    x, y = special_rows(8, 1024, dtype, "cpu").to(dtype), torch.randn(1024).to(dtype)
-    got = bt.jit(target="cpu")(clipped_softmax)(x, y)
-    torch.testing.assert_close(got.float(), clipped_softmax(x.float(), y.float()), rtol=2e-2, atol=2e-3,
-                               equal_nan=True)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("rows, cols, dtype", [(34080, 1024, torch.float16), (40, 512, torch.float32),
-                                               (33, 2048, torch.bfloat16), (0, 1024, torch.float16)])
-def test_gpu_clipped_softmax_agrees_with_torch(rows, cols, dtype):
-    x = special_rows(max(rows, 5), cols, dtype, "cuda")[:rows].to(dtype)
-    y = torch.randn(cols, device="cuda").to(dtype)
-    got = bt.jit(target="gpu")(clipped_softmax)(x, y)
-    torch.testing.assert_close(got.float(), clipped_softmax(x.float(), y.float()), rtol=2e-2, atol=2e-3,
-                               equal_nan=True)
 
 
 def test_row_kernel_rule_leaves_a_symbolic_width_to_inner_reduction():
@@ -1600,22 +1550,18 @@ WIDTHS = st.one_of(st.integers(1, 64).map(lambda i: 64 * i), st.integers(2, 5000
 @settings(max_examples=10, deadline=None)
 @given(cols=WIDTHS, dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]))
 def test_row_kernel_rule_takes_every_row_that_a_warp_of_vectors_tiles(cols, dtype):
-    """RowKernel takes a softmax only where 64 threads of 8-byte vectors tile its rows (16 bytes where
-    that still leaves 64 threads) with two vectors a thread at least, always where 128 threads of 16
-    bytes do so (narrower rows share a block in InnerReduction), and every thread count it picks
-    tiles the row with its vectors."""
+    """RowKernel takes a softmax exactly when 64 threads of 8-byte vectors tile its rows (16 bytes where
+    that still leaves 64 threads; narrower rows share a block in InnerReduction), and every thread
+    count it picks tiles the row with its vectors."""
     k = bt.jit(target=SM90)(row_softmax).compile(torch.empty(8, cols, dtype=dtype, device="meta"))
     kernel = row_kernel(k)
     tiles = cols % (64 * 8 // dtype.itemsize) == 0
-    wide = cols % (128 * 16 // dtype.itemsize) == 0 and cols >= 2 * 128 * 16 // dtype.itemsize
-    assert kernel.rule != "RowKernel" or tiles, (cols, str(k.fusion))
-    assert kernel.rule == "RowKernel" or not wide, (cols, str(k.fusion))  # 2 vectors of 128 threads or more
-    if kernel.rule == "RowKernel":
+    assert (kernel.rule == "RowKernel") == tiles, (cols, str(k.fusion))
+    if tiles:
         threads = int(re.fullmatch(r"grid 8 x block (\d+)", kernel.launch).group(1))
         vector = re.search(r"= \*\((\w+)\*\)\(x_ptr \+", k.source).group(1)
         lanes = VECTOR_BYTES[vector] // dtype.itemsize
         assert cols % (threads * lanes) == 0 and 64 <= threads <= 256, (cols, vector, kernel.launch)
-        assert cols >= 2 * threads * lanes, (cols, vector, kernel.launch)  # else a warp a row: InnerReduction
         if shutil.which("nvcc"):
             assert b".entry" in nvcc_ptx(k.source)
 
