@@ -9,8 +9,8 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
-from .analysis import (find_all, fuse, is_buffer, is_int, kept_in_order, math_read_twice, normalized, retype,
-                       updated, uses)
+from .analysis import (block_value, find_all, fuse, is_buffer, is_int, kept_in_order, math_read_twice, normalized,
+                       reduce_count, retype, updated, uses)
 from .inlining import GPU_CALL_DEPTH, inline
 from .lanes import branched_buffers, contiguous_lanes, innermost_var, one_vector
 from .reasons import decline
@@ -82,7 +82,8 @@ class RowKernel(GPUScheduleRule):
 
     def _kept(self, sch, func, infos) -> list:
         """The blocks computed once into registers rather than inlined: math two passes read."""
-        kept = [info for info in infos[:-1] if math_read_twice(sch, info.block_rv)]
+        kept = [info for info in infos[:-1]
+                if math_read_twice(sch, info.block_rv) or _divides_read_twice(sch, info.block_rv)]
         # a softmax's exp(x - max), read by the row sum and by the division, is computed once per element
         # into registers instead of inlined into both: float16 rows of 4096 on the H100, 33.0 -> 28.3 us
         # (0.77 -> 0.90 of a copy), bfloat16 33.0 -> 26.7 us; only where a thread's share fits registers
@@ -282,6 +283,15 @@ def _row_vectors(sch, block, along, step) -> None:
             loops = sch.get_loops(cache)
             if len(loops) > depth:
                 sch.vectorize(loops[-1])
+
+
+def _divides_read_twice(sch, block) -> bool:
+    """An element-wise block that divides floats and that two blocks read (a softmax's scaled input
+    `maximum(x, y) / 0.7`, read by the row's max and by its exp): computed once into registers, where
+    inlined it cost an IEEE division (and the NaN-aware maximum's selects) per element in each pass."""
+    value = block_value(sch, block)
+    return value is not None and not reduce_count(sch, block) and len(sch.get_consumers(block)) >= 2 and \
+        str(value.ty.dtype).startswith("float") and bool(find_all(value, tirx.Div))
 
 
 def _same_extents(a, b) -> bool:
