@@ -82,13 +82,13 @@ class RowKernel(GPUScheduleRule):
 
     def _kept(self, sch, func, infos) -> list:
         """The blocks computed once into registers rather than inlined: math two passes read."""
-        kept = [info for info in infos[:-1]
-                if math_read_twice(sch, info.block_rv) or _divides_read_twice(sch, info.block_rv)]
+        width = get_extent(sch, sch.get_loops(infos[0].block_rv)[-1])
+        kept = [info for info in infos[:-1] if math_read_twice(sch, info.block_rv) or (
+            _divides_read_twice(sch, info.block_rv) and _along_row(sch, info.block_rv, width))]
         # a softmax's exp(x - max), read by the row sum and by the division, is computed once per element
         # into registers instead of inlined into both: float16 rows of 4096 on the H100, 33.0 -> 28.3 us
         # (0.77 -> 0.90 of a copy), bfloat16 33.0 -> 26.7 us; only where a thread's share fits registers
         if kept:
-            width = get_extent(sch, sch.get_loops(infos[0].block_rv)[-1])
             shape = self._shape(func, width) if isinstance(width, int) else None
             kept = kept if shape is not None and width // shape[1] <= self.kept_elements else []
         return kept
@@ -292,6 +292,13 @@ def _divides_read_twice(sch, block) -> bool:
     value = block_value(sch, block)
     return value is not None and not reduce_count(sch, block) and len(sch.get_consumers(block)) >= 2 and \
         str(value.ty.dtype).startswith("float") and bool(find_all(value, tirx.Div))
+
+
+def _along_row(sch, block, width) -> bool:
+    """Whether the block runs along the row (its innermost loop is the row's width), not once per row
+    (a norm's mean, `sum / n`, read by the variance and by the output)."""
+    loops = sch.get_loops(block)
+    return bool(loops) and isinstance(width, int) and get_extent(sch, loops[-1]) == width
 
 
 def _same_extents(a, b) -> bool:

@@ -1483,6 +1483,20 @@ def test_row_kernel_computes_a_divided_input_once_into_registers(cols, dtype):
         assert ptxas.returncode == 0 and "0 bytes stack frame" in ptxas.stderr, ptxas.stderr[-2000:]
 
 
+def norm_of_two_means(x, w):
+    """Perf fuzzer p132: the mean `sum / n`, one value a row, read by `x - mu` and by the variance."""
+    d = x - x.mean(-1, keepdim=True)
+    return d / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-6) * w
+
+
+def test_row_kernel_keeps_no_per_row_division():
+    """A division once per row (a mean) that two blocks read is no row of elements to keep: RowKernel
+    takes the norm as before, without registers per element for it."""
+    k = bt.jit(target=SM90)(norm_of_two_means).compile(torch.empty(558, 2048, device="meta"),
+                                                       torch.empty(2048, device="meta"))
+    assert row_kernel(k).rule == "RowKernel", str(k.fusion)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_cpu_scaled_softmax_agrees_with_torch(dtype):
     x, y = special_rows(8, 1024, dtype, "cpu").to(dtype), torch.randn(1024).to(dtype)
