@@ -22,6 +22,7 @@ from ..passes import (decompose, inplace, max_argmax, multi_output, offload, onl
                       rowwise, shifts, views)
 from ..operators import legalize
 from . import cuda_spelling, nvrtc
+from .reduced_values import reduced_values_in_registers
 from .. import schedules
 from ..core import targets
 
@@ -371,8 +372,10 @@ def _tir_pipeline():
     # before TVM's vectoriser: CPU kernels' math calls it has no vector form of (fast_math.vector_math)
     vector_math = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: schedules.vector_math(func),
                                                     opt_level=0, name="VectorMath")
+    reduced = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: reduced_values_in_registers(func),
+                                                opt_level=0, name="ReducedValuesInRegisters")
     return tvm.transform.Sequential([vector_math, lower]), finalize_host, lambda: tvm.transform.Sequential(
-        [uniform, unrestricted, finalize_device(), constants])
+        [reduced, uniform, unrestricted, finalize_device(), constants])
 
 
 tvm.tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)

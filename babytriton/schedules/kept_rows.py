@@ -40,11 +40,13 @@ def kept_inputs(sch, nests, func, rows, width) -> list:
 
 def kept_threads(buffers, width: int, lanes: int, threads: int) -> int | None:
     """The threads per row (from `threads`, doubled up to MAX_THREADS) at which each thread's share of
-    the kept rows fits KEPT_BYTES and whole vectors of `lanes` tile the row; None where none does."""
+    the kept rows fits KEPT_BYTES and whole vectors of `lanes` tile the row; None where none does.
+    One thread may hold a whole narrow row (a masked softmax over rows of 16: perf fuzzer p170 read
+    each row three times, once per pass)."""
     row_bytes = width * sum(tvm.DataType(b.ty.dtype).bits // 8 for b in buffers)
     while threads < MAX_THREADS and row_bytes > KEPT_BYTES * threads and threads * 2 * lanes <= width:
         threads *= 2
-    if threads < 2 or row_bytes > KEPT_BYTES * threads or width < threads * lanes or width % (threads * lanes):
+    if row_bytes > KEPT_BYTES * threads or width < threads * lanes or width % (threads * lanes):
         return None
     return threads
 
@@ -61,7 +63,8 @@ def keep_rows(sch, blocks, buffers, row, width: int, threads: int, lanes: int) -
         column = fuse(sch, sch.get_loops(cache)[_depth(sch, cache, row):])
         step, thread, lane = sch.split(column, [None, threads, lanes])
         sch.reorder(thread, step, lane)
-        sch.bind(thread, "threadIdx.x")
+        if threads > 1:  # (a thread a row: the rows' loop is threadIdx.x)
+            sch.bind(thread, "threadIdx.x")
         sch.unroll(step)
         # the lanes are consecutive, aligned elements (`_reads_own_element`, a width that tiles): a vector
         sch.vectorize(lane)

@@ -9,8 +9,8 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
-from .analysis import (find_all, fuse, is_buffer, is_int, kept_in_order, math_read_twice, normalized, retype,
-                       updated, uses)
+from .analysis import (block_value, find_all, fuse, is_buffer, is_int, kept_in_order, math_read_twice, normalized,
+                       reduce_count, retype, updated, uses)
 from .inlining import GPU_CALL_DEPTH, inline
 from .lanes import branched_buffers, contiguous_lanes, innermost_var, one_vector
 from .reasons import decline
@@ -82,12 +82,13 @@ class RowKernel(GPUScheduleRule):
 
     def _kept(self, sch, func, infos) -> list:
         """The blocks computed once into registers rather than inlined: math two passes read."""
-        kept = [info for info in infos[:-1] if math_read_twice(sch, info.block_rv)]
+        width = get_extent(sch, sch.get_loops(infos[0].block_rv)[-1])
+        kept = [info for info in infos[:-1] if math_read_twice(sch, info.block_rv) or (
+            _divides_read_twice(sch, info.block_rv) and _along_row(sch, info.block_rv, width))]
         # a softmax's exp(x - max), read by the row sum and by the division, is computed once per element
         # into registers instead of inlined into both: float16 rows of 4096 on the H100, 33.0 -> 28.3 us
         # (0.77 -> 0.90 of a copy), bfloat16 33.0 -> 26.7 us; only where a thread's share fits registers
         if kept:
-            width = get_extent(sch, sch.get_loops(infos[0].block_rv)[-1])
             shape = self._shape(func, width) if isinstance(width, int) else None
             kept = kept if shape is not None and width // shape[1] <= self.kept_elements else []
         return kept
@@ -282,6 +283,22 @@ def _row_vectors(sch, block, along, step) -> None:
             loops = sch.get_loops(cache)
             if len(loops) > depth:
                 sch.vectorize(loops[-1])
+
+
+def _divides_read_twice(sch, block) -> bool:
+    """An element-wise block that divides floats and that two blocks read (a softmax's scaled input
+    `maximum(x, y) / 0.7`, read by the row's max and by its exp): computed once into registers, where
+    inlined it cost an IEEE division (and the NaN-aware maximum's selects) per element in each pass."""
+    value = block_value(sch, block)
+    return value is not None and not reduce_count(sch, block) and len(sch.get_consumers(block)) >= 2 and \
+        str(value.ty.dtype).startswith("float") and bool(find_all(value, tirx.Div))
+
+
+def _along_row(sch, block, width) -> bool:
+    """Whether the block runs along the row (its innermost loop is the row's width), not once per row
+    (a norm's mean, `sum / n`, read by the variance and by the output)."""
+    loops = sch.get_loops(block)
+    return bool(loops) and isinstance(width, int) and get_extent(sch, loops[-1]) == width
 
 
 def _same_extents(a, b) -> bool:

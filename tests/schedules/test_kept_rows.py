@@ -139,7 +139,8 @@ def test_kept_threads_fit_the_register_budget():
     assert kept_rows.kept_threads(floats * 2, 8192, 4, 256) == 512      # two inputs: 16 + 16
     assert kept_rows.kept_threads([Buffer("float16")], 8192, 8, 256) == 256
     assert kept_rows.kept_threads(floats, 1000, 4, 64) is None          # 256 does not divide 1000
-    assert kept_rows.kept_threads(floats, 2, 2, 1) is None              # one thread a row
+    assert kept_rows.kept_threads(floats, 2, 2, 1) == 1                 # one thread a row: its whole row
+    assert kept_rows.kept_threads(floats, 48, 4, 1) == 2                # 192 bytes: two threads
 
 
 # -- against torch on the CPU (the same programs; CPUReduction schedules them there) --------------
@@ -273,3 +274,52 @@ def test_gpu_quantisation_agrees_with_torch(shape):
     torch.testing.assert_close(scale, want_scale)
     assert q.shape == want_q.shape and q.dtype == torch.int8
     assert not q.numel() or (q.int() - want_q.int()).abs().max().item() <= 1
+
+
+# -- a thread a row: narrow rows kept whole in one thread's registers --------------------------------
+
+def masked_log_softmax(x, mask):
+    """Perf fuzzer p170: a masked log-softmax over rows of 16, the mask broadcast over an inner axis."""
+    return F.log_softmax(torch.where(mask, -1e4, x), dim=-1)
+
+
+@pytest.mark.parametrize("shape, dtype", [((32000, 8, 4, 16), torch.float32), ((20000, 2, 4, 32), torch.float16),
+                                          ((140000, 1, 1, 8), torch.float32)])
+def test_a_row_of_one_thread_is_read_once(shape, dtype):
+    """Rows that one thread reduces alone (4 vectors or fewer, rows enough to fill the GPU) are read
+    once into its registers, not once per pass (the max, the sum of exps, the output): one vector
+    load per vector of the row."""
+    mask_shape = shape[:2] + (1,) + shape[3:]
+    k = bt.jit(target=SM90)(masked_log_softmax).compile(torch.empty(shape, dtype=dtype, device="meta"),
+                                                        torch.empty(mask_shape, dtype=torch.bool, device="meta"))
+    kernel = row_kernel(k)
+    assert re.fullmatch(r"grid \d+ x block \d+", kernel.launch), kernel.launch  # a thread a row
+    body = kernel_body(k, kernel)
+    lanes = 16 // dtype.itemsize
+    vector = "float4" if dtype == torch.float32 else "uint4"
+    reads = global_reads(body, "x")
+    assert reads and all(re.search(rf"\*\({vector}\*\)\(x_ptr \+", line) for line in reads), reads
+    assert len(reads) == max(shape[-1] // lanes, 1), reads
+    if NVCC:
+        assert "0 bytes stack frame" in ptxas_stack(k.source)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_cpu_masked_log_softmax_agrees_with_torch(dtype):
+    x = with_specials(torch.randn(6, 2, 4, 16)).to(dtype)
+    mask = torch.rand(6, 2, 1, 16) < 0.3
+    got = bt.jit(target="cpu")(masked_log_softmax)(x, mask)
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(got.float(), masked_log_softmax(x.float(), mask), rtol=tol, atol=tol, equal_nan=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, dtype", [((32000, 8, 4, 16), torch.float32), ((20000, 2, 4, 32), torch.float16),
+                                          ((0, 8, 4, 16), torch.float32), ((140000, 1, 1, 8), torch.bfloat16)])
+def test_gpu_masked_log_softmax_agrees_with_torch(shape, dtype):
+    x = torch.randn(shape, device="cuda")
+    x = (with_specials(x) if x.numel() else x).to(dtype)
+    mask = torch.rand(shape[:2] + (1,) + shape[3:], device="cuda") < 0.3
+    got = bt.jit(target="gpu")(masked_log_softmax)(x, mask)
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(got.float(), masked_log_softmax(x.float(), mask), rtol=tol, atol=tol, equal_nan=True)

@@ -1460,6 +1460,65 @@ def test_row_kernel_computes_a_softmax_exp_once_into_registers(dtype):
     assert ptxas.returncode == 0 and "0 bytes stack frame" in ptxas.stderr, ptxas.stderr[-2000:]
 
 
+def scaled_softmax(x, y):
+    """Perf fuzzer p20: rows upcast, a maximum with a broadcast row, divided by a constant, a softmax."""
+    h = torch.maximum(x.float(), y[None, :].float()) / 0.7
+    e = torch.exp(h - h.max(dim=-1, keepdim=True).values)
+    return (e / e.sum(-1, keepdim=True)).to(x.dtype)
+
+
+@pytest.mark.parametrize("cols, dtype", [(1024, torch.float16), (4096, torch.bfloat16), (2048, torch.float32)])
+def test_row_kernel_computes_a_divided_input_once_into_registers(cols, dtype):
+    """`maximum(x, y) / 0.7`, read by the row's max and by its exp: each thread divides its elements
+    once, into registers (the exp then reads them there), not once per pass; x is read once."""
+    k = bt.jit(target=SM90)(scaled_softmax).compile(torch.empty(96, cols, dtype=dtype, device="meta"),
+                                                    torch.empty(cols, dtype=dtype, device="meta"))
+    kernel = row_kernel(k)
+    assert kernel.rule == "RowKernel", str(k.fusion)
+    threads = int(re.fullmatch(r"grid 96 x block (\d+)", kernel.launch).group(1))
+    body = kernel_body(k.source, kernel.cuda_kernels[0])
+    assert body.count("0x1.666666p-1f") == cols // threads, body   # the constant 0.7: a division each
+    lanes = 16 // dtype.itemsize
+    assert len(re.findall(r"= \*\((?:float4|uint4)\*\)\(x_ptr \+", body)) == cols // (threads * lanes), body
+    if shutil.which("nvcc"):
+        ptxas = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-x", "cu", "-", "-o", os.devnull],
+                               input=k.source, capture_output=True, text=True)
+        assert ptxas.returncode == 0 and "0 bytes stack frame" in ptxas.stderr, ptxas.stderr[-2000:]
+
+
+def norm_of_two_means(x, w):
+    """Perf fuzzer p132: the mean `sum / n`, one value a row, read by `x - mu` and by the variance."""
+    d = x - x.mean(-1, keepdim=True)
+    return d / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-6) * w
+
+
+def test_row_kernel_keeps_no_per_row_division():
+    """A division once per row (a mean) that two blocks read is no row of elements to keep: RowKernel
+    takes the norm as before, without registers per element for it."""
+    k = bt.jit(target=SM90)(norm_of_two_means).compile(torch.empty(558, 2048, device="meta"),
+                                                       torch.empty(2048, device="meta"))
+    assert row_kernel(k).rule == "RowKernel", str(k.fusion)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_cpu_scaled_softmax_agrees_with_torch(dtype):
+    x, y = special_rows(8, 1024, dtype, "cpu").to(dtype), torch.randn(1024).to(dtype)
+    got = bt.jit(target="cpu")(scaled_softmax)(x, y)
+    torch.testing.assert_close(got.float(), scaled_softmax(x.float(), y.float()), rtol=2e-2, atol=2e-3,
+                               equal_nan=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows, cols, dtype", [(34080, 1024, torch.float16), (40, 4096, torch.bfloat16),
+                                               (33, 2048, torch.float32), (0, 1024, torch.float16)])
+def test_gpu_scaled_softmax_agrees_with_torch(rows, cols, dtype):
+    x = special_rows(max(rows, 5), cols, dtype, "cuda")[:rows].to(dtype)
+    y = torch.randn(cols, device="cuda").to(dtype)
+    got = bt.jit(target="gpu")(scaled_softmax)(x, y)
+    torch.testing.assert_close(got.float(), scaled_softmax(x.float(), y.float()), rtol=2e-2, atol=2e-3,
+                               equal_nan=True)
+
+
 def test_row_kernel_exp_of_wide_rows_stays_inlined():
     """Rows whose per-thread share would not fit registers (8192 halves: 64 a thread) keep the exp
     inlined into both passes."""
