@@ -230,6 +230,37 @@ def test_gpu_column_reductions_load_at_memory_speed():
             assert len(loads) >= 4 and loads[3] < min(op for op in math_ops if op > loads[0]), "loads not grouped"
 
 
+def column_first_argmax(x):
+    return x.argmax(0)
+
+
+def column_float_mean(x):
+    return x.float().mean(0)
+
+
+@pytest.mark.parametrize("form, shape, dtype", [
+    ("sum", (3000, 4100), torch.float32), ("argmax", (967, 3200), torch.float16), ("argmax", (1001, 1000), torch.float32),
+    ("amax", (2000, 4099), torch.float32), ("mean", (3001, 2056), torch.float16), ("sum", (45, 1000), torch.float16)],
+    ids=lambda v: str(v).replace(" ", ""))
+def test_staged_schedules_run_serially_match_torch(form, shape, dtype):
+    """The sm_90 schedule itself (rows grouped, staged through registers, predicated where ragged,
+    parts folded) run on the CPU with its thread loops serial (its cross-thread steps are then plain
+    loops), against torch: NaN, inf, ties of float16 argmax (the first index)."""
+    from test_schedules_small import _run_on_cpu
+    x = (torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape))) * 3).to(dtype)
+    x[5, 3], x[7, 9], x[shape[0] - 1, 9], x[3, 11] = float("nan"), float("inf"), float("inf"), float("-inf")
+    f = {"sum": column_sum, "argmax": column_first_argmax, "amax": column_max, "mean": column_float_mean}[form]
+    k = bt.jit(target=SM90, cache=False)(f).compile(x.to("meta"))
+    assert rules(k) == ["OuterReduction"], k.fusion
+    assert "x_local_ptr[" in k.source  # the loads staged through registers
+    want = f(x)
+    got = _run_on_cpu(k, (x,), want).to(want.dtype)
+    if form == "argmax":
+        assert torch.equal(got, want)
+    else:
+        check(got, want, dtype, shape[0])
+
+
 # -- edges: NaN and inf, empty axes, symbolic sizes, non-contiguous inputs -------------------------
 def column_max(x):
     return x.amax(0)
