@@ -25,6 +25,7 @@ import tvm
 import tvm_ffi
 from tvm import relax, s_tir, tirx
 
+from ..schedules.small_reduction import MAX_EXTENT
 from .blocks import BlockRewriter
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
@@ -277,12 +278,29 @@ def _unique(items) -> list:
 
 def several_reductions(rows: Rows) -> bool:
     """Whether one kernel may hold several reductions over `rows`: over the innermost axes, where
-    RowKernel (GPU) and CPUReduction schedule them together, a row per block or thread. Over outer
-    axes (OuterReduction takes such a kernel, a launch per reduction) few kept rows (batch norm of an
-    NCHW tensor: a row per channel) left it to GeneralReduction, a block per row, where a split
-    reduction per kernel fills the GPU; over a whole tensor no rule takes several (Fallback: one
-    thread). Those stay a kernel per reduction, each with its producers and epilogue."""
-    return rows.trailing
+    RowKernel (GPU) and CPUReduction schedule them together, a row per block or thread; over a few
+    elements of outer or middle axes (`_few`). Over other outer axes (OuterReduction takes such a
+    kernel, a launch per reduction) few kept rows (batch norm of an NCHW tensor: a row per channel)
+    left it to GeneralReduction, a block per row, where a split reduction per kernel fills the GPU;
+    over a whole tensor no rule takes several (Fallback: one thread). Those stay a kernel per
+    reduction, each with its producers and epilogue."""
+    return rows.trailing or _few(rows)
+
+
+def _few(rows: Rows) -> bool:
+    """Whether `rows` reduce at most SmallReduction's MAX_EXTENT elements (static) of axes other than
+    the innermost: a softmax over a middle axis of 2 (p116). Each thread of SmallReduction (GPU) then
+    computes every reduction it reads, in registers, and CPUOuterReduction runs them in one loop
+    nest: one kernel reads the input once, where a kernel per reduction wrote `exp(x - max)` out and
+    read it back (two launches, three tensor passes instead of one)."""
+    if rows.whole or len(rows.shape) - 1 in rows.axes:
+        return False
+    count = 1
+    for axis in rows.axes:
+        if not isinstance(rows.shape[axis], tirx.IntImm):
+            return False
+        count *= rows.shape[axis].value
+    return count <= MAX_EXTENT
 
 
 # Whether a row kernel may write several per-row results: see several_outputs.

@@ -67,11 +67,16 @@ class OuterReduction(GPUScheduleRule):
     a (32, 2048, 1024) max over the middle axis took 68 us where Fallback took 190 and torch.compile
     76; a (2^20, 4) column sum 20 us, Dlight's Reduction (one block) 656."""
 
-    def __init__(self, threads: int = 256, min_steps: int = 16, min_threads: int = 1 << 16,
-                 max_parts: int = 128, vector_bytes: int = 16, max_lanes: int = 4, spread_threads: int = 256):
+    # min_threads: an H200 holds 132 x 2048 threads, and bandwidth follows the loads in flight: with
+    # one 16-byte load a thread (nvcc keeps each predicated load of the row loop behind its branch)
+    # p105's (56306, 512) norm at 2^16 threads (16 parts) read 115 MB at about 1 TB/s. `stage_rows`
+    # rows a thread are loaded together where they go through registers (`_staged`)
+    def __init__(self, threads: int = 256, min_steps: int = 16, min_threads: int = 1 << 18,
+                 max_parts: int = 128, vector_bytes: int = 16, max_lanes: int = 4, spread_threads: int = 256,
+                 stage_rows: int = 4, staged_lanes: int = 8):
         self.threads, self.min_steps, self.min_threads = threads, min_steps, min_threads
         self.max_parts, self.vector_bytes, self.max_lanes = max_parts, vector_bytes, max_lanes
-        self.spread_threads = spread_threads
+        self.spread_threads, self.stage_rows, self.staged_lanes = spread_threads, stage_rows, staged_lanes
 
     def apply(self, func, target, _tunable):
         scheduled = self._apply(func, target, together=True)
@@ -142,12 +147,16 @@ class OuterReduction(GPUScheduleRule):
         else:
             n_outer = self._narrowed(sch, blocks, loops[:n_kept], layout.n_outer)
         dims = _wide_extents(sch, loops[n_outer:n_kept], text=False) or [1]
+        # loads through registers (`_staged`) for one block over one kept axis and one reduced axis:
+        # TVM bounds a thread's share of a tile of several (p104's (32, 12, 16) columns, a (2, 17)
+        # reduction) by its bounding box, 3024 registers a thread where it needs 4
+        stage = len(blocks) == 1 and len(dims) == 1 and len(_wide_extents(sch, loops[n_kept:])) <= 1
         nests = []
         for block in blocks:
             loops = sch.get_loops(block)
             nests.append((fuse(sch, loops[:n_outer]) if n_outer else None, fuse(sch, loops[n_outer:n_kept]),
                           fuse(sch, loops[n_kept:])))
-        return self._stage(sch, blocks, nests, dims)
+        return self._stage(sch, blocks, nests, dims, stage=stage)
 
     def _narrowed(self, sch, blocks, kept, n_outer) -> int:
         """How many kept loops count as outer rows: those of `n_outer`, then more while no tile of
@@ -159,37 +168,40 @@ class OuterReduction(GPUScheduleRule):
             if len(dims) <= 1:
                 break
             if all(isinstance(d, int) for d in dims):
-                vector = self._lanes(sch, blocks, dims[-1])
+                vector = self._lanes(sch, blocks, dims, stage=False)
                 vectors = static_product(sch, kept[n_outer:]) // vector
                 if vectors <= 64 or any(vectors % t == 0 and _rectangle(t * vector, dims) for t in _ACROSS):
                     break
             n_outer += 1
         return n_outer
 
-    def _stage(self, sch, blocks, nests, dims, split=True):
+    def _stage(self, sch, blocks, nests, dims, split=True, stage=False):
         """One stage: blocks of threads over tiles of the columns; where the plan cuts the reduction
         into parts, their partial results (rfactor) are then folded by a stage of their own, a
         column reduction over the parts. `nests`: each block's (outer, column, reduced) loops;
         `dims`: the extents of the kept axes fused into `column` (`outer`: the others). Siblings
         are cut alike, their partial results computed in one loop nest (each reads the input
-        there). Returns each block's threadIdx.x loop of the last stage."""
+        there); `stage`: the first stage's loads go through registers. Returns each block's
+        threadIdx.x loop of the last stage."""
         outer, column, reduced = nests[0]
-        plan = self._plan(sch, blocks, outer, column, reduced, dims, split)
-        # each thread's share of the rows: i * parts * ty + part * ty + y
+        plan = self._plan(sch, blocks, outer, column, reduced, dims, split, stage)
+        # each thread's share of the rows: ((i * parts + part) * ty + y) * group + j
         shares = plan.parts if plan.across else plan.parts * plan.ty
+        group = self._group(sch, reduced, shares * (plan.ty if plan.across else 1)) if stage else 1
+        last = [group] if group > 1 else []
         works, partials = [], []
         for block, (_, _, reduced) in zip(blocks, nests):
-            sch.split(reduced, [None, shares, plan.ty] if plan.across else [None, shares])
+            sch.split(reduced, ([None, shares, plan.ty] if plan.across else [None, shares]) + last)
             work = block
             if shares > 1:
-                work = sch.rfactor(sch.get_loops(block)[-2 if plan.across else -1], factor_axis=0)
+                work = sch.rfactor(sch.get_loops(block)[(-2 if plan.across else -1) - len(last)], factor_axis=0)
             partial = work
             if plan.across and plan.ty > 1:  # each thread's partial result, in registers
-                partial = sch.rfactor(sch.get_loops(work)[-1], factor_axis=0)
+                partial = sch.rfactor(sch.get_loops(work)[-1 - len(last)], factor_axis=0)
                 _in_scope(sch, partial, "local")
             works.append(work)
             partials.append(partial)
-        bx, lane_x = self._in_thread(sch, partials, plan, outer is not None)
+        bx, lane_x = self._in_thread(sch, partials, plan, outer is not None, group, stage)
         lanes = [lane_x] * len(blocks)
         if plan.across and plan.ty > 1:
             lanes = [self._across_threads(sch, work, bx, plan) for work in works]
@@ -201,7 +213,7 @@ class OuterReduction(GPUScheduleRule):
             folds.append((kept[0] if len(kept) > 1 else None, kept[-1], parts))
         return self._stage(sch, blocks, folds, dims, split=False)
 
-    def _in_thread(self, sch, partials, plan, has_outer):
+    def _in_thread(self, sch, partials, plan, has_outer, group=1, stage=False):
         """Each thread's loop over its rows, [blocks, threadIdx.y, threadIdx.x, rows, vector], with
         its partial results in registers (siblings' in one loop nest), the vector's columns loaded at
         once (`columns`: every read along the columns has them last, contiguous); returns the block
@@ -211,6 +223,8 @@ class OuterReduction(GPUScheduleRule):
         loops = sch.get_loops(partials[0])
         outer, loops = (loops[0], loops[1:]) if has_outer else (None, loops)
         column, rows, *shares = loops
+        if group > 1:  # a group of consecutive rows, inside the thread's loop over groups
+            *shares, j = shares
         tile, lane_x, vec = sch.split(column, [None, plan.tx, plan.vector])
         if plan.across:
             part, lane_y = shares
@@ -219,7 +233,7 @@ class OuterReduction(GPUScheduleRule):
         blocks = [loop for loop in (tile, outer) if loop is not None]
         parts = [part] if plan.parts > 1 else []
         threads = ([lane_y] if plan.ty > 1 else []) + [lane_x]
-        sch.reorder(*parts, *blocks, *threads, rows, vec)
+        sch.reorder(*parts, *blocks, *threads, rows, *([j] if group > 1 else []), vec)
         bx = fuse(sch, blocks)
         sch.bind(bx, "blockIdx.x")
         if parts:
@@ -227,9 +241,14 @@ class OuterReduction(GPUScheduleRule):
         if plan.ty > 1:
             sch.bind(lane_y, "threadIdx.y")
         sch.bind(lane_x, "threadIdx.x")
-        if plan.vector > 1 and any(len(sch.get(p).writes) > 1 for p in partials):
+        staged = stage and self._staged(sch, partials, rows, plan)
+        if group > 1:
+            sch.unroll(j)
+        if plan.vector > 1 and (staged or plan.vector > self.max_lanes or any(
+                len(sch.get(p).writes) > 1 for p in partials)):
             # an argmax's (index, value) update: TVM's vectoriser runs its Lets lane by lane, then
-            # stores the last lane's pair in every lane
+            # stores the last lane's pair in every lane; staged loads: the math on registers; eight
+            # halves summed in float32 would be a float8, which CUDA lacks
             sch.unroll(vec)
         elif plan.vector > 1:
             sch.vectorize(vec)
@@ -240,6 +259,35 @@ class OuterReduction(GPUScheduleRule):
         for partial in partials:
             decompose(sch, partial, rows)
         return bx, lane_x
+
+    def _group(self, sch, reduced, threads) -> int:
+        """Rows a thread loads together (`stage_rows`), consecutive ones, where each of the
+        `threads` along the reduction has at least two groups of them, else 1."""
+        steps = get_extent(sch, reduced)
+        steps = steps if isinstance(steps, int) else SYMBOLIC
+        return 1 if steps < 2 * self.stage_rows * threads else self.stage_rows
+
+    def _staged(self, sch, partials, rows, plan) -> bool:
+        """Each group of a thread's rows (`_group`: consecutive, a compact block of registers; or
+        each row) has its vectors of every input loaded before any is reduced: the loads are in
+        flight together (nvcc kept each predicated load of the plain loop behind its branch, one
+        load in flight a thread), 16 bytes each however the update is computed (an argmax's
+        unrolled pairs loaded whole, not an element at a time). Returns whether it did."""
+        (partial,) = partials
+        stmt = sch.get(partial)
+        inputs = [i for i, r in enumerate(stmt.reads) if r.source.ty.storage_scope == "global" and len(r.region)
+                  and not any(r.source.same_as(w.source) for w in stmt.writes)]
+        depth = next(i for i, loop in enumerate(sch.get_loops(partial)) if sch.get(loop).same_as(sch.get(rows))) + 1
+        caches = [sch.cache_read(partial, i, "local", consumer_blocks=[partial]) for i in inputs]
+        for cache in caches:  # (made first: the read indices are the block's before any cache)
+            sch.compute_at(cache, rows, preserve_unit_loops=True)
+            loops = sch.get_loops(cache)[depth:]
+            if loops and get_extent(sch, loops[-1]) == plan.vector > 1:
+                sch.vectorize(loops.pop())
+            for loop in loops:
+                if isinstance(get_extent(sch, loop), int):  # (a tile across rows of kept axes: a bound per thread)
+                    sch.unroll(loop)
+        return bool(caches)
 
     def _across_threads(self, sch, work, bx, plan):
         """The `ty` partial results of each column reduced across the block's threads (every thread
@@ -255,13 +303,13 @@ class OuterReduction(GPUScheduleRule):
         sch.bind(lane_y, "threadIdx.y")
         return lane_x
 
-    def _plan(self, sch, blocks, outer, column, reduced, dims, split) -> Plan:
+    def _plan(self, sch, blocks, outer, column, reduced, dims, split, stage) -> Plan:
         """The block shape and the parts for `outer` x `column` results over `reduced` steps; `dims`:
         the extents of the kept axes that `column` fuses. A thread's vector, and a block's tile of
         columns, is a rectangle of them (TVM places the steps after the reduction by regions)."""
         width, count = get_extent(sch, column), get_extent(sch, reduced)
         rows = get_extent(sch, outer) if outer is not None else 1
-        vector = self._lanes(sch, blocks, dims[-1])
+        vector = self._lanes(sch, blocks, dims, stage)
         vectors = width // vector if isinstance(width, int) else None
         steps = count if isinstance(count, int) else SYMBOLIC
         rows = rows if isinstance(rows, int) else SYMBOLIC
@@ -295,13 +343,19 @@ class OuterReduction(GPUScheduleRule):
         # reduction would wait for threads that skip it
         return Plan(vector, tx, ty, parts, across=vectors is not None and vectors % tx == 0)
 
-    def _lanes(self, sch, blocks, width) -> int:
+    def _lanes(self, sch, blocks, dims, stage) -> int:
         """Columns per thread: a vector of `vector_bytes` of the widest buffer the reductions read
-        (at most `max_lanes`), dividing the row."""
+        (at most `max_lanes`; `staged_lanes` where the loads go through registers, `stage`, and the
+        row is wide: eight halves in one 16-byte load), dividing the row; `dims`: the kept axes of
+        the columns."""
+        width = dims[-1]
         if not isinstance(width, int):
             return 1
         widest = max(tvm.DataType(r.source.ty.dtype).bits // 8 for b in blocks for r in sch.get(b).reads)
-        lanes = min(self.max_lanes, max(1, self.vector_bytes // widest))
+        # (wider vectors only across a warp's worth of them: on fewer columns they would leave fewer
+        # threads, a (1000, 64) bfloat16 mean one block of 8 threads across)
+        most = self.staged_lanes if stage and width >= 32 * self.staged_lanes else self.max_lanes
+        lanes = min(most, max(1, self.vector_bytes // widest))
         while lanes > 1 and width % lanes:
             lanes //= 2
         return lanes

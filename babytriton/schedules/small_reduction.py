@@ -7,6 +7,8 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from .analysis import contiguous_reduction, fuse, in_registers, normalized, reduce_count, static_product
 from .inlining import GPU_CALL_DEPTH, inline
 
+MAX_EXTENT = 8  # elements a thread reduces alone; FuseRowwise joins several such reductions in a kernel
+
 
 class SmallReduction(GPUScheduleRule):
     """Every reduction of the kernel sums at most `max_extent` elements (static) along axes other than
@@ -18,7 +20,7 @@ class SmallReduction(GPUScheduleRule):
     neighbouring threads filled: no cross-thread step, no second launch. A kernel without blocks after
     its reductions runs a thread a result."""
 
-    def __init__(self, max_extent: int = 8, threads: int = 256):
+    def __init__(self, max_extent: int = MAX_EXTENT, threads: int = 256):
         self.max_extent, self.threads = max_extent, threads
 
     def apply(self, func, target, _tunable):

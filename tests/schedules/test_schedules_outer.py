@@ -3,6 +3,7 @@ with torch on generated shapes, axis sets and dtypes, NaN/inf, empty axes, symbo
 non-contiguous inputs; their CUDA generated for sm_90 and compiled by nvcc; on a GPU, compared there."""
 import hashlib
 import importlib.util
+import math
 import re
 import shutil
 import warnings
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 import babytriton as bt
 from babytriton import schedules
+from babytriton.schedules.analysis import find_all
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 OUTER_RULES = ("OuterReduction", "CPUOuterReduction")
@@ -183,6 +185,82 @@ def test_gpu_cuda_of_every_kind_compiles_with_nvcc():
         assert b".entry" in nvcc_ptx(k.source)
 
 
+# -- memory speed: loads in flight (threads, rows staged in registers) and 16-byte loads -----------
+def launches(k) -> list:
+    """The thread-bound extents of each launch of `k`'s kernels, as {tag: extent} per loop nest."""
+    out = []
+    for _, func in tvm.script.from_source(k.stages["schedule"]).functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            for loop in find_all(func.body, tvm.tirx.For):
+                if loop.kind == tvm.tirx.ForKind.THREAD_BINDING and loop.thread_binding.thread_tag == "blockIdx.y":
+                    inner = [m for m in find_all(loop, tvm.tirx.For) if m.kind == tvm.tirx.ForKind.THREAD_BINDING]
+                    out.append({m.thread_binding.thread_tag: int(m.extent) for m in inner})
+    return out
+
+
+def column_norm(x):
+    return x / x.norm(dim=0, keepdim=True).clamp_min(1e-6)
+
+
+def column_argmax(x):
+    return x.max(dim=0)
+
+
+def test_gpu_column_reductions_load_at_memory_speed():
+    """p105's (56306, 512) float32 norm over the outer axis: its first stage has 2^18 threads (an
+    H200 holds 132 x 2048; at 2^16 each thread's one 16-byte load in flight read at ~1 TB/s) and
+    each loads 4 consecutive rows (a float[16] in registers) before it sums any; p46's (967, 32000)
+    float16 argmax loads 8 halves at once (uint4; it loaded a half at a time) into a half[32]."""
+    k = bt.jit(target=SM90)(column_norm).compile(torch.empty(56306, 512, device="meta"))
+    assert rules(k) == ["OuterReduction"], k.fusion
+    [first] = launches(k)
+    assert math.prod(first.values()) >= 1 << 18, first
+    assert "float x_local_ptr[16];" in k.source, k.source[:2000]
+    pairs = bt.jit(target=SM90)(column_argmax).compile(torch.empty(967, 32000, dtype=torch.float16, device="meta"))
+    assert rules(pairs) == ["OuterReduction"], pairs.fusion
+    assert "half x_local_ptr[32];" in pairs.source and "*(uint4*)(x_ptr" in pairs.source
+    assert not re.search(r"\bx_ptr\[", pairs.source), "a half loaded alone"
+    if shutil.which("nvcc"):
+        for source in (k.source, pairs.source):
+            ptx = nvcc_ptx(source).decode()
+            first_kernel = ptx[ptx.index(".entry"):]
+            first_kernel = first_kernel[:first_kernel.index("\n}\n")]
+            loads = [m.start() for m in re.finditer(r"ld\.global\.nc\.v4", first_kernel)]
+            math_ops = [m.start() for m in re.finditer(r"\b(fma|setp\.\w+\.f32|setp\.\w+\.f16)", first_kernel)]
+            assert len(loads) >= 4 and loads[3] < min(op for op in math_ops if op > loads[0]), "loads not grouped"
+
+
+def column_first_argmax(x):
+    return x.argmax(0)
+
+
+def column_float_mean(x):
+    return x.float().mean(0)
+
+
+@pytest.mark.parametrize("form, shape, dtype", [
+    ("sum", (3000, 4100), torch.float32), ("argmax", (967, 3200), torch.float16), ("argmax", (1001, 1000), torch.float32),
+    ("amax", (2000, 4099), torch.float32), ("mean", (3001, 2056), torch.float16), ("sum", (45, 1000), torch.float16)],
+    ids=lambda v: str(v).replace(" ", ""))
+def test_staged_schedules_run_serially_match_torch(form, shape, dtype):
+    """The sm_90 schedule itself (rows grouped, staged through registers, predicated where ragged,
+    parts folded) run on the CPU with its thread loops serial (its cross-thread steps are then plain
+    loops), against torch: NaN, inf, ties of float16 argmax (the first index)."""
+    from test_schedules_small import _run_on_cpu
+    x = (torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape))) * 3).to(dtype)
+    x[5, 3], x[7, 9], x[shape[0] - 1, 9], x[3, 11] = float("nan"), float("inf"), float("inf"), float("-inf")
+    f = {"sum": column_sum, "argmax": column_first_argmax, "amax": column_max, "mean": column_float_mean}[form]
+    k = bt.jit(target=SM90, cache=False)(f).compile(x.to("meta"))
+    assert rules(k) == ["OuterReduction"], k.fusion
+    assert "x_local_ptr[" in k.source  # the loads staged through registers
+    want = f(x)
+    got = _run_on_cpu(k, (x,), want).to(want.dtype)
+    if form == "argmax":
+        assert torch.equal(got, want)
+    else:
+        check(got, want, dtype, shape[0])
+
+
 # -- edges: NaN and inf, empty axes, symbolic sizes, non-contiguous inputs -------------------------
 def column_max(x):
     return x.amax(0)
@@ -251,7 +329,9 @@ def test_non_contiguous_inputs():
 @pytest.mark.gpu
 @pytest.mark.parametrize("form, axes, shape, dtype", CASES + [
     ("sum", (0,), (8192, 4096), torch.float32), ("amax", (1,), (32, 2048, 1024), torch.float32),
-    ("mean", (1,), (4, 8192, 1000), torch.float16), ("sum", (0,), (1 << 20, 4), torch.float32)],
+    ("mean", (1,), (4, 8192, 1000), torch.float16), ("sum", (0,), (1 << 20, 4), torch.float32),
+    ("sum", (0,), (56306, 512), torch.float32), ("amax", (0,), (967, 32000), torch.float16),
+    ("mean", (1,), (3, 4097, 1000), torch.bfloat16), ("sum", (0,), (4099, 24), torch.float16)],
     ids=lambda v: str(v).replace(" ", ""))
 def test_gpu_cases_match_torch(tmp_dir, form, axes, shape, dtype):
     f = program(form, axes, tmp_dir)
@@ -459,7 +539,7 @@ def test_the_pairs_reduction_matches_torch_on_a_cpu(monkeypatch, shape, dtype):
 # -- on a GPU: pairs, prologues and the programs that were slow, against torch there ---------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(805, 12, 64), (138, 128, 150), (3, 1000, 40), (97, 7, 33), (2, 3, 1),
-                                   (967, 2, 320), (1000, 3, 4099)])
+                                   (967, 2, 320), (1000, 3, 4099), (3545, 1, 1000), (967, 1, 3200)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_gpu_pairs_match_torch(shape, dtype):
     x = with_ties_and_nan(shape, dtype, "cuda")

@@ -8,7 +8,7 @@ import pytest
 import torch
 import tvm
 import tvm_ffi
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 from tvm import tirx
 
 import babytriton as bt
@@ -99,3 +99,70 @@ def test_gpu_small_reductions_match_torch(name, shape):
     fn = FUNCTIONS[name]
     args = [t.cuda() for t in _inputs(fn, shape if fn is not normalised_over_channels else shape[::-1], torch.float32)]
     torch.testing.assert_close(bt.jit(target="gpu")(fn)(*args), fn(*args), equal_nan=True, rtol=1e-5, atol=1e-5)
+
+
+# -- several small reductions in one kernel: a softmax over a middle axis (p116) -------------------
+def middle_softmax(x):
+    e = torch.exp(x - x.max(dim=1, keepdim=True).values)
+    return e / e.sum(1, keepdim=True)
+
+
+def library_middle_softmax(x):
+    return torch.softmax(x, dim=1)
+
+
+def middle_log_softmax_and_norm(x):
+    return torch.log_softmax(x, dim=1) * torch.rsqrt((x * x).mean(1, keepdim=True) + 1e-5)
+
+
+SEVERAL = {f.__name__: f for f in (middle_softmax, library_middle_softmax, middle_log_softmax_and_norm)}
+
+
+def _with_specials(shape, dtype, seed):
+    """Random values with a NaN, +inf and -inf, and a column of -inf (its softmax: NaN, as in torch)."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * 3
+    flat = x.view(-1)
+    for i, v in zip((0, flat.numel() // 2, flat.numel() - 1), ("nan", "inf", "-inf")):
+        flat[i] = float(v)
+    x[-1, :, 0] = float("-inf")
+    return x.to(dtype)
+
+
+@settings(max_examples=4, deadline=None)
+@example(name="middle_softmax", a=5, r=2, c=33, dtype=torch.float32, transposed=False)
+@example(name="library_middle_softmax", a=7, r=3, c=64, dtype=torch.float16, transposed=False)
+@given(name=st.sampled_from(sorted(SEVERAL)), a=st.integers(1, 30), r=st.integers(2, 8), c=st.integers(2, 70),
+       dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]), transposed=st.booleans())
+def test_several_small_reductions_are_one_kernel_and_match_torch(name, a, r, c, dtype, transposed):
+    """Every reduction over a middle axis of at most 8 in one kernel (SmallReduction on sm_90, one
+    launch, reading x once; a non-contiguous x is first copied), its results torch's on the CPU
+    (CPUOuterReduction)."""
+    fn = SEVERAL[name]
+    x = _with_specials((a, r, c), dtype, a * r * c)
+    if transposed:
+        x = x.transpose(0, 2).contiguous().transpose(0, 2)
+    gpu = bt.jit(target=SM90)(fn).compile(x.to("meta"))
+    reducing = [kk for kk in gpu.fusion if kk.name.startswith("fused_rows")]
+    assert [kk.rule for kk in reducing] == ["SmallReduction"] and len(reducing[0].cuda_kernels) == 1, gpu.fusion
+    cpu = bt.jit(target="cpu")(fn)
+    assert len([kk for kk in cpu.compile(x).fusion if kk.name.startswith("fused_rows")]) == 1, cpu.compile(x).fusion
+    want = fn(x.float()).to(dtype) if dtype != torch.float32 else fn(x)
+    tol = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    torch.testing.assert_close(cpu(x), want, equal_nan=True, **tol)
+    if len(gpu.fusion) == 1 and dtype != torch.bfloat16:  # the sm_90 kernel itself (numpy has no bfloat16)
+        torch.testing.assert_close(_run_on_cpu(gpu, (x,), want).to(dtype), want, equal_nan=True, **tol)
+
+
+def test_softmax_over_a_middle_axis_reads_x_once_on_sm90():
+    """p116's softmax over an axis of 2: one kernel, whose only global loads are x's and only store
+    the result (no `exp(x - max)` buffer written and read back); an axis of 9 stays a kernel per
+    reduction (OuterReduction's)."""
+    k = bt.jit(target=SM90)(middle_softmax).compile(torch.empty(97271, 2, 100, device="meta"))
+    [kernel] = k.fusion
+    assert kernel.rule == "SmallReduction" and len(kernel.cuda_kernels) == 1, k.fusion
+    [signature] = [line for line in k.source.splitlines() if "__global__" in line and "{" in line]
+    assert signature.count("_ptr") == 2, signature  # the result and x
+    if shutil.which("nvcc"):
+        assert b".entry" in nvcc_ptx(k.source)
+    wide = bt.jit(target=SM90)(middle_softmax).compile(torch.empty(4096, 9, 100, device="meta"))
+    assert len(wide.fusion) == 2, wide.fusion
