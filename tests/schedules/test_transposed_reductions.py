@@ -250,3 +250,50 @@ def test_a_transpose_beside_a_parameter_tile_builds_and_matches_torch():
     assert_like_torch(rms_of_column_max, args, atol=2e-3, rtol=2e-3)
     meta = [torch.empty(a.shape, dtype=a.dtype, device="meta") for a in args]
     assert "Tiled" in [k.rule for k in bt.jit(target=SM90)(rms_of_column_max).compile(*meta).fusion]
+
+
+def l2_of_permuted(x, y):  # rows of y's last axis, x read through a permute whose contiguous axis is kept
+    h = x.float().permute(0, 2, 1) * y
+    return (h / h.norm(dim=-1, keepdim=True).clamp_min(1e-6)).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("short", [2, 4, 8])
+def test_thread_rows_read_through_a_permute_are_one_kernel_on_sm90(dtype, short):
+    args = (torch.empty(33, short, 1000, dtype=dtype), torch.empty(33, 1000, short))
+    k = bt.jit(l2_of_permuted, target=SM90).compile(*[a.to("meta") for a in args])
+    assert len(k.fusion) == 1 and "Fallback" not in k.fusion[0].rule, str(k.fusion)
+    if shutil.which("nvcc"):
+        from tvm.support import nvcc
+        import tvm
+        with tvm.target.Target(SM90):
+            assert b".entry" in nvcc.compile_cuda(k.source, target_format="ptx", compiler="nvcc")
+
+
+def test_wider_rows_keep_the_transpose_apart():
+    """Rows of 16 are a thread's no more (InnerReduction's vectors): the transpose is a Tiled kernel."""
+    k = bt.jit(l2_of_permuted, target=SM90).compile(torch.empty(33, 16, 1000, dtype=torch.float16, device="meta"),
+                                                     torch.empty(33, 1000, 16, device="meta"))
+    assert [kernel.rule for kernel in k.fusion][0] == "Tiled", str(k.fusion)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.sampled_from([1, 2, 3, 4, 8]), st.integers(1, 40), st.integers(1, 9),
+       st.sampled_from([torch.float16, torch.bfloat16, torch.float32]))
+def test_cpu_thread_rows_through_a_permute_match_torch(short, n, m, dtype):
+    x, y = torch.randn(m, short, n).to(dtype), torch.randn(m, n, short)
+    x = with_specials(x) if x.numel() >= 3 else x
+    tolerance = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    assert_like_torch(l2_of_permuted, (x, y), **tolerance)
+    assert_like_torch(l2_of_permuted, (x.transpose(1, 2).contiguous().transpose(1, 2), y), **tolerance)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(821, 4, 1024), (37, 2, 999), (5, 8, 77)])
+def test_gpu_thread_rows_through_a_permute_match_torch(dtype, shape):
+    x = with_specials(torch.randn(shape, device="cuda").to(dtype))
+    y = torch.randn(shape[0], shape[2], shape[1], device="cuda")
+    tolerance = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(bt.jit(l2_of_permuted, target="gpu")(x, y), l2_of_permuted(x, y), equal_nan=True,
+                               **tolerance)
