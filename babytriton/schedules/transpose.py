@@ -116,6 +116,8 @@ class Tiled(GPUScheduleRule):
         """Each staged read copied into shared memory under the grid's loop, along the source's rows;
         `padded`: rows a bank apart, for a tile whose columns are read by a warp."""
         for index in reversed(staged):
+            stmt = sch.get(block)
+            offset = _offset(stmt.reads[index].region[-1].min, [iv.var for iv in stmt.iter_vars])
             cache = sch.cache_read(block, index, "shared")
             sch.compute_at(cache, grid, preserve_unit_loops=True)
             source = sch.get(cache).reads[0].source
@@ -123,8 +125,9 @@ class Tiled(GPUScheduleRule):
             # 4-byte words (two halves, four bytes) per load: what a padded row keeps aligned; an
             # unpadded one takes whole 16-byte vectors
             lanes = max(1, (4 if padded else self.vector_bytes) // size)
-            words = lanes if _divides(lanes, source.ty.shape[-1]) and str(
-                source.dtype) != "bool" else 1  # CUDA has no vector of bools
+            while lanes > 1 and not (_divides(lanes, source.ty.shape[-1]) and _aligned(offset, lanes)):
+                lanes //= 2  # a row width or an offset (a slice's start) that whole vectors do not tile
+            words = lanes if str(source.dtype) != "bool" else 1  # CUDA has no vector of bools
             copy = fuse(sch, sch.get_loops(cache)[1:])
             _, cache_threads, cache_lanes = sch.split(copy, [None, self.threads, words])
             sch.bind(cache_threads, "threadIdx.x")
@@ -178,6 +181,22 @@ def _vectorize_below(sch, block, loop) -> None:
     loops = sch.get_loops(block)
     below = [i for i, other in enumerate(loops) if sch.get(other).same_as(sch.get(loop))][0]
     sch.vectorize(fuse(sch, loops[below + 1:]))
+
+
+def _offset(index, ivs):
+    """The constant part of a staged read's last index (`ivs[k] + 3` of a slice: 3); None where the
+    index is not linear in the iteration variables."""
+    coeffs = detect_linear_equation(index, ivs)
+    return coeffs[-1] if len(coeffs) == len(ivs) + 1 else None
+
+
+def _aligned(offset, lanes: int) -> bool:
+    """Whether an offset along a row is a multiple of `lanes` (a tile's rows then start at whole
+    vectors: the tile's start along the row is a multiple of its side, each row of the row width)."""
+    if offset is None:
+        return False
+    known = tvm.sym.Analyzer().modular_set(offset)
+    return int(known.coeff) % lanes == 0 and int(known.base) % lanes == 0
 
 
 def _divides(lanes: int, extent) -> bool:

@@ -109,3 +109,31 @@ def test_gpu_short_output_rows_match_torch(dtype, shape):
     if dtype.is_floating_point:
         y = torch.randn(shape[0], shape[2], shape[1], device="cuda")
         torch.testing.assert_close(bt.jit(scaled_permute, target="gpu")(x, y), scaled_permute(x, y), equal_nan=True)
+
+
+def sliced_permute(x, y):  # the staged rows start 3 elements into the source's rows
+    return x[:, :, 3:1027].permute(0, 2, 1) * y
+
+
+def sliced_transpose(x, y):
+    return x[:, 1:129].T + y
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc not installed")
+@pytest.mark.parametrize("fn, shapes", [(sliced_permute, [(17, 4, 1040), (17, 1024, 4)]),
+                                        (sliced_transpose, [(300, 140), (128, 300)])])
+def test_a_staged_read_at_an_odd_offset_is_loaded_in_aligned_pieces(fn, shapes):
+    """A slice's start that whole vectors do not tile: smaller loads (a vector there was a misaligned
+    access, or a make_uint4 of eight halves)."""
+    k = compiled(fn, *[torch.empty(s, dtype=torch.float16) for s in shapes])
+    assert [kernel.rule for kernel in k.fusion] == ["Tiled"], str(k.fusion)
+    assert "make_uint4" not in k.source and nvcc_compiles(k.source)
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.integers(0, 7), st.sampled_from([torch.float16, torch.float32]))
+def test_cpu_sliced_permutes_match_torch(start, dtype):
+    def f(x, y):
+        return x[:, :, start:start + 40].permute(0, 2, 1) * y
+    x, y = sample((5, 4, 50), dtype), sample((5, 40, 4), dtype)
+    torch.testing.assert_close(bt.jit(f, target="cpu")(x, y), f(x, y), equal_nan=True)
