@@ -530,7 +530,8 @@ def _transposes_apart(members: list, ops: dict, rows: Rows | None, outs: list) -
     strides through one of them (a warp touching 32 lines a load). Apart, each transpose is a kernel of
     its own (Tiled: coalesced on both sides through shared memory) and the row kernel is row-major:
     one more pass over that tensor. Tiles read only through one transpose (`x.t().sum(-1)`) stay
-    fused: the reduction rules see one layout (an outer or inner reduction of the source)."""
+    fused: the reduction rules see one layout (an outer or inner reduction of the source); so do rows
+    a thread reads whole (_thread_rows) where the transposes read along the innermost kept axis."""
     inside = set(members)
     views = [v for v in members if ops[v].kind == "injective" and not any(u in inside for u in ops[v].operands)]
     across = [v for v in views if ops[v].across]
@@ -543,7 +544,27 @@ def _transposes_apart(members: list, ops: dict, rows: Rows | None, outs: list) -
         tile(v) and not ops[v].across for v in views)
     if not row_major and len({ops[v].across for v in across}) == 1:
         return members
+    if _thread_rows(rows) and all(ops[v].across == (len(rows.shape) - len(rows.axes) - 1,) for v in across):
+        return members
     return [v for v in members if v not in across]
+
+
+THREAD_ROW = 8  # rows of at most this many elements are a thread's each (SmallReduction's max_extent)
+
+
+def _thread_rows(rows: Rows) -> bool:
+    """Whether rows reduced along their innermost axes are at most THREAD_ROW elements each: a thread
+    reads a row, threads follow the innermost kept axis, so a view that reads its source's contiguous
+    axis along that kept axis is read coalesced in place (`x.permute(0, 2, 1)` of a [n, 4, m] tensor,
+    normalised over the 4) and a row-major tile in short vectors: both layouts at once, no transpose."""
+    if not rows.trailing or len(rows.axes) == len(rows.shape):
+        return False
+    width = 1
+    for axis in rows.axes:
+        if not isinstance(rows.shape[axis], tirx.IntImm):
+            return False
+        width *= int(rows.shape[axis])
+    return width <= THREAD_ROW
 
 
 def _writes_several(members: list, outs: list, rows: Rows | None, graph: _Graph, side_outputs: bool) -> bool:

@@ -137,8 +137,23 @@ def _reshape(value) -> bool:
 
 
 # views that keep the element order: a cast moved after one stays in the kernel reading the rows (a
-# transpose keeps its cast before it, in the Tiled kernel that writes it, schedules/transpose.py)
+# transpose keeps a narrowing cast before it, in the Tiled kernel that writes it, schedules/transpose.py;
+# a widening one goes after it, `_widening`)
 _REORDERLESS = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
+
+
+def _permute(value) -> bool:
+    return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.permute_dims"
+
+
+def _widening(value) -> bool:
+    """Whether `value` is a cast to a wider dtype (`x.float()` of a bfloat16 x): a transpose of an
+    input moves the narrow elements (a transpose kernel of its own, rowwise._transposes_apart, then
+    writes and the row kernel reads half the bytes) and the cast joins the transpose's consumer."""
+    if not _cast_of(value):
+        return False
+    source, result = value.args[0].ty, value.attrs.dtype
+    return isinstance(source, relax.TensorType) and tvm.DataType(result).bits > tvm.DataType(source.dtype).bits
 
 
 def _reshape_like(value) -> bool:
@@ -186,6 +201,11 @@ class _CastsPastViews(relax.PyExprMutator):
         if _reshape_like(value) and _cast_of(self.values.get(value.args[0])) and \
                 self._of_input(self.values[value.args[0]].args[0]):
             cast = self.values[value.args[0]]       # view(cast(input)) -> cast(view(input))
+            view = relax.Call(value.op, [self.visit_expr(cast.args[0]), *value.args[1:]], value.attrs, value.ty_args)
+            return relax.Call(cast.op, [self.builder_.emit(view, name_hint="view")], cast.attrs, cast.ty_args)
+        if _permute(value) and _widening(self.values.get(value.args[0])) and \
+                self._of_input(self.values[value.args[0]].args[0]):
+            cast = self.values[value.args[0]]       # permute(widen(input)) -> widen(permute(input))
             view = relax.Call(value.op, [self.visit_expr(cast.args[0]), *value.args[1:]], value.attrs, value.ty_args)
             return relax.Call(cast.op, [self.builder_.emit(view, name_hint="view")], cast.attrs, cast.ty_args)
         if _cast_of(value) and _view(self.values.get(value.args[0])) and not self._of_input(value.args[0]):

@@ -56,27 +56,35 @@ class Tiled(GPUScheduleRule):
             return decline("a transposed read along a symbolic axis: read in place")
         tile = _TILE.get(max(tvm.DataType(realize.block.reads[i].source.dtype).bits // 8 for i in staged), 32)
         merged = _run_before(sch, loops, k, staged, realize.block, ivs, tile) if int(extents[0]) < MIN_ACROSS else None
+        n = int(extents[1])
+        if n < MIN_ACROSS and self.threads % n == 0 and int(extents[0]) >= MIN_ACROSS and k == len(loops) - 2:
+            # the output's short rows (`x.permute(0, 2, 1)` of a [n, 4, m] tensor) follow loop k's
+            # rows: one run of the output, tiled whole with a long side along k (a row length that
+            # divides the block: its threads split evenly over the rows)
+            return self._schedule(sch, block, loops, k, staged, realize.block, short_rows=int(extents[1]))
         if int(extents[1]) < MIN_ACROSS or (int(extents[0]) < MIN_ACROSS and merged is None):
             return decline(f"a transposed read whose tile side is under {MIN_ACROSS}: read in place")
         return self._schedule(sch, block, loops, k, staged, realize.block, merged)
 
-    def _schedule(self, sch, block, loops, k, staged, stmt, merged=None):
-        """Tile loops k (with loop `merged` before it, when k is short) and the innermost, stage the
-        `staged` reads in shared memory, bind threads."""
+    def _schedule(self, sch, block, loops, k, staged, stmt, merged=None, short_rows=0):
+        """Tile loops k (with loop `merged` before it, when k is short) and the innermost (whole where
+        the output's rows are `short_rows` long, k then the loop before it), stage the `staged` reads
+        in shared memory, bind threads."""
         widest = max(tvm.DataType(stmt.reads[i].source.dtype).bits // 8 for i in staged)
         tile = _TILE.get(widest, 32)
         vector, contiguous = _output_lanes(stmt, sch.get(loops[-1]).extent, self.vector_bytes, staged)
         vector = min(vector, tile * tile // self.threads)  # every thread a vector of the tile: no idle rows
-        no, ni = sch.split(loops[-1], [None, tile])
         others = [loop for i, loop in enumerate(loops) if i not in (k, len(loops) - 1, merged)]
-        if merged is None:
-            ko, ki = sch.split(loops[k], [None, tile])
-            sch.reorder(*others, ko, no, ki, ni)
-        else:  # the short loop k whole, under tile / k's extent of the loop before: `tile` source elements in a run
-            ko, ji = sch.split(loops[merged], [None, tile // int(sch.get(loops[k]).extent)])
-            sch.reorder(*others, ko, no, ji, loops[k], ni)
-            ki = sch.fuse(ji, loops[k])
-        grid = fuse(sch, [*others, ko, no])
+        if short_rows:
+            # as many elements as a square tile: the staged rows (`short_rows` of them) are each
+            # tile * tile / short_rows long, the output's tile one contiguous run
+            side = min(tile * tile // short_rows, -(-int(sch.get(loops[k]).extent) // self.threads) * self.threads)
+            ko, ki = sch.split(loops[k], [None, max(self.threads, side // 32 * 32)])
+            sch.reorder(*others, ko, ki, loops[-1])
+            grid, ni = fuse(sch, [*others, ko]), loops[-1]
+            tile = short_rows
+        else:
+            grid, ki, ni = self._square(sch, loops, k, others, merged, tile)
         sch.bind(grid, "blockIdx.x")
         # a warp's threads along the output's row (whole vectors), the rest of the block down the tile
         across = tile // vector
@@ -84,14 +92,42 @@ class Tiled(GPUScheduleRule):
         steps, kt = sch.split(ki, [None, self.threads // across])
         sch.reorder(kt, nt, steps, lanes)
         sch.bind(sch.fuse(kt, nt), "threadIdx.x")
+        # a short-rows tile is read by a warp along its rows (consecutive banks): no padding
+        self._stage(sch, block, staged, grid, merged, padded=not short_rows)
+        if vector > 1:
+            _vectors_through_registers(sch, block, steps, lanes, contiguous)
+        return sch
+
+    @staticmethod
+    def _square(sch, loops, k, others, merged, tile):
+        """Split loop k (fused with `merged` when short) and the innermost into tile x tile squares:
+        the grid's loop, then the tile's loops along k and along the output's row."""
+        no, ni = sch.split(loops[-1], [None, tile])
+        if merged is None:
+            ko, ki = sch.split(loops[k], [None, tile])
+            sch.reorder(*others, ko, no, ki, ni)
+        else:  # the short loop k whole, under tile / k's extent of the loop before: `tile` source elements in a run
+            ko, ji = sch.split(loops[merged], [None, tile // int(sch.get(loops[k]).extent)])
+            sch.reorder(*others, ko, no, ji, loops[k], ni)
+            ki = sch.fuse(ji, loops[k])
+        return fuse(sch, [*others, ko, no]), ki, ni
+
+    def _stage(self, sch, block, staged, grid, merged, padded=True):
+        """Each staged read copied into shared memory under the grid's loop, along the source's rows;
+        `padded`: rows a bank apart, for a tile whose columns are read by a warp."""
         for index in reversed(staged):
+            stmt = sch.get(block)
+            offset = _offset(stmt.reads[index].region[-1].min, [iv.var for iv in stmt.iter_vars])
             cache = sch.cache_read(block, index, "shared")
             sch.compute_at(cache, grid, preserve_unit_loops=True)
             source = sch.get(cache).reads[0].source
             size = tvm.DataType(source.dtype).bits // 8
-            # 4-byte words (two halves, four bytes) per load: what a padded row keeps aligned
-            words = max(1, 4 // size) if _divides(max(1, 4 // size), source.ty.shape[-1]) and str(
-                source.dtype) != "bool" else 1  # CUDA has no vector of bools
+            # 4-byte words (two halves, four bytes) per load: what a padded row keeps aligned; an
+            # unpadded one takes whole 16-byte vectors
+            lanes = max(1, (4 if padded else self.vector_bytes) // size)
+            while lanes > 1 and not (_divides(lanes, source.ty.shape[-1]) and _aligned(offset, lanes)):
+                lanes //= 2  # a row width or an offset (a slice's start) that whole vectors do not tile
+            words = lanes if str(source.dtype) != "bool" else 1  # CUDA has no vector of bools
             copy = fuse(sch, sch.get_loops(cache)[1:])
             _, cache_threads, cache_lanes = sch.split(copy, [None, self.threads, words])
             sch.bind(cache_threads, "threadIdx.x")
@@ -101,11 +137,8 @@ class Tiled(GPUScheduleRule):
             # rows of a tile one 4-byte bank apart: a column read by a warp hits 32 banks, not one
             # (a merged tile's row spans the source's last two axes)
             row = rank - 2 if merged is None else rank - 3
-            if row >= 0:
+            if row >= 0 and padded:
                 sch.storage_align(cache, 0, row, 128 // size, max(1, 4 // size))
-        if vector > 1:
-            _vectors_through_registers(sch, block, steps, lanes, contiguous)
-        return sch
 
 
 def _run_before(sch, loops, k, staged, stmt, ivs, tile):
@@ -148,6 +181,22 @@ def _vectorize_below(sch, block, loop) -> None:
     loops = sch.get_loops(block)
     below = [i for i, other in enumerate(loops) if sch.get(other).same_as(sch.get(loop))][0]
     sch.vectorize(fuse(sch, loops[below + 1:]))
+
+
+def _offset(index, ivs):
+    """The constant part of a staged read's last index (`ivs[k] + 3` of a slice: 3); None where the
+    index is not linear in the iteration variables."""
+    coeffs = detect_linear_equation(index, ivs)
+    return coeffs[-1] if len(coeffs) == len(ivs) + 1 else None
+
+
+def _aligned(offset, lanes: int) -> bool:
+    """Whether an offset along a row is a multiple of `lanes` (a tile's rows then start at whole
+    vectors: the tile's start along the row is a multiple of its side, each row of the row width)."""
+    if offset is None:
+        return False
+    known = tvm.sym.Analyzer().modular_set(offset)
+    return int(known.coeff) % lanes == 0 and int(known.base) % lanes == 0
 
 
 def _divides(lanes: int, extent) -> bool:
