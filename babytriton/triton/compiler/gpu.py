@@ -7,10 +7,14 @@ memory (dynamic shared memory past 48 KB); a write to memory outside any nest (a
 made by thread 0 alone. A float16/bfloat16 dot runs on tensor cores (mma.py) where its tile allows:
 its accumulator's registers, and those of every nest that shares them, are then spread in the
 instruction's fragment layout instead of `it * threads + tx`, and copied to shared memory only before
-a nest that reads them across threads."""
+a nest that reads them across threads. The nests filling its operand tiles from a tensor that starts
+16-byte aligned (and those sharing registers with them: the pointer blocks) give each thread runs of
+16 bytes along the inner axis (`Runs`), each copied by one vector load and store where, at run time,
+its elements are unmasked and contiguous."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import operator
 
@@ -28,9 +32,10 @@ MAX_UNROLL = 128            # a nest of at most this many rounds per thread is u
 STATIC_SHARED = 48 * 1024   # the most static shared memory a CUDA kernel may have
 
 
-def schedule(func: tirx.PrimFunc, num_warps: int, tensor_cores: bool = True) -> tirx.PrimFunc:
+def schedule(func: tirx.PrimFunc, num_warps: int, tensor_cores: bool = True, aligned=()) -> tirx.PrimFunc:
     """`func` for thread blocks of num_warps * 32 threads; `tensor_cores`: the target has mma.sync
-    m16n8k16 (sm_80 on), for the dots emit.py marked."""
+    m16n8k16 (sm_80 on), for the dots emit.py marked; `aligned`: the tensors (parameter names) whose
+    memory starts 16-byte aligned at every launch (the launch key says so), read 16 bytes at a time."""
     params = [p for p in func.params if hasattr(p.ty, "storage_scope")]   # the tensors' buffers
     threads = num_warps * 32
     body = func.body
@@ -39,7 +44,9 @@ def schedule(func: tirx.PrimFunc, num_warps: int, tensor_cores: bool = True) -> 
     dots = _tensor_core_dots(body, threads) if tensor_cores else {}
     local, mirrored = _own_element_buffers(body, threads, {d.c for d, _ in dots.values()})
     layouts, family = _mma_layouts(body, local, dots)
-    gpu = _Gpu(threads, params, local, dots, layouts, {b: family[b] for b in mirrored})
+    operands = {b for d, _ in dots.values() for b in (d.a, d.b)}
+    runs, fills = _run_layouts(body, local, operands, layouts, threads, {p for p in params if p.name in aligned})
+    gpu = _Gpu(threads, params, local, dots, {**layouts, **runs}, {b: family[b] for b in mirrored}, fills)
     return func.with_body(_dynamic_shared_if_large(gpu.stmt(body)))
 
 
@@ -85,6 +92,95 @@ def _mma_layouts(body: tirx.Stmt, local: dict, dots: dict) -> dict:
             if any(b in family for b in bufs)}, family
 
 
+VECTOR_BYTES = 16          # the widest load a thread makes: ld.global.v4.b32
+
+
+@dataclasses.dataclass(frozen=True)
+class Runs:
+    """A block nest's elements over the threads in runs of `width` consecutive elements along its
+    inner axis: register `it` of thread tx holds element ((it // width) * threads + tx) * width + it % width,
+    so a run is one vector access where the memory behind it is contiguous."""
+    shape: tuple
+    threads: int
+    width: int
+
+    @property
+    def rounds(self) -> int:
+        return functools.reduce(operator.mul, self.shape, 1) // self.threads
+
+    def at(self, it, tx) -> tuple:
+        """The index of register `it` of thread tx."""
+        flat = (mma._div(it, self.width) * self.threads + tx) * self.width + mma._mod(it, self.width)
+        index, stride = [], functools.reduce(operator.mul, self.shape, 1)
+        for extent in self.shape:
+            stride //= extent
+            index.append(mma._mod(mma._div(flat, stride), extent))
+        return tuple(index)
+
+
+def _run_layouts(body: tirx.Stmt, local: dict, operands: set, taken: dict, threads: int,
+                 aligned: set) -> tuple[dict, set]:
+    """The nests that fill a tensor-core operand tile from an `aligned` tensor (`_masked_load`), with every nest
+    sharing registers with them, in `Runs` of 16 bytes of the operand (so that a run is one vector
+    load), where the shape divides into runs over the threads and no nest of the group is already in
+    a tensor-core layout (`taken`). Nest -> its Runs, and the set of the filling nests."""
+    touched = {s: {b for b, i in _all_accesses(s) if b in local and _same(i, [lp.loop_var for lp in nests.nest(s)])}
+               for s in nests.walk(body) if isinstance(s, tirx.For) and BLOCK in s.annotations}
+    out, fills = {}, set()
+    for s in touched:
+        store = nests.nest(s)[-1].body
+        load = isinstance(store, tirx.BufferStore) and store.buffer in operands and _masked_load(store.value)
+        if not load or load[1].source not in aligned or str(load[1].ty.dtype) != str(store.buffer.ty.dtype):
+            continue
+        if s in out:   # in the group of another fill
+            fills.add(s)
+            continue
+        group, bufs, grown = {s}, set(touched[s]), True
+        while grown:   # the nests touching the group's registers, and theirs
+            more = {t for t, b in touched.items() if b & bufs} - group
+            group |= more
+            bufs |= {b for t in more for b in touched[t]}
+            grown = bool(more)
+        shape = tuple(int(lp.extent) for lp in nests.nest(s))
+        width = VECTOR_BYTES * 8 // tvm.runtime.DataType(str(store.buffer.ty.dtype)).bits
+        if shape[-1] % width or functools.reduce(operator.mul, shape, 1) % (threads * width) or group & taken.keys():
+            continue
+        out.update({t: Runs(shape, threads, width) for t in group})
+        fills.add(s)
+    return out, fills
+
+
+def _masked_load(value):
+    """(mask or None, the load, other) of an element of `tl.load` from a tensor, else None."""
+    if isinstance(value, tvm.ir.Call) and value.op.name == "prim.if_then_else":
+        mask, load, other = value.args
+    else:
+        mask, load, other = None, value, None
+    if isinstance(load, tvm.ir.TensorLoad) and len(load.indices) == 1 and load.source.ty.storage_scope == "global":
+        return mask, load, other
+    return None
+
+
+def _multiple(load, width: int) -> tirx.PrimExpr:
+    """`load`'s index spelled so that TVM's code generator sees its address (index + the tensor's
+    elem_offset) is a multiple of `width` elements, which it needs to make one vector access (true
+    where it is used: under `_aligned`)."""
+    index, offset = load.indices[0], load.source.ty.elem_offset
+    offset = tirx.Cast(str(index.ty.dtype), offset) if str(offset.ty.dtype) != str(index.ty.dtype) else offset
+    return tirx.floordiv(index + offset, width) * width - offset
+
+
+def _aligned(load) -> tirx.PrimExpr:
+    """Whether the address of `load`'s element (of a tensor whose memory starts 16-byte aligned) is a
+    multiple of 16 bytes. (A kernel reading a pointer's bits to check its start instead kept every
+    register array of the 128 x 256 matmul in local memory: ptxas gave it 48 registers, 3.5 KB of stack.)"""
+    index, offset = load.indices[0], load.source.ty.elem_offset
+    offset = tirx.Cast(str(index.ty.dtype), offset) if str(offset.ty.dtype) != str(index.ty.dtype) else offset
+    width = VECTOR_BYTES * 8 // tvm.runtime.DataType(str(load.ty.dtype)).bits
+    return tirx.EQ(tirx.bitwise_and(index + offset, tirx.const(width - 1, str(index.ty.dtype))),
+                   tirx.const(0, str(index.ty.dtype)))
+
+
 def _same(indices, loop_vars) -> bool:
     return len(indices) == len(loop_vars) and all(i.same_as(v) for i, v in zip(indices, loop_vars))
 
@@ -92,13 +188,15 @@ def _same(indices, loop_vars) -> bool:
 class _Gpu:
     """Rewrites a block program's statements for a thread block of `threads` threads."""
 
-    def __init__(self, threads: int, params: list, local: dict, dots: dict, layouts: dict, mirrored: dict):
+    def __init__(self, threads: int, params: list, local: dict, dots: dict, layouts: dict, mirrored: dict,
+                 fills: set = frozenset()):
         self.threads = threads
         self.params = params
         self.local = local     # shared buffer -> the registers holding each thread's own elements
         self.dots = dots       # tensor-core dots: nest -> (mma.Dot, mma.Layout)
         self.layouts = layouts   # the nests whose elements are spread in an mma.Layout: nest -> the layout
         self.mirrored = mirrored   # register buffers also copied to shared memory for nests reading across threads
+        self.fills = fills     # the nests filling a tensor-core operand from memory, in layouts' Runs
         self.tx = tirx.Var("tx", "int32")
         self.inside = False    # inside a block nest: each thread writes its own elements
 
@@ -149,6 +247,8 @@ class _Gpu:
         nest = nests.nest(outer)
         if outer in self.dots:
             return self.tensor_core_dot(*self.dots[outer])
+        if outer in self.fills:
+            return self.vector_fill(nest, self.layouts[outer])
         body = nest[-1].body
         total = functools.reduce(operator.mul, [loop.extent.value for loop in nest], 1)
         if total == 1 and nests.reduction_loop(body) is not None:
@@ -228,6 +328,27 @@ class _Gpu:
                     with T.unroll(0, lay.rounds) as it:
                         T.buffer_store(d.c, regs[it], list(lay.at(it, self.tx)))
         return nests.seq([*parts, ib.get().body])
+
+    def vector_fill(self, nest: list, lay: Runs) -> tirx.Stmt:
+        """An operand tile's fill from memory (a masked load), a run of 16 bytes at a time: one vector
+        load and store where, at run time, the run's elements are all unmasked and their addresses
+        consecutive and 16-byte aligned; else element by element (a view's strides, a ragged edge)."""
+        run = tirx.Var("run", "int32")
+        stores = []
+        for v in range(lay.width):   # the run's elements: the nest's index and registers of each
+            store, it = nest[-1].body, run * lay.width + v
+            for loop, index in zip(nest, lay.at(it, self.tx)):
+                store = nests.substitute(store, loop.loop_var, index)
+            stores.append(self.own_elements(store, it, []))
+        parts = [_masked_load(s.value) for s in stores]
+        first = parts[0][1]
+        fast = [p[0] for p in parts if p[0] is not None] + \
+            [tirx.EQ(p[1].indices[0], first.indices[0] + v) for v, p in enumerate(parts) if v] + [_aligned(first)]
+        ramp = tirx.Ramp(_multiple(first, lay.width), tirx.const(1, str(first.indices[0].ty.dtype)), lay.width)
+        vector = tirx.BufferStore(stores[0].buffer, first.source[ramp],
+                                  [*stores[0].indices[:-1], tirx.Ramp(stores[0].indices[-1], 1, lay.width)])
+        body = tirx.IfThenElse(functools.reduce(tirx.And, fast), vector, nests.seq(stores))
+        return tirx.For(run, nests.int_imm(0), nests.int_imm(lay.rounds // lay.width), tirx.ForKind.UNROLLED, body)
 
     def mirror(self, buf) -> tirx.Stmt:
         """A register buffer's elements stored to its shared copy, for a nest that reads them across
