@@ -165,14 +165,14 @@ def test_a_large_tile_read_across_threads_builds():
     nvcc_compiles(source)
 
 
-def tutorial_matmul_source(bm, bn, bk, warps, aligned=ALIGNED) -> str:
+def tutorial_matmul_source(bm, bn, bk, warps, aligned=ALIGNED, ones=()) -> str:
     import kernels
     ptr = core.pointer_type(core.float16)
     names = ["M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"]
     signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr, **{n: core.int32 for n in names}}
     k = compiler.compile(kernels.matmul_kernel.fn, signature, {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn,
                          "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8, "ACTIVATION": ""},
-                         {"target": SM90, "num_warps": warps, "aligned_16": aligned})
+                         {"target": SM90, "num_warps": warps, "aligned_16": aligned, "equal_to_1": ones})
     return k.stages["source"]
 
 
@@ -189,6 +189,21 @@ def test_operand_tiles_are_filled_16_bytes_at_a_time(bm, bn, bk, warps):
     assert len(re.findall(r"_own_ptr\[\d+\] \+ elem_offset(_\d+)?\) & \(int64_t\)7\) == \(int64_t\)0\)", loop)) == copies
     assert "condval" in loop   # the element path, for the runs that fail the check
     nvcc_compiles(source)
+
+
+@pytest.mark.parametrize("bm, bn, bk, warps", [(128, 256, 64, 8), (64, 128, 32, 4)])
+def test_a_pointer_block_contiguous_along_its_runs_keeps_one_offset_a_run(bm, bn, bk, warps):
+    """With stride_ak == 1 (specialised), a's pointer block is a row offset + k at its start and after
+    each advance: a thread keeps one int64 offset per run of 8 instead of 8. b's columns wrap at N
+    (`% N` in the tutorial), so its block keeps every offset; and with stride_ak unknown, a's too."""
+    source = tutorial_matmul_source(bm, bn, bk, warps, ones=("stride_ak", "stride_bn", "stride_cn"))
+    runs = bm * bk // (warps * 32) // 8
+    assert (f"int64_t a_ptrs_1_runs_ptr[{runs}];" if runs > 1 else "int64_t a_ptrs_1_runs") in source
+    assert f"int64_t b_ptrs_2_own_ptr[{bk * bn // (warps * 32)}];" in source
+    loop = source[source.index("for (int k_iter"):source.index("ldmatrix")]
+    assert loop.count(") = *(uint4*)(") == (bm * bk + bk * bn) // 8 // (warps * 32)
+    nvcc_compiles(source)
+    assert "_runs" not in tutorial_matmul_source(bm, bn, bk, warps, ones=("stride_bn", "stride_cn"))
 
 
 def test_a_tensor_not_known_aligned_is_read_element_by_element():

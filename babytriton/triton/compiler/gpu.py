@@ -45,8 +45,11 @@ def schedule(func: tirx.PrimFunc, num_warps: int, tensor_cores: bool = True, ali
     local, mirrored = _own_element_buffers(body, threads, {d.c for d, _ in dots.values()})
     layouts, family = _mma_layouts(body, local, dots)
     operands = {b for d, _ in dots.values() for b in (d.a, d.b)}
-    runs, fills = _run_layouts(body, local, operands, layouts, threads, {p for p in params if p.name in aligned})
-    gpu = _Gpu(threads, params, local, dots, {**layouts, **runs}, {b: family[b] for b in mirrored}, fills)
+    runs, fills, runs_of = _run_layouts(body, local, operands, layouts, threads, {p for p in params if p.name in aligned})
+    for b in runs_of:   # one register a run: its first offset
+        local[b] = tirx.decl_buffer((int(local[b].ty.shape[0]) // VECTOR,), "int64", b.name + "_runs",
+                                    scope="local")
+    gpu = _Gpu(threads, params, local, dots, {**layouts, **runs}, {b: family[b] for b in mirrored}, fills, runs_of)
     return func.with_body(_dynamic_shared_if_large(gpu.stmt(body)))
 
 
@@ -93,6 +96,7 @@ def _mma_layouts(body: tirx.Stmt, local: dict, dots: dict) -> dict:
 
 
 VECTOR_BYTES = 16          # the widest load a thread makes: ld.global.v4.b32
+VECTOR = 8                 # a run: 16 bytes of a tensor-core operand (float16, bfloat16)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,24 +113,27 @@ class Runs:
         return functools.reduce(operator.mul, self.shape, 1) // self.threads
 
     def at(self, it, tx) -> tuple:
-        """The index of register `it` of thread tx."""
-        flat = (mma._div(it, self.width) * self.threads + tx) * self.width + mma._mod(it, self.width)
-        index, stride = [], functools.reduce(operator.mul, self.shape, 1)
-        for extent in self.shape:
+        """The index of register `it` of thread tx: its run's place in the grid of runs, then its
+        element's in the run (spelled so that TVM's simplifier sees elements of a run one column apart)."""
+        run = mma._div(it, self.width) * self.threads + tx
+        runs = (*self.shape[:-1], self.shape[-1] // self.width)
+        index, stride = [], functools.reduce(operator.mul, runs, 1)
+        for extent in runs:
             stride //= extent
-            index.append(mma._mod(mma._div(flat, stride), extent))
-        return tuple(index)
+            index.append(mma._mod(mma._div(run, stride), extent))
+        return (*index[:-1], index[-1] * self.width + mma._mod(it, self.width))
 
 
 def _run_layouts(body: tirx.Stmt, local: dict, operands: set, taken: dict, threads: int,
-                 aligned: set) -> tuple[dict, set]:
+                 aligned: set) -> tuple[dict, set, set]:
     """The nests that fill a tensor-core operand tile from an `aligned` tensor (`_masked_load`), with every nest
     sharing registers with them, in `Runs` of 16 bytes of the operand (so that a run is one vector
     load), where the shape divides into runs over the threads and no nest of the group is already in
-    a tensor-core layout (`taken`). Nest -> its Runs, and the set of the filling nests."""
+    a tensor-core layout (`taken`). Nest -> its Runs, the set of the filling nests, and the pointer
+    blocks among their registers whose runs are contiguous (`_contiguous_runs`)."""
     touched = {s: {b for b, i in _all_accesses(s) if b in local and _same(i, [lp.loop_var for lp in nests.nest(s)])}
                for s in nests.walk(body) if isinstance(s, tirx.For) and BLOCK in s.annotations}
-    out, fills = {}, set()
+    out, fills, runs_of = {}, set(), set()
     for s in touched:
         store = nests.nest(s)[-1].body
         load = isinstance(store, tirx.BufferStore) and store.buffer in operands and _masked_load(store.value)
@@ -147,7 +154,40 @@ def _run_layouts(body: tirx.Stmt, local: dict, operands: set, taken: dict, threa
             continue
         out.update({t: Runs(shape, threads, width) for t in group})
         fills.add(s)
-    return out, fills
+        runs_of.update(_contiguous_runs(group, {b for b in bufs if str(b.ty.dtype) == "int64"}, out[s]))
+    return out, fills, runs_of
+
+
+def _contiguous_runs(group: set, candidates: set, lay: Runs) -> set:
+    """The pointer blocks (int64 register buffers of the nests `group`, in `lay`) whose every run holds
+    consecutive offsets p, p + 1, ..., p + width - 1 at every write, by induction: each write's value at
+    element v of a run, less its value at element 0, simplifies to v when the group's blocks read there
+    are taken to be so. A thread then keeps one offset a run (a unit stride specialised, equal_to_1;
+    int32 offsets are taken not to overflow, as Triton's contiguity analysis does)."""
+    run, tx = tirx.Var("run", "int32"), tirx.Var("tx", "int32")
+    analyzer = tvm.sym.Analyzer()
+    analyzer.bind(run, tvm.ir.Range(0, lay.rounds // lay.width))
+    analyzer.bind(tx, tvm.ir.Range(0, lay.threads))
+    starts = {b: tirx.Var(b.name + "_start", "int64") for b in candidates}
+    writes = [(t, w) for t in group for w in nests.walk(t) if isinstance(w, tirx.BufferStore)]
+
+    def value_at(nest, store, v, held):
+        own = [loop.loop_var for loop in nest]
+
+        def load(expr):   # a held block at the element's own index: its run's start + v
+            return starts[expr.source] + v if expr.source in held and _same(expr.indices, own) else expr
+        value = tvm_ffi.structural_map(store.value, [(tvm.ir.TensorLoad, load)])
+        for var, index in zip(own, lay.at(run * lay.width + v, tx)):
+            value = nests.substitute(value, var, index)
+        return value
+    held, shrunk = set(candidates), True
+    while shrunk:
+        bad = {w.buffer for t, w in writes if w.buffer in held and not all(
+            analyzer.can_prove_equal(value_at(nests.nest(t), w, v, held) - value_at(nests.nest(t), w, 0, held), v)
+            for v in range(1, lay.width))}
+        held -= bad
+        shrunk = bool(bad)
+    return held
 
 
 def _masked_load(value):
@@ -189,7 +229,7 @@ class _Gpu:
     """Rewrites a block program's statements for a thread block of `threads` threads."""
 
     def __init__(self, threads: int, params: list, local: dict, dots: dict, layouts: dict, mirrored: dict,
-                 fills: set = frozenset()):
+                 fills: set = frozenset(), runs_of: set = frozenset()):
         self.threads = threads
         self.params = params
         self.local = local     # shared buffer -> the registers holding each thread's own elements
@@ -197,6 +237,7 @@ class _Gpu:
         self.layouts = layouts   # the nests whose elements are spread in an mma.Layout: nest -> the layout
         self.mirrored = mirrored   # register buffers also copied to shared memory for nests reading across threads
         self.fills = fills     # the nests filling a tensor-core operand from memory, in layouts' Runs
+        self.runs_of = runs_of   # register buffers holding only each run's first offset (_contiguous_runs)
         self.tx = tirx.Var("tx", "int32")
         self.inside = False    # inside a block nest: each thread writes its own elements
 
@@ -303,10 +344,15 @@ class _Gpu:
 
         def load(expr):
             new = registers(expr.source, expr.indices)
+            if new is not None and expr.source in self.runs_of:   # its run's first offset + its place in the run
+                return new[mma._div(slot, VECTOR)] + tirx.Cast("int64", mma._mod(slot, VECTOR))
             return new[slot] if new is not None else expr
 
         def store(stmt):
             new = registers(stmt.buffer, stmt.indices)
+            if new is not None and stmt.buffer in self.runs_of:   # only a run's first element is kept
+                return tirx.IfThenElse(tirx.EQ(mma._mod(slot, VECTOR), 0),
+                                       tirx.BufferStore(new, stmt.value, [mma._div(slot, VECTOR)]), None)
             return tirx.BufferStore(new, stmt.value, [nests.int_imm(slot) if isinstance(slot, int) else slot]) \
                 if new is not None else stmt
         return tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
