@@ -45,7 +45,8 @@ def schedule(func: tirx.PrimFunc, num_warps: int, tensor_cores: bool = True, ali
     local, mirrored = _own_element_buffers(body, threads, {d.c for d, _ in dots.values()})
     layouts, family = _mma_layouts(body, local, dots)
     operands = {b for d, _ in dots.values() for b in (d.a, d.b)}
-    runs, fills, runs_of = _run_layouts(body, local, operands, layouts, threads, {p for p in params if p.name in aligned})
+    aligned = {p for p in params if p.name in aligned}
+    runs, fills, runs_of = _run_layouts(body, local, operands, layouts, threads, aligned)
     for b in runs_of:   # one register a run: its first offset
         local[b] = tirx.decl_buffer((int(local[b].ty.shape[0]) // VECTOR,), "int64", b.name + "_runs",
                                     scope="local")
@@ -170,6 +171,8 @@ def _contiguous_runs(group: set, candidates: set, lay: Runs) -> set:
     analyzer.bind(tx, tvm.ir.Range(0, lay.threads))
     starts = {b: tirx.Var(b.name + "_start", "int64") for b in candidates}
     writes = [(t, w) for t in group for w in nests.walk(t) if isinstance(w, tirx.BufferStore)]
+    guarded = {w.buffer for t in group for c in nests.walk(t) if isinstance(c, tirx.IfThenElse)
+               for w in nests.walk(c) if isinstance(w, tirx.BufferStore)}   # some elements of a run written, not all
 
     def value_at(nest, store, v, held):
         own = [loop.loop_var for loop in nest]
@@ -180,7 +183,7 @@ def _contiguous_runs(group: set, candidates: set, lay: Runs) -> set:
         for var, index in zip(own, lay.at(run * lay.width + v, tx)):
             value = nests.substitute(value, var, index)
         return value
-    held, shrunk = set(candidates), True
+    held, shrunk = set(candidates) - guarded, True
     while shrunk:
         bad = {w.buffer for t, w in writes if w.buffer in held and not all(
             analyzer.can_prove_equal(value_at(nests.nest(t), w, v, held) - value_at(nests.nest(t), w, 0, held), v)
