@@ -347,6 +347,9 @@ class _Reshapes(BlockRewriter):
         bindings = [self.branches(b) for b in block.bindings]
         if isinstance(block, relax.DataflowBlock):
             kernels = {b.var for b in bindings if isinstance(b.value, relax.Call) and b.value.op.same_as(_CALL_TIR)}
+            # a result of a kernel with several (a row kernel's side results) is its own buffer too
+            kernels |= {b.var for b in bindings if isinstance(b.value, relax.TupleGetItem)
+                        and b.value.tuple_value in kernels}
             readers: dict = {}
             for b in bindings:
                 for var in relax.analysis.free_vars(b.value):
