@@ -457,6 +457,12 @@ def _eye(n, m=None, k=0, dtype=torch.float32):
     return torch.ones(n, n if m is None else m, dtype=dtype, device=_DEVICE.get()).tril(k).triu(k)
 
 
+def _gelu(x):
+    """gelu as compiled kernels compute it (gelu(inf) = inf): in float64, rounded once. torch's float32
+    kernel, which its half dtypes use too, gives NaN at +inf and inf near 3e38 on AVX-512 CPUs."""
+    return F.gelu(x.double()).to(x.dtype) if x.is_floating_point() else F.gelu(x)
+
+
 _UNARY = {
     "abs": torch.abs, "acos": torch.acos, "acosh": torch.acosh, "asin": torch.asin, "asinh": torch.asinh,
     "atan": torch.atan, "atanh": torch.atanh, "ceil": torch.ceil, "cos": torch.cos, "cosh": torch.cosh,
@@ -465,7 +471,7 @@ _UNARY = {
     "sigmoid": torch.sigmoid, "sign": torch.sign, "sin": torch.sin, "sinh": torch.sinh, "sqrt": torch.sqrt,
     "square": torch.square, "tan": torch.tan, "tanh": torch.tanh, "trunc": torch.trunc,
     "logical_not": torch.logical_not, "bitwise_not": torch.bitwise_not,
-    "relu": torch.relu, "relu6": F.relu6, "silu": F.silu, "selu": F.selu, "gelu": F.gelu,
+    "relu": torch.relu, "relu6": F.relu6, "silu": F.silu, "selu": F.selu, "gelu": _gelu,
     "gelu_tanh": functools.partial(F.gelu, approximate="tanh"), "flatten": torch.flatten,
     "batch_flatten": functools.partial(torch.flatten, start_dim=1),
 }

@@ -384,7 +384,9 @@ def partition(mod: tvm.IRModule, bindings: list, side_outputs: bool = False) -> 
         outs = _outputs(members, graph)
         rows = rows_of.get(members[-1]) if members else None
         if _writes_several(members, outs, rows, graph, side_outputs):
-            result.append(_transposes_apart(members, ops, rows, outs))
+            members = _transposes_apart(members, ops, rows, outs)
+            if graph.convex(members):  # (else a path out and back: left to FuseOps, fuzz 41003452)
+                result.append(members)
             continue
         if len(outs) > 1:
             # Dlight's row rules take one output: split off the first one and what it needs (both
@@ -402,7 +404,7 @@ def partition(mod: tvm.IRModule, bindings: list, side_outputs: bool = False) -> 
             continue
         members = _transposes_apart(_scheduled_views(trimmed, ops), ops, rows, outs)
         if len(members) > 1 and any(ops[v].kind == "reduce" for v in members) and not _fuse_ops_does_it(
-                members, ops):
+                members, ops) and graph.convex(members):
             result.append(members)
     return result
 

@@ -47,6 +47,13 @@ def _readers(fn: relax.Function) -> dict:
     return counts
 
 
+def _read_only_in(fn: relax.Function, var, own) -> bool:
+    """Whether no binding outside the block `own` reads `var` (the function's result may: the view's
+    own binding stays for it)."""
+    return not any(var in relax.analysis.free_vars(b.value) for block in fn.body.blocks
+                   if not block.same_as(own) for b in block.bindings)
+
+
 @relax.expr_functor.mutator
 class _Repeat(relax.PyExprMutator):
     """Each read of a shared view becomes a view of its own, emitted just before its reader."""
@@ -282,8 +289,11 @@ def repeat_views(mod: tvm.IRModule) -> tvm.IRModule:
         if not isinstance(fn, relax.Function):
             continue
         counts = _readers(fn)
+        # a view read past its block (its result, read after an assert) stays one binding: a repeat
+        # there would read the block's own values, unknown past it ("Var is not defined": fuzz 41005834)
         shared = {b.var: b.value for block in fn.body.blocks if isinstance(block, relax.DataflowBlock)
-                  for b in block.bindings if _view(b.value) and counts.get(b.var, 0) > 1}
+                  for b in block.bindings if _view(b.value) and counts.get(b.var, 0) > 1
+                  and _read_only_in(fn, b.var, block)}
         casts = _casts_of_inputs(fn)
         if any(counts.get(v, 0) > 1 for v in casts):
             shared.update(casts)
@@ -367,6 +377,9 @@ class _Reshapes(BlockRewriter):
         bindings = [self.branches(b) for b in block.bindings]
         if isinstance(block, relax.DataflowBlock):
             kernels = {b.var for b in bindings if isinstance(b.value, relax.Call) and b.value.op.same_as(_CALL_TIR)}
+            # a result of a kernel with several (a row kernel's side results) is its own buffer too
+            kernels |= {b.var for b in bindings if isinstance(b.value, relax.TupleGetItem)
+                        and b.value.tuple_value in kernels}
             readers: dict = {}
             for b in bindings:
                 for var in relax.analysis.free_vars(b.value):

@@ -12,6 +12,7 @@ from tvm.s_tir import dlight as dl
 
 from .analysis import find_all
 from .reasons import hearing
+from .registers import TooManyRegisters, small_registers
 
 
 RULE_ATTR = "babytriton.rule"  # the PrimFunc attribute naming the rule that scheduled it (k.fusion)
@@ -21,7 +22,8 @@ class Guarded(dl.ScheduleRule):
     """A Dlight rule that declines a kernel it fails on, so the next rule (or none) takes it: e.g.
     the CPU GEMV rule asserts on a reduction fused after a broadcast (found by the fuzzer). The
     kernel it schedules is tagged with the rule's name (RULE_ATTR), which `k.fusion` shows; what a
-    rule says as it declines a kernel (`reasons.decline`, or its failure) is noted for it (Declines)."""
+    rule says as it declines a kernel (`reasons.decline`, or its failure) is noted for it (Declines).
+    A CUDA kernel whose threads would keep too large a register array is declined too (registers.py)."""
 
     def __init__(self, rule, guard: bool = True):
         self.rule, self.guard = rule, guard
@@ -30,6 +32,13 @@ class Guarded(dl.ScheduleRule):
         with hearing() as heard:
             try:
                 space = self.rule.apply(func, target, tunable)
+                if isinstance(space, s_tir.Schedule) and target is not None and target.kind.name == "cuda":
+                    space = small_registers(space)  # a kernel no launch could run declined
+            except TooManyRegisters as error:
+                if not self.guard:
+                    raise
+                heard[:] = [str(error)]
+                space = None
             except Exception as error:  # noqa: BLE001 - a rule's own bug must not fail the compile
                 if not self.guard:
                     raise

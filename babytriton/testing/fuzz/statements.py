@@ -110,8 +110,10 @@ class Statements:
             return None
         for _ in range(8):
             second = self.expr(self.rng.randint(0, 2)) if self.rng.random() < 0.7 else self.rng.choice(self.pool)
+            # (a run-time scalar on one path and a tensor on the other: torch's later dtypes would
+            # depend on the path taken, which babytriton merges into one type on purpose; fuzz 41000456)
             if second is not None and not second.py and second.dtype == first.dtype and \
-                    second.shape == first.shape and dims_of(second) == dims_of(first):
+                    second.shape == first.shape and dims_of(second) == dims_of(first) and second.weak == first.weak:
                 return first, second
         return None
 
@@ -128,14 +130,14 @@ class Statements:
             return []
         paths = [values[0][0], values[0][1]] + [v[0] for v in values[1:]]
         if any(p.dtype != paths[0].dtype or p.shape != paths[0].shape or dims_of(p) != dims_of(paths[0])
-               for p in paths):
+               or p.weak != paths[0].weak for p in paths):
             return []
         lines = [f"    if {conds[0].code}:", f"        {name} = {paths[0].code}"]
         for cond, value in zip(conds[1:], paths[2:]):
             lines += [f"    elif {cond.code}:", f"        {name} = {value.code}"]
         lines += ["    else:", f"        {name} = {paths[1].code}"]
         merged = V(name, paths[0].dtype, paths[0].shape, max(p.mag for p in paths), max(p.gran for p in paths),
-                   all(p.exact for p in paths), max(p.err for p in paths), paths[0].dims)
+                   all(p.exact for p in paths), max(p.err for p in paths), paths[0].dims, paths[0].weak)
         self.pool.append(merged)
         return lines
 
