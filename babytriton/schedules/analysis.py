@@ -24,11 +24,12 @@ def normalized(rule, func, target):
     return sch, infos
 
 
-def one_loop(sch, blocks, lanes: int = 1):
+def one_loop(sch, blocks, lanes: int = 1, kept: bool = False):
     """The loops of injective blocks that each write a result of the kernel fused into one loop over
     all of them (a kernel with several outputs: AdamW's p, m and v), or None when they don't fit one
     loop: different sizes, a block reading another's result at some index other than its own (a
-    later element may not exist yet), or an intermediate buffer. One block: its loops fused. With
+    later element may not exist yet), or an intermediate buffer unless `kept` (the caller then keeps
+    it per step of the one loop, in registers). One block: its loops fused. With
     `lanes` (dividing the innermost extent), each block keeps a loop of that many steps of its row
     inside the one loop, split off before fusing: their indices then have no div or mod."""
     if len(blocks) == 1 and lanes == 1:
@@ -48,7 +49,7 @@ def one_loop(sch, blocks, lanes: int = 1):
         return None
     written = [region.source for _, block in nests for region in block.writes]
     params = sch.mod["main"].params
-    if not all(any(w.same_as(p) for p in params) for w in written):
+    if not kept and not all(any(w.same_as(p) for p in params) for w in written):
         return None  # an intermediate kept as a buffer (too deep to inline): its nest stays apart
     for _, block in nests:
         if not all(_at_own_index(region, block) for region in block.writes) or not all(

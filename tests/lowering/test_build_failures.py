@@ -180,8 +180,8 @@ def test_a_register_copy_of_no_static_size_is_made_once_per_block(monkeypatch):
     block instead of failing the build (elementwise.UnsizedCopy, `_STAGINGS`)."""
     one_loop = elementwise.one_loop
 
-    def lanes_after_fusing(sch, blocks, lanes=1):
-        fused = one_loop(sch, blocks)
+    def lanes_after_fusing(sch, blocks, lanes=1, kept=False):
+        fused = one_loop(sch, blocks, kept=kept)
         return fused if fused is None or lanes == 1 else sch.split(fused, [None, lanes])[0]
     monkeypatch.setattr(elementwise, "one_loop", lanes_after_fusing)
     tried = []
