@@ -35,8 +35,20 @@ class Elementwise(GPUScheduleRule):
         self.vector_bytes = vector_bytes
 
     def apply(self, func, target, _tunable):
-        with hearing() as said:
+        # math read several times (log1p's formula names its argument seven times: p119's chain of
+        # two computed the first 5 times an element) is computed once into a register where the
+        # kernel's blocks allow it; else inlined into every read, as before
+        with hearing():
+            try:
+                once = self._apply(func, target, MAX_TREE_SIZE, shared=False)
+            except Exception:  # noqa: BLE001 - registers did not fit these blocks: inlined as before
+                once = None
+        if once is not None and _moves_vectors(once):
+            return once
+        with hearing() as said:  # (one element a thread where every read is inlined may be vectors)
             sch = self._apply(func, target, MAX_TREE_SIZE)
+        if once is not None and (sch is None or not _moves_vectors(sch)):
+            return once
         if sch is None and said == [SPREAD_READS]:
             # a kept intermediate that each output element reads at several places (the two halves of
             # a split): no thread can keep it in registers, so it is computed again at each read, in
@@ -50,11 +62,11 @@ class Elementwise(GPUScheduleRule):
             decline(said[0])
         return sch
 
-    def _apply(self, func, target, max_tree: int):
+    def _apply(self, func, target, max_tree: int, shared: bool = True):
         sch, infos = normalized(self, func, target)
         if sch is None:
             return None
-        infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=max_tree)
+        infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=max_tree, shared=shared)
         if not all(info.is_injective() for info in infos):
             return None
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if is_buffer(p) and len(p.ty.shape)),
@@ -63,8 +75,8 @@ class Elementwise(GPUScheduleRule):
             if only_output(sch, infos) is not None and _vector_chain(sch, infos, func, self._chain_lanes(func, widest)):
                 return self._per_thread(sch, infos, func, widest)
             if _last_is_only_output(sch, infos):
-                return self._per_element_staged(sch, infos, func, target, widest, max_tree)
-            return self._several_outputs_staged(sch, infos, func, target, widest, max_tree)
+                return self._per_element_staged(sch, infos, func, target, widest, max_tree, shared)
+            return self._several_outputs_staged(sch, infos, func, target, widest, max_tree, shared)
         info = infos[0]
         loops = sch.get_loops(info.block_rv)
         if not loops:  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
@@ -128,6 +140,7 @@ class Elementwise(GPUScheduleRule):
                 and get_extent(sch, loops[-1]) % vector == 0 and contiguous_lanes(sch, loops[-1], vector) == vector \
                 and not branch_multiples(sch.get(block), innermost_var(sch, loops[-1])) \
                 and not _unvectorisable(sch.get(block), vector) and not _computes_bools(sch.get(block)):
+            # (a compare in vectors here failed the build: NaN-aware clamps stay one element a thread)
             *outer, inner = loops
             inner, lanes = sch.split(inner, [None, vector])
             grid, threads = sch.split(sch.fuse(*outer, inner), [None, self.threads])
@@ -232,14 +245,14 @@ class Elementwise(GPUScheduleRule):
         vector = max(self.vector_bytes // widest, 1)
         return min(vector, 4) if _computes_bools(func) else vector
 
-    def _per_element_staged(self, sch, infos, func, target, widest, max_tree: int):
+    def _per_element_staged(self, sch, infos, func, target, widest, max_tree: int, shared: bool):
         """`_per_element` with each staging in turn, from a fresh schedule after one that fails (a
         register copy wider than a vector: two blocks read a buffer at two offsets, a split's halves):
         an input's vector loaded once for every block, else once per block, else no vectors."""
         for i, (vectors, share) in enumerate(((True, True), (True, False), (False, False))):
             if i:
                 sch, infos = normalized(self, func, target)
-                infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=max_tree)
+                infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=max_tree, shared=shared)
             try:
                 return self._per_element(sch, infos, func, widest, vectors, share)
             except Exception:  # noqa: BLE001 - registers did not fit these blocks (TVM raises several types)
@@ -297,14 +310,14 @@ class Elementwise(GPUScheduleRule):
             return decline(f"{extent} elements: not whole {vector}-lane vectors")
         return True
 
-    def _several_outputs_staged(self, sch, infos, func, target, widest, max_tree: int):
+    def _several_outputs_staged(self, sch, infos, func, target, widest, max_tree: int, shared: bool):
         """`_several_outputs` with each staging in turn (`_STAGINGS`), from a fresh schedule after one that
         fails: a buffer several blocks read copied into registers once, else once per block (where TVM
         sizes the shared copy by a min..max of two forms of one index: `UnsizedCopy`), else no registers."""
         for i, staging in enumerate(_STAGINGS):
             if i:
                 sch, infos = normalized(self, func, target)
-                infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=max_tree)
+                infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=max_tree, shared=shared)
             try:
                 return self._several_outputs(sch, infos, func, widest, *staging)
             except Exception:  # noqa: BLE001 - registers did not fit these blocks (TVM raises several types)
@@ -505,6 +518,11 @@ def _with_tail(sch, blocks, threads, before, lane_var, vector: int, total):
                         loop.thread_binding, loop.annotations)
     new = tvm_ffi.structural_map(func, (tirx.For, lambda node: new_loop if node.same_as(loop) else node))
     return s_tir.Schedule(new)
+
+
+def _moves_vectors(sch) -> bool:
+    """Whether a schedule has a vectorised loop (a load or store of several elements)."""
+    return any(loop.kind == tirx.ForKind.VECTORIZED for loop in find_all(sch.mod["main"].body, tirx.For))
 
 
 def _has_bool_buffers(func) -> bool:
