@@ -529,11 +529,12 @@ def _elementwise(rule, a, b):
     return te.compute(_broadcast_shape(a, b), lambda *i: rule(_at(a, i), _at(b, i)), name="T_" + rule.__name__)
 
 
-def _broadcast_shape(a, b):
-    shapes = [list(t.shape) if isinstance(t, te.Tensor) else [] for t in (a, b)]
+def _broadcast_shape(*operands):
+    """The shape the operands (tensors or numbers) broadcast to: each axis the first size not 1."""
+    shapes = [list(t.shape) if isinstance(t, te.Tensor) else [] for t in operands]
     ndim = max(len(s) for s in shapes)
     shapes = [[1] * (ndim - len(s)) + s for s in shapes]
-    return [y if _is_one(x) else x for x, y in zip(*shapes)]
+    return [next((size for size in sizes if not _is_one(size)), sizes[-1]) for sizes in zip(*shapes)]
 
 
 def _is_one(size) -> bool:
@@ -584,6 +585,30 @@ def _clip(bb, call):
         lo, hi = (tirx.Cast(x.dtype, v) if _dtype(v) != x.dtype else v for v in (lo, hi))
         return te.compute(x.shape, lambda *i: nan_min(nan_max(x(*i), lo), hi), name="T_clip")
     return bb.call_te(clip, call.args[0], call.args[1], call.args[2], primfunc_name_hint="clip")
+
+
+def _where(bb, call):
+    """where(c, a, b) with a constant operand written into the kernel as a number (TVM's own passes
+    each 0-d constant as a buffer: `where(u == inf, inf, r)` read it in a branch, and CUDA got an
+    if/else per select, which nvcc can't share common subexpressions across; log1p's formula in a
+    chain was 2.75x torch.compile's time). None where neither value is a constant: TVM's is right."""
+    cond, *values = call.args
+    values = [_try_convert_to_scalar_const(v) for v in values]
+    if not any(isinstance(v, (tirx.FloatImm, tirx.IntImm)) for v in values):
+        return None
+    dtype = str(call.ty.dtype)
+
+    def where(c, a, b):
+        def value(t, i):
+            v = _at(t, i)  # an element, or the constant (a FloatImm or IntImm)
+            return v if _dtype(v) == dtype else tirx.Cast(dtype, v)
+
+        def test(i):
+            v = _at(c, i)
+            return v if _dtype(v) == "bool" else v != tirx.const(0, _dtype(v))
+        return te.compute(_broadcast_shape(c, a, b), lambda *i: tirx.Select(test(i), value(a, i), value(b, i)),
+                          name="T_where")
+    return bb.call_te(where, cond, *values, primfunc_name_hint="where")
 
 
 def _not_equal(bb, call):
@@ -751,6 +776,7 @@ _RULES = {
     "relax.nn.relu": _relu,
     "relax.clip": _clip,
     "relax.not_equal": _not_equal,
+    "relax.where": _where,
     "relax.equal": _equal,
     "relax.logical_not": _logical_not,
     "relax.astype": _astype,

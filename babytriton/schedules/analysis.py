@@ -24,11 +24,12 @@ def normalized(rule, func, target):
     return sch, infos
 
 
-def one_loop(sch, blocks, lanes: int = 1):
+def one_loop(sch, blocks, lanes: int = 1, kept: bool = False):
     """The loops of injective blocks that each write a result of the kernel fused into one loop over
     all of them (a kernel with several outputs: AdamW's p, m and v), or None when they don't fit one
     loop: different sizes, a block reading another's result at some index other than its own (a
-    later element may not exist yet), or an intermediate buffer. One block: its loops fused. With
+    later element may not exist yet), or an intermediate buffer unless `kept` (the caller then keeps
+    it per step of the one loop, in registers). One block: its loops fused. With
     `lanes` (dividing the innermost extent), each block keeps a loop of that many steps of its row
     inside the one loop, split off before fusing: their indices then have no div or mod."""
     if len(blocks) == 1 and lanes == 1:
@@ -48,7 +49,7 @@ def one_loop(sch, blocks, lanes: int = 1):
         return None
     written = [region.source for _, block in nests for region in block.writes]
     params = sch.mod["main"].params
-    if not all(any(w.same_as(p) for p in params) for w in written):
+    if not kept and not all(any(w.same_as(p) for p in params) for w in written):
         return None  # an intermediate kept as a buffer (too deep to inline): its nest stays apart
     for _, block in nests:
         if not all(_at_own_index(region, block) for region in block.writes) or not all(
@@ -67,10 +68,40 @@ def one_loop(sch, blocks, lanes: int = 1):
 
 
 def _at_own_index(region, block) -> bool:
-    """Whether a buffer region is the one element at the block's iteration indices, in order."""
+    """Whether a buffer region is the one element at the block's own flat iteration index, in a
+    buffer of the iteration space's size: index for index, or through unit axes the normalised block
+    has no variable for (a (1, 4, 260) result of a block over 1040 elements)."""
     ivs = block.iter_vars
-    return len(region.region) == len(ivs) and all(
-        is_int(r.extent, 1) and r.min.same_as(iv.var) for r, iv in zip(region.region, ivs))
+    if not all(is_int(r.extent, 1) for r in region.region):
+        return False
+    if len(region.region) == len(ivs) and all(r.min.same_as(iv.var) for r, iv in zip(region.region, ivs)):
+        return True
+    analyzer = tvm.sym.Analyzer()
+    for iv in ivs:
+        analyzer.bind(iv.var, iv.dom)
+    size = _product([iv.dom.extent for iv in ivs]) - _product(list(region.source.ty.shape))
+    offset = _flat([r.min for r in region.region], list(region.source.ty.shape)) - _flat(
+        [iv.var for iv in ivs], [iv.dom.extent for iv in ivs])
+    return is_int(analyzer.simplify(size), 0) and is_int(analyzer.simplify(offset), 0)
+
+
+def _product(extents):
+    total = tirx.const(1, "int64")
+    for extent in extents:
+        total = total * _int64(extent)
+    return total
+
+
+def _flat(indices, shape):
+    """The row-major flat index of `indices` into `shape` (int64, whatever the indices' types)."""
+    flat = tirx.const(0, "int64")
+    for index, extent in zip(indices, shape):
+        flat = flat * _int64(extent) + _int64(index)
+    return flat
+
+
+def _int64(expr):
+    return expr if str(expr.ty.dtype) == "int64" else tirx.Cast("int64", expr)
 
 
 def uses(expr, var) -> bool:

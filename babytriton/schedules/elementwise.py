@@ -12,7 +12,8 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.sym.pattern import detect_linear_equation
 
 from ..core.types import is_float_dtype
-from .analysis import find_all, fuse, is_buffer, is_int, normalized, one_loop, only_output, static_product, uses
+from .analysis import (find_all, fuse, in_registers, is_buffer, is_int, normalized, one_loop, only_output,
+                       static_product, uses)
 from .inlining import GPU_CALL_DEPTH, MAX_TREE_SIZE, inline
 from .lanes import (branch_multiples, branched_buffers, contiguous_lanes, flat_index, flat_offsets, innermost_var,
                     make_branches_uniform, substituted, uniform_branches)
@@ -34,22 +35,38 @@ class Elementwise(GPUScheduleRule):
         self.vector_bytes = vector_bytes
 
     def apply(self, func, target, _tunable):
-        with hearing() as said:
+        # math read several times (log1p's formula names its argument seven times: p119's chain of
+        # two computed the first 5 times an element) is computed once into a register where the
+        # kernel's blocks allow it; else inlined into every read, as before
+        with hearing():
+            try:
+                once = self._apply(func, target, MAX_TREE_SIZE, shared=False)
+            except Exception:  # noqa: BLE001 - registers did not fit these blocks: inlined as before
+                once = None
+        if once is not None and _moves_vectors(once):
+            return once
+        with hearing() as said:  # (one element a thread where every read is inlined may be vectors)
             sch = self._apply(func, target, MAX_TREE_SIZE)
+        if once is not None and (sch is None or not _moves_vectors(sch)):
+            return once
         if sch is None and said == [SPREAD_READS]:
             # a kept intermediate that each output element reads at several places (the two halves of
             # a split): no thread can keep it in registers, so it is computed again at each read, in
-            # an expression of a bounded few times the usual size
-            return self._apply(func, target, SPREAD_TREE_FACTOR * MAX_TREE_SIZE)
+            # an expression of a bounded few times the usual size; past that, it goes through memory
+            with hearing() as said:
+                sch = self._apply(func, target, SPREAD_TREE_FACTOR * MAX_TREE_SIZE)
+            if sch is None and said == [SPREAD_READS]:
+                with hearing() as said:
+                    sch = self._launch_per_block(func, target)
         if said:
             decline(said[0])
         return sch
 
-    def _apply(self, func, target, max_tree: int):
+    def _apply(self, func, target, max_tree: int, shared: bool = True):
         sch, infos = normalized(self, func, target)
         if sch is None:
             return None
-        infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=max_tree)
+        infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=max_tree, shared=shared)
         if not all(info.is_injective() for info in infos):
             return None
         widest = max((tvm.DataType(p.ty.dtype).bits // 8 for p in func.params if is_buffer(p) and len(p.ty.shape)),
@@ -58,8 +75,8 @@ class Elementwise(GPUScheduleRule):
             if only_output(sch, infos) is not None and _vector_chain(sch, infos, func, self._chain_lanes(func, widest)):
                 return self._per_thread(sch, infos, func, widest)
             if _last_is_only_output(sch, infos):
-                return self._per_element_staged(sch, infos, func, target, widest, max_tree)
-            return self._several_outputs_staged(sch, infos, func, target, widest, max_tree)
+                return self._per_element_staged(sch, infos, func, target, widest, max_tree, shared)
+            return self._several_outputs_staged(sch, infos, func, target, widest, max_tree, shared)
         info = infos[0]
         loops = sch.get_loops(info.block_rv)
         if not loops:  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
@@ -94,6 +111,44 @@ class Elementwise(GPUScheduleRule):
         else:
             sch.vectorize(lanes)
         return sch
+
+    def _launch_per_block(self, func, target):
+        """Each block a loop nest of its own, so a launch of its own, its intermediates written to and
+        read from global memory: what is left for a kept intermediate that each output element reads
+        at several places, too large to compute again at each read. Each nest moves 16 bytes a thread
+        where its buffers and math allow (`_vectorised_nest`), else one element a thread."""
+        sch, infos = normalized(self, func, target)
+        if sch is None:
+            return None
+        infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=SPREAD_TREE_FACTOR * MAX_TREE_SIZE)
+        if not all(info.is_injective() and sch.get_loops(info.block_rv) for info in infos):
+            return decline("a 0-d or not injective block")
+        for info in infos:
+            self._vectorised_nest(sch, info.block_rv, func)
+        return sch
+
+    def _vectorised_nest(self, sch, block, func) -> None:
+        """One block's loops bound to blocks of `threads` threads, each thread a vector of 16 bytes of
+        the block's widest buffer where the row is whole contiguous vectors and the math has a CUDA
+        vector type; one element a thread otherwise."""
+        loops = sch.get_loops(block)
+        regions = [*sch.get(block).reads, *sch.get(block).writes]
+        widest = max((tvm.DataType(r.source.dtype).bits // 8 for r in regions if r.region), default=4)
+        vector = max(self.vector_bytes // widest, 1)
+        extent = static_product(sch, loops)
+        if vector > 1 and extent is not None and extent >= vector * self.threads and not _has_bool_buffers(func) \
+                and get_extent(sch, loops[-1]) % vector == 0 and contiguous_lanes(sch, loops[-1], vector) == vector \
+                and not branch_multiples(sch.get(block), innermost_var(sch, loops[-1])) \
+                and not _unvectorisable(sch.get(block), vector) and not _computes_bools(sch.get(block)):
+            # (a compare in vectors here failed the build: NaN-aware clamps stay one element a thread)
+            *outer, inner = loops
+            inner, lanes = sch.split(inner, [None, vector])
+            grid, threads = sch.split(sch.fuse(*outer, inner), [None, self.threads])
+            sch.vectorize(lanes)
+        else:
+            grid, threads = sch.split(fuse(sch, loops), [None, self.threads])
+        sch.bind(grid, "blockIdx.x")
+        sch.bind(threads, "threadIdx.x")
 
     def _lanes(self, sch, block_rv, loops, widest: int) -> tuple:
         """The lanes of each thread's vector in a one-block kernel (16 bytes of its widest buffer where
@@ -190,14 +245,14 @@ class Elementwise(GPUScheduleRule):
         vector = max(self.vector_bytes // widest, 1)
         return min(vector, 4) if _computes_bools(func) else vector
 
-    def _per_element_staged(self, sch, infos, func, target, widest, max_tree: int):
+    def _per_element_staged(self, sch, infos, func, target, widest, max_tree: int, shared: bool):
         """`_per_element` with each staging in turn, from a fresh schedule after one that fails (a
         register copy wider than a vector: two blocks read a buffer at two offsets, a split's halves):
         an input's vector loaded once for every block, else once per block, else no vectors."""
         for i, (vectors, share) in enumerate(((True, True), (True, False), (False, False))):
             if i:
                 sch, infos = normalized(self, func, target)
-                infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=max_tree)
+                infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=max_tree, shared=shared)
             try:
                 return self._per_element(sch, infos, func, widest, vectors, share)
             except Exception:  # noqa: BLE001 - registers did not fit these blocks (TVM raises several types)
@@ -255,14 +310,14 @@ class Elementwise(GPUScheduleRule):
             return decline(f"{extent} elements: not whole {vector}-lane vectors")
         return True
 
-    def _several_outputs_staged(self, sch, infos, func, target, widest, max_tree: int):
+    def _several_outputs_staged(self, sch, infos, func, target, widest, max_tree: int, shared: bool):
         """`_several_outputs` with each staging in turn (`_STAGINGS`), from a fresh schedule after one that
         fails: a buffer several blocks read copied into registers once, else once per block (where TVM
         sizes the shared copy by a min..max of two forms of one index: `UnsizedCopy`), else no registers."""
         for i, staging in enumerate(_STAGINGS):
             if i:
                 sch, infos = normalized(self, func, target)
-                infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=max_tree)
+                infos = inline(sch, infos, GPU_CALL_DEPTH, max_tree=max_tree, shared=shared)
             try:
                 return self._several_outputs(sch, infos, func, widest, *staging)
             except Exception:  # noqa: BLE001 - registers did not fit these blocks (TVM raises several types)
@@ -274,23 +329,24 @@ class Elementwise(GPUScheduleRule):
         vectorised where every block's lanes are contiguous, else one predicated scalar loop (Fallback
         would give each output a loop nest, so a launch of its own)."""
         vector = max(self.vector_bytes // widest, 1)
-        if _computes_bools(func):  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
-            vector = min(vector, 4)
+        if not stage and (_computes_bools(func) or any(_too_wide(sch.get(info.block_rv), vector) for info in infos)):
+            vector = min(vector, 4)  # no registers: 4 lanes, CUDA's widest bool and float vectors
         if not all(sch.get_loops(info.block_rv) for info in infos):  # a 0-d kernel (loop counters, scalar math)
             return decline("a 0-d result: one thread")
         # a transpose, slice or gather: scalar
         lanes_fit = all(contiguous_lanes(sch, sch.get_loops(info.block_rv)[-1], vector) == vector for info in infos)
-        # through registers, as `apply` stages them: a bool buffer, half math in float32, narrow integers
-        staged = stage and (_has_bool_buffers(func) or any(
-            _too_wide(sch.get(info.block_rv), vector) or _narrow_int_math(sch.get(info.block_rv))
-            or _scalar_calls(sch.get(info.block_rv)) for info in infos))
+        # through registers at the full 16 bytes: a bool buffer, math of no CUDA vector type
+        staged = stage and (_has_bool_buffers(func) or any(_unvectorisable(sch.get(info.block_rv), vector)
+                                                           for info in infos))
         extent = static_product(sch, sch.get_loops(infos[0].block_rv))
         # lanes_fit: each block's row is whole vectors, split off before the loops are fused (as `apply`
         # does), so a thread's vector of each buffer is one region TVM can size
         vectors = lanes_fit and extent is not None and extent >= vector * self.threads
-        fused = one_loop(sch, [info.block_rv for info in infos], vector if vectors else 1)
+        fused = one_loop(sch, [info.block_rv for info in infos], vector if vectors else 1, kept=True)
         if fused is None:
             return decline("outputs of different shapes, or reading each other elsewhere: not one loop")
+        for info in infos:  # a kept intermediate: each thread's element or vector of it, in registers
+            in_registers(sch, info.block_rv)
         if not vectors:
             blocks, threads = sch.split(fused, [None, self.threads])
             sch.bind(blocks, "blockIdx.x")
@@ -304,16 +360,28 @@ class Elementwise(GPUScheduleRule):
             for loop in lanes:
                 sch.vectorize(loop)
             return sch
-        # a result another block reads (AdamW's m, read by p) stays where it is: a copy out of registers
-        # after the lanes would come after its reader
-        written = [w.source for info in infos for w in sch.get(info.block_rv).writes]
-        shared = {r.source for info in infos for r in sch.get(info.block_rv).reads
-                  if any(r.source.same_as(w) for w in written)}
+        _results_read_in_registers(sch, infos, threads)
         for info in infos:  # a buffer read by several blocks: the first copy serves all where `share`
-            _through_registers(sch, info.block_rv, threads, None, shared, share)
+            _through_registers(sch, info.block_rv, threads, None, share=share)
         for loop in lanes:
             sch.unroll(loop)
         return sch
+
+
+def _results_read_in_registers(sch, infos, threads) -> None:
+    """A result another block reads (AdamW's m, read by p; p52's h, read by h * h) is computed into
+    registers that its readers read, and stored from them as one vector: left in place it was a
+    scalar store per lane read back from global memory."""
+    params = [p for p in sch.mod["main"].params if is_buffer(p)]
+    blocks = [info.block_rv for info in infos]
+    for block in blocks:
+        for index in reversed(range(len(sch.get(block).writes))):
+            buffer = sch.get(block).writes[index].source
+            readers = [b for b in blocks if any(r.source.same_as(buffer) for r in sch.get(b).reads)]
+            if readers and any(buffer.same_as(p) for p in params):
+                cache = sch.cache_write(block, index, "local", consumer_blocks=readers)
+                sch.reverse_compute_at(cache, threads)
+                _vectorize_under(sch, cache, threads)
 
 
 def _vector_chain(sch, infos, func, vector: int) -> bool:
@@ -452,9 +520,23 @@ def _with_tail(sch, blocks, threads, before, lane_var, vector: int, total):
     return s_tir.Schedule(new)
 
 
+def _moves_vectors(sch) -> bool:
+    """Whether a schedule has a vectorised loop (a load or store of several elements)."""
+    return any(loop.kind == tirx.ForKind.VECTORIZED for loop in find_all(sch.mod["main"].body, tirx.For))
+
+
 def _has_bool_buffers(func) -> bool:
     """Whether a kernel reads or writes a bool buffer (never a vector in memory: see Elementwise)."""
     return any(is_buffer(p) and str(p.ty.dtype) == "bool" for p in func.params)
+
+
+def _unvectorisable(block, lanes: int) -> bool:
+    """Whether a block's math can't be one CUDA vector of `lanes`: a call with no vector form, narrow
+    integers, float math wider than 16 bytes, or bools in more than 4 lanes (CUDA has no 8-lane bool
+    type: a float16 compare, a NaN test, the selects of a NaN-aware clamp). Such a block still moves
+    whole 16-byte vectors, through registers, and computes lane by lane in between."""
+    return _scalar_calls(block) or _too_wide(block, lanes) or _narrow_int_math(block) or (
+        lanes > 4 and _computes_bools(block))
 
 
 def _too_wide(block, lanes: int) -> bool:

@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 import tvm
-from hypothesis import Phase, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 from tvm import s_tir
 
@@ -146,8 +146,9 @@ def test_several_results_of_a_rank_3_or_4_input_build_for_cuda(shape):
     _builds_with_a_vector_of_registers(shape)
 
 
-@pytest.mark.xfail(strict=False, reason="open (2026-11-28, also at a8be80e): some shapes, e.g. (1, 4, 260), "
-                   "end on dlight.gpu.Fallback instead of Elementwise; they build and run")
+# unit axes the normalised blocks have no variable for: Fallback until one_loop compared flat indices
+@example(outer=[1, 4], row=260)
+@example(outer=[1, 1], row=1040)
 @settings(max_examples=3, deadline=None, phases=(Phase.explicit, Phase.generate))  # failures not shrunk: minutes of CI
 @given(outer=st.lists(st.integers(1, 9), min_size=2, max_size=3), row=st.sampled_from([4, 64, 260]))
 def test_several_results_of_generated_shapes_build_for_cuda(outer, row):
@@ -179,8 +180,8 @@ def test_a_register_copy_of_no_static_size_is_made_once_per_block(monkeypatch):
     block instead of failing the build (elementwise.UnsizedCopy, `_STAGINGS`)."""
     one_loop = elementwise.one_loop
 
-    def lanes_after_fusing(sch, blocks, lanes=1):
-        fused = one_loop(sch, blocks)
+    def lanes_after_fusing(sch, blocks, lanes=1, kept=False):
+        fused = one_loop(sch, blocks, kept=kept)
         return fused if fused is None or lanes == 1 else sch.split(fused, [None, lanes])[0]
     monkeypatch.setattr(elementwise, "one_loop", lanes_after_fusing)
     tried = []

@@ -423,3 +423,37 @@ def test_remainder_and_zero_rules_on_the_gpu(dtype):
     x, y = v.repeat_interleave(len(v)).cuda(), v.repeat(len(v)).cuda()
     for got, want in zip(bt.jit(target="gpu")(gpu_floats)(x, y), gpu_floats(x, y)):
         torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+
+
+def _where_numbers(x, m):
+    """torch.where with a number on either side, broadcast (a column mask over rows of x)."""
+    return torch.where(m, x, float("inf")), torch.where(x > 1, -2, x), torch.where(m, 0.5, float("nan")) * x
+
+
+@settings(max_examples=8, deadline=None)
+@given(dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.int32]),
+       rows=st.integers(0, 5), cols=st.sampled_from([1, 7, 64]), seed=st.integers(0, 100))
+def test_where_with_numbers_matches_torch(dtype, rows, cols, seed):
+    """A number in `where` is written into the kernel (`legalize._where`): any dtype, empty, broadcast."""
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(rows, cols, generator=g) * 4).to(dtype)
+    if dtype.is_floating_point and x.numel():
+        x.view(-1)[0] = NAN
+    m = torch.rand(rows, 1, generator=g) > 0.5
+    for got, want in zip(bt.jit(_where_numbers, cache=False)(x, m), _where_numbers(x, m)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_where_with_numbers_passes_no_constant_buffers_on_sm90():
+    """The CUDA kernel takes only x, the mask and its results: no 0-d buffer per number, read in a
+    branch of every element's select (TVM's own legalization)."""
+    x, m = torch.randn(64, 256).half(), torch.rand(64, 1) > 0.5
+    k = bt.jit(_where_numbers, cache=False, target=SM90).compile(x, m)
+    for signature in re.findall(r'__global__ void (?:__launch_bounds__\(\d+\) )?\w+\(([^)]*)\)', k.source):
+        assert sorted(re.findall(r"\* __restrict__ (\w+)_ptr", signature)) == [
+            "T_multiply_intermediate", "T_where_intermediate", "T_where_intermediate_1", "m", "x"], signature
+    if shutil.which("nvcc"):
+        from tvm.support import nvcc
+        with tvm.target.Target(SM90):
+            assert b".entry" in nvcc.compile_cuda(k.source, target_format="ptx", compiler="nvcc")

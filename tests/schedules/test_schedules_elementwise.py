@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import tvm
-from hypothesis import Phase, assume, given, settings
+from hypothesis import Phase, assume, example, given, settings
 from hypothesis import strategies as st
 
 import babytriton as bt
@@ -378,6 +378,22 @@ def test_a_kept_chain_is_vectors_through_registers_on_sm90(tmp_path, steps, xdty
     assert_builds_with_nvcc(k)
 
 
+@pytest.mark.parametrize("xdtype", ["float16", "float32"])
+def test_math_read_several_times_is_computed_once_an_element_on_sm90(tmp_path, xdtype):
+    """p119's chain: log1p's formula names its argument seven times, and inlined whole the second
+    log1p computed the first at each of them (40 logf and 40 divides a thread of 4 elements, 2.75x
+    torch.compile's time on an H200). Each log1p is computed once an element: 2 logf, 2 divides."""
+    f = load_chain(tmp_path, chain_source(P119_LIKE, "full", False, xdtype, "float32", 512, 1024))
+    k = bt.jit(f, cache=False, target=SM90).compile()
+    (kernel,) = k.fusion
+    assert kernel.rule == "Elementwise" and kernel.launch == "grid 512 x block 256", str(k.fusion)
+    body = k.source.split('extern "C" __global__')[-1]
+    lanes = 4  # 16 bytes of float32 y a thread
+    assert body.count("logf(") == 2 * lanes and body.count(" / ") == 2 * lanes, (body.count("logf("),
+                                                                                  body.count(" / "))
+    assert_builds_with_nvcc(k)
+
+
 def test_halves_of_a_kept_intermediate_are_computed_per_read_on_sm90(tmp_path):
     """Two clamps and a softplus keep an intermediate that the halves of a split read at two places
     per output element (hypothesis found it on Fallback): Elementwise computes it again at each read."""
@@ -389,8 +405,10 @@ def test_halves_of_a_kept_intermediate_are_computed_per_read_on_sm90(tmp_path):
     assert_builds_with_nvcc(k)
 
 
-@pytest.mark.xfail(strict=False, reason="open (2026-11-28): a generated chain of three NaN-aware clamps, "
-                   "mish and erf of chunk halves was not scheduled by Elementwise (results equal)")
+# three NaN-aware clamps and mish, read at both halves: too large to compute at each read, so through
+# memory, a launch per block (`Elementwise._launch_per_block`); was Fallback's
+@example((["clamp", "clamp", "clamp", "mish"], "full", True, "float32", "float32", 300, 1024))
+@example((["clamp", "clamp", "clamp", "mish"], "transposed", True, "float16", "float16", 33, 62))
 @settings(max_examples=2, deadline=None, phases=(Phase.explicit, Phase.generate))  # long chains, tens of seconds a compile: not shrunk
 @given(chains())
 def test_generated_kept_chains_get_elementwise_and_build_for_sm90(tmp_path_factory, chain):
@@ -398,6 +416,17 @@ def test_generated_kept_chains_get_elementwise_and_build_for_sm90(tmp_path_facto
     f = load_chain(tmp_path_factory.mktemp("chains"), chain_source(*chain))
     k = bt.jit(target=SM90)(f).compile()
     assert all(kernel.rule != "dlight.gpu.Fallback" for kernel in k.fusion), str(k.fusion)
+    assert_builds_with_nvcc(k)
+
+
+def test_a_chain_too_large_to_compute_at_each_read_is_a_launch_per_block_on_sm90(tmp_path):
+    """Kept intermediates read at both halves of a row, each too large to compute again at each
+    read: each block a launch of its own (through memory, as Fallback, 256 threads a block)."""
+    f = load_chain(tmp_path, chain_source(["clamp", "clamp", "clamp", "mish"], "full", True, "float32", "float32",
+                                          300, 1024))
+    k = bt.jit(f, cache=False, target=SM90).compile()
+    (kernel,) = k.fusion
+    assert kernel.rule == "Elementwise" and len(kernel.cuda_kernels) > 1, (kernel.rule, kernel.why)
     assert_builds_with_nvcc(k)
 
 
