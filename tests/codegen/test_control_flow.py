@@ -555,6 +555,17 @@ def unused_loop_in_a_branch(x: bt.Tensor(("n",), "float32"), s: S, t: int, y):
     return y * 2
 
 
+@bt.jit
+def unused_nested_loops(x: bt.Tensor(("n",), "float32"), t: int, y):
+    v = x
+    c = torch.zeros((), dtype=torch.int64)
+    while c < 2:
+        for j in range(t):
+            v = v - v.amin()
+        c = c + 1
+    return y - 1
+
+
 @settings(max_examples=12, deadline=None)
 @given(n=st.integers(0, 3), t=st.integers(0, 2), s=st.sampled_from([-1.0, 1.0, 2.0]))
 def test_check_in_an_unused_loop_still_raises(n, t, s):
@@ -564,7 +575,8 @@ def test_check_in_an_unused_loop_still_raises(n, t, s):
     x, y, st_ = torch.randn(n), torch.randn(2), torch.tensor(s)
     for fn, args, line in ((unused_while_max, (x, y), "v = v + v.max()"),
                            (unused_for_mismatch, (x, t, y), "v = v * 0.5 + x[:2]"),
-                           (unused_loop_in_a_branch, (x, st_, t, y), "v = v - v.amax()")):
+                           (unused_loop_in_a_branch, (x, st_, t, y), "v = v - v.amax()"),
+                           (unused_nested_loops, (x, t, y), "v = v - v.amin()")):
         try:
             want = fn.__wrapped__(*args)
         except (IndexError, RuntimeError):
