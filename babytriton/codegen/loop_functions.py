@@ -9,7 +9,9 @@ from dataclasses import dataclass
 import tvm
 import tvm_ffi
 from tvm import relax, te, tirx
+from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import ir as I
+from tvm.script.ir_builder.ir.frame import IRModuleFrame
 from tvm.script.ir_builder import relax as RB
 
 from ..core.errors import Diagnostic
@@ -92,6 +94,7 @@ class LoopFunctions:
             yield LoopFunction(gv, subst, args[:n_head], args[n_head:n_head + n_shape],
                                args[n_head + n_shape:n_head + n_shape + n_slots],
                                args[n_head + n_shape + n_slots:], len(outputs))
+        impure_if_it_can_raise(name, gv)
 
     def declare_body(self, specs, inputs):
         """One iteration as a function of its own: Relax fuses operators only at a function's top
@@ -184,6 +187,19 @@ class LoopFunctions:
                               primfunc_name_hint="size_to_tensor")
             return self.cg.ib.name("size", self.cg.emit(call))
         return value
+
+
+def impure_if_it_can_raise(name: str, gv) -> None:
+    """Declare the loop function `gv` impure when its body can raise (a run-time check, or a call of
+    a function that can): a call of a pure function whose result is unused is dead code, and
+    DeadCodeElimination would remove the check with it. One that cannot raise stays pure, so an
+    unused loop is still removed. The functions a body calls are settled before it (a nested loop's
+    before the body that calls it), and its recursive calls of itself add nothing."""
+    frame = next(f for f in reversed(list(IRBuilder.current().frames)) if isinstance(f, IRModuleFrame))
+    fn = frame.functions[gv]
+    if fn.is_pure and relax.analysis.contains_impure_call(fn.body, gv):
+        # redefining it updates the GlobalVar's type too, which is what its calls' purity is read from
+        I.def_function(name, relax.Function(fn.params, fn.body, fn.ret_ty, False, fn.attrs, fn.span))
 
 
 def subst_value(value, subst):

@@ -526,6 +526,87 @@ def test_empty_argmin_in_code_that_may_not_run():
         assert f"line {line_of(run.__wrapped__, line)} " in str(info.value)
 
 
+# A loop whose results are unused is a call nothing reads: the check in it must still run (fuzz 41000218)
+@bt.jit
+def unused_while_max(x: bt.Tensor(("n",), "float32"), y):
+    v = x
+    c = torch.zeros((), dtype=torch.int64)
+    while c < 3:
+        v = v + v.max()
+        c = c + 1
+    return y + 1
+
+
+@bt.jit
+def unused_for_mismatch(x: bt.Tensor(("n",), "float32"), t: int, y):
+    v = x
+    for i in range(t):
+        v = v * 0.5 + x[:2]
+    return y + 1
+
+
+@bt.jit
+def unused_loop_in_a_branch(x: bt.Tensor(("n",), "float32"), s: S, t: int, y):
+    v = x
+    if s > 0:
+        for i in range(2):
+            for j in range(t):
+                v = v - v.amax()
+    return y * 2
+
+
+@bt.jit
+def unused_nested_loops(x: bt.Tensor(("n",), "float32"), t: int, y):
+    v = x
+    c = torch.zeros((), dtype=torch.int64)
+    while c < 2:
+        for j in range(t):
+            v = v - v.amin()
+        c = c + 1
+    return y - 1
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(0, 3), t=st.integers(0, 2), s=st.sampled_from([-1.0, 1.0, 2.0]))
+def test_check_in_an_unused_loop_still_raises(n, t, s):
+    """A run-time size check in a loop whose results nothing reads raises when, and only when, torch
+    does, naming the user's line: a loop function that can raise is impure, so its call is not dead
+    code (fuzz 41000218: a `while` over an empty tensor's max returned a value)."""
+    x, y, st_ = torch.randn(n), torch.randn(2), torch.tensor(s)
+    for fn, args, line in ((unused_while_max, (x, y), "v = v + v.max()"),
+                           (unused_for_mismatch, (x, t, y), "v = v * 0.5 + x[:2]"),
+                           (unused_loop_in_a_branch, (x, st_, t, y), "v = v - v.amax()"),
+                           (unused_nested_loops, (x, t, y), "v = v - v.amin()")):
+        try:
+            want = fn.__wrapped__(*args)
+        except (IndexError, RuntimeError):
+            with pytest.raises(RuntimeError) as info:
+                fn(*args)
+            assert f"line {line_of(fn.__wrapped__, line)} " in str(info.value), str(info.value)
+        else:
+            same(fn(*args), want)
+
+
+def test_unused_loop_that_cannot_raise_is_still_removed():
+    """The fast path stays: a loop function with no check is pure, so an unused loop is dead code."""
+    @bt.jit
+    def unused(x: bt.Tensor(("n",), "float32"), y):
+        v = x
+        c = torch.zeros((), dtype=torch.int64)
+        while c < 3:
+            v = v * 0.5 + 1
+            c = c + 1
+        return y + 1
+
+    x, y = torch.randn(3), torch.randn(2)
+    kernel = unused.compile(x, y)
+    assert "unused_loop0" in kernel.stages["relax"]
+    assert "loop0" not in kernel.stages["FuseOps"]
+    same(unused(x, y), y + 1)
+    checked = unused_while_max.compile(x, y)
+    assert "pure=False" in checked.stages["relax"] and "unused_while_max_loop0_grow" in checked.stages["FuseOps"]
+
+
 def test_peeled_first_iteration_settles_numbers_and_defines_names():
     @bt.jit(unroll=2)
     def f(x: V4):
