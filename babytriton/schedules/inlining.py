@@ -147,6 +147,7 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: 
     argument several times, so forty inlined tanh would be a 5**40-node expression; the chain keeps a
     buffer every few calls instead. GPU rules pass None (GPU_CALL_DEPTH): see there. Blocks in `keep`
     stay blocks; with `shared=False`, so do producers read more than once (SMALL_SHARED) unless cheap;
+    on a CPU (`max_depth` set) so do producers of an (index, value) reduction unless cheap (`_pairs`);
     `max_tree` bounds the nodes of one inlined expression."""
     kept = [sch.get(b) for b in keep]
     blocks = [info for info in infos if not any(sch.get(info.block_rv).same_as(k) for k in kept)]
@@ -154,6 +155,8 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: 
     def fits(block, others, forward: bool) -> bool:
         if not shared and _copies(sch, block, others, forward):
             return False
+        # (CPU rules: GPU ones pass no depth, nvcc computes the nine copies once, as LLVM would after
+        # the 30 s; a kept buffer costs more there, see GPU_CALL_DEPTH)
         if max_depth is not None and forward and not _cheap(sch, block) and any(_pairs(sch, o) for o in others):
             return False
         if max_depth is not None and _block_depth(sch, block) + max(
