@@ -65,7 +65,7 @@ class CPUReduction(CPURule):
         pairs = any(len(sch.get(b).writes) > 1 for b in reductions)
         whole = rows == 1 or len(loops) == reduce_count(sch, first)
         if pairs and (len(blocks) == 1 or whole):  # (with other blocks over rows: a row each, `_rows`)
-            return self._pairs(sch, blocks, first, many_rows)
+            return self._pairs(sch, blocks, first, many_rows, lanes)
         if len(blocks) == 1:
             return self._single(sch, first, lanes, many_rows)
         if reduce_count(sch, blocks[-1]) and not all(contiguous_reduction(sch, b) for b in reductions):
@@ -95,13 +95,14 @@ class CPUReduction(CPURule):
             return self._rows(sch, blocks, reductions, lanes)
         return decline("a reduction across rows (a column) among several blocks")
 
-    def _pairs(self, sch, blocks, first, many_rows):
+    def _pairs(self, sch, blocks, first, many_rows, lanes):
         """argmax's (index, value) pairs. Many rows: the rows in parallel, each reduced in order
         (rfactor into vectors mixed up its NaN-aware combiner). A whole-tensor argmax: cut into chunks
         (`_cut`) reduced in parallel, each in order and without vectors, then their pairs folded. The
         combiner orders pairs totally (a NaN first, then the better value, then the smaller index) and
         the identity loses to any element, so any order of folding gives torch's pair: the first index
-        of the maximum, or of the first NaN."""
+        of the maximum, or of the first NaN. An element-wise block kept before it (math that
+        `inline` does not copy into the combiner) is a pass of its own, in parallel and vectorised."""
         if not self.threads:
             return decline("(index, value) pairs over too little work to spread")
         loops = sch.get_loops(first)
@@ -120,6 +121,9 @@ class CPUReduction(CPURule):
         for b in blocks:
             if not sch.get_loops(b):  # rfactor fails on a neighbour block without loops
                 sch.add_unit_loop(b)
+        for b in blocks:
+            if not reduce_count(sch, b):
+                self._spread(sch, b, lanes)
         rf = self._cut(sch, first, n_rows)
         *chunks, inner = sch.get_loops(rf)
         sch.parallel(fuse(sch, chunks))

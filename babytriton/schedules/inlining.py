@@ -101,6 +101,16 @@ def _reads_of(sch, consumer, block) -> int:
                       and any(e.source.same_as(w) for w in written))
 
 
+def _pairs(sch, block) -> bool:
+    """Whether a block is a reduction of (index, value) pairs (argmax, argmin), whose NaN-aware
+    combiner names the value nine times. On a CPU a producer that is not `_cheap` stays a block
+    (computed once per element, vectorised) rather than copied into each name: inlined there,
+    -log(-log(u)) under an argmax (Gumbel-max sampling) held TVM's LLVM code generator 30 s in its
+    simplifier, which binds each copy's fast-math expansion (fast_math) and explores its selects."""
+    node = sch.get(block)
+    return node.init is not None and len(node.writes) > 1
+
+
 def _output_blocks(sch) -> set:
     """Names of the blocks that write the function's outputs. compute_inline always refuses them, and
     its refusal costs ~20 ms (it renders the IR): a 28-output kernel spent 48 s of 83 refused."""
@@ -137,12 +147,17 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: 
     argument several times, so forty inlined tanh would be a 5**40-node expression; the chain keeps a
     buffer every few calls instead. GPU rules pass None (GPU_CALL_DEPTH): see there. Blocks in `keep`
     stay blocks; with `shared=False`, so do producers read more than once (SMALL_SHARED) unless cheap;
+    on a CPU (`max_depth` set) so do producers of an (index, value) reduction unless cheap (`_pairs`);
     `max_tree` bounds the nodes of one inlined expression."""
     kept = [sch.get(b) for b in keep]
     blocks = [info for info in infos if not any(sch.get(info.block_rv).same_as(k) for k in kept)]
 
     def fits(block, others, forward: bool) -> bool:
         if not shared and _copies(sch, block, others, forward):
+            return False
+        # (CPU rules: GPU ones pass no depth, nvcc computes the nine copies once, as LLVM would after
+        # the 30 s; a kept buffer costs more there, see GPU_CALL_DEPTH)
+        if max_depth is not None and forward and not _cheap(sch, block) and any(_pairs(sch, o) for o in others):
             return False
         if max_depth is not None and _block_depth(sch, block) + max(
                 (_block_depth(sch, o) for o in others), default=0) > max_depth:

@@ -225,3 +225,70 @@ def test_bfloat16_math_in_an_argmax_step_matches_torch(f, shape):
         got, want = k(x), f(x)
         picked = [torch.gather(value(x).float(), 0, i.unsqueeze(0)) for i in (got, want)]
         torch.testing.assert_close(picked[0], picked[1], equal_nan=True, rtol=0, atol=0)
+
+
+# -- math before an (index, value) reduction: computed once per element, not in the combiner -------
+
+def gumbel_argmax(logits, u):
+    return torch.argmax(logits / 0.7 - torch.log(-torch.log(u)), dim=-1)
+
+
+def exp_argmin_rows(logits, u):
+    return torch.argmin(torch.exp(logits) * u, dim=-1)
+
+
+def tanh_argmax_rows(logits, u):
+    return torch.argmax(torch.tanh(logits) + torch.sigmoid(u), dim=-1)
+
+
+def pair_blocks_math(k) -> list:
+    """For each block of the scheduled kernels that writes several buffers (an argmax's (index, value)
+    step): how many long-latency math calls (exp, log, tanh, ...) its body makes."""
+    import tvm
+    import tvm_ffi
+    from tvm import s_tir, tirx
+    from babytriton.schedules.analysis import LONG_LATENCY_CALLS
+    mod = tvm.script.from_source(k.stages["schedule"])
+    blocks, calls = [], []
+    for _, f in mod.functions_items():
+        if isinstance(f, tirx.PrimFunc):
+            tvm_ffi.structural_walk(f.body, (s_tir.SBlock, blocks.append))
+    for block in blocks:
+        if len(block.writes) > 1:
+            found = []
+            tvm_ffi.structural_walk(block.body, (tvm.ir.expr.Call, found.append))
+            calls.append(sum(isinstance(c.op, tvm.ir.Op) and c.op.name in LONG_LATENCY_CALLS for c in found))
+    return calls
+
+
+@settings(max_examples=12, deadline=None)
+@given(f=st.sampled_from([gumbel_argmax, exp_argmin_rows, tanh_argmax_rows]),
+       rows=st.sampled_from([1, 4, 70]), width=st.integers(1, 300), seed=st.integers(0, 3))
+def test_math_before_an_argmax_is_computed_once_per_element(f, rows, width, seed):
+    """The NaN-aware combiner of (index, value) pairs names its value nine times: inlined, the two
+    fast-math logs of Gumbel-max sampling were nine copies each, and TVM's LLVM code generator spent
+    30 s simplifying them (the corpus case took 36 s to compile). The math is a block of its own (a
+    vectorised row before the pairs); no pair step calls math. Indices as torch's, with NaN, inf and
+    tied values (the first index wins)."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, width, generator=g) * 3
+    u = torch.rand(rows, width, generator=g).clamp_min(1e-6)
+    if width >= 6:
+        logits[:, 5] = logits[:, 2]         # a tie: the first index wins
+        u[:, 5] = u[:, 2]
+        logits[0, 4] = math.inf
+        logits[-1, width - 1] = math.nan
+    k = bt.jit(target="cpu")(f).compile(logits, u)
+    if [kernel.rule for kernel in k.fusion] == ["CPUReduction"]:  # (a row of one: element-wise; little work: serial)
+        assert pair_blocks_math(k) and not any(pair_blocks_math(k))
+    torch.testing.assert_close(k(logits, u), f(logits, u), rtol=0, atol=0)
+
+
+def test_gumbel_argmax_names_each_log_once_per_vector_block():
+    """Before: 18 log calls (two in each of the combiner's nine copies); now each computing block (the
+    vectorised row and its scalar tail) calls the two logs once."""
+    logits, u = torch.randn(4, 50), torch.rand(4, 50).clamp_min(1e-6)
+    k = bt.jit(target="cpu")(gumbel_argmax).compile(logits, u)
+    assert k.stages["schedule"].count("T.log(") <= 4
+    assert "T.vectorized" in k.stages["schedule"]
+    torch.testing.assert_close(k(logits, u), gumbel_argmax(logits, u), rtol=0, atol=0)
