@@ -130,16 +130,12 @@ class JITFunction:
         target = target or launch_target(runtime)
         equal_to_1 = tuple(n for n, v in runtime.items()
                            if type(v) is int and v == 1 and n not in self.do_not_specialize)
-        # a GPU kernel reads the operand tiles of the tensors whose memory starts 16-byte aligned 16 bytes at a time
-        aligned = tuple(n for n, v in runtime.items()
-                        if isinstance(v, torch.Tensor) and v.is_cuda and v.data_ptr() % 16 == 0)
-        key = (tuple((str(t), _device(v)) for t, v in zip(signature.values(), runtime.values())), equal_to_1, aligned,
+        key = (tuple((str(t), _device(v)) for t, v in zip(signature.values(), runtime.values())), equal_to_1,
                tuple((n, _hashable(v)) for n, v in constants.items()),
                tuple(sorted(options.items(), key=lambda kv: kv[0])), target)
         if key not in self.cache:
             self.cache[key] = _disk().obtain(self, signature, constants,
-                                             {**options, "target": target, "equal_to_1": equal_to_1,
-                                              "aligned_16": aligned})
+                                             {**options, "target": target, "equal_to_1": equal_to_1})
         return self.cache[key]
 
 

@@ -34,20 +34,19 @@ def launch_key(args: tuple, kwargs: dict, exact: tuple, by_value: frozenset):
 
 
 def _part(value, exact: bool):
-    """One argument's share of the key: a tensor by dtype, device and whether its memory starts 16-byte
-    aligned (specialised, as Triton does: vector loads), a constexpr or option by value,
+    """One argument's share of the key: a tensor by dtype and device, a constexpr or option by value,
     an int by its kernel type and whether it is 1 (specialised), other numbers by type. The common
     types by `type(...) is` first: isinstance against torch.Tensor runs its metaclass's Python hook."""
     kind = type(value)
     if kind is torch.Tensor:
-        return value.dtype, value.get_device(), value.data_ptr() % 16 == 0
+        return value.dtype, value.get_device()
     if not exact:
         if kind is int:
             return int, value == 1, -2 ** 31 <= value < 2 ** 31 or value >= 2 ** 63
         if kind is float:
             return float
     if isinstance(value, torch.Tensor):
-        return value.dtype, value.get_device(), value.data_ptr() % 16 == 0
+        return value.dtype, value.get_device()
     if exact:
         value = tl.unwrap(value)
         return type(value), value

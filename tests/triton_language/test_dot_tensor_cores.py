@@ -1,7 +1,6 @@
 """`tl.dot` on tensor cores (babytriton/triton/compiler/mma.py): the fragment layout, the CUDA made for
-sm_90 (mma.sync and ldmatrix for float16/bfloat16 dots, operand tiles filled 16 bytes at a time,
-compiled by nvcc), the SIMT loop kept for the rest, and, on a GPU, the results against torch at ragged
-sizes with masks, strided views and misaligned tensors."""
+sm_90 (mma.sync and ldmatrix for float16/bfloat16 dots, compiled by nvcc), the SIMT loop kept for the
+rest, and, on a GPU, the results against torch at ragged sizes with masks."""
 from __future__ import annotations
 
 import re
@@ -73,17 +72,13 @@ def run(a, b, out_dtype, bm, bn, bk, mode, num_warps):
     return c
 
 
-ALIGNED = ("a_ptr", "b_ptr", "c_ptr")   # as for tensors from torch's allocator (the launch key says so)
-
-
-def cuda(dtype: torch.dtype, bm: int, bn: int, bk: int, mode: str, num_warps: int, target=SM90, aligned=ALIGNED) -> str:
-    """dot_kernel's CUDA source for `target`, inputs of `dtype` and a float32 output; `aligned`: the
-    tensors whose memory starts 16-byte aligned."""
+def cuda(dtype: torch.dtype, bm: int, bn: int, bk: int, mode: str, num_warps: int, target=SM90) -> str:
+    """dot_kernel's CUDA source for `target`, inputs of `dtype` and a float32 output."""
     ptr = core.pointer_type(next(t for t in core.DTYPES if t.torch == dtype))
     names = ["M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"]
     signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": core.pointer_type(core.float32), **{n: core.int32 for n in names}}
     k = compiler.compile(dot_kernel, signature, {"BM": bm, "BN": bn, "BK": bk, "MODE": mode},
-                         {"target": target, "num_warps": num_warps, "aligned_16": aligned})
+                         {"target": target, "num_warps": num_warps})
     return k.stages["source"]
 
 
@@ -116,25 +111,6 @@ def test_no_layout_for_blocks_that_are_not_whole_fragments_per_warp(m, n, thread
     assert mma.layout(m, n, threads) is None
 
 
-@pytest.mark.parametrize("shape, threads", [((128, 64), 256), ((64, 256), 256), ((32, 32), 128), ((16, 64), 64)])
-def test_runs_give_each_thread_16_bytes_of_a_row_at_a_time(shape, threads):
-    """gpu.Runs: every element to one thread, and a thread's registers in runs of 8 consecutive
-    elements of one row (one 16-byte vector of halves), consecutive threads on consecutive runs."""
-    from babytriton.triton.compiler import gpu
-    lay = gpu.Runs(shape, threads, 8)
-    owner = {}
-    for tx in range(threads):
-        for it in range(lay.rounds):
-            owner.setdefault(lay.at(it, tx), []).append((tx, it))
-    assert sorted(owner) == [(r, c) for r in range(shape[0]) for c in range(shape[1])]
-    assert all(len(v) == 1 for v in owner.values())
-    for tx in range(threads):
-        for it in range(0, lay.rounds, 8):
-            row, col = lay.at(it, tx)
-            assert col % 8 == 0 and [lay.at(it + v, tx) for v in range(8)] == [(row, col + v) for v in range(8)]
-            assert tx + 1 == threads or lay.at(it, tx + 1) == (row + (col + 8) // shape[1], (col + 8) % shape[1])
-
-
 # --- the CUDA source (no GPU needed) ------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -165,69 +141,14 @@ def test_a_large_tile_read_across_threads_builds():
     nvcc_compiles(source)
 
 
-def tutorial_matmul_source(bm, bn, bk, warps, aligned=ALIGNED, ones=()) -> str:
+def tutorial_matmul_source(bm, bn, bk, warps, advance=True) -> str:
     import kernels
     ptr = core.pointer_type(core.float16)
     names = ["M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"]
     signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr, **{n: core.int32 for n in names}}
     k = compiler.compile(kernels.matmul_kernel.fn, signature, {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn,
-                         "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8, "ACTIVATION": ""},
-                         {"target": SM90, "num_warps": warps, "aligned_16": aligned, "equal_to_1": ones})
+                         "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8, "ACTIVATION": ""}, {"target": SM90, "num_warps": warps})
     return k.stages["source"]
-
-
-@pytest.mark.parametrize("bm, bn, bk, warps", [(128, 256, 64, 8), (64, 128, 32, 4), (32, 64, 32, 2)])
-def test_operand_tiles_are_filled_16_bytes_at_a_time(bm, bn, bk, warps):
-    """Each thread fills its runs of the A and B tiles with one 16-byte load and store each, under a
-    run-time check (every element unmasked, pointers consecutive, the offset a multiple of 16 bytes
-    from the tensor's aligned start), else element by element: bm * bk + bk * bn halves, 8 a run,
-    over the threads."""
-    source = tutorial_matmul_source(bm, bn, bk, warps)
-    loop = source[source.index("for (int k_iter"):source.index("ldmatrix")]
-    copies = loop.count(") = *(uint4*)(")
-    assert copies == (bm * bk + bk * bn) // 8 // (warps * 32)
-    checks = re.findall(r"_own_ptr\[\d+\] \+ elem_offset(_\d+)?\) & \(int64_t\)7\) == \(int64_t\)0\)", loop)
-    assert len(checks) == copies
-    assert "condval" in loop   # the element path, for the runs that fail the check
-    nvcc_compiles(source)
-
-
-@pytest.mark.parametrize("bm, bn, bk, warps", [(128, 256, 64, 8), (64, 128, 32, 4)])
-def test_a_pointer_block_contiguous_along_its_runs_keeps_one_offset_a_run(bm, bn, bk, warps):
-    """With stride_ak == 1 (specialised), a's pointer block is a row offset + k at its start and after
-    each advance: a thread keeps one int64 offset per run of 8 instead of 8. b's columns wrap at N
-    (`% N` in the tutorial), so its block keeps every offset; and with stride_ak unknown, a's too."""
-    source = tutorial_matmul_source(bm, bn, bk, warps, ones=("stride_ak", "stride_bn", "stride_cn"))
-    runs = bm * bk // (warps * 32) // 8
-    assert (f"int64_t a_ptrs_1_runs_ptr[{runs}];" if runs > 1 else "int64_t a_ptrs_1_runs") in source
-    assert f"int64_t b_ptrs_2_own_ptr[{bk * bn // (warps * 32)}];" in source
-    loop = source[source.index("for (int k_iter"):source.index("ldmatrix")]
-    assert loop.count(") = *(uint4*)(") == (bm * bk + bk * bn) // 8 // (warps * 32)
-    nvcc_compiles(source)
-    assert "_runs" not in tutorial_matmul_source(bm, bn, bk, warps, ones=("stride_bn", "stride_cn"))
-
-
-def test_a_tensor_not_known_aligned_is_read_element_by_element():
-    """b's memory not known to start 16-byte aligned (a launch with a view starting 2 bytes past):
-    its tile keeps element loads, a's takes 16-byte ones."""
-    source = tutorial_matmul_source(64, 128, 32, 4, aligned=("a_ptr", "c_ptr"))
-    loop = source[source.index("for (int k_iter"):source.index("ldmatrix")]
-    assert loop.count(") = *(uint4*)(a_ptr_ptr") == 64 * 32 // 8 // 128 and "*(uint4*)(b_ptr_ptr" not in loop
-
-
-def test_the_launch_key_tells_aligned_tensors_from_misaligned_views():
-    from babytriton.triton import launcher
-    x = torch.zeros(64, dtype=torch.float16)
-    keys = [launcher.launch_key((t,), {}, (False,), frozenset()) for t in (x, x[1:], x[8:])]
-    assert keys[0] == keys[2] != keys[1]
-
-
-@pytest.mark.parametrize("bm, bn, bk, warps", [(16, 16, 16, 2), (16, 32, 16, 4)])
-def test_tiles_too_small_for_runs_over_the_threads_keep_element_loads(bm, bn, bk, warps):
-    """16 x 16 halves over 64 threads is 4 a thread: no 16-byte run; the dot still takes tensor cores."""
-    source = cuda(torch.float16, bm, bn, bk, "loop", warps)
-    assert "mma.sync.aligned.m16n8k16" in source and "uint4" not in source
-    nvcc_compiles(source)
 
 
 @triton.jit
@@ -348,23 +269,6 @@ def test_tutorial_matmul_on_gpu_with_tensor_core_configs():
                  c.stride(1), BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=8,
                  ACTIVATION="leaky_relu", num_warps=warps)
         torch.testing.assert_close(c, kernels.matmul_ref(a, b, "leaky_relu"), atol=5e-2, rtol=1e-2)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("case", ["misaligned", "odd-rows", "transposed", "ragged"])
-def test_dot_on_gpu_with_operands_that_fail_the_16_byte_check(case):
-    """The runs that are not 16 contiguous, aligned bytes (a tensor starting 2 bytes past an aligned
-    address, rows of an odd length, a column-major view, masks at ragged edges) are read element by
-    element, and the result is torch's."""
-    gen = torch.Generator().manual_seed(7)
-    m, n, k = (200, 136, 96) if case != "ragged" else (133, 70, 75)
-    k = k + 1 if case == "odd-rows" else k
-    a = torch.randn(m * k + 1, generator=gen).half().cuda()[1 if case == "misaligned" else 0:][:m * k].view(m, k)
-    b = torch.randn(k, n, generator=gen).half().cuda()
-    if case == "transposed":
-        b = b.t().contiguous().t()
-    got = run(a, b, torch.float32, 64, 64, 32, "loop", 4)
-    torch.testing.assert_close(got, a.float() @ b.float(), atol=1e-2, rtol=1e-3)
 
 
 @pytest.mark.gpu

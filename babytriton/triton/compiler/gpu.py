@@ -7,14 +7,10 @@ memory (dynamic shared memory past 48 KB); a write to memory outside any nest (a
 made by thread 0 alone. A float16/bfloat16 dot runs on tensor cores (mma.py) where its tile allows:
 its accumulator's registers, and those of every nest that shares them, are then spread in the
 instruction's fragment layout instead of `it * threads + tx`, and copied to shared memory only before
-a nest that reads them across threads. The nests filling its operand tiles from a tensor that starts
-16-byte aligned (and those sharing registers with them: the pointer blocks) give each thread runs of
-16 bytes along the inner axis (`Runs`), each copied by one vector load and store where, at run time,
-its elements are unmasked and contiguous."""
+a nest that reads them across threads."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import operator
 
@@ -32,10 +28,9 @@ MAX_UNROLL = 128            # a nest of at most this many rounds per thread is u
 STATIC_SHARED = 48 * 1024   # the most static shared memory a CUDA kernel may have
 
 
-def schedule(func: tirx.PrimFunc, num_warps: int, tensor_cores: bool = True, aligned=()) -> tirx.PrimFunc:
+def schedule(func: tirx.PrimFunc, num_warps: int, tensor_cores: bool = True) -> tirx.PrimFunc:
     """`func` for thread blocks of num_warps * 32 threads; `tensor_cores`: the target has mma.sync
-    m16n8k16 (sm_80 on), for the dots emit.py marked; `aligned`: the tensors (parameter names) whose
-    memory starts 16-byte aligned at every launch (the launch key says so), read 16 bytes at a time."""
+    m16n8k16 (sm_80 on), for the dots emit.py marked."""
     params = [p for p in func.params if hasattr(p.ty, "storage_scope")]   # the tensors' buffers
     threads = num_warps * 32
     body = func.body
@@ -44,13 +39,7 @@ def schedule(func: tirx.PrimFunc, num_warps: int, tensor_cores: bool = True, ali
     dots = _tensor_core_dots(body, threads) if tensor_cores else {}
     local, mirrored = _own_element_buffers(body, threads, {d.c for d, _ in dots.values()})
     layouts, family = _mma_layouts(body, local, dots)
-    operands = {b for d, _ in dots.values() for b in (d.a, d.b)}
-    aligned = {p for p in params if p.name in aligned}
-    runs, fills, runs_of = _run_layouts(body, local, operands, layouts, threads, aligned)
-    for b in runs_of:   # one register a run: its first offset
-        local[b] = tirx.decl_buffer((int(local[b].ty.shape[0]) // VECTOR,), "int64", b.name + "_runs",
-                                    scope="local")
-    gpu = _Gpu(threads, params, local, dots, {**layouts, **runs}, {b: family[b] for b in mirrored}, fills, runs_of)
+    gpu = _Gpu(threads, params, local, dots, layouts, {b: family[b] for b in mirrored})
     return func.with_body(_dynamic_shared_if_large(gpu.stmt(body)))
 
 
@@ -96,134 +85,6 @@ def _mma_layouts(body: tirx.Stmt, local: dict, dots: dict) -> dict:
             if any(b in family for b in bufs)}, family
 
 
-VECTOR_BYTES = 16          # the widest load a thread makes: ld.global.v4.b32
-VECTOR = 8                 # a run: 16 bytes of a tensor-core operand (float16, bfloat16)
-
-
-@dataclasses.dataclass(frozen=True)
-class Runs:
-    """A block nest's elements over the threads in runs of `width` consecutive elements along its
-    inner axis: register `it` of thread tx holds element ((it // width) * threads + tx) * width + it % width,
-    so a run is one vector access where the memory behind it is contiguous."""
-    shape: tuple
-    threads: int
-    width: int
-
-    @property
-    def rounds(self) -> int:
-        return functools.reduce(operator.mul, self.shape, 1) // self.threads
-
-    def at(self, it, tx) -> tuple:
-        """The index of register `it` of thread tx: its run's place in the grid of runs, then its
-        element's in the run (spelled so that TVM's simplifier sees elements of a run one column apart)."""
-        run = mma._div(it, self.width) * self.threads + tx
-        runs = (*self.shape[:-1], self.shape[-1] // self.width)
-        index, stride = [], functools.reduce(operator.mul, runs, 1)
-        for extent in runs:
-            stride //= extent
-            index.append(mma._mod(mma._div(run, stride), extent))
-        return (*index[:-1], index[-1] * self.width + mma._mod(it, self.width))
-
-
-def _run_layouts(body: tirx.Stmt, local: dict, operands: set, taken: dict, threads: int,
-                 aligned: set) -> tuple[dict, set, set]:
-    """The nests that fill a tensor-core operand tile from an `aligned` tensor (`_masked_load`), with every nest
-    sharing registers with them, in `Runs` of 16 bytes of the operand (so that a run is one vector
-    load), where the shape divides into runs over the threads and no nest of the group is already in
-    a tensor-core layout (`taken`). Nest -> its Runs, the set of the filling nests, and the pointer
-    blocks among their registers whose runs are contiguous (`_contiguous_runs`)."""
-    touched = {s: {b for b, i in _all_accesses(s) if b in local and _same(i, [lp.loop_var for lp in nests.nest(s)])}
-               for s in nests.walk(body) if isinstance(s, tirx.For) and BLOCK in s.annotations}
-    out, fills, runs_of = {}, set(), set()
-    for s in touched:
-        store = nests.nest(s)[-1].body
-        load = isinstance(store, tirx.BufferStore) and store.buffer in operands and _masked_load(store.value)
-        if not load or load[1].source not in aligned or str(load[1].ty.dtype) != str(store.buffer.ty.dtype):
-            continue
-        if s in out:   # in the group of another fill
-            fills.add(s)
-            continue
-        group, bufs, grown = {s}, set(touched[s]), True
-        while grown:   # the nests touching the group's registers, and theirs
-            more = {t for t, b in touched.items() if b & bufs} - group
-            group |= more
-            bufs |= {b for t in more for b in touched[t]}
-            grown = bool(more)
-        shape = tuple(int(lp.extent) for lp in nests.nest(s))
-        width = VECTOR_BYTES * 8 // tvm.runtime.DataType(str(store.buffer.ty.dtype)).bits
-        if shape[-1] % width or functools.reduce(operator.mul, shape, 1) % (threads * width) or group & taken.keys():
-            continue
-        out.update({t: Runs(shape, threads, width) for t in group})
-        fills.add(s)
-        runs_of.update(_contiguous_runs(group, {b for b in bufs if str(b.ty.dtype) == "int64"}, out[s]))
-    return out, fills, runs_of
-
-
-def _contiguous_runs(group: set, candidates: set, lay: Runs) -> set:
-    """The pointer blocks (int64 register buffers of the nests `group`, in `lay`) whose every run holds
-    consecutive offsets p, p + 1, ..., p + width - 1 at every write, by induction: each write's value at
-    element v of a run, less its value at element 0, simplifies to v when the group's blocks read there
-    are taken to be so. A thread then keeps one offset a run (a unit stride specialised, equal_to_1;
-    int32 offsets are taken not to overflow, as Triton's contiguity analysis does)."""
-    run, tx = tirx.Var("run", "int32"), tirx.Var("tx", "int32")
-    analyzer = tvm.sym.Analyzer()
-    analyzer.bind(run, tvm.ir.Range(0, lay.rounds // lay.width))
-    analyzer.bind(tx, tvm.ir.Range(0, lay.threads))
-    starts = {b: tirx.Var(b.name + "_start", "int64") for b in candidates}
-    writes = [(t, w) for t in group for w in nests.walk(t) if isinstance(w, tirx.BufferStore)]
-    guarded = {w.buffer for t in group for c in nests.walk(t) if isinstance(c, tirx.IfThenElse)
-               for w in nests.walk(c) if isinstance(w, tirx.BufferStore)}   # some elements of a run written, not all
-
-    def value_at(nest, store, v, held):
-        own = [loop.loop_var for loop in nest]
-
-        def load(expr):   # a held block at the element's own index: its run's start + v
-            return starts[expr.source] + v if expr.source in held and _same(expr.indices, own) else expr
-        value = tvm_ffi.structural_map(store.value, [(tvm.ir.TensorLoad, load)])
-        for var, index in zip(own, lay.at(run * lay.width + v, tx)):
-            value = nests.substitute(value, var, index)
-        return value
-    held, shrunk = set(candidates) - guarded, True
-    while shrunk:
-        bad = {w.buffer for t, w in writes if w.buffer in held and not all(
-            analyzer.can_prove_equal(value_at(nests.nest(t), w, v, held) - value_at(nests.nest(t), w, 0, held), v)
-            for v in range(1, lay.width))}
-        held -= bad
-        shrunk = bool(bad)
-    return held
-
-
-def _masked_load(value):
-    """(mask or None, the load, other) of an element of `tl.load` from a tensor, else None."""
-    if isinstance(value, tvm.ir.Call) and value.op.name == "prim.if_then_else":
-        mask, load, other = value.args
-    else:
-        mask, load, other = None, value, None
-    if isinstance(load, tvm.ir.TensorLoad) and len(load.indices) == 1 and load.source.ty.storage_scope == "global":
-        return mask, load, other
-    return None
-
-
-def _multiple(load, width: int) -> tirx.PrimExpr:
-    """`load`'s index spelled so that TVM's code generator sees its address (index + the tensor's
-    elem_offset) is a multiple of `width` elements, which it needs to make one vector access (true
-    where it is used: under `_aligned`)."""
-    index, offset = load.indices[0], load.source.ty.elem_offset
-    offset = tirx.Cast(str(index.ty.dtype), offset) if str(offset.ty.dtype) != str(index.ty.dtype) else offset
-    return tirx.floordiv(index + offset, width) * width - offset
-
-
-def _aligned(load) -> tirx.PrimExpr:
-    """Whether the address of `load`'s element (of a tensor whose memory starts 16-byte aligned) is a
-    multiple of 16 bytes. (A kernel reading a pointer's bits to check its start instead kept every
-    register array of the 128 x 256 matmul in local memory: ptxas gave it 48 registers, 3.5 KB of stack.)"""
-    index, offset = load.indices[0], load.source.ty.elem_offset
-    offset = tirx.Cast(str(index.ty.dtype), offset) if str(offset.ty.dtype) != str(index.ty.dtype) else offset
-    width = VECTOR_BYTES * 8 // tvm.runtime.DataType(str(load.ty.dtype)).bits
-    return tirx.EQ(tirx.bitwise_and(index + offset, tirx.const(width - 1, str(index.ty.dtype))),
-                   tirx.const(0, str(index.ty.dtype)))
-
-
 def _same(indices, loop_vars) -> bool:
     return len(indices) == len(loop_vars) and all(i.same_as(v) for i, v in zip(indices, loop_vars))
 
@@ -231,16 +92,13 @@ def _same(indices, loop_vars) -> bool:
 class _Gpu:
     """Rewrites a block program's statements for a thread block of `threads` threads."""
 
-    def __init__(self, threads: int, params: list, local: dict, dots: dict, layouts: dict, mirrored: dict,
-                 fills: set = frozenset(), runs_of: set = frozenset()):
+    def __init__(self, threads: int, params: list, local: dict, dots: dict, layouts: dict, mirrored: dict):
         self.threads = threads
         self.params = params
         self.local = local     # shared buffer -> the registers holding each thread's own elements
         self.dots = dots       # tensor-core dots: nest -> (mma.Dot, mma.Layout)
         self.layouts = layouts   # the nests whose elements are spread in an mma.Layout: nest -> the layout
         self.mirrored = mirrored   # register buffers also copied to shared memory for nests reading across threads
-        self.fills = fills     # the nests filling a tensor-core operand from memory, in layouts' Runs
-        self.runs_of = runs_of   # register buffers holding only each run's first offset (_contiguous_runs)
         self.tx = tirx.Var("tx", "int32")
         self.inside = False    # inside a block nest: each thread writes its own elements
 
@@ -291,8 +149,6 @@ class _Gpu:
         nest = nests.nest(outer)
         if outer in self.dots:
             return self.tensor_core_dot(*self.dots[outer])
-        if outer in self.fills:
-            return self.vector_fill(nest, self.layouts[outer])
         body = nest[-1].body
         total = functools.reduce(operator.mul, [loop.extent.value for loop in nest], 1)
         if total == 1 and nests.reduction_loop(body) is not None:
@@ -347,15 +203,10 @@ class _Gpu:
 
         def load(expr):
             new = registers(expr.source, expr.indices)
-            if new is not None and expr.source in self.runs_of:   # its run's first offset + its place in the run
-                return new[mma._div(slot, VECTOR)] + tirx.Cast("int64", mma._mod(slot, VECTOR))
             return new[slot] if new is not None else expr
 
         def store(stmt):
             new = registers(stmt.buffer, stmt.indices)
-            if new is not None and stmt.buffer in self.runs_of:   # only a run's first element is kept
-                return tirx.IfThenElse(tirx.EQ(mma._mod(slot, VECTOR), 0),
-                                       tirx.BufferStore(new, stmt.value, [mma._div(slot, VECTOR)]), None)
             return tirx.BufferStore(new, stmt.value, [nests.int_imm(slot) if isinstance(slot, int) else slot]) \
                 if new is not None else stmt
         return tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
@@ -377,27 +228,6 @@ class _Gpu:
                     with T.unroll(0, lay.rounds) as it:
                         T.buffer_store(d.c, regs[it], list(lay.at(it, self.tx)))
         return nests.seq([*parts, ib.get().body])
-
-    def vector_fill(self, nest: list, lay: Runs) -> tirx.Stmt:
-        """An operand tile's fill from memory (a masked load), a run of 16 bytes at a time: one vector
-        load and store where, at run time, the run's elements are all unmasked and their addresses
-        consecutive and 16-byte aligned; else element by element (a view's strides, a ragged edge)."""
-        run = tirx.Var("run", "int32")
-        stores = []
-        for v in range(lay.width):   # the run's elements: the nest's index and registers of each
-            store, it = nest[-1].body, run * lay.width + v
-            for loop, index in zip(nest, lay.at(it, self.tx)):
-                store = nests.substitute(store, loop.loop_var, index)
-            stores.append(self.own_elements(store, it, []))
-        parts = [_masked_load(s.value) for s in stores]
-        first = parts[0][1]
-        fast = [p[0] for p in parts if p[0] is not None] + \
-            [tirx.EQ(p[1].indices[0], first.indices[0] + v) for v, p in enumerate(parts) if v] + [_aligned(first)]
-        ramp = tirx.Ramp(_multiple(first, lay.width), tirx.const(1, str(first.indices[0].ty.dtype)), lay.width)
-        vector = tirx.BufferStore(stores[0].buffer, first.source[ramp],
-                                  [*stores[0].indices[:-1], tirx.Ramp(stores[0].indices[-1], 1, lay.width)])
-        body = tirx.IfThenElse(functools.reduce(tirx.And, fast), vector, nests.seq(stores))
-        return tirx.For(run, nests.int_imm(0), nests.int_imm(lay.rounds // lay.width), tirx.ForKind.UNROLLED, body)
 
     def mirror(self, buf) -> tirx.Stmt:
         """A register buffer's elements stored to its shared copy, for a nest that reads them across

@@ -9,10 +9,9 @@ from tvm import tirx
 from . import cpu, gpu
 
 
-def schedule(func: tirx.PrimFunc, target: tvm.target.Target, num_warps: int, aligned=()) -> tirx.PrimFunc:
-    """The block program `func` mapped onto `target` (num_warps * 32 threads a program on a GPU;
-    `aligned`: the pointer parameters whose memory every launch of this version starts 16-byte aligned)."""
+def schedule(func: tirx.PrimFunc, target: tvm.target.Target, num_warps: int) -> tirx.PrimFunc:
+    """The block program `func` mapped onto `target` (num_warps * 32 threads a program on a GPU)."""
     if target.kind.name != "cuda":
         return cpu.schedule(func)
     arch = str(target.attrs.get("arch", "sm_80"))   # tensor cores' mma.sync m16n8k16 from sm_80 on
-    return gpu.schedule(func, num_warps, tensor_cores=arch[3:].isdigit() and int(arch[3:]) >= 80, aligned=aligned)
+    return gpu.schedule(func, num_warps, tensor_cores=arch[3:].isdigit() and int(arch[3:]) >= 80)
