@@ -174,6 +174,15 @@ def test_half_sums_load_16_bytes(dtype, vector):
         assert b".entry" in nvcc_ptx(k.source)
 
 
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+@pytest.mark.parametrize("fn,shape,dtype", CASES, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_every_case_compiles_for_sm90(fn, shape, dtype):
+    """What the GPU runs, compiled by nvcc here: int8's max once spelled its 16-lane accumulator as
+    make_int4 of 16 arguments, which only the GPU machine's build found."""
+    k = bt.jit(target=SM90)(fn).compile(torch.empty(shape, device="meta", dtype=dtype))
+    assert b".entry" in nvcc_ptx(k.source), str(k.fusion)
+
+
 def test_few_rows_share_the_grid():
     """3 rows of 2^20: 352 blocks a row, not one (the row rules) or a grid collapsed to a few."""
     k = bt.jit(target=SM90)(row_sums).compile(torch.empty(3, 1 << 20, device="meta"))
