@@ -58,7 +58,8 @@ from .outer_reduction import OuterReduction
 from .passes import (bool_buffers_as_bytes, empty_kernels_done, half_math_in_float32, init_outside_reductions,
                      skip_empty_outputs, unit_reductions_as_maps, bfloat16_broadcasts_serial, kernels_as_built,
                      bfloat16_reads_in_binds)
-from .row_kernel import THREAD_AXIS, RowKernel, own_thread_slices
+from .row_kernel import RowKernel
+from .thread_slices import THREAD_AXIS, own_thread_slices
 from .row_reduction import RowReduction
 from .small_reduction import SmallReduction
 from .split_reduction import SplitReduction

@@ -9,7 +9,7 @@ from tvm.s_tir.dlight.base import get_extent
 
 from .analysis import find_all, fuse, is_buffer
 from .lanes import flat_index, substituted
-from .row_kernel import THREAD_AXIS
+from .thread_slices import THREAD_AXIS
 
 # what one thread keeps of its rows, all kept inputs together: 32 float32 registers (group norm's rows
 # of 32768 over 1024 threads took 56 registers in all for sm_90: one block an SM); more would spill

@@ -11,7 +11,7 @@ import tvm
 from tvm import s_tir, tirx
 
 from .analysis import find_all
-from .row_kernel import THREAD_AXIS, own_thread_slices
+from .thread_slices import THREAD_AXIS, own_thread_slices
 
 # a thread's register arrays, all together: 256 float32 are already past the 255 registers of a
 # thread (they spill to local memory); no rule means to keep more than a few dozen. Above this, the

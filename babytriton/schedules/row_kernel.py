@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tvm import s_tir, tirx
+from tvm import tirx
 from tvm.s_tir.dlight.base import get_extent
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
 from .analysis import (block_value, find_all, fuse, is_buffer, is_int, kept_in_order, math_read_twice, normalized,
-                       reduce_count, retype, updated, uses)
+                       reduce_count, uses)
 from .inlining import GPU_CALL_DEPTH, inline
 from .lanes import branched_buffers, contiguous_lanes, innermost_var, one_vector
 from .reasons import decline
+from .thread_slices import THREAD_AXIS
 
 
 class RowKernel(GPUScheduleRule):
@@ -82,7 +83,10 @@ class RowKernel(GPUScheduleRule):
 
     def _kept(self, sch, func, infos) -> list:
         """The blocks computed once into registers rather than inlined: math two passes read."""
-        width = get_extent(sch, sch.get_loops(infos[0].block_rv)[-1])
+        loops = sch.get_loops(infos[0].block_rv)
+        if not loops:
+            return []  # a 0-d kernel has no row to keep anything of
+        width = get_extent(sch, loops[-1])
         kept = [info for info in infos[:-1] if math_read_twice(sch, info.block_rv) or (
             _divides_read_twice(sch, info.block_rv) and _along_row(sch, info.block_rv, width))]
         # a softmax's exp(x - max), read by the row sum and by the division, is computed once per element
@@ -200,57 +204,6 @@ class RowKernel(GPUScheduleRule):
     def _annotate_unroll(self, sch, step) -> None:
         sch.annotate(step, ann_key="pragma_auto_unroll_max_step", ann_val=self.unroll)
         sch.annotate(step, ann_key="pragma_unroll_explicit", ann_val=1)
-
-
-THREAD_AXIS = "babytriton.thread_axis"
-
-
-def own_thread_slices(mod: tvm.IRModule) -> tvm.IRModule:
-    """Shrink each buffer written by a block annotated THREAD_AXIS (RowKernel's exp in registers) to
-    one thread's slice: that axis is the thread index in every access, so each thread's buffer needs
-    extent 1 there (index 0). TVM's buffer compaction sees the passes' thread loops as different
-    variables and kept the whole row per thread: 4096 halves of stack memory instead of 32 registers."""
-    def shrink(func):
-        blocks = find_all(func.body, s_tir.SBlock)
-        axes = {}
-        for block in blocks:
-            if THREAD_AXIS in block.annotations:
-                axes[block.writes[0].source] = int(block.annotations[THREAD_AXIS])
-        if not axes:
-            return func
-        # (the buffer, its one-thread twin, the thread axis)
-        slices = [(buf, tvm.ir.Var(buf.name, retype(buf.ty, shape=[1 if i == axis else d
-                                                                      for i, d in enumerate(buf.ty.shape)])), axis)
-                  for buf, axis in axes.items()]
-
-        def axis_of(var):
-            return next((axis for _, sliced, axis in slices if sliced.same_as(var)), None)
-
-        def zero(indices, axis):
-            return [tirx.const(0, i.ty.dtype if hasattr(i, "ty") else i.dtype) if n == axis else i
-                    for n, i in enumerate(indices)]
-
-        def load(node):
-            axis = axis_of(node.source)
-            return node if axis is None else tirx.BufferLoad(node.source, zero(node.indices, axis))
-
-        def store(node):
-            axis = axis_of(node.buffer)
-            return node if axis is None else tirx.BufferStore(node.buffer, node.value, zero(node.indices, axis))
-
-        def region(node):
-            axis = axis_of(node.source)
-            if axis is None:
-                return node
-            ranges = [tvm.ir.Range.from_min_extent(tirx.const(0, r.min.ty.dtype if hasattr(r.min, "ty")
-                                                              else r.min.dtype), 1) if n == axis else r
-                      for n, r in enumerate(node.region)]
-            return tirx.BufferRegion(node.source, ranges)
-        return tvm_ffi.structural_map(func, [(tvm.ir.Var, lambda var: next((sliced for buf, sliced, _ in slices
-                                                                            if buf.same_as(var)), var)),
-                                             (tvm.ir.TensorLoad, load), (tirx.BufferStore, store),
-                                             (tvm.ir.TensorRegion, region)])
-    return updated(mod, tirx.PrimFunc, shrink)
 
 
 def _row_vectors(sch, block, along, step) -> None:
