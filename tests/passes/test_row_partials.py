@@ -6,7 +6,6 @@ Generated row computations and final reductions compared with torch on the CPU (
 and bfloat16, empty and symbolic sizes, a tile also read elsewhere); the kernels counted, their rules
 and whether any writes the tile checked on CPU and sm_90 builds, the CUDA compiled by nvcc where
 installed."""
-import importlib.util
 import re
 import shutil
 import sys
@@ -21,6 +20,7 @@ from hypothesis import given, settings, strategies as st
 
 import babytriton as bt
 from babytriton.passes import row_partials
+from babytriton.testing.fuzz.checking import load
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,11 +72,7 @@ def _program(row: int, step: int, final: str):
     name = f"gen_{row}_{step}_{abs(hash(final)) % 10 ** 8}"
     path = _MODULES / f"{name}.py"
     path.write_text("import torch\nimport torch.nn.functional as F\n\n\ndef f(x):\n" + "\n".join(body) + "\n")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module.f
+    return load(path).f
 
 
 def _inputs(shape, dtype, seed, special: bool):

@@ -5,7 +5,6 @@ temperature's divide) and consumers join its row kernel instead of writing a who
 Generated producer chains compared with torch on the CPU (NaN rows, all-masked rows, float16 and
 bfloat16, empty and symbolic sizes); the kernels counted on sm_90 builds, their CUDA compiled by nvcc
 where installed."""
-import importlib.util
 import shutil
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from hypothesis import given, settings, strategies as st
 
 import babytriton as bt
 from babytriton.passes import decompose
+from babytriton.testing.fuzz.checking import load
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,11 +46,7 @@ def _program(steps: list[int], masked: bool, log: bool, axis: int):
     name = f"gen_{'_'.join(map(str, steps))}_{int(masked)}{int(log)}{axis % 10}"
     path = _MODULES / f"{name}.py"
     path.write_text("import torch\n\n\ndef f(x, mask, w):\n" + "\n".join(body) + "\n")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module.f
+    return load(path).f
 
 
 def _inputs(dtype, shape, axis, seed):

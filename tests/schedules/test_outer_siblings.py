@@ -3,8 +3,6 @@ sum and sum of squares, max and argmax over an outer axis): one kernel (FuseMult
 (OuterReduction on the GPU, CPUOuterReduction on the CPU) reads the input once, in one loop nest for all.
 Compared with torch on generated shapes, axis sets, kinds and dtypes, NaN/inf, empty dims and symbolic
 sizes; their CUDA generated for sm_90 and compiled by nvcc."""
-import hashlib
-import importlib.util
 import shutil
 
 import pytest
@@ -16,6 +14,7 @@ from hypothesis import strategies as st
 from tvm import s_tir, tirx
 
 import babytriton as bt
+from test_schedules_outer import module
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 HALF = (torch.float16, torch.bfloat16)
@@ -34,21 +33,13 @@ KINDS = {
 ONE_AXIS = ("argmax", "argmin", "max_dim")
 PICKS = ("amax", "amin", "argmax", "argmin", "max_dim")  # no arithmetic: exact, NaN where torch's is
 REDUCING = ("sum", "mean", "max", "min", "argmax", "argmin", "variance")
-_modules = {}
 
 
 def program(kinds, axes, tmp_dir):
     """`def f(x): return <each kind over axes>`, written to a file and imported (babytriton reads source)."""
     terms = ", ".join(KINDS[k].format(axes=axes, axis=axes[0]) for k in kinds)
     text = f"import torch\n\n\ndef f(x):\n    return {terms},\n"
-    if text not in _modules:
-        path = tmp_dir / f"siblings_{hashlib.sha1(text.encode()).hexdigest()[:12]}.py"
-        path.write_text(text)
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        loaded = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(loaded)
-        _modules[text] = loaded
-    return _modules[text].f
+    return module(text, tmp_dir).f
 
 
 @pytest.fixture(scope="module")

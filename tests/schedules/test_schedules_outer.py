@@ -2,7 +2,6 @@
 with torch on generated shapes, axis sets and dtypes, NaN/inf, empty axes, symbolic sizes and
 non-contiguous inputs; their CUDA generated for sm_90 and compiled by nvcc; on a GPU, compared there."""
 import hashlib
-import importlib.util
 import math
 import re
 import shutil
@@ -16,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import babytriton as bt
+from babytriton.testing.fuzz.checking import load
 from babytriton import schedules
 from babytriton.schedules.analysis import find_all
 
@@ -50,10 +50,7 @@ def module(text: str, tmp_dir):
     if text not in _programs:
         path = tmp_dir / f"outer_{hashlib.sha1(text.encode()).hexdigest()[:12]}.py"
         path.write_text(text)
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        loaded = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(loaded)
-        _programs[text] = loaded
+        _programs[text] = load(path)
     return _programs[text]
 
 
