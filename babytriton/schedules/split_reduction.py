@@ -15,6 +15,7 @@ from .analysis import (contiguous_reduction, find_all, fuse, in_registers, norma
 from .inlining import GPU_CALL_DEPTH, inline
 from .lanes import contiguous_lanes, substituted
 from .reasons import decline
+from .tails import rewrite_loops
 
 
 class SplitReduction(GPUScheduleRule):
@@ -206,14 +207,7 @@ def whole_steps(sch):
     holds there by construction), then the last step with it. A predicate in every step puts a branch
     around every load, and the GPU then has one load a thread in flight, not one a step of the
     unrolled loop."""
-    func = sch.mod["main"]
-    marked = [loop for loop in find_all(func.body, tirx.For) if LAST_STEP_RAGGED in loop.annotations]
-    if not marked:
-        return sch
-
-    def cut(node):
-        return _cut_last_step(node) if any(node.same_as(m) for m in marked) else node
-    return s_tir.Schedule(tvm_ffi.structural_map(func, (tirx.For, cut)))
+    return rewrite_loops(sch, lambda loop: LAST_STEP_RAGGED in loop.annotations, _cut_last_step)
 
 
 def _cut_last_step(step):

@@ -16,12 +16,19 @@ def with_tails(sch):
     `_split_row`) cut in two: the whole vectors, without the predicate, then the last, partial step,
     its lanes one by one. TVM's vectoriser would run the whole loop a lane at a time (LoopPartition
     could cut it, but NarrowDataType leaves its hint on the old int64 loop variable: TVM 0.27)."""
+    return rewrite_loops(sch, lambda loop: _ragged_vector(loop) is not None, _cut_tail)
+
+
+def rewrite_loops(sch, chosen, rewrite):
+    """The schedule with each loop of its function for which `chosen(loop)` holds replaced by
+    `rewrite(loop)`: loop cuts a schedule's primitives cannot express, on the scheduled TIR."""
     func = sch.mod["main"]
-    parents = [loop for loop in find_all(func.body, tirx.For) if _ragged_vector(loop) is not None]
-    if not parents:
+    loops = [loop for loop in find_all(func.body, tirx.For) if chosen(loop)]
+    if not loops:
         return sch
+
     def cut(node):
-        return _cut_tail(node) if any(node.same_as(p) for p in parents) else node
+        return rewrite(node) if any(node.same_as(loop) for loop in loops) else node
     return s_tir.Schedule(tvm_ffi.structural_map(func, (tirx.For, cut)))
 
 
