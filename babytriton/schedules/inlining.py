@@ -65,6 +65,34 @@ def _tree_size(expr, memo: dict, leaf=None) -> int:
     return total
 
 
+# Selects nested in one inlined expression: TVM's simplifier visits each arm of a select under its
+# condition, checked against every condition around it, so its time grows about 40-fold per clamp
+# (two selects) of a chain: three NaN-aware clamps under a mish took 4 s a block in each of its
+# passes (10 blocks: 45 s to build for sm_90), two clamps 6 ms. Deeper, a value stays a block
+# (computed into registers, or once per read).
+MAX_SELECT_DEPTH = 5
+
+
+def _select_depth(expr, memo: dict) -> int:
+    """How deeply selects (and if_then_else) nest in `expr`, in time linear in its DAG."""
+    key = expr.__hash__()
+    if key in memo:
+        return memo[key][1]
+    children = [getattr(expr, f) for f in _FIELDS if isinstance(getattr(expr, f, None), tvm.ir.expr.Expr)]
+    branch = isinstance(expr, tvm.tirx.Select)
+    if isinstance(expr, tvm.ir.expr.Call):
+        children += list(expr.args)
+        branch = isinstance(expr.op, tvm.ir.Op) and expr.op.name.endswith("if_then_else")
+    depth = int(branch) + max((_select_depth(c, memo) for c in children), default=0)
+    memo[key] = (expr, depth)
+    return depth
+
+
+def _block_selects(sch, block) -> int:
+    value = block_value(sch, block)
+    return _select_depth(value, {}) if value is not None else 0
+
+
 def _block_size(sch, block, leaf=None) -> int:
     """The tree size of the block's stored expression (`leaf`: of its nodes of that kind only)."""
     value = block_value(sch, block)
@@ -165,6 +193,8 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: 
         # and the expression stays small: NaN-aware max/min and floor `//` name each operand several
         # times, so a chain of them inlined grows exponentially (5 unrolled `maximum`s kept TVM's
         # simplifier busy for hours: fuzz 9200028250)
+        if _block_selects(sch, block) + max((_block_selects(sch, o) for o in others), default=0) > MAX_SELECT_DEPTH:
+            return False
         size = _block_size(sch, block)
         return all(_block_size(sch, o) + size * _block_size(sch, o, tvm.ir.expr.TensorLoad) <= max_tree
                    for o in others)
