@@ -73,3 +73,32 @@ def test_inlined_size_counts_each_use_of_a_producer():
     sizes = [inlined_size(clamp_chain(n)) for n in (1, 2, 3)]
     assert sizes[1] - 2 * sizes[0] == sizes[2] - 2 * sizes[1] > 0, sizes  # doubling a level
     assert inlined_size(clamp_chain(40)) > 2 ** 40  # counted without building it
+
+
+@pytest.mark.parametrize("levels", [1, 2, 5, 6, 11, 12])
+def test_inlining_keeps_a_block_where_selects_would_nest_past_the_bound(levels):
+    """TVM's simplifier takes about 40x longer per clamp of an inlined chain (each select's arms are
+    checked under the conditions around them): the inliner merges blocks only while the selects of one
+    expression nest at most MAX_SELECT_DEPTH deep, and still merges up to that depth."""
+    from tvm import s_tir
+    from tvm.s_tir.dlight.analysis import normalize_prim_func
+    from babytriton.schedules.inlining import GPU_CALL_DEPTH, MAX_SELECT_DEPTH, _block_selects, inline
+    sch = s_tir.Schedule(clamp_chain(levels))
+    left = inline(sch, normalize_prim_func(sch), GPU_CALL_DEPTH)
+    depths = [_block_selects(sch, info.block_rv) for info in left]
+    assert sum(depths) == levels and max(depths) <= MAX_SELECT_DEPTH, depths
+    assert len(left) == -(-levels // MAX_SELECT_DEPTH), depths  # every block as deep as the bound allows
+
+
+@pytest.mark.parametrize("value", [0.5, -4.0, 4.0, float("nan"), float("inf"), -float("inf")])
+def test_a_long_clamp_chain_matches_torch_on_cpu(value):
+    def chain(x: bt.Tensor((3,), "float32")):
+        for i in range(7):
+            x = x.clamp(-3.0 + i * 0.1, 3.0 - i * 0.1) * 1.5
+        return x
+
+    x = torch.tensor([value, -value, 1.0])
+    expected = x
+    for i in range(7):
+        expected = expected.clamp(-3.0 + i * 0.1, 3.0 - i * 0.1) * 1.5
+    torch.testing.assert_close(bt.jit(cache=False)(chain)(x), expected, equal_nan=True)
