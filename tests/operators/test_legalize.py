@@ -1,6 +1,7 @@
 """NaN, ±inf and -0.0 through the ops whose TVM lowering drops or mistakes them (babytriton/operators/legalize.py):
 compiled (CPU), eager and torch agree on every float dtype; the CUDA code keeps the NaN tests and
 is scheduled as before."""
+import functools
 import math
 import re
 import shutil
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 import babytriton as bt
 from babytriton.operators import legalize
+from nvcc_batch import assert_nvcc_compiles
 
 NAN, INF = float("nan"), float("inf")
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -126,12 +128,11 @@ CASES = {
 SIGNED_ZEROS = {k_remainder, k_remainder_numbers, k_constant_zero}
 
 
-def compiles_with_nvcc(source: str) -> None:
-    """The CUDA source compiles to PTX for sm_90, where nvcc is installed."""
-    if shutil.which("nvcc"):
-        from tvm.support import nvcc
-        with tvm.target.Target(SM90):
-            nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
+@functools.cache
+def built_sm90(fn, dtype: str, *shapes: tuple):
+    """`fn` compiled for sm_90 with arguments of these shapes and dtype: once, for its test and for
+    test_the_cuda_of_every_rule_and_dtype_compiles_with_nvcc (one nvcc run for all of them)."""
+    return bt.jit(target=SM90)(fn).compile(*[torch.empty(shape, dtype=getattr(torch, dtype)) for shape in shapes])
 
 
 def check(f, x, y, reference, exact):
@@ -242,8 +243,7 @@ def self_compares(source: str) -> int:
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_cuda_keeps_the_nan_tests(dtype):
-    t = getattr(torch, dtype)
-    k = bt.jit(target=SM90)(gpu_ops).compile(torch.empty(256, 4096, dtype=t), torch.empty(256, 4096, dtype=t))
+    k = built_sm90(gpu_ops, dtype, (256, 4096), (256, 4096))
     kernels = set(re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)", k.source))
     # every kernel scheduled (a split reduction is one PrimFunc launching two CUDA kernels)
     assert k.stages["schedule"].count('"tirx.is_scheduled": True') == k.stages["schedule"].count("@T.prim_func")
@@ -253,17 +253,14 @@ def test_cuda_keeps_the_nan_tests(dtype):
     assert len(bodies) == len(kernels) and not any(re.search(r"\b(f?max|f?min)f?\(", b) for b in bodies)
     assert self_compares(k.source) >= 4
     assert "__shfl_down_sync" in k.source  # the row reductions still reduce across threads
-    compiles_with_nvcc(k.source)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
 def test_cuda_divides_by_a_divisor_that_folds_to_zero(dtype):
     """The divisors TVM's simplifier folds to 0 stay divisions in CUDA code too (its guard, a round
     trip through an integer, compiles with nvcc): they built to "Divide by zero" or aborted."""
-    t = getattr(torch, dtype)
-    k = bt.jit(target=SM90)(k_divisor_folds_to_zero).compile(torch.empty(64, 256, dtype=t), torch.empty(64, 256, dtype=t))
+    k = built_sm90(k_divisor_folds_to_zero, dtype, (64, 256), (64, 256))
     assert k.stages["schedule"].count('"tirx.is_scheduled": True') == k.stages["schedule"].count("@T.prim_func")
-    compiles_with_nvcc(k.source)
 
 
 def ratio(x, y):
@@ -397,9 +394,8 @@ def test_integer_division_by_an_empty_divisor_and_on_a_gpu_target():
     f = bt.jit(target="cpu")(int_division)
     empty = torch.zeros(0, dtype=torch.int32)
     assert all(r.shape == (0,) for r in f(empty, empty))
-    k = bt.jit(target=SM90)(int_division).compile(torch.empty(64, dtype=torch.int32), torch.empty(64, dtype=torch.int32))
+    k = built_sm90(int_division, "int32", (64,), (64,))
     assert "babytriton check" not in k.stages["relax"]
-    compiles_with_nvcc(k.source)
 
 
 def gpu_floats(x, y):
@@ -410,10 +406,22 @@ def gpu_floats(x, y):
 def test_cuda_remainder_and_zero_rules(dtype):
     """The CUDA code of `%`, `//` and the constant-zero rules: no `isnan` (compares only, which
     --use_fast_math keeps), fmod for the remainder, and it compiles with nvcc."""
-    t = getattr(torch, dtype)
-    k = bt.jit(target=SM90)(gpu_floats).compile(torch.empty(64, dtype=t), torch.empty(64, dtype=t))
+    k = built_sm90(gpu_floats, dtype, (64,), (64,))
     assert "isnan" not in k.source and "fmod" in k.source
-    compiles_with_nvcc(k.source)
+
+
+# the CUDA of the four tests above, each dtype's (the divisor folded to zero: its guard must compile)
+NVCC_CASES = ([(gpu_ops, d, (256, 4096), (256, 4096)) for d in ("float32", "float16", "bfloat16")]
+              + [(k_divisor_folds_to_zero, d, (64, 256), (64, 256)) for d in ("float32", "float16", "bfloat16", "float64")]
+              + [(int_division, "int32", (64,), (64,))]
+              + [(gpu_floats, d, (64,), (64,)) for d in ("float32", "float16", "bfloat16", "float64")])
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc not installed")
+def test_the_cuda_of_every_rule_and_dtype_compiles_with_nvcc():
+    """One nvcc run for the 12 programs (an nvcc run is mostly its start-up: tests/nvcc_batch.py)."""
+    assert_nvcc_compiles([built_sm90(*case).source for case in NVCC_CASES],
+                         [f"{case[0].__name__}[{case[1]}]" for case in NVCC_CASES])
 
 
 @pytest.mark.gpu

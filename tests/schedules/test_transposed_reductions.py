@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import babytriton as bt
+from nvcc_batch import assert_nvcc_compiles
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 
@@ -103,14 +104,9 @@ def test_a_transpose_used_three_times_is_computed_once():
 def test_the_cuda_compiles_with_nvcc():
     if not shutil.which("nvcc"):
         pytest.skip("nvcc not installed")
-    from tvm.support import nvcc
-    import tvm
-    for fn, make in CASES[:3]:
-        args = make(torch.float16)
-        source = bt.jit(fn, target=SM90).compile(*[torch.empty(a.shape, dtype=a.dtype, device="meta")
-                                                   for a in args]).source
-        with tvm.target.Target(SM90):
-            assert b".entry" in nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
+    sources = [bt.jit(fn, target=SM90).compile(*[torch.empty(a.shape, dtype=a.dtype, device="meta")
+                                                 for a in make(torch.float16)]).source for fn, make in CASES[:3]]
+    assert_nvcc_compiles(sources, [fn.__name__ for fn, _ in CASES[:3]])   # one nvcc run
 
 
 def sigmoid_gated(x, y):  # p124: y.permute(1, 2, 0) of [n, m, 2]: the source's 2-wide last axis and the one before
@@ -128,13 +124,11 @@ def test_a_transpose_whose_last_axis_is_short_is_tiled_with_the_axis_before(dtyp
 def test_the_short_side_tiles_compile_with_nvcc():
     if not shutil.which("nvcc"):
         pytest.skip("nvcc not installed")
-    from tvm.support import nvcc
-    import tvm
-    for dtype in (torch.float16, torch.float32):
-        args = [torch.empty(2048, 2, 1000), torch.empty(1000, 2048, 2, dtype=dtype)]
-        source = bt.jit(sigmoid_gated, target=SM90).compile(*[a.to("meta") for a in args]).source
-        with tvm.target.Target(SM90):
-            assert b".entry" in nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
+    dtypes = (torch.float16, torch.float32)
+    sources = [bt.jit(sigmoid_gated, target=SM90).compile(
+        torch.empty(2048, 2, 1000, device="meta"), torch.empty(1000, 2048, 2, dtype=dtype, device="meta")).source
+        for dtype in dtypes]
+    assert_nvcc_compiles(sources, dtypes)   # one nvcc run
 
 
 def assert_like_torch(fn, args, device="cpu", **tolerance):
