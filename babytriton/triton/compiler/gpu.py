@@ -1,6 +1,7 @@
 """The block program on a GPU (schedule.py): the grid's axes bound to blockIdx.x/y/z, a thread block
 per program, the program's body run by num_warps * 32 threads. Each block nest's elements are spread
-over them (element `it * threads + tx`); in a dot, each step of the reduced loop runs over all of a
+over them in chunks of `width` contiguous elements (chunk `it * threads + tx`), read and written as
+16-byte vectors where a run-time check finds them aligned, as Triton's loads are; in a dot, each step of the reduced loop runs over all of a
 thread's elements; a reduction to a scalar ends in TVM's thread all-reduce (warp shuffles); a value
 each thread reads and writes only at its own elements lives in its registers, the rest in shared
 memory (dynamic shared memory past 48 KB); a write to memory outside any nest (a scalar store) is
