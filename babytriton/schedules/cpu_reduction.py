@@ -3,6 +3,8 @@ rows in parallel with vectors of partial results, few or long rows cut into chun
 vectorised across the kept elements."""
 from __future__ import annotations
 
+import math
+
 import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
@@ -493,8 +495,11 @@ def _split_row(sch, k, accum, lanes):
     extent = get_extent(sch, k)
     # at least 16 steps a row: each row ends folding its partials one by one, which for short rows
     # cost more than the steps saved (a 32x256 softmax on one Zen 5 core: 5.4 us with 64 partials,
-    # 4.5 with 16)
-    want = 1 << (min(accum, max(extent // 16, lanes)).bit_length() - 1) if isinstance(extent, int) else accum
+    # 4.5 with 16). A short row's steps and its fold are each a chain of dependent operations: about
+    # the square root of the row in partials makes both short (a float16 row of 64: 8 steps of 8 and
+    # a fold of 8, against 2 steps of 32, a register of halves, and a fold of 32)
+    fold = min(lanes, math.isqrt(extent)) if isinstance(extent, int) else lanes
+    want = 1 << (min(accum, max(extent // 16, fold, 1)).bit_length() - 1) if isinstance(extent, int) else accum
     vector = pow2_divisor(extent, want)
     if vector >= min(want, lanes) and vector >= 4:
         return sch.split(k, [None, vector])[1]
