@@ -10,8 +10,8 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
 from tvm.sym.pattern import detect_linear_equation
 
-from .analysis import (contiguous_reduction, find_all, fuse, is_int, kept_in_order, math_read_twice, normalized, reduce_count,
-                       static_product, uses)
+from .analysis import (contiguous_reduction, find_all, fuse, is_int, kept_in_order, math_read_twice, normalized,
+                       reduce_count, static_product, uses)
 from .cpu_rule import (CPURule, MIN_PARALLEL_ELEMENTWISE, MIN_PARALLEL_REDUCTION, pow2_divisor, vector_lanes,
                        vectorizable)
 from .inlining import inline
@@ -407,9 +407,9 @@ def _flatten_rows(sch, block, n_rows):
 def _lanes_are_rows(sch, blocks) -> bool:
     """Each block computed at a step of `lanes` rows (`_rows` across rows) as loops over its row's
     elements around a vectorised loop over the rows: a reduction keeps each row's order (one lane
-    each), an element-wise block's results are laid out a vector of rows per element (loads of
-    whole vectors where the next block reads them), and only the input and output rows are read and
-    written a lane at a time (stride: the row). The last vector's rows past the end: `_clamp_rows`."""
+    each); intermediate results are whole vectors (`_rows_last`), and only the input and output
+    rows are read and written a lane at a time (stride: the row). The last vector's rows past the
+    end: `_clamp_rows`."""
     for b in blocks:
         lane, *elements = sch.get_loops(b)[1:]
         sch.reorder(*elements, lane)
