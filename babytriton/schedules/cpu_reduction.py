@@ -3,19 +3,24 @@ rows in parallel with vectors of partial results, few or long rows cut into chun
 vectorised across the kept elements."""
 from __future__ import annotations
 
+import math
+
 import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
+from tvm.sym.pattern import detect_linear_equation
 
-from .analysis import (contiguous_reduction, fuse, is_int, kept_in_order, math_read_twice, normalized, reduce_count,
-                       static_product)
+from .analysis import (contiguous_reduction, find_all, fuse, is_int, kept_in_order, math_read_twice, normalized,
+                       reduce_count, static_product, uses)
 from .cpu_rule import (CPURule, MIN_PARALLEL_ELEMENTWISE, MIN_PARALLEL_REDUCTION, pow2_divisor, vector_lanes,
                        vectorizable)
 from .inlining import inline
 from .lanes import substituted, uniform_lanes
 from .reasons import decline
 from .side_outputs import is_copy, written_by_copies
-from .tails import with_tails
+from .tails import conjuncts, rewrite_loops, with_tails
+
+CLAMPED = "babytriton.clamped_rows"  # a loop of rows as vector lanes, its last vector clamped (`_clamp_rows`)
 
 
 class CPUReduction(CPURule):
@@ -26,6 +31,8 @@ class CPUReduction(CPURule):
       then folded. A row of any length: an odd, prime or symbolic one is whole vectors and a scalar
       tail (`with_tails`), its element-wise blocks too. A kernel of several blocks over the same rows (softmax: max, exp-sum, divide)
       inlines its element-wise blocks and computes every block per row inside one parallel loop.
+    * rows shorter than two vectors (softmax over rows of 7): a vector's lanes are rows instead,
+      steps of `lanes` rows in parallel, every block per step, each row reduced in order by its lane.
     * a full reduction, or too few rows: the reduction is first cut into `parts` chunks (rfactor)
       that become the parallel rows; the final fold of `parts` values, and any epilogue, is tiny.
     * columns (`x.sum(axis=0)`, a middle axis): parallel over the kept elements, the reduction loop
@@ -39,7 +46,7 @@ class CPUReduction(CPURule):
         sch, infos = normalized(self, func, target)
         if sch is None or not self.schedule(sch, infos, target):
             return None
-        return with_tails(sch)
+        return rewrite_loops(with_tails(sch), lambda loop: CLAMPED in loop.annotations, _clamp_rows)
 
     def schedule(self, sch, infos, target):
         if all(info.is_injective() for info in infos):
@@ -279,11 +286,44 @@ class CPUReduction(CPURule):
             self._vectorize(sch, sch.split(loop, [None, vector])[1])
 
     # several blocks over the same rows ---------------------------------------------------------------
+    def _across(self, sch, blocks, reductions, n_rows, lanes) -> bool:
+        """Whether each vector should hold `lanes` rows (`_rows`): every reduced row is too short for
+        vectors of its own (shorter than two registers: rows of 7 were reduced a scalar at a time,
+        with a branch per NaN-aware max) and there are rows enough to fill a vector."""
+        if not self.vectors or any(len(sch.get_loops(b)) < n_rows + 1 or is_copy(sch, b, self.copies)
+                                   for b in blocks):
+            return False
+        for b in reductions:
+            loops = sch.get_loops(b)
+            if len(sch.get(b).writes) > 1:  # (index, value) pairs: left to their own schedule
+                return False
+            width = static_product(sch, loops[n_rows:])
+            if width is None or width >= 2 * lanes:
+                return False
+        rows = static_product(sch, sch.get_loops(reductions[0])[:n_rows])
+        return rows is None or rows >= lanes
+
+    def _rows_across(self, sch, blocks, n_rows, lanes):
+        """Rows too short for vectors (`_across`): steps of `lanes` rows in parallel, every block
+        computed per step with the rows as its vector lanes (`_lanes_are_rows`)."""
+        for b in blocks[:-1]:
+            _rows_last(sch, b, n_rows)
+        if n_rows > 1:  # one row axis: a step of rows is then one range of it, none recomputed
+            for b in blocks:
+                _flatten_rows(sch, b, n_rows)
+        step, _ = sch.split(sch.get_loops(blocks[-1])[0], [None, lanes])
+        self._parallel(sch, step)
+        for b in reversed(blocks[:-1]):
+            sch.compute_at(b, step, preserve_unit_loops=True)
+        return _lanes_are_rows(sch, blocks)
+
     def _rows(self, sch, blocks, reductions, lanes):
         last = blocks[-1]
         n_rows = min(len(sch.get_loops(b)) - reduce_count(sch, b) for b in reductions)
         if n_rows < 1 or any(len(sch.get_loops(b)) - reduce_count(sch, b) != n_rows for b in reductions):
             return decline("reductions over different rows")
+        if self._across(sch, blocks, reductions, n_rows, lanes):
+            return self._rows_across(sch, blocks, n_rows, lanes)
         order, rfs = [], []
         for b in blocks[:-1]:          # 1. rfactor while each reduction still owns its loop nest
             if reduce_count(sch, b):
@@ -333,6 +373,53 @@ class CPUReduction(CPURule):
             if tail is not None:
                 _restore_tail(sch, rf, *tail)
         return True
+
+
+def _rows_last(sch, block, n_rows):
+    """The buffer a block writes for the next blocks (rows leading, `_across`) with its rows as one
+    axis, so that computing a step of rows at a time (`compute_at`) covers just those rows, not the
+    box around them; an element-wise block's with that axis last, so that a step's rows, the vector
+    lanes, are contiguous (a reduction's results are already: one per row)."""
+    shape = sch.get(block).writes[0].source.shape
+    elementwise = not reduce_count(sch, block)
+
+    def layout(*axes):  # (the buffer's own extents: a bijection whatever its axes are)
+        row = axes[0]
+        for axis, extent in zip(axes[1:n_rows], shape[1:n_rows]):
+            row = row * extent + axis
+        return [*axes[n_rows:], row] if elementwise else [row, *axes[n_rows:]]
+    sch.transform_layout(block, ("write", 0), tirx.IndexMap.from_func(layout, ndim=len(shape)))
+
+
+def _flatten_rows(sch, block, n_rows):
+    """A block's leading `n_rows` iteration axes made one (rows of a (401, 49, 7) input: 19,649)."""
+    iters = sch.get(block).iter_vars
+    extents = [iv.dom.extent for iv in iters[:n_rows]]
+
+    def fused(*axes):
+        row = axes[0]
+        for axis, extent in zip(axes[1:n_rows], extents[1:]):
+            row = row * extent + axis
+        return [row, *axes[n_rows:]]
+    sch.transform_block_layout(block, tirx.IndexMap.from_func(fused, ndim=len(iters)))
+
+
+def _lanes_are_rows(sch, blocks) -> bool:
+    """Each block computed at a step of `lanes` rows (`_rows` across rows) as loops over its row's
+    elements around a vectorised loop over the rows: a reduction keeps each row's order (one lane
+    each); intermediate results are whole vectors (`_rows_last`), and only the input and output
+    rows are read and written a lane at a time (stride: the row). The last vector's rows past the
+    end: `_clamp_rows`."""
+    for b in blocks:
+        lane, *elements = sch.get_loops(b)[1:]
+        sch.reorder(*elements, lane)
+        sch.vectorize(lane)
+        sch.annotate(lane, CLAMPED, 1)
+        if reduce_count(sch, b):  # (after vectorising: the update alone is no reduction block to TVM)
+            init = sch.get_loops(sch.decompose_reduction(b, elements[0]))[-1]
+            sch.vectorize(init)
+            sch.annotate(init, CLAMPED, 1)
+    return True
 
 
 def _rows_line_up(sch, blocks, reductions) -> bool:
@@ -408,8 +495,11 @@ def _split_row(sch, k, accum, lanes):
     extent = get_extent(sch, k)
     # at least 16 steps a row: each row ends folding its partials one by one, which for short rows
     # cost more than the steps saved (a 32x256 softmax on one Zen 5 core: 5.4 us with 64 partials,
-    # 4.5 with 16)
-    want = 1 << (min(accum, max(extent // 16, lanes)).bit_length() - 1) if isinstance(extent, int) else accum
+    # 4.5 with 16). A short row's steps and its fold are each a chain of dependent operations: about
+    # the square root of the row in partials makes both short (a float16 row of 64: 8 steps of 8 and
+    # a fold of 8, against 2 steps of 32, a register of halves, and a fold of 32)
+    fold = min(lanes, math.isqrt(extent)) if isinstance(extent, int) else lanes
+    want = 1 << (min(accum, max(extent // 16, fold, 1)).bit_length() - 1) if isinstance(extent, int) else accum
     vector = pow2_divisor(extent, want)
     if vector >= min(want, lanes) and vector >= 4:
         return sch.split(k, [None, vector])[1]
@@ -438,3 +528,30 @@ def _rfactor_loops(sch, rf):
     ko = loop_of(next(value for iv, value in zip(block.iter_vars, realize.iter_values)
                       if iv.iter_type == tirx.IterVar.CommReduce))
     return ki, ko
+
+
+def _clamp_rows(lane):
+    """A vectorised loop of rows (`_rows` across rows) without the predicate of its ragged last
+    vector (rows past the end): there its lanes past the end take the last row again, rather than
+    the vectoriser running every vector a lane at a time to test it. They store the last row's own
+    values once more, on the same thread. The bound is `base + lane < rows` on its blocks."""
+    var = lane.loop_var
+    bounds = [t for realize in find_all(lane.body, s_tir.SBlockRealize) for t in conjuncts(realize.predicate)
+              if uses(t, var)]
+    clamp = {}
+    if bounds:
+        test = bounds[0]
+        coeffs = detect_linear_equation(test.a, [var]) if isinstance(test, tirx.LT) else []
+        if len(coeffs) != 2 or not is_int(coeffs[0], 1) or uses(test.b, var):
+            raise ValueError(f"not a bound on rows: {test}")
+        clamp = {var: tirx.min(var, test.b - 1 - coeffs[1])}
+
+    def realize(r):
+        kept = [t for t in conjuncts(r.predicate) if not uses(t, var)]
+        predicate = kept[0] if kept else tirx.const(True, "bool")
+        for t in kept[1:]:
+            predicate = tirx.And(predicate, t)
+        return s_tir.SBlockRealize([substituted(v, clamp) for v in r.iter_values], predicate, r.block)
+    body = tvm_ffi.structural_map(lane.body, (s_tir.SBlockRealize, realize))
+    annotations = {k: v for k, v in lane.annotations.items() if k != CLAMPED}
+    return tirx.For(var, lane.min, lane.extent, lane.kind, body, lane.thread_binding, annotations)

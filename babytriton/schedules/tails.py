@@ -44,7 +44,7 @@ def _ragged_vector(step):
     if not isinstance(realize, s_tir.SBlockRealize):
         return None
     loop_vars = (step.loop_var, lanes_loop.loop_var)
-    tests = _conjuncts(realize.predicate)
+    tests = conjuncts(realize.predicate)
     bounds = [t for t in tests if any(uses(t, v) for v in loop_vars)]
     if len(bounds) != 1 or not isinstance(bounds[0], tirx.LT):
         return None
@@ -66,10 +66,10 @@ def _ragged_vector(step):
     return realize, tvm.sym.Analyzer().simplify(whole), left, rest
 
 
-def _conjuncts(predicate) -> list:
+def conjuncts(predicate) -> list:
     """The conditions and-ed together in a predicate."""
     if isinstance(predicate, tirx.And):
-        return _conjuncts(predicate.a) + _conjuncts(predicate.b)
+        return conjuncts(predicate.a) + conjuncts(predicate.b)
     return [predicate]
 
 

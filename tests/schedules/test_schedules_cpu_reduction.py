@@ -292,3 +292,15 @@ def test_gumbel_argmax_names_each_log_once_per_vector_block():
     assert k.stages["schedule"].count("T.log(") <= 4
     assert "T.vectorized" in k.stages["schedule"]
     torch.testing.assert_close(k(logits, u), gumbel_argmax(logits, u), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_short_half_rows_fold_few_partials(dtype):
+    """Half rows of 64: about the row's square root in partial results (8 steps of 8, a fold of 8),
+    not a register of halves (2 steps of 32 and a serial fold of 32 per row, per reduction)."""
+    x = with_specials(64, 64, dtype)
+    k = bt.jit(target="cpu")(softmax).compile(x)
+    folds = re.findall(r'T\.grid\(T\.int64\((\d+)\), T\.int64\(1\)\):\s*with T\.sblock\("\w+_update"\)',
+                       k.stages["schedule"])
+    assert folds == ["8", "8"], k.stages["schedule"]
+    torch.testing.assert_close(k(x), torch.softmax(x.float(), -1).to(dtype), equal_nan=True, **TOL[dtype])
