@@ -15,12 +15,14 @@ def nvcc_spellings(func: tirx.PrimFunc) -> tirx.PrimFunc:
     `~x` written as `x ^ -1`. TVM's simplifier leaves a literal under a reinterpret (`kept(x - x)`,
     folded to `kept(0.0)` only while lowering), which the code generator prints as the address of a
     literal (`*(int *)(&(0x0p+0f))`: "expression must be an lvalue"); and it prints a vector `~` on
-    CUDA's vector struct (`~longlong2`: "no operator"), where `^` it writes lane by lane."""
+    CUDA's vector struct (`~longlong2`: "no operator"), where `^` it writes lane by lane; and a
+    Broadcast of bytes or 16-bit integers as 32-bit words of their copies (`_narrow_as_words`)."""
     target = func.attrs.get("target") if func.attrs is not None else None
     if target is None or target.kind.name != "cuda":
         return func
     return func.with_body(tvm_ffi.structural_map(func.body, [(tvm.ir.Call, _spelled),
-                                                             (tvm.ir.prim.expr.BitwiseNot, _not_as_xor)]))
+                                                             (tvm.ir.prim.expr.BitwiseNot, _not_as_xor),
+                                                             (tirx.Broadcast, _narrow_as_words)]))
 
 
 def _spelled(call):
@@ -40,6 +42,32 @@ def _not_as_xor(node):
         return node
     ones = tirx.const(-1 if str(dtype).startswith("int") else (1 << dtype.bits) - 1, str(dtype.with_lanes(1)))
     return tirx.bitwise_xor(node.a, tirx.Broadcast(ones, dtype.lanes))
+
+
+def _narrow_as_words(node):
+    """A Broadcast of an 8- or 16-bit integer that TVM types as int2 or int4 (8 or 16 bytes: an int8
+    max's accumulator starting at -128), or of a computed byte over 4 lanes, as the reinterpret of
+    the 32-bit words that hold its copies. TVM prints the first as `make_int4` of one argument a lane
+    (nvcc: "too many arguments") and packs only a constant byte into an int ("Check failed:
+    p.has_value()"); a Broadcast of words it prints one argument a word, a reinterpret through a
+    variable it names."""
+    dtype = node.ty.dtype
+    bits, lanes, signed = dtype.bits, dtype.lanes, str(dtype).startswith("int")
+    computed_bytes = bits * lanes == 32 and bits == 8 and not isinstance(node.value, tirx.IntImm)
+    if not str(dtype).startswith(("int", "uint")) or bits not in (8, 16) or not (
+            bits * lanes in (64, 128) or computed_bytes):
+        return node
+    word, per = "int32" if signed else "uint32", 32 // bits
+    copies = sum(1 << (bits * i) for i in range(per))   # 0x01010101 or 0x00010001
+    if isinstance(node.value, tirx.IntImm):
+        packed = (node.value.value & ((1 << bits) - 1)) * copies
+        packed = tirx.const(packed - (1 << 32) if signed and packed >= 1 << 31 else packed, word)
+    else:   # in uint32: no signed overflow, and no negative made unsigned (TVM's folding refuses it)
+        mask = tirx.const((1 << bits) - 1, "int32")
+        low = tirx.Cast("uint32", tirx.bitwise_and(tirx.Cast("int32", node.value), mask))
+        packed = tirx.reinterpret(word, low * tirx.const(copies, "uint32"))
+    words = bits * lanes // 32
+    return tirx.reinterpret(str(dtype), packed if words == 1 else tirx.Broadcast(packed, words))
 
 
 def _literal_bits(value, dtype):

@@ -121,16 +121,16 @@ class SplitReduction(GPUScheduleRule):
         """Elements a thread loads as one vector of at most 16 bytes: consecutive, aligned steps of the
         innermost reduced loop over consecutive elements of every buffer read (lanes.contiguous_lanes),
         for a reduction of one result (an argmax's pairs stay scalar). TVM's CUDA code generator
-        spells no vector of more than 4 bools (a NaN-propagating max compares lanes), of 8-bit lanes
-        (16 int8 become make_int4 of 16 arguments) or of 64-bit lanes, nor more than 8 of 16 or 32 bits
-        (an accumulator wider than the loads)."""
+        spells no vector of more than 4 bools (a NaN-propagating max compares lanes) or of 64-bit
+        lanes, nor more than 8 of 16 or 32 bits (an accumulator wider than the loads); 16 bytes (an
+        int8 max's) it does once cuda_spelling writes their starting value as 4 words."""
         stmt = sch.get(red)
         if len(stmt.writes) != 1:
             return 1
         widest = max((tvm.DataType(r.source.ty.dtype).bits for r in stmt.reads), default=32)
         accumulator = tvm.DataType(stmt.writes[0].source.ty.dtype).bits
         compares = any(find_all(stmt.body, kind) for kind in (tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.EQ, tirx.NE))
-        most = min(128 // max(widest, 8), 256 // accumulator, 4 if compares or not 8 < accumulator <= 32 else 16)
+        most = min(128 // max(widest, 8), 256 // accumulator, 4 if compares or not 8 <= accumulator <= 32 else 16)
         return contiguous_lanes(sch, sch.get_loops(red)[-1], max(1, most))
 
     def _partials(self, sch, red, k, extent, rows: int, lanes: int) -> None:

@@ -11,10 +11,11 @@ import shutil
 import pytest
 import torch
 import tvm
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 from tvm import relax
 
 import babytriton as bt
+from babytriton import schedules
 from babytriton.lowering import pipeline
 
 from test_schedules import SM90, nvcc_ptx
@@ -22,12 +23,19 @@ from test_schedules import SM90, nvcc_ptx
 
 def scheduled_on_cpu(fn, *args):
     """(the kernel compiled for sm_90, a function running it on tensors) with the GPU schedule run
-    on the CPU: thread bindings become serial loops, per-thread and per-block buffers plain memory."""
+    on the CPU: thread bindings become serial loops, per-thread and per-block buffers plain memory,
+    bfloat16 ones float32 (exact), and the bfloat16 passes every LLVM build gets. TVM's LLVM
+    legalization skips `let` values, where an argmax's (index, value) step reads: a bfloat16 read
+    there gave a wrong index, a staged copy (`x_local`, retyped to float32 outside the `let` only)
+    "Load/Store of buffer x_local occurred before its declaration"; CUDA reads bfloat16 as it is."""
     k = bt.jit(target=SM90)(fn).compile(*args)
     text = re.sub(r'T\.thread_binding\(([^,]+), thread="[^"]+"\)', r"range(\1)", k.stages["schedule"])
+    text = re.sub(r'"bfloat16", scope="(local|shared)"', r'"float32", scope="\1"', text)
     text = text.replace('scope="local"', 'scope="global"').replace('scope="shared"', 'scope="global"')
     mod = tvm.script.from_source(text, check_well_formed=False)  # (a symbolic size: its shape vars)
-    vm = relax.VirtualMachine(pipeline.compile_module(mod, tvm.target.Target("llvm")), tvm.cpu())
+    llvm = tvm.target.Target("llvm")
+    mod = schedules.bfloat16_reads_in_binds(schedules.bfloat16_broadcasts_serial(mod, llvm), llvm)
+    vm = relax.VirtualMachine(pipeline.compile_module(mod, llvm), tvm.cpu())
     [name] = [gv.name_hint for gv, f in mod.functions_items() if isinstance(f, relax.Function)]
     return k, lambda *xs: torch.from_dlpack(vm[name](*[tvm.runtime.from_dlpack(x.contiguous()) for x in xs]))
 
@@ -50,6 +58,10 @@ def smallest(x):
 
 def argmax(x):
     return x.argmax()
+
+
+def argmin(x):
+    return x.argmin()
 
 
 def product(x):
@@ -97,7 +109,9 @@ def _check(fn, x):
 CASES = [(total, (57479168 // 8,), torch.float32), (total, (1000003,), torch.float32),
          (largest, (5613, 1024), torch.float32), (mean, (1 << 22,), torch.bfloat16),
          (total, (1 << 21,), torch.float16), (smallest, ((1 << 20) + 5,), torch.float16),
-         (total, (1 << 20,), torch.int8), (largest, (1 << 20,), torch.int8), (total, (999999,), torch.int32),
+         (total, (1 << 20,), torch.int8), (largest, (1 << 20,), torch.int8),
+         (smallest, ((1 << 20) + 16 * 257,), torch.uint8), (largest, (3, 333344), torch.uint8),
+         (total, (999999,), torch.int32),
          (argmax, ((1 << 20) + 1,), torch.float32), (product, (1 << 20,), torch.float32),
          (abs_max, (3, 1 << 20), torch.float32), (row_sums, (3, 100003), torch.float32),
          (mean_square, (2, 1048583), torch.float16), (odd_columns_sum, (1023, 2050), torch.float32)]
@@ -120,6 +134,9 @@ def test_nan_and_inf_propagate(fn):
 
 
 @settings(max_examples=5, deadline=None)
+@example(n=8193, rows=1, which=3, dtype=torch.bfloat16)   # a bfloat16 argmax (InnerReduction): a wrong index
+@example(n=8194, rows=1, which=3, dtype=torch.bfloat16)   # staged in x_local: the CPU build failed
+@example(n=100002, rows=1, which=3, dtype=torch.bfloat16)  # the same split over the grid (SplitReduction)
 @given(n=st.integers(8193, 3_000_000), rows=st.sampled_from([1, 3]), which=st.integers(0, 3),
        dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.int32]))
 def test_generated_sizes_match_torch(n, rows, which, dtype):
@@ -127,6 +144,45 @@ def test_generated_sizes_match_torch(n, rows, which, dtype):
     if fn is mean and not dtype.is_floating_point:
         fn = total
     _check(fn, _input((rows, n // rows), dtype, fn))
+
+
+@pytest.mark.parametrize("n", [65537, 270336, 270337 + 255])   # a row just long, a wave of 1056 x 256, past it
+@pytest.mark.parametrize("fn,dtype", [(argmax, torch.bfloat16), (argmin, torch.float16), (argmax, torch.float32)])
+def test_split_index_reductions_keep_the_first_index(fn, dtype, n):
+    """An (index, value) reduction split over the grid: the extreme twice, in two blocks' shares
+    (the earlier index wins, as torch's), and then only in the ragged last element."""
+    x = torch.randn(1, n).to(dtype)
+    k, run = scheduled_on_cpu(fn, x)
+    assert [kk.rule for kk in k.fusion][0] == "SplitReduction", str(k.fusion)
+    extreme = 100.0 if fn is argmax else -100.0
+    for places in ([n // 3 + 1, n - 1], [n - 1]):
+        x = torch.randn(1, n).to(dtype)
+        x[0, places] = extreme
+        assert run(x).item() == fn(x).item() == places[0]
+
+
+BYTES = {torch.int8: (-128, 127), torch.uint8: (0, 255)}
+
+
+@pytest.mark.parametrize("n", [1 << 20, (1 << 20) + 16 * 257, (1 << 20) + 8])   # 16-byte vectors, ragged, 8 bytes
+@pytest.mark.parametrize("fn", [largest, smallest, total])
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8])
+def test_byte_reductions_match_torch(dtype, fn, n):
+    """int8 and uint8 max and min keep 16 partial results a thread (their loads 16 bytes, their
+    accumulator's start of 16 bytes spelled by cuda_spelling), a sum 4 (its int64 accumulator): the
+    extreme in the first, a middle or only the ragged last element, against torch; nvcc compiles it."""
+    low, high = BYTES[dtype]
+    x = torch.randint(low + 1, high, (n,)).to(dtype)
+    k, run = scheduled_on_cpu(fn, x)
+    schedule = k.stages["schedule"]
+    if fn is not total:
+        assert f"T.vectorized(T.int64({16 if n % 16 == 0 else 8}))" in schedule, schedule
+    for where in (0, n // 2 + 1, n - 1):
+        x = torch.randint(low + 1, high, (n,)).to(dtype)
+        x[where] = high if fn is largest else low
+        assert run(x).item() == fn(x).item()
+    if shutil.which("nvcc"):
+        assert b".entry" in nvcc_ptx(k.source), str(k.fusion)
 
 
 def symbolic_total(x: bt.Tensor(("n",), "float32")):
