@@ -288,10 +288,15 @@ class _Gpu:
         analyzer = tvm.sym.Analyzer()
         # computed outside any branch (bound first), so that nvcc moves what of it does not change
         # with the loop around the fill (a row's `% M`, the program's ids) out of that loop
-        start = tirx.Var("start", str(first.ty.dtype))
+        # (each element's distance from the run's start, which the loop's offset cancels from, checked by
+        # bit operations: nvcc evaluates a chain of && lazily, computing its modulos again every step)
+        dtype = str(first.ty.dtype)
+        start = tirx.Var("start", dtype)
         steps = [analyzer.simplify(load.indices[0] - first) for _, load, _ in parts]
-        ok = [tirx.EQ(step, tirx.const(v, str(first.ty.dtype))) for v, step in enumerate(steps)
-              if v and not analyzer.can_prove_equal(step, v)] + [_aligned(start, source, width)]
+        off = [tirx.bitwise_xor(step, tirx.const(v, dtype)) for v, step in enumerate(steps)
+               if v and not analyzer.can_prove_equal(step, v)]
+        ok = ([tirx.EQ(functools.reduce(tirx.bitwise_or, off), tirx.const(0, dtype))] if off else []) + \
+            [_aligned(start, source, width)]
         whole = tirx.Var("whole", "bool")
         masks = [mask for mask, _, _ in parts if mask is not None]
         ramp = tirx.Ramp(_multiple(start, source, width), tirx.const(1, str(first.ty.dtype)), width)
