@@ -40,6 +40,8 @@ def _part(value, exact: bool):
     kind = type(value)
     if kind is torch.Tensor:
         return value.dtype, value.get_device()
+    if exact and (kind is int or kind is bool):   # a constexpr's usual value: as below, less the Tensor hook
+        return kind, value
     if not exact:
         if kind is int:
             return int, value == 1, -2 ** 31 <= value < 2 ** 31 or value >= 2 ** 63

@@ -197,6 +197,16 @@ def test_tutorial_operands_are_copied_16_bytes_at_a_time(bm, bn, bk, warps):
             assert "0 bytes spill stores" in out.stdout + out.stderr
 
 
+def test_operand_copies_check_the_pointers_alignment_too():
+    """torch passes a view by its first element's address (no element offset), which may be off a
+    16-byte boundary (`a[:, 1:]` of float16): each run's 16-byte load then needs the tensor's pointer
+    aligned as well as the run's start, or the load faults (misaligned address)."""
+    source = tutorial_matmul_source(64, 128, 32, 4, UNIT_STRIDES)
+    checks = re.findall(r"bool whole\w* = (.*);", source)
+    assert checks and all(re.search(r"reinterpret_cast<uint64_t>\((a|b)_ptr_ptr\) & \(uint64_t\)15ULL", c) for c in checks)
+    assert {re.search(r"\((a|b)_ptr_ptr\)", c).group(1) for c in checks} == {"a", "b"}
+
+
 @triton.jit
 def advance_kernel(x_ptr, y_ptr, n, B: tl.constexpr, UNIFORM: tl.constexpr):
     offs = tl.arange(0, B)

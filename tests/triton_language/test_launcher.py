@@ -92,3 +92,13 @@ def test_a_wrong_launch_is_still_refused(add):
     _launch(add, x, x)
     with pytest.raises(TypeError, match="launching add_kernel"):
         add[(1,)](x, x, x, 8, 16, 32)
+
+
+def test_a_constexpr_keys_by_type_and_value_wrapped_or_not():
+    """Plain ints and bools take a shortcut past the Tensor check; a tl.constexpr keys as its value."""
+    import babytriton.triton.language as tl
+
+    def key(value):
+        return launcher.launch_key((value,), {}, (True,), frozenset())
+    assert key(4) == key(tl.constexpr(4)) == ((int, 4),)
+    assert len({key(4), key(5), key(True), key(1), key(4.0)}) == 5

@@ -64,7 +64,10 @@ class KernelCompiler(ExpressionCompiler):
             if isinstance(kind, core.pointer_type):
                 handle = T.arg(name, T.handle())
                 extent = tirx.Var(f"{name}_extent", "int64")
-                buf = self.ib.name(name, T.match_buffer(handle, (extent,), kind.element_ty.tvm, offset_factor=1,
+                # on a GPU no element offset (torch's tensors come with their first element's address, a
+                # zero offset): TVM then sees a 16-byte vector access aligned where its index is (gpu.py)
+                buf = self.ib.name(name, T.match_buffer(handle, (extent,), kind.element_ty.tvm,
+                                                        offset_factor=0 if self.gpu else 1,
                                                         align=max(kind.element_ty.primitive_bitwidth // 8, 1)))
                 self.scope[name] = Block(kind, (), lambda index: tirx.IntImm("int64", 0), buf)
                 self.pointers.append(name)

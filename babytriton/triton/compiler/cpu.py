@@ -14,6 +14,7 @@ from tvm.sym.pattern import detect_linear_equation
 from ...lowering import pipeline
 from . import loops as nests
 from .emit import ATOMIC, BLOCK, PROGRAM, REDUCE
+from .masks import calls, masked_vector, uses
 
 LANES = 16        # a CPU vector: 16 x 32 bits (AVX-512)
 ROWS = 4          # a rank-2 reduction's rows per step of its reduced loop (4 x its vectors in registers)
@@ -112,7 +113,7 @@ def _as_offset(stmts: list, alloc: tirx.AllocBuffer, recompute=frozenset(), only
         index = [l.loop_var for l in nest]
         moved = store.value.b
         if not _same(list(store.indices), index) or not _same(list(store.value.a.indices), index) or \
-                _accesses(tirx.Evaluate(moved)) or any(_uses(moved, v) for v in index):
+                _accesses(tirx.Evaluate(moved)) or any(uses(moved, v) for v in index):
             return loop
         return tirx.BufferStore(offset, offset[0] + moved, [nests.int_imm(0)])
 
@@ -212,7 +213,7 @@ def _as_value(nest, buf):
     store = body[touching[0]]
     if not isinstance(store, tirx.BufferStore) or not store.buffer.same_as(buf) or \
             any(b.same_as(buf) or _retyped(b) for b in _accesses(tirx.Evaluate(store.value))) or \
-            any(c.op.name != "prim.if_then_else" for c in _calls(tirx.Evaluate(store.value), "")):
+            any(c.op.name != "prim.if_then_else" for c in calls(tirx.Evaluate(store.value), "")):
         # TVM's legalisation misses a retyped buffer read in a bound value, and a math call's
         # expansion (fast_math: a Let of its own) would be bound twice where TVM inlines the value
         return None
@@ -361,10 +362,10 @@ def _vector_loop(var, extent: int, body: tirx.Stmt) -> tirx.Stmt:
     body = _by_reciprocal(body, var)
     lane = tirx.Var(f"{var.name}_lane", var.ty.dtype)
     if extent <= LANES or extent % LANES:
-        return _masked_vector(lane, extent, nests.substitute(body, var, lane))
+        return masked_vector(lane, extent, nests.substitute(body, var, lane), ON_STACK)
     chunk = tirx.Var(f"{var.name}_vec", var.ty.dtype)
     return tirx.For(chunk, nests.int_imm(0), nests.int_imm(extent // LANES), tirx.ForKind.SERIAL,
-                    _masked_vector(lane, LANES, nests.substitute(body, var, chunk * LANES + lane)))
+                    masked_vector(lane, LANES, nests.substitute(body, var, chunk * LANES + lane), ON_STACK))
 
 
 def _by_reciprocal(body: tirx.Stmt, var) -> tirx.Stmt:
@@ -372,107 +373,10 @@ def _by_reciprocal(body: tirx.Stmt, var) -> tirx.Stmt:
     with its reciprocal, computed once: a vector division takes a multiply's time ten times over.
     Triton's own `/` on float32 is approximate too (div.full.f32, 2 ulp)."""
     def divide(e):
-        if "float" not in str(e.ty.dtype) or _uses(e.b, var):
+        if "float" not in str(e.ty.dtype) or uses(e.b, var):
             return e
         return e.a * (tirx.const(1, str(e.ty.dtype)) / e.b)
     return tvm_ffi.structural_map(body, [(tirx.Div, divide)])
-
-
-def _masked_vector(lane, extent: int, body: tirx.Stmt) -> tirx.Stmt:
-    """A vectorised loop over `lane`. Where its masks (a store's `if`, a load's if_then_else) depend
-    on the lane, TVM would run the vector one lane at a time: instead, where every lane's masks hold
-    (a block's inside, away from its ragged edge), the vector runs without them; where none holds
-    (past the edge), with each mask false; elsewhere lane by lane."""
-    masks = []
-
-    def collect(cond):
-        if _uses(cond, lane) and not any(tvm_ffi.structural_equal(cond, m) for m in masks):
-            masks.append(cond)
-    for stmt in nests.walk(body):
-        if isinstance(stmt, tirx.IfThenElse):
-            collect(stmt.condition)
-    for call in _calls(body, "prim.if_then_else"):
-        collect(call.args[0])
-
-    def vectorised(kind, stmt):   # each copy of the body binds values of its own (TIR's are SSA)
-        return tirx.For(lane, nests.int_imm(0), nests.int_imm(extent), kind, _fresh_binds(stmt))
-    if not masks:
-        return vectorised(tirx.ForKind.VECTORIZED, body)
-    ends = [_at_ends(m, lane, extent) for m in masks]
-    lane_by_lane = vectorised(tirx.ForKind.SERIAL, body)
-    if all(e is not None for e in ends):
-        every = functools.reduce(tirx.And, [e[0] for e in ends])
-        none = functools.reduce(tirx.And, [e[1] for e in ends])
-        return tirx.IfThenElse(every, vectorised(tirx.ForKind.VECTORIZED, _masks_as(body, masks, True)),
-                               tirx.IfThenElse(none, vectorised(tirx.ForKind.VECTORIZED,
-                                                                _masks_as(body, masks, False)), lane_by_lane))
-    # masks of other forms: each lane's computed at once (a vector), the vector runs unmasked where all hold
-    held = tirx.decl_buffer((extent,), "bool", "held", scope="local")
-    every = tirx.Var("every", "bool")
-    check = vectorised(tirx.ForKind.VECTORIZED, tirx.BufferStore(held, functools.reduce(tirx.And, masks), [lane]))
-    all_held = functools.reduce(tirx.And, [held[i] for i in range(extent)])
-    return nests.seq([tirx.AllocBuffer(held, annotations=ON_STACK), check, tirx.Bind(every, all_held), tirx.IfThenElse(
-        every, vectorised(tirx.ForKind.VECTORIZED, _masks_as(body, masks, True)), lane_by_lane)])
-
-
-def _fresh_binds(stmt: tirx.Stmt) -> tirx.Stmt:
-    """`stmt` with a new variable for each value it binds."""
-    bound = {s.var: tirx.Var(s.var.name, s.var.ty) for s in nests.walk(stmt) if isinstance(s, tirx.Bind)}
-    if not bound:
-        return stmt
-    return tvm_ffi.structural_map(stmt, [(tvm.ir.Var, lambda v: bound.get(v, v)),
-                                         (tirx.Bind, lambda b: tirx.Bind(bound.get(b.var, b.var), b.value))])
-
-
-def _at_ends(cond, lane, extent: int):
-    """(holds in every lane, fails in every lane) as scalar conditions, or None. A comparison of
-    values linear in the lane changes truth at most once along the lanes (a line is monotone), so
-    the first and last lanes decide; a conjunction holds where each part holds, fails where any part
-    fails everywhere. Other forms (a modulo, a gathered index): None."""
-    if not _uses(cond, lane):
-        return cond, tirx.Not(cond)
-    if isinstance(cond, tirx.And):
-        a, b = _at_ends(cond.a, lane, extent), _at_ends(cond.b, lane, extent)
-        return None if a is None or b is None else (tirx.And(a[0], b[0]), tirx.Or(a[1], b[1]))
-    if not isinstance(cond, (tirx.LT, tirx.LE, tirx.GT, tirx.GE)) or "int" not in str(cond.a.ty.dtype) or \
-            not detect_linear_equation(cond.a - cond.b, [lane]):
-        return None
-    first, last = nests.substitute(cond, lane, nests.int_imm(0, lane.ty.dtype)), \
-        nests.substitute(cond, lane, nests.int_imm(extent - 1, lane.ty.dtype))
-    return tirx.And(first, last), tirx.And(tirx.Not(first), tirx.Not(last))
-
-
-def _masks_as(body: tirx.Stmt, masks: list, value: bool) -> tirx.Stmt:
-    """`body` with each of `masks` known to be `value`: a load's if_then_else its value or its
-    `other`, a store's `if` its branch, a select its side."""
-    def known(cond):
-        return any(tvm_ffi.structural_equal(cond, m) for m in masks)
-
-    def branch(stmt):
-        if not known(stmt.condition):
-            return stmt
-        taken = stmt.then_case if value else stmt.else_case
-        return taken if taken is not None else tirx.Evaluate(nests.int_imm(0))
-
-    def call(c):
-        return (c.args[1] if value else c.args[2]) if c.op.name == "prim.if_then_else" and known(c.args[0]) else c
-
-    def select(e):   # a `where` on a mask's condition (layer norm's) is decided too
-        return (e.true_value if value else e.false_value) if known(e.condition) else e
-    return tvm_ffi.structural_map(body, [(tirx.IfThenElse, branch), (tvm.ir.Call, call), (tirx.Select, select)])
-
-
-def _uses(expr, var) -> bool:
-    found = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: found.append(v) if v.same_as(var) else None))
-    return bool(found)
-
-
-def _calls(stmt, name: str) -> list:
-    """The calls of op `name` in `stmt` (every call: "")."""
-    found = []
-    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.append(c) if c.op.name == name or not name else None))
-    return found
 
 
 def _lane_reduction(nest: tirx.For, loop: tirx.For) -> tirx.Stmt:

@@ -1,6 +1,7 @@
 """The block program on a GPU (schedule.py): the grid's axes bound to blockIdx.x/y/z, a thread block
 per program, the program's body run by num_warps * 32 threads. Each block nest's elements are spread
-over them (element `it * threads + tx`); in a dot, each step of the reduced loop runs over all of a
+over them in chunks of `width` contiguous elements (chunk `it * threads + tx`), read and written as
+16-byte vectors where a run-time check finds them aligned, as Triton's loads are; in a dot, each step of the reduced loop runs over all of a
 thread's elements; a reduction to a scalar ends in TVM's thread all-reduce (warp shuffles); a value
 each thread reads and writes only at its own elements lives in its registers, the rest in shared
 memory (dynamic shared memory past 48 KB); a write to memory outside any nest (a scalar store) is
@@ -23,12 +24,16 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
+from tvm.sym.pattern import detect_linear_equation
+
 from . import loops as nests
 from . import cpu, mma
 from .emit import BLOCK, PROGRAM, REDUCE
+from .masks import fresh_binds, masked_vector, uses
 
 MAX_UNROLL = 128            # a nest of at most this many rounds per thread is unrolled
 VECTOR_BYTES = 16           # the widest access a thread makes: ld.global.v4.b32
+VECTOR = 8                  # the most contiguous elements a thread takes of a nest: 16 bytes of float16
 STATIC_SHARED = 48 * 1024   # the most static shared memory a CUDA kernel may have
 
 
@@ -128,10 +133,61 @@ def _multiple(index, source, width: int):
 
 
 def _aligned(index, source, width: int):
-    """Whether the address of `source`'s element `index` is a multiple of `width` elements (16 bytes:
-    torch's allocator starts tensors 256-byte aligned, but a view or a row may start anywhere)."""
-    dtype = str(index.ty.dtype)
-    return tirx.EQ(tirx.bitwise_and(_address(index, source), tirx.const(width - 1, dtype)), tirx.const(0, dtype))
+    """Whether the address of `source`'s element `index` is a multiple of `width` elements (16 bytes):
+    the tensor's pointer and the index both, as torch passes a view by its first element's address
+    (a zero element offset), which may be anywhere, as may a row's start."""
+    dtype, size = str(index.ty.dtype), tvm.runtime.DataType(str(source.ty.dtype)).bits // 8
+    pointer = tirx.EQ(tirx.bitwise_and(tirx.reinterpret("uint64", source.data), tirx.const(width * size - 1, "uint64")),
+                      tirx.const(0, "uint64"))
+    return tirx.And(pointer, tirx.EQ(tirx.bitwise_and(_address(index, source), tirx.const(width - 1, dtype)),
+                                     tirx.const(0, dtype)))
+
+
+def width(extents: list, threads: int) -> int:
+    """The contiguous elements a thread takes of a nest of these extents at a time, one vector
+    access: as many as divide the last axis, up to VECTOR, while every thread still has a whole
+    vector. A function of the shape alone: the nests that share a register buffer (all of its
+    shape) must agree on which of its elements are whose."""
+    total = functools.reduce(operator.mul, [int(e) for e in extents], 1)
+    v = 1
+    while v < VECTOR and int(extents[-1]) % (2 * v) == 0 and total >= threads * 2 * v:
+        v *= 2
+    return v
+
+
+def _widest(body: tirx.Stmt) -> int:
+    """The bytes of the widest value `body` computes (floating point) or reads and writes (the indices'
+    int64 arithmetic aside: the vectors TVM makes of them are ramps, not values in registers)."""
+    sizes = [1]
+    tvm_ffi.structural_walk(body, (tvm.ir.Expr, lambda e: sizes.append(_bytes(e.ty.dtype))
+                                   if "float" in str(getattr(e.ty, "dtype", "")) else None))
+    sizes += [_bytes(buf.ty.dtype) for buf, _ in _all_accesses(body)]
+    return max(sizes)
+
+
+def _bytes(dtype) -> int:
+    return max(1, tvm.runtime.DataType(str(dtype)).bits // 8)
+
+
+def _widened_after(body: tirx.Stmt, lane) -> tirx.Stmt:
+    """`body` with an int32 index widened to int64 after adding the lane (`int64(i + lane)`) widened
+    before it (`int64(i) + int64(lane)`): TVM's vectoriser sees a ramp, a vector load, only in the
+    second (the first it reads lane by lane). Equal wherever the index fits int32, as memory offsets do."""
+    def widen(c):
+        if "int" not in str(c.ty.dtype) or "int" not in str(c.value.ty.dtype) or not uses(c.value, lane):
+            return c
+        linear = detect_linear_equation(c.value, [lane])
+        if not linear or not isinstance(linear[0], tirx.IntImm) or int(linear[0]) != 1:
+            return c
+        dtype = str(c.ty.dtype)
+        return tirx.Cast(dtype, nests.substitute(c.value, lane, nests.int_imm(0, str(lane.ty.dtype)))) + \
+            tirx.Cast(dtype, lane)
+    return tvm_ffi.structural_map(body, [(tirx.Cast, widen)])
+
+
+def _has_calls_to_keep(body: tirx.Stmt) -> bool:
+    """Whether `body` makes calls for their effect (an atomic): those are kept one element at a time."""
+    return any(isinstance(s, tirx.Evaluate) for s in nests.walk(body))
 
 
 def _same(indices, loop_vars) -> bool:
@@ -198,9 +254,9 @@ class _Gpu:
         nest = nests.nest(outer)
         if outer in self.dots:
             return self.tensor_core_dot(*self.dots[outer])
-        width = self.vector_width(nest)
-        if width:
-            return self.vector_fill(nest, width)
+        run = self.vector_width(nest)   # an operand tile's fill: runs of 16 bytes (vector_fill)
+        if run:
+            return self.vector_fill(nest, run)
         body = nest[-1].body
         total = functools.reduce(operator.mul, [loop.extent.value for loop in nest], 1)
         if total == 1 and nests.reduction_loop(body) is not None:
@@ -214,30 +270,36 @@ class _Gpu:
         return self.each_element(nest, body)
 
     def each_element(self, nest: list, body: tirx.Stmt) -> tirx.Stmt:
-        """`body` for each of the thread's elements of the nest (the nest's loop vars bound to each): elements
-        tx, tx + threads, ..., or those of its mma.Layout for a nest sharing registers with a tensor-core dot."""
+        """`body` for each of the thread's elements of the nest (the nest's loop vars bound to each): the
+        chunks of `width` contiguous elements tx, tx + threads, ... (one vector access each, as Triton's
+        16-byte loads), or the elements of its mma.Layout for a nest sharing registers with a tensor-core dot."""
         extents = [loop.extent.value for loop in nest]
         total = functools.reduce(operator.mul, extents, 1)
         lay = self.layouts.get(nest[0])
-        rounds = lay.rounds if lay is not None else -(-total // self.threads)
-        it = tirx.Var("it", "int32")
-        flat = it * self.threads + self.tx if rounds > 1 else self.tx
+        v = 1 if lay is not None else width(extents, self.threads)
+        chunks = total // v
+        rounds = lay.rounds if lay is not None else -(-chunks // self.threads)
+        it, lane = tirx.Var("it", "int32"), tirx.Var("lane", "int32")
+        flat = it * self.threads + self.tx if rounds > 1 else self.tx   # the thread's chunk
         binds, stride = [], total
         at = lay.at(it if rounds > 1 else 0, self.tx) if lay is not None else None
         for axis, (loop, extent) in enumerate(zip(nest, extents)):   # fresh vars: a body may be placed twice
             stride //= extent
             var = tirx.Var(loop.loop_var.name, loop.loop_var.ty.dtype)
-            body = nests.substitute(body, loop.loop_var, var)
-            index = at[axis] if at is not None else tirx.floormod(tirx.floordiv(flat, stride), extent)
+            # the lanes run along the last axis (width divides it): the others are the same for all lanes
+            body = nests.substitute(body, loop.loop_var, var + lane if v > 1 and axis == len(nest) - 1 else var)
+            index = at[axis] if at is not None else tirx.floormod(tirx.floordiv(flat * v, stride), extent)
             binds.append(tirx.Bind(var, index))
+        slot = (it * v + lane if rounds > 1 else lane) if v > 1 else (it if rounds > 1 else 0)
         self.inside = True
         try:
             own = [bind.var for bind in binds]
-            body = nests.seq([*binds, self.own_elements(self.stmt(body), it if rounds > 1 else 0, own)])
+            inner = self.own_elements(self.stmt(body), slot, own)
         finally:
             self.inside = False
-        if lay is None and total % self.threads:
-            body = tirx.IfThenElse(flat < total, body, None)
+        body = nests.seq([*binds, self.vector(lane, v, inner) if v > 1 else inner])
+        if lay is None and chunks % self.threads:
+            body = tirx.IfThenElse(flat < chunks, body, None)
         if rounds > 1:   # unrolled: a thread's own elements are then registers, not local memory
             kind = tirx.ForKind.UNROLLED if rounds <= MAX_UNROLL else tirx.ForKind.SERIAL
             body = tirx.For(it, nests.int_imm(0), nests.int_imm(rounds), kind, body)
@@ -257,9 +319,9 @@ class _Gpu:
         if parts is None or str(parts[1].ty.dtype) != str(store.buffer.ty.dtype) or \
                 any(b in self.local for b, _ in _all_accesses(nest[0])):
             return None
-        width = VECTOR_BYTES * 8 // tvm.runtime.DataType(str(store.buffer.ty.dtype)).bits
+        run = VECTOR_BYTES * 8 // tvm.runtime.DataType(str(store.buffer.ty.dtype)).bits
         inner = int(nest[-1].extent)
-        return width if width > 1 and inner % width == 0 and int(store.buffer.ty.shape[-1]) % width == 0 else None
+        return run if run > 1 and inner % run == 0 and int(store.buffer.ty.shape[-1]) % run == 0 else None
 
     def vector_fill(self, nest: list, width: int) -> tirx.Stmt:
         """A shared buffer's fill from a tensor in runs of `width` consecutive elements along the inner
@@ -313,6 +375,72 @@ class _Gpu:
             steps.append(tirx.For(it, nests.int_imm(0), nests.int_imm(rounds), tirx.ForKind.UNROLLED, body))
         return nests.seq([tirx.AllocBuffer(staged), *steps])
 
+    def vector(self, lane, v: int, body: tirx.Stmt) -> tirx.Stmt:
+        """`body` for lane in range(v) as vectors of up to 16 bytes (CUDA's widest; masks.masked_vector:
+        whole vectors away from a block's ragged edge) where every access moving with the lane is
+        contiguous and, at run time, starts aligned for its vector (a tensor's pointer and row stride are
+        known only then); lane by lane elsewhere."""
+        lane_by_lane = tirx.For(lane, nests.int_imm(0), nests.int_imm(v), tirx.ForKind.UNROLLED, fresh_binds(body))
+        w = min(v, VECTOR_BYTES // _widest(body))
+        # shared memory stays lane by lane: the vectors' run-time branches would put the thread
+        # barriers its reads need (TVM's sync planner) under a condition
+        shared = any(str(buf.ty.storage_scope).startswith("shared") for buf, _ in _all_accesses(body))
+        aligned = None if _has_calls_to_keep(body) or shared or w == 1 else self.aligned(body, lane, w)
+        if aligned is None:
+            return lane_by_lane
+        checks, body = aligned
+        part, at = tirx.Var("part", "int32"), tirx.Var("lane", "int32")
+        inner = _widened_after(nests.substitute(body, lane, part * w + at), at)
+        vectors = masked_vector(at, w, inner, selects=True)
+        if w < v:
+            vectors = tirx.For(part, nests.int_imm(0), nests.int_imm(v // w), tirx.ForKind.UNROLLED, vectors)
+        else:
+            vectors = nests.substitute(vectors, part, nests.int_imm(0))
+        return tirx.IfThenElse(functools.reduce(tirx.And, checks), vectors, lane_by_lane) if checks else vectors
+
+    def aligned(self, body: tirx.Stmt, lane, w: int):
+        """(the run-time conditions under which every access of `body` moving with the lane starts a
+        whole vector of w elements, `body` with those accesses' indices written so that TVM sees them
+        aligned: `floordiv(start, w) * w + lane`), or None where one does not move by 1 per lane along
+        its last axis (a gather, a column): TVM has no 8-lane gathers to fall back on."""
+        checks, failed = [], []
+
+        def index(buf, indices):
+            if not any(uses(i, lane) for i in indices):
+                return indices
+            last, size = indices[-1], _bytes(buf.ty.dtype)
+            stripped = tvm_ffi.structural_map(last, [(tirx.Cast, lambda c: c.value if "int" in str(c.ty.dtype)
+                                                      and "int" in str(c.value.ty.dtype) else c)])
+            linear = detect_linear_equation(stripped, [lane])
+            if any(uses(i, lane) for i in indices[:-1]) or not linear or not isinstance(linear[0], tirx.IntImm) \
+                    or int(linear[0]) != 1 or (len(indices) > 1 and int(buf.ty.shape[-1]) % w):
+                failed.append(buf)
+                return indices
+            start = nests.substitute(last, lane, nests.int_imm(0, str(lane.ty.dtype)))
+            checks.append(tirx.EQ(tirx.floormod(start, w), tirx.const(0, str(start.ty.dtype))))
+            if any(buf.same_as(p) for p in self.params):   # and the tensor's memory itself
+                checks.append(tirx.EQ(tirx.floormod(tirx.reinterpret("uint64", buf.data), tirx.const(w * size, "uint64")),
+                                      tirx.const(0, "uint64")))
+            return [*indices[:-1], tirx.floordiv(start, w) * w + tirx.Cast(str(start.ty.dtype), lane)]
+
+        def load(e):
+            new = index(e.source, list(e.indices))
+            return e if new is not None and all(a.same_as(b) for a, b in zip(new, e.indices)) else e.source[tuple(new)]
+
+        def store(st):
+            new = index(st.buffer, list(st.indices))
+            return st if all(a.same_as(b) for a, b in zip(new, st.indices)) else tirx.BufferStore(st.buffer, st.value, new)
+        body = tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
+        if failed:
+            return None
+        analyzer = tvm.sym.Analyzer()
+        checks = [analyzer.simplify(c) for c in checks]
+        kept = []
+        for c in checks:   # the same pointer or start checked once; those always true dropped
+            if not (isinstance(c, tirx.IntImm) and int(c) == 1) and not any(tvm_ffi.structural_equal(c, k) for k in kept):
+                kept.append(c)
+        return kept, body
+
     def own_elements(self, body: tirx.Stmt, slot, own: list) -> tirx.Stmt:
         """Reads and writes of a buffer each thread keeps its own elements of, as its register `slot`
         (those at its own index `own`, for a buffer also mirrored in shared memory)."""
@@ -359,22 +487,27 @@ class _Gpu:
         return tirx.For(it, nests.int_imm(0), nests.int_imm(lay.rounds), tirx.ForKind.UNROLLED, store)
 
     def all_reduce(self, body: tirx.Stmt) -> tirx.Stmt:
-        """A reduction to a scalar by every thread: each reduces the elements tx, tx + threads, ... into
-        its own (local) result, then TVM's thread all-reduce (warp shuffles, shared memory between
-        warps) combines them, and every thread has the total."""
+        """A reduction to a scalar by every thread: each reduces its own elements (the chunks of `width`
+        elements tx, tx + threads, ..., as each_element spreads them) into its own (local) result, then
+        TVM's thread all-reduce (warp shuffles, shared memory between warps) combines them, and every
+        thread has the total."""
         loop = nests.reduction_loop(body)
         inits = list(body.seq[:-1]) if isinstance(body, tirx.SeqStmt) else []
         stores = list(loop.body.seq) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
         extent = int(loop.extent.value)
+        v = width([extent], self.threads)
+        chunks = extent // v
         with IRBuilder() as ib:
             with T.serial(0, 1):   # a frame to build the statements in, unwrapped below
-                with T.serial(0, -(-extent // self.threads)) as it:
-                    r = it * self.threads + self.tx
-                    with T.If(r < extent) if extent % self.threads else contextlib.nullcontext():
-                        with T.Then() if extent % self.threads else contextlib.nullcontext():
-                            T.Bind(r, var=loop.loop_var)
-                            T.add_to_parent(self.own_elements(loop.body, it if extent > self.threads else 0,
-                                                              [loop.loop_var]))
+                with T.serial(0, -(-chunks // self.threads)) as it:
+                    c = it * self.threads + self.tx
+                    with T.If(c < chunks) if chunks % self.threads else contextlib.nullcontext():
+                        with T.Then() if chunks % self.threads else contextlib.nullcontext():
+                            with T.unroll(0, v) if v > 1 else contextlib.nullcontext(0) as lane:
+                                T.Bind(c * v + lane, var=loop.loop_var)
+                                at = it if chunks > self.threads else 0
+                                T.add_to_parent(self.own_elements(loop.body, at * v + lane if v > 1 else at,
+                                                                  [loop.loop_var]))
                 results = [T.alloc_buffer((1,), str(store.value.ty.dtype), scope="local") for store in stores]
                 with T.attr(loop.annotations[REDUCE], "reduce_scope",
                             tirx.reinterpret("handle", tirx.const(0, "uint64"))):
@@ -417,7 +550,9 @@ def _own_element_buffers(body: tirx.Stmt, threads: int, mirrorable=frozenset()) 
     out = {}
     for buf in shared:
         if buf not in bad:
-            rounds = -(-functools.reduce(operator.mul, [int(d) for d in buf.ty.shape], 1) // threads)
+            shape = [int(d) for d in buf.ty.shape]
+            v = width(shape, threads)   # each_element's chunks of v elements: whole chunks per thread
+            rounds = -(-functools.reduce(operator.mul, shape, 1) // (threads * v)) * v
             out[buf] = tirx.decl_buffer((rounds,), buf.ty.dtype, buf.name + "_own", scope="local")
     return out, elsewhere - bad
 
