@@ -3,17 +3,21 @@ sm_90 (mma.sync and ldmatrix for float16/bfloat16 dots, compiled by nvcc), the S
 rest, and, on a GPU, the results against torch at ragged sizes with masks."""
 from __future__ import annotations
 
+import pathlib
 import re
 import shutil
+import subprocess
+import tempfile
 
 import pytest
 import torch
 import tvm
+from hypothesis import given, settings, strategies as st
 
 import babytriton.triton as triton
 import babytriton.triton.language as tl
 from babytriton.triton import compiler
-from babytriton.triton.compiler import mma
+from babytriton.triton.compiler import gpu, mma
 from babytriton.triton.language import core
 
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
@@ -141,14 +145,66 @@ def test_a_large_tile_read_across_threads_builds():
     nvcc_compiles(source)
 
 
-def tutorial_matmul_source(bm, bn, bk, warps, advance=True) -> str:
+def tutorial_matmul_source(bm, bn, bk, warps, ones=()) -> str:
+    """The tutorial matmul's CUDA for sm_90; `ones`: the int parameters specialised as 1 (equal_to_1)."""
     import kernels
     ptr = core.pointer_type(core.float16)
     names = ["M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"]
     signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr, **{n: core.int32 for n in names}}
     k = compiler.compile(kernels.matmul_kernel.fn, signature, {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn,
-                         "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8, "ACTIVATION": ""}, {"target": SM90, "num_warps": warps})
+                         "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8, "ACTIVATION": ""},
+                         {"target": SM90, "num_warps": warps, "equal_to_1": tuple(ones)})
     return k.stages["source"]
+
+
+UNIT_STRIDES = ("stride_ak", "stride_bn", "stride_cn")   # what a launch on contiguous tensors specialises
+
+
+@pytest.mark.parametrize("extents, threads", [((128, 64), 256), ((64, 256), 128), ((16, 32), 64), ((32, 16), 256)])
+def test_operand_runs_cover_each_element_once_and_neighbours_are_adjacent(extents, threads):
+    runs = extents[0] * extents[1] // 8
+    seen = {}
+    for run in range(runs):
+        start = gpu.run_start(list(extents), 8, run)
+        for v in range(8):
+            seen[start[0], start[1] + v] = run
+        if run % (extents[1] // 8):   # a run after another in the same row starts where that one ends
+            assert start == [gpu.run_start(list(extents), 8, run - 1)[0], gpu.run_start(list(extents), 8, run - 1)[1] + 8]
+    assert set(seen) == {(r, c) for r in range(extents[0]) for c in range(extents[1])}
+
+
+@pytest.mark.parametrize("bm, bn, bk, warps", [(128, 256, 64, 8), (64, 256, 32, 4), (128, 128, 32, 4), (32, 64, 32, 2)])
+def test_tutorial_operands_are_copied_16_bytes_at_a_time(bm, bn, bk, warps):
+    """With unit inner strides each thread copies its runs of 8 halves of the A and B tiles with one
+    16-byte load each (element by element only at a ragged or misaligned run), all loaded before any
+    is stored to shared memory, 16 bytes a store; the pointer blocks, advanced by one step for all
+    their elements, are their expression plus one offset, not 64-bit registers per element (which
+    spilled: 255 registers and 1.4 KB of local memory at 128 x 256 x 64)."""
+    source = tutorial_matmul_source(bm, bn, bk, warps, UNIT_STRIDES)
+    loop = source[source.index("for (int k_iter"):source.index("ldmatrix")]
+    threads = warps * 32
+    assert loop.count("= *(uint4*)(a_ptr_ptr") == bm * bk // 8 // threads
+    assert loop.count("= *(uint4*)(b_ptr_ptr") == bk * bn // 8 // threads
+    stores = re.findall(r"\*\(uint4\*\)\((\(\(half\*\)buf_dyn_shmem_ptr\)|\w+) \+ [^;]*= \*\(uint4\*\)\(\w+_staged_ptr", loop)
+    assert len(stores) == (bm * bk + bk * bn) // 8 // threads and "staged" not in "".join(stores)   # to shared memory
+    assert "a_ptrs_1_own" not in source and "b_ptrs_2_own" not in source
+    if shutil.which("nvcc"):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp, "k.cu")
+            path.write_text(source)
+            out = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "--resource-usage", "-o", str(path.with_suffix(".cubin")),
+                                  str(path)], capture_output=True, text=True, check=True)
+            assert "0 bytes spill stores" in out.stdout + out.stderr
+
+
+def test_operand_copies_check_the_pointers_alignment_too():
+    """torch passes a view by its first element's address (no element offset), which may be off a
+    16-byte boundary (`a[:, 1:]` of float16): each run's 16-byte load then needs the tensor's pointer
+    aligned as well as the run's start, or the load faults (misaligned address)."""
+    source = tutorial_matmul_source(64, 128, 32, 4, UNIT_STRIDES)
+    checks = re.findall(r"bool whole\w* = (.*);", source)
+    assert checks and all(re.search(r"reinterpret_cast<uint64_t>\((a|b)_ptr_ptr\) & \(uint64_t\)15ULL", c) for c in checks)
+    assert {re.search(r"\((a|b)_ptr_ptr\)", c).group(1) for c in checks} == {"a", "b"}
 
 
 @triton.jit
@@ -269,6 +325,25 @@ def test_tutorial_matmul_on_gpu_with_tensor_core_configs():
                  c.stride(1), BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=8,
                  ACTIVATION="leaky_relu", num_warps=warps)
         torch.testing.assert_close(c, kernels.matmul_ref(a, b, "leaky_relu"), atol=5e-2, rtol=1e-2)
+
+
+@pytest.mark.gpu
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(1, 300), n=st.integers(1, 300), k=st.integers(1, 200), shift=st.integers(0, 9),
+       config=st.sampled_from([(128, 256, 64, 8), (64, 128, 32, 4), (32, 64, 32, 2)]))
+def test_tutorial_matmul_on_gpu_at_generated_sizes_and_offsets(m, n, k, shift, config):
+    """The 16-byte operand copies (on a unit stride) against torch where runs are whole, ragged (K,
+    N not multiples of 8, `% N` wrapping a run) and misaligned (views starting `shift` elements in)."""
+    import kernels
+    bm, bn, bk, warps = config
+    gen = torch.Generator().manual_seed(m * 7 + n * 5 + k * 3 + shift)
+    a = torch.randn(m, k + shift, generator=gen).half().cuda()[:, shift:]
+    b = torch.randn(k, n + shift, generator=gen).half().cuda()[:, shift:]
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    kernels.matmul_kernel.fn[(triton.cdiv(m, bm) * triton.cdiv(n, bn),)](
+        a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=8, ACTIVATION="", num_warps=warps)
+    torch.testing.assert_close(c, kernels.matmul_ref(a, b), atol=5e-2, rtol=1e-2)
 
 
 @pytest.mark.gpu

@@ -138,7 +138,7 @@ def compile(jit_fn, signature: dict, constants: dict, options: dict | None = Non
     stage = "schedule"
     try:
         with quiet_tvm():
-            func = func if gpu else cpu.with_ones(func, options.get("equal_to_1", ()))
+            func = cpu.with_ones(func, options.get("equal_to_1", ()))
             func = schedule.schedule(func, target, int(options.get("num_warps", 4)))
             stages["schedule"] = func.script()
             stage = "build"

@@ -26,7 +26,7 @@ def schedule(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """`func` with its programs in parallel and its block loops vectorised."""
     # atomics are plain updates on a CPU: the programs then run one after another
     kind = tirx.ForKind.SERIAL if func.attrs is not None and ATOMIC in func.attrs else tirx.ForKind.PARALLEL
-    body = tvm_ffi.structural_map(func.body, [(tirx.SeqStmt, _offsets)])
+    body = tvm_ffi.structural_map(func.body, [(tirx.SeqStmt, offsets)])
     body = tvm_ffi.structural_map(body, [(tirx.SeqStmt, _fuse)])
     body = tvm_ffi.structural_map(body, [(tirx.For, lambda loop: _cpu_loop(loop, kind))])
     return func.with_body(_on_stack(body))
@@ -70,21 +70,25 @@ def _on_stack(body: tirx.Stmt) -> tirx.Stmt:
     return tvm_ffi.structural_map(body, [(tirx.AllocBuffer, place)])
 
 
-def _offsets(seq: tirx.SeqStmt) -> tirx.Stmt:
+def offsets(seq: tirx.SeqStmt, recompute=frozenset(), only: bool = False) -> tirx.Stmt:
     """A block that a program fills once from values that never change and then only moves by a
     step the same for every element (a pointer block advanced in a loop: `a_ptrs += BLOCK_K *
     stride_ak`), as the fill's expression plus one scalar offset: each load then indexes memory by
     that expression, contiguous where it is linear with a unit stride (a vector load, not a gather
-    through a buffer of pointers)."""
+    through a buffer of pointers). `recompute`: buffers whose fills may recompute the expression at
+    every read even where it is not contiguous (a GPU's tensor-core operand tiles: a thread's registers
+    are too few to keep a block of 64-bit offsets, and their fill computes each run's start once);
+    `only`: no other block changed (on a GPU a recomputed expression read under a mask is recomputed in
+    every step of the loop, its divisions too)."""
     stmts = list(seq.seq)
     for alloc in [s for s in stmts if isinstance(s, tirx.AllocBuffer)]:
-        stmts = _as_offset(stmts, alloc) or stmts
+        stmts = _as_offset(stmts, alloc, recompute, only) or stmts
     unchanged = len(stmts) == len(seq.seq) and all(a.same_as(b) for a, b in zip(stmts, seq.seq))
     return seq if unchanged else nests.seq(stmts)
 
 
-def _as_offset(stmts: list, alloc: tirx.AllocBuffer):
-    """`stmts` with `alloc`'s block an expression plus an offset (_offsets), or None where it is not
+def _as_offset(stmts: list, alloc: tirx.AllocBuffer, recompute=frozenset(), only: bool = False):
+    """`stmts` with `alloc`'s block an expression plus an offset (offsets), or None where it is not
     one: another kind of store to it, a fill that reads memory or is not its first access."""
     buf = alloc.buffer
     touching = [i for i, s in enumerate(stmts) if not isinstance(s, tirx.AllocBuffer) and buf in _accesses(s)]
@@ -130,10 +134,25 @@ def _as_offset(stmts: list, alloc: tirx.AllocBuffer):
     rest = [tvm_ffi.structural_map(s, [(tirx.For, step)]) for s in stmts[touching[0] + 1:]]
     if any(w for s in rest for w, _ in _accesses(s).get(buf, [])):
         return None   # written otherwise
+    into = _read_only_into(rest, buf, recompute)
+    if only and not into:
+        return None
+    unit = unit or into
     rest = [tvm_ffi.structural_map(s, [(tvm.ir.TensorLoad, read)]) for s in rest]
     zero = tirx.BufferStore(offset, tirx.const(0, str(buf.ty.dtype)), [nests.int_imm(0)])
     head = [s for s in stmts[:touching[0]] if kept or not s.same_as(alloc)]
     return [tirx.AllocBuffer(offset)] + head + ([stmts[touching[0]]] if kept else []) + [zero] + rest
+
+
+def _read_only_into(stmts: list, buf, targets) -> bool:
+    """Whether every read of `buf` in `stmts` is in the value of a store to one of `targets`."""
+    reads, into = [], []
+    for stmt in stmts:
+        tvm_ffi.structural_walk(stmt, (tvm.ir.TensorLoad, lambda e: reads.append(e) if e.source.same_as(buf) else None))
+        for s in nests.walk(stmt):
+            if isinstance(s, tirx.BufferStore) and s.buffer in targets:
+                tvm_ffi.structural_walk(s.value, (tvm.ir.TensorLoad, lambda e: into.append(e) if e.source.same_as(buf) else None))
+    return bool(reads) and len(reads) == len(into)
 
 
 def _unit_stride(expr, var) -> bool:

@@ -8,7 +8,10 @@ memory (dynamic shared memory past 48 KB); a write to memory outside any nest (a
 made by thread 0 alone. A float16/bfloat16 dot runs on tensor cores (mma.py) where its tile allows:
 its accumulator's registers, and those of every nest that shares them, are then spread in the
 instruction's fragment layout instead of `it * threads + tx`, and copied to shared memory only before
-a nest that reads them across threads."""
+a nest that reads them across threads. The nests filling its operand tiles from memory copy runs of 16
+bytes a thread (one vector load and store where a run is unmasked, contiguous and aligned at run time),
+and a pointer block advanced by one step for all its elements is its expression plus one offset
+(cpu.offsets): 64-bit offsets per element in registers spilled the tutorial matmul's K loop."""
 from __future__ import annotations
 
 import contextlib
@@ -24,11 +27,12 @@ from tvm.script.ir_builder import tirx as T
 from tvm.sym.pattern import detect_linear_equation
 
 from . import loops as nests
-from . import mma
+from . import cpu, mma
 from .emit import BLOCK, PROGRAM, REDUCE
 from .masks import fresh_binds, masked_vector, uses
 
 MAX_UNROLL = 128            # a nest of at most this many rounds per thread is unrolled
+VECTOR_BYTES = 16           # the widest access a thread makes: ld.global.v4.b32
 VECTOR = 8                  # the most contiguous elements a thread takes of a nest: 16 bytes of float16
 STATIC_SHARED = 48 * 1024   # the most static shared memory a CUDA kernel may have
 
@@ -38,7 +42,10 @@ def schedule(func: tirx.PrimFunc, num_warps: int, tensor_cores: bool = True) -> 
     m16n8k16 (sm_80 on), for the dots emit.py marked."""
     params = [p for p in func.params if hasattr(p.ty, "storage_scope")]   # the tensors' buffers
     threads = num_warps * 32
-    body = func.body
+    # a pointer block advanced by one step for all its elements: its fill's expression plus one offset
+    operands = {b for d, _ in _tensor_core_dots(func.body, threads).values() for b in (d.a, d.b)} \
+        if tensor_cores else set()
+    body = tvm_ffi.structural_map(func.body, [(tirx.SeqStmt, lambda seq: cpu.offsets(seq, operands, only=True))])
     if tensor_cores:
         body = _padded_operands(body, threads)
     dots = _tensor_core_dots(body, threads) if tensor_cores else {}
@@ -88,6 +95,52 @@ def _mma_layouts(body: tirx.Stmt, local: dict, dots: dict) -> dict:
                 grown = True
     return {s: next(family[b] for b in bufs if b in family) for s, bufs in touched.items()
             if any(b in family for b in bufs)}, family
+
+
+def run_start(extents: list, width: int, run) -> list:
+    """The index of the first element of run `run` of a block of `extents` cut into runs of `width`
+    consecutive elements along its inner axis, runs numbered row-major (an int or a TIR expression)."""
+    shape = [*extents[:-1], extents[-1] // width]
+    index, stride = [], functools.reduce(operator.mul, shape, 1)
+    for extent in shape:
+        stride //= extent
+        index.append(mma._mod(mma._div(run, stride), extent))
+    return [*index[:-1], index[-1] * width]
+
+
+def _masked_load(value):
+    """(mask or None, the load, other) of an element of `tl.load` from a tensor, else None."""
+    if isinstance(value, tvm.ir.Call) and value.op.name == "prim.if_then_else":
+        mask, load, other = value.args
+    else:
+        mask, load, other = None, value, None
+    if isinstance(load, tvm.ir.TensorLoad) and len(load.indices) == 1 and load.source.ty.storage_scope == "global":
+        return mask, load, other
+    return None
+
+
+def _address(index, source):
+    """The element at `index` of tensor `source` counted from the start of its memory (the index plus
+    the tensor's element offset), in the index's type."""
+    offset = source.ty.elem_offset
+    return index + (tirx.Cast(str(index.ty.dtype), offset) if str(offset.ty.dtype) != str(index.ty.dtype) else offset)
+
+
+def _multiple(index, source, width: int):
+    """`index` into `source` spelled so that TVM's code generator sees that its address is a multiple
+    of `width` elements, which it needs to make one vector access (true where used: under `_aligned`)."""
+    return _address(index, source) // width * width - (_address(index, source) - index)
+
+
+def _aligned(index, source, width: int):
+    """Whether the address of `source`'s element `index` is a multiple of `width` elements (16 bytes):
+    the tensor's pointer and the index both, as torch passes a view by its first element's address
+    (a zero element offset), which may be anywhere, as may a row's start."""
+    dtype, size = str(index.ty.dtype), tvm.runtime.DataType(str(source.ty.dtype)).bits // 8
+    pointer = tirx.EQ(tirx.bitwise_and(tirx.reinterpret("uint64", source.data), tirx.const(width * size - 1, "uint64")),
+                      tirx.const(0, "uint64"))
+    return tirx.And(pointer, tirx.EQ(tirx.bitwise_and(_address(index, source), tirx.const(width - 1, dtype)),
+                                     tirx.const(0, dtype)))
 
 
 def width(extents: list, threads: int) -> int:
@@ -201,6 +254,9 @@ class _Gpu:
         nest = nests.nest(outer)
         if outer in self.dots:
             return self.tensor_core_dot(*self.dots[outer])
+        run = self.vector_width(nest)   # an operand tile's fill: runs of 16 bytes (vector_fill)
+        if run:
+            return self.vector_fill(nest, run)
         body = nest[-1].body
         total = functools.reduce(operator.mul, [loop.extent.value for loop in nest], 1)
         if total == 1 and nests.reduction_loop(body) is not None:
@@ -249,13 +305,83 @@ class _Gpu:
             body = tirx.For(it, nests.int_imm(0), nests.int_imm(rounds), kind, body)
         return body
 
+    def vector_width(self, nest: list) -> int | None:
+        """The elements of 16 bytes, when the nest copies a tensor into a tensor-core operand's tile (a
+        masked load at its own element; rows of a multiple of 16 bytes, mma.PAD) and touches no registers
+        laid out per thread, so that its elements may go to any thread: a thread can then copy runs of
+        them along the inner axis, a vector access each. Else None."""
+        store, own = nest[-1].body, [loop.loop_var for loop in nest]
+        operands = {b for d, _ in self.dots.values() for b in (d.a, d.b)}
+        if not isinstance(store, tirx.BufferStore) or store.buffer not in operands or \
+                store.buffer in self.local or nest[0] in self.layouts or not _same(store.indices, own):
+            return None
+        parts = _masked_load(store.value)
+        if parts is None or str(parts[1].ty.dtype) != str(store.buffer.ty.dtype) or \
+                any(b in self.local for b, _ in _all_accesses(nest[0])):
+            return None
+        run = VECTOR_BYTES * 8 // tvm.runtime.DataType(str(store.buffer.ty.dtype)).bits
+        inner = int(nest[-1].extent)
+        return run if run > 1 and inner % run == 0 and int(store.buffer.ty.shape[-1]) % run == 0 else None
+
+    def vector_fill(self, nest: list, width: int) -> tirx.Stmt:
+        """A shared buffer's fill from a tensor in runs of `width` consecutive elements along the inner
+        axis, run `it * threads + tx` a thread's: one 16-byte load where, at run time, the run's
+        elements are unmasked and consecutive in memory from a 16-byte boundary, else element by
+        element (a ragged edge, a view's strides, a misaligned start). Every run is loaded into
+        registers before any is stored, so that the loads are in flight together; then each run is
+        one 16-byte store to shared memory."""
+        extents = [int(loop.extent) for loop in nest]
+        shape = [*extents[:-1], extents[-1] // width]           # the grid of runs
+        total = functools.reduce(operator.mul, shape, 1)
+        rounds = -(-total // self.threads)
+        dtype = str(nest[-1].body.buffer.ty.dtype)
+        staged = tirx.decl_buffer((rounds * width,), dtype, nest[-1].body.buffer.name + "_staged", scope="local")
+        it = tirx.Var("it", "int32")
+        run = it * self.threads + self.tx
+        index = run_start(extents, width, run)
+        stores = []
+        for v in range(width):
+            store = nest[-1].body
+            for loop, i in zip(nest, [*index[:-1], index[-1] + v]):
+                store = nests.substitute(store, loop.loop_var, i)
+            stores.append(store)
+        parts = [_masked_load(s.value) for s in stores]
+        source, first = parts[0][1].source, parts[0][1].indices[0]
+        analyzer = tvm.sym.Analyzer()
+        # computed outside any branch (bound first), so that nvcc moves what of it does not change
+        # with the loop around the fill (a row's `% M`, the program's ids) out of that loop
+        # (each element's distance from the run's start, which the loop's offset cancels from, checked by
+        # bit operations: nvcc evaluates a chain of && lazily, computing its modulos again every step)
+        dtype = str(first.ty.dtype)
+        start = tirx.Var("start", dtype)
+        steps = [analyzer.simplify(load.indices[0] - first) for _, load, _ in parts]
+        off = [tirx.bitwise_xor(step, tirx.const(v, dtype)) for v, step in enumerate(steps)
+               if v and not analyzer.can_prove_equal(step, v)]
+        ok = ([tirx.EQ(functools.reduce(tirx.bitwise_or, off), tirx.const(0, dtype))] if off else []) + \
+            [_aligned(start, source, width)]
+        whole = tirx.Var("whole", "bool")
+        masks = [mask for mask, _, _ in parts if mask is not None]
+        ramp = tirx.Ramp(_multiple(start, source, width), tirx.const(1, str(first.ty.dtype)), width)
+        mine = tirx.Ramp(it * width, 1, width)
+        load = nests.seq([tirx.Bind(start, first), tirx.Bind(whole, functools.reduce(tirx.And, ok)), tirx.IfThenElse(
+            functools.reduce(tirx.And, [*masks, whole]), tirx.BufferStore(staged, source[ramp], [mine]),
+            nests.seq([tirx.BufferStore(staged, s.value, [it * width + v]) for v, s in enumerate(stores)]))])
+        store = tirx.BufferStore(stores[0].buffer, staged[mine],
+                                 [*stores[0].indices[:-1], tirx.Ramp(stores[0].indices[-1], 1, width)])
+        steps = []
+        for body in (load, store):
+            if total % self.threads:
+                body = tirx.IfThenElse(run < total, body, None)
+            steps.append(tirx.For(it, nests.int_imm(0), nests.int_imm(rounds), tirx.ForKind.UNROLLED, body))
+        return nests.seq([tirx.AllocBuffer(staged), *steps])
+
     def vector(self, lane, v: int, body: tirx.Stmt) -> tirx.Stmt:
         """`body` for lane in range(v) as vectors of up to 16 bytes (CUDA's widest; masks.masked_vector:
         whole vectors away from a block's ragged edge) where every access moving with the lane is
         contiguous and, at run time, starts aligned for its vector (a tensor's pointer and row stride are
         known only then); lane by lane elsewhere."""
         lane_by_lane = tirx.For(lane, nests.int_imm(0), nests.int_imm(v), tirx.ForKind.UNROLLED, fresh_binds(body))
-        w = min(v, 16 // _widest(body))
+        w = min(v, VECTOR_BYTES // _widest(body))
         # shared memory stays lane by lane: the vectors' run-time branches would put the thread
         # barriers its reads need (TVM's sync planner) under a condition
         shared = any(str(buf.ty.storage_scope).startswith("shared") for buf, _ in _all_accesses(body))
