@@ -24,7 +24,7 @@ def smoothed(logits, target):
 
 def positions(x, slopes):
     t = x.shape[-1]
-    pos = torch.arange(t)
+    pos = torch.arange(t, device=x.device)
     return x + slopes[:, None, None] * (pos[None, :] - pos[:, None])
 
 
@@ -69,3 +69,14 @@ def test_label_smoothing_reads_no_index_constant_on_the_gpu():
         import tvm
         with tvm.target.Target(SM90):
             assert b".entry" in nvcc.compile_cuda(k.source, target_format="ptx", compiler="nvcc")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows, classes", [(2048, 32000), (64, 1000)])
+def test_gpu_label_smoothing_matches_torch(rows, classes):
+    logits = torch.randn(rows, classes, device="cuda")
+    target = torch.randint(0, classes, (rows,), device="cuda")
+    torch.testing.assert_close(bt.jit(smoothed, target="gpu")(logits, target), smoothed(logits, target),
+                               rtol=1e-4, atol=1e-4)
+    x, slopes = torch.randn(16, 1024, 1024, device="cuda"), torch.rand(16, device="cuda")
+    torch.testing.assert_close(bt.jit(positions, target="gpu")(x, slopes), positions(x, slopes))
