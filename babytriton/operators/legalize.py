@@ -683,6 +683,16 @@ def _full(bb, call):
     return bb.call_te(topi.full, shape.values, str(call.ty.dtype), value, primfunc_name_hint="full")
 
 
+def _arange(bb, call):
+    """arange as a kernel of its index (`start + i * step`), also where its bounds are constants: TVM
+    folds those into a constant tensor, which a consumer then reads from memory (label smoothing's
+    one-hot compare read 8 bytes of int64 a logit, and its width set the row kernel's vectors)."""
+    start, end, step = call.args
+    if not isinstance(call.ty, relax.TensorType) or call.ty.shape is None:
+        return None
+    return bb.call_te(topi.arange, start, end, step, str(call.attrs.dtype), primfunc_name_hint="arange")
+
+
 def _bucketize(bb, call):
     """bucketize with torch's NaN rule: a NaN goes past every boundary (index len(boundaries)), where
     TVM's binary search, whose ordered compares are false for NaN, puts it at 0."""
@@ -783,6 +793,7 @@ _RULES = {
     "relax.full": _full,
     "relax.full_like": _full,
     "relax.bucketize": _bucketize,
+    "relax.arange": _arange,
     "relax.multiply": _first(_with_zero(times_zero, times_zero, "multiply"), _wrapping_int(operator.mul, "multiply")),
     "relax.divide": _first(_with_zero(zero_over, None, "divide"), _binary(divide, "divide")),
     "relax.add": _first(_with_zero(plus_zero, plus_zero, "add"), _wrapping_int(operator.add, "add")),

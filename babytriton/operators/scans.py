@@ -4,9 +4,12 @@ A scan of axis `a` of a tensor is (outer, n, inner): `outer` the product of the 
 `n` its size, `inner` the product of those after it. Two templates cover every such space:
 
 - rows (inner == 1, the scanned axis contiguous): a warp, or a block of warps, per row. Each thread
-  loads a few contiguous elements (vector loads), scans them in registers; the warp scans its threads'
-  totals with shuffles, a block its warps' totals through shared memory; a running total carries
-  the row's sum across tiles of a long row, and each thread writes its elements back (coalesced).
+  loads a few vectors (16 bytes each), scans them in registers; the warp scans its threads' totals
+  with shuffles, a block its warps' totals through shared memory; a running total carries the row's
+  sum across tiles of a long row, and each thread writes its elements back. Where a warp (or a part
+  of one) holds a row, a thread's u-th vector is the u-th of the row's threads' consecutive vectors
+  (one 512-byte span a warp a load, as an element-wise kernel reads), each such chunk scanned across
+  the threads in turn; a block of warps a row keeps each thread's vectors contiguous.
 - columns (inner > 1): a thread per (outer, inner) column (a few adjacent columns with vector loads),
   each running down its column sequentially: adjacent threads read adjacent addresses. Where the
   columns are too few to fill the GPU, the scanned axis is split into chunks: a first kernel sums each
@@ -158,6 +161,11 @@ class _RowTemplate:
         self.exclusive = scan.exclusive
         self.aligned = self.lanes > 1
         self.width = min(threads, WARP)   # the shuffles' segment
+        # a thread's vectors contiguous, the warp's u-th loads then 64 bytes apart, half a sector each
+        # (H200: rows of 4096 float32 at 2.2 TB/s, float16 with 32 bytes a thread at 2.8): instead the
+        # row's threads' u-th vectors side by side, a chunk scanned across them at a time (a shuffle scan
+        # a vector); not for a block of warps a row (a barrier a chunk) nor single elements (one a lane)
+        self.coalesced = self.warps == 1 and self.lanes > 1
         self.blocks = _ceildiv(self.rows, self.per_block * (WARP // self.width)) if self.warps == 1 else self.rows
 
     def row(self, bx, ty, tx):
@@ -168,18 +176,21 @@ class _RowTemplate:
     def lane(self, tx):
         return tx % self.width   # within the row's segment or warp
 
-    def start(self, t, tx):
-        return t * self.tile + (tx % self.threads) * self.per_thread
+    def start(self, t, tx, u):
+        """The row position of the thread's u-th vector in tile t (see `coalesced`)."""
+        if self.coalesced:
+            return t * self.tile + u * (self.threads * self.lanes) + (tx % self.threads) * self.lanes
+        return t * self.tile + (tx % self.threads) * self.per_thread + u * self.lanes
 
-    def base(self, bx, ty, t, tx):
-        return self.row(bx, ty, tx) * self.n + self.start(t, tx)
+    def base(self, bx, ty, t, tx, u):
+        return self.row(bx, ty, tx) * self.n + self.start(t, tx, u)
 
-    def full(self, bx, ty, t, tx):
-        """Whether the thread's elements all lie in the row: it loads and stores vectors, whatever the others do."""
-        return T.And(self.row(bx, ty, tx) < self.rows, self.start(t, tx) + self.per_thread <= self.n)
+    def full(self, bx, ty, t, tx, u):
+        """Whether the thread's u-th vector lies in the row: it loads and stores it whole, whatever the others do."""
+        return T.And(self.row(bx, ty, tx) < self.rows, self.start(t, tx, u) + self.lanes <= self.n)
 
-    def inside(self, bx, ty, t, tx, e):
-        return T.And(self.row(bx, ty, tx) < self.rows, self.start(t, tx) + e < self.n)
+    def inside(self, bx, ty, t, tx, u, v):
+        return T.And(self.row(bx, ty, tx) < self.rows, self.start(t, tx, u) + v < self.n)
 
 
 def row_kernel(scan: Scan) -> tirx.PrimFunc:
@@ -213,27 +224,52 @@ def row_kernel(scan: Scan) -> tirx.PrimFunc:
 @T.macro
 def _load_row_tile(p, Xf, vals, bx, ty, t, tx):
     """The thread's elements of tile t, in the accumulator's dtype (the identity past the row's end)."""
-    if p.aligned and p.full(bx, ty, t, tx):
-        for u in T.serial(p.vectors):
+    for u in T.serial(p.vectors):
+        if p.aligned and p.full(bx, ty, t, tx, u):
             for v in T.vectorized(p.lanes):
-                vals[u * p.lanes + v] = p.cast(Xf[p.base(bx, ty, t, tx) + u * p.lanes + v])
-    else:
-        for e in T.serial(p.per_thread):
-            vals[e] = T.if_then_else(p.inside(bx, ty, t, tx, e), p.cast(Xf[p.base(bx, ty, t, tx) + e]), p.ident)
+                vals[u * p.lanes + v] = p.cast(Xf[p.base(bx, ty, t, tx, u) + v])
+        else:
+            for v in T.serial(p.lanes):
+                vals[u * p.lanes + v] = T.if_then_else(p.inside(bx, ty, t, tx, u, v),
+                                                       p.cast(Xf[p.base(bx, ty, t, tx, u) + v]), p.ident)
 
 
 @T.macro
-def _scan_row_tile(p, vals, state, totals, t, tx):
-    """Tile t scanned in registers, then across the row's threads; the carry grows by the tile's total."""
-    for e in T.serial(p.per_thread - 1):
-        vals[e + 1] = p.combine(vals[e], vals[e + 1])
-    state[1] = vals[p.per_thread - 1]
+def _warp_prefix(p, state, tx, total):
+    """state[1]: the inclusive scan of `total` over the segment's lanes; state[2]: the carry and the
+    lanes before this one (every lane runs every shuffle)."""
+    state[1] = total
     for k in T.unroll(p.steps):
         up = T.tvm_warp_shuffle_up(FULL_MASK, state[1], T.shift_left(1, k), p.width, WARP)
         if p.lane(tx) >= T.shift_left(1, k):
             state[1] = p.combine(up, state[1])
     before = T.tvm_warp_shuffle_up(FULL_MASK, state[1], 1, p.width, WARP)
     state[2] = p.combine(state[0], T.if_then_else(p.lane(tx) == 0, p.ident, before))
+
+
+@T.macro
+def _scan_row_chunk(p, vals, state, tx, u):
+    """Chunk u (the row's threads' u-th vectors): the thread's vector scanned in registers, the vectors'
+    totals across the threads (shuffles), each element given its prefix; the carry grows by the chunk."""
+    for v in T.serial(p.lanes - 1):
+        vals[u * p.lanes + v + 1] = p.combine(vals[u * p.lanes + v], vals[u * p.lanes + v + 1])
+    _warp_prefix(p, state, tx, vals[u * p.lanes + p.lanes - 1])
+    state[0] = p.combine(state[0], T.tvm_warp_shuffle(FULL_MASK, state[1], p.width - 1, p.width, WARP))
+    if p.exclusive:
+        for v in T.serial(p.lanes - 1):
+            vals[u * p.lanes + p.lanes - 1 - v] = p.combine(state[2], vals[u * p.lanes + p.lanes - 2 - v])
+        vals[u * p.lanes] = state[2]
+    else:
+        for v in T.serial(p.lanes):
+            vals[u * p.lanes + v] = p.combine(state[2], vals[u * p.lanes + v])
+
+
+@T.macro
+def _scan_row_thread_tile(p, vals, state, totals, t, tx):
+    """Tile t of contiguous elements a thread: scanned in registers, then the threads' totals across the row."""
+    for e in T.serial(p.per_thread - 1):
+        vals[e + 1] = p.combine(vals[e], vals[e + 1])
+    _warp_prefix(p, state, tx, vals[p.per_thread - 1])
     if p.warps == 1:
         state[0] = p.combine(state[0], T.tvm_warp_shuffle(FULL_MASK, state[1], p.width - 1, p.width, WARP))
     else:
@@ -248,23 +284,36 @@ def _scan_row_tile(p, vals, state, totals, t, tx):
 
 
 @T.macro
+def _scan_row_tile(p, vals, state, totals, t, tx):
+    """Tile t scanned in registers, then across the row's threads; the carry grows by the tile's total
+    (by each chunk's in turn where `coalesced`, the elements then already given their prefixes)."""
+    if p.coalesced:
+        for u in T.unroll(p.vectors):
+            _scan_row_chunk(p, vals, state, tx, u)
+    else:
+        _scan_row_thread_tile(p, vals, state, totals, t, tx)
+
+
+@T.macro
 def _store_row_tile(p, Yf, vals, state, bx, ty, t, tx):
-    """Tile t's elements from the thread's prefix (shifted by one for an exclusive scan), stored."""
-    if p.exclusive:
-        for e in T.serial(p.per_thread - 1):
-            vals[p.per_thread - 1 - e] = p.combine(state[2], vals[p.per_thread - 2 - e])
-        vals[0] = state[2]
-    else:
-        for e in T.serial(p.per_thread):
-            vals[e] = p.combine(state[2], vals[e])
-    if p.aligned and p.full(bx, ty, t, tx):
-        for u in T.serial(p.vectors):
+    """Tile t's elements from the thread's prefix (shifted by one for an exclusive scan; `coalesced`
+    chunks have theirs already), stored."""
+    if not p.coalesced:
+        if p.exclusive:
+            for e in T.serial(p.per_thread - 1):
+                vals[p.per_thread - 1 - e] = p.combine(state[2], vals[p.per_thread - 2 - e])
+            vals[0] = state[2]
+        else:
+            for e in T.serial(p.per_thread):
+                vals[e] = p.combine(state[2], vals[e])
+    for u in T.serial(p.vectors):
+        if p.aligned and p.full(bx, ty, t, tx, u):
             for v in T.vectorized(p.lanes):
-                Yf[p.base(bx, ty, t, tx) + u * p.lanes + v] = p.rounded(vals[u * p.lanes + v])
-    else:
-        for e in T.serial(p.per_thread):
-            if p.inside(bx, ty, t, tx, e):
-                Yf[p.base(bx, ty, t, tx) + e] = p.rounded(vals[e])
+                Yf[p.base(bx, ty, t, tx, u) + v] = p.rounded(vals[u * p.lanes + v])
+        else:
+            for v in T.serial(p.lanes):
+                if p.inside(bx, ty, t, tx, u, v):
+                    Yf[p.base(bx, ty, t, tx, u) + v] = p.rounded(vals[u * p.lanes + v])
 
 
 # --------------------------------------------------------------------------------------------------

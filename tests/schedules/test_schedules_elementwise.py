@@ -638,3 +638,44 @@ def test_float16_round_is_torchs_to_the_bit():
 
 def half_round(x):
     return torch.round(x)
+
+
+def clamped_cubic(x, y):
+    t = torch.clamp(x, -2.0, 2.0)
+    return 0.5 * t * t * t - 1.5 * t + y
+
+
+def counted_above(x, y):
+    return (x > y).to(x.dtype) * 3 + x
+
+
+@pytest.mark.parametrize("fn", [clamped_cubic, counted_above])
+@pytest.mark.parametrize("dtype, vector", [(torch.float16, "uint4"), (torch.bfloat16, "uint4"),
+                                           (torch.int8, "int4"), (torch.float32, "float4")])
+def test_compares_of_narrow_dtypes_move_16_bytes_on_sm90(fn, dtype, vector):
+    """A NaN-aware clamp or a compare over halves (8 a vector) or int8 (16): CUDA has no bool vector
+    wider than 4, and the kernel moved 8 bytes of halves a thread (clamp_polynomial_fp16: 0.76x
+    torch.compile on an H200); now x and y are loaded and the result stored as 16-byte vectors, the
+    compares lane by lane in registers."""
+    if dtype == torch.int8 and fn is clamped_cubic:
+        pytest.skip("torch.clamp of int8 by float bounds: float results")
+    meta = torch.empty(4096, 1024, dtype=dtype, device="meta")
+    k = bt.jit(target=SM90)(fn).compile(meta, meta)
+    (kernel,) = k.fusion
+    lanes = 16 // dtype.itemsize
+    assert kernel.rule == "Elementwise" and kernel.launch == f"grid {4096 * 1024 // lanes // 256} x block 256", \
+        str(k.fusion)
+    for name in ("x_ptr", "y_ptr"):
+        assert re.search(rf"= \*\({vector}\*\)\({name} \+", k.source), k.source
+    assert re.search(rf"\*\({vector}\*\)\(T_\w+_ptr \+ [^;]*= ", k.source), k.source
+    assert_builds_with_nvcc(k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fn", [clamped_cubic, counted_above])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_compares_of_halves_match_torch(fn, dtype):
+    x, y = torch.randn(2, 4096, 1024, device="cuda").to(dtype)
+    x[0, :7] = float("nan")
+    x[1, :3] = float("inf")
+    torch.testing.assert_close(bt.jit(target="gpu")(fn)(x, y), fn(x, y), rtol=1e-2, atol=1e-2, equal_nan=True)
