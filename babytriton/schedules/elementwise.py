@@ -81,7 +81,7 @@ class Elementwise(GPUScheduleRule):
         loops = sch.get_loops(info.block_rv)
         if not loops:  # a 0-d kernel (loop counters, scalar math): Fallback gives it one thread
             return decline("a 0-d result: one thread")
-        vector, var, bools = self._lanes(sch, info.block_rv, loops, widest)
+        vector, var = self._lanes(sch, info.block_rv, loops, widest)
         total = _total(loops, sch)
         if vector == 1 or not _whole_vectors(total, vector):
             # an odd row, a transpose, slice or gather, a ragged or symbolic size: vectors of the
@@ -95,10 +95,8 @@ class Elementwise(GPUScheduleRule):
         # buffer can't be a vector in memory (CUDA moves 4 bools as a ushort4: 8 misaligned bytes)
         # and CUDA has no vector of more than 16 bytes: eight halves computed in float32 (gelu, sigmoid
         # in float32) would be a `make_ulonglong4` of eight floats, which NVRTC refuses
-        # and a compare or NaN test over more than 4 lanes has no CUDA bool vector type: 16 bytes of
-        # halves still move as one vector each way, the math lane by lane in registers
         staged = _scalar_calls(sch.get(info.block_rv)) or _has_bool_buffers(func) or _too_wide(
-            sch.get(info.block_rv), vector) or _narrow_int_math(sch.get(info.block_rv)) or bools
+            sch.get(info.block_rv), vector) or _narrow_int_math(sch.get(info.block_rv))
         # the lanes split off the row first, so their index has no div/mod: each thread's registers
         # then hold exactly its vector of every buffer, and a buffer broadcast along the row is one
         # scalar per vector (split off the fused loop, eight halves of a per-channel scale were an
@@ -154,22 +152,19 @@ class Elementwise(GPUScheduleRule):
 
     def _lanes(self, sch, block_rv, loops, widest: int) -> tuple:
         """The lanes of each thread's vector in a one-block kernel (16 bytes of its widest buffer where
-        the innermost axis is contiguous, 4 where CUDA has no wider type for its math), the block's
-        variable along its innermost loop, and whether its lanes compute bools (then through registers)."""
+        the innermost axis is contiguous, 4 where CUDA has no wider type for its math), and the
+        block's variable along its innermost loop."""
         # a transpose, slice or gather gets 1: Fallback's scalar loads are what it can do
         vector = contiguous_lanes(sch, loops[-1], max(self.vector_bytes // widest, 1))
         var, block = innermost_var(sch, loops[-1]), sch.get(block_rv)
-        bools = vector > 4 and _computes_bools(uniform_branches(block, var, vector, probe=True))
-        if bools and (_scalar_calls(block) or branched_buffers(block)):
-            # CUDA has no 8-lane bool type (a float16 compare or NaN test); through registers (`_apply`)
-            # but where a branch or call would read in place there
-            vector, bools = 4, False
+        if vector > 4 and _computes_bools(uniform_branches(block, var, vector, probe=True)):
+            vector = 4  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
         if vector > 4 and _too_wide(block, vector) and branched_buffers(block) and not _scalar_calls(block):
             # half math in float32 (`concat(..) * 2.0` of halves) over a concat's pieces: staging
             # through registers would read the pieces an element at a time; 4 lanes load them as
             # vectors and compute in CUDA's widest float vector
             vector = 4
-        return vector, var, bools
+        return vector, var
 
     def _flat(self, sch, block, func, total, widest):
         """The kernel's loops as one flat loop over the output, `vector` lanes per thread: each buffer
