@@ -378,7 +378,8 @@ def _results_read_in_registers(sch, infos, threads) -> None:
         for index in reversed(range(len(sch.get(block).writes))):
             buffer = sch.get(block).writes[index].source
             readers = [b for b in blocks if any(r.source.same_as(buffer) for r in sch.get(b).reads)]
-            if readers and any(buffer.same_as(p) for p in params):
+            # (not a bool: CUDA has no vector of 8 bools to store it from; it is read back in place)
+            if readers and any(buffer.same_as(p) for p in params) and str(buffer.dtype) != "bool":
                 cache = sch.cache_write(block, index, "local", consumer_blocks=readers)
                 sch.reverse_compute_at(cache, threads)
                 _vectorize_under(sch, cache, threads)

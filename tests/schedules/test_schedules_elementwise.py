@@ -638,3 +638,21 @@ def test_float16_round_is_torchs_to_the_bit():
 
 def half_round(x):
     return torch.round(x)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_a_bool_result_another_block_reads_is_stored_in_place_on_sm90(dtype):
+    """A NaN test that is both a result and read by the `where` after it (topk's NaN handling of a
+    computed float16): its register copy was stored as an 8-lane bool vector, which CUDA has no type
+    for ("Cannot convert type T.boolx8"); a bool result is now read back from memory in place."""
+    def f(x: bt.Tensor((8, 1000), dtype)):
+        y = x * 2.0 + 1.0
+        m = torch.isnan(y)
+        return torch.where(m, float("inf"), y), m
+    k = bt.jit(f, cache=False, target=SM90).compile()
+    assert [kernel.rule for kernel in k.fusion] == ["Elementwise"], str(k.fusion)
+    assert_builds_with_nvcc(k)
+    x = values((8, 1000), dtype, 0)
+    x[0, :7] = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1.0, float("nan")])
+    for got, expected in zip(bt.jit(cache=False)(f)(x), f(x)):
+        torch.testing.assert_close(got, expected, equal_nan=True)
