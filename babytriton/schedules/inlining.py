@@ -48,17 +48,23 @@ GPU_CALL_DEPTH = None
 MAX_TREE_SIZE = 4000  # nodes of one inlined expression, counted as a tree (as the simplifier walks it)
 
 
+def _children(expr) -> list:
+    """The operands of an expression node: its fields, a call's arguments, a load's indices."""
+    children = [getattr(expr, f) for f in _FIELDS if isinstance(getattr(expr, f, None), tvm.ir.expr.Expr)]
+    if isinstance(expr, tvm.ir.expr.Call):
+        children += list(expr.args)
+    if isinstance(expr, tvm.ir.expr.TensorLoad):
+        children += list(expr.indices)
+    return children
+
+
 def _tree_size(expr, memo: dict, leaf=None) -> int:
     """Nodes of `expr` counted as a tree (a shared subexpression once per use), in time linear in
     the DAG; with `leaf` (a node type, or a test of a node), only the nodes that are of it."""
     key = expr.__hash__()
     if key in memo:
         return memo[key][1]
-    children = [getattr(expr, f) for f in _FIELDS if isinstance(getattr(expr, f, None), tvm.ir.expr.Expr)]
-    if isinstance(expr, tvm.ir.expr.Call):
-        children += list(expr.args)
-    if isinstance(expr, tvm.ir.expr.TensorLoad):
-        children += list(expr.indices)
+    children = _children(expr)
     own = 1 if leaf is None or (isinstance(expr, leaf) if isinstance(leaf, type) else leaf(expr)) else 0
     total = own + sum(_tree_size(c, memo, leaf) for c in children)
     memo[key] = (expr, total)  # the expression kept alive: its hash (an address) stays its own
@@ -78,12 +84,9 @@ def _select_depth(expr, memo: dict) -> int:
     key = expr.__hash__()
     if key in memo:
         return memo[key][1]
-    children = [getattr(expr, f) for f in _FIELDS if isinstance(getattr(expr, f, None), tvm.ir.expr.Expr)]
-    branch = isinstance(expr, tvm.tirx.Select)
-    if isinstance(expr, tvm.ir.expr.Call):
-        children += list(expr.args)
-        branch = isinstance(expr.op, tvm.ir.Op) and expr.op.name.endswith("if_then_else")
-    depth = int(branch) + max((_select_depth(c, memo) for c in children), default=0)
+    branch = isinstance(expr, tvm.tirx.Select) or isinstance(expr, tvm.ir.expr.Call) and isinstance(
+        expr.op, tvm.ir.Op) and expr.op.name.endswith("if_then_else")
+    depth = int(branch) + max((_select_depth(c, memo) for c in _children(expr)), default=0)
     memo[key] = (expr, depth)
     return depth
 
