@@ -139,11 +139,16 @@ def _aligned(index, source, width: int):
     """Whether the address of `source`'s element `index` is a multiple of `width` elements (16 bytes):
     the tensor's pointer and the index both, as torch passes a view by its first element's address
     (a zero element offset), which may be anywhere, as may a row's start."""
-    dtype, size = str(index.ty.dtype), tvm.runtime.DataType(str(source.ty.dtype)).bits // 8
-    pointer = tirx.EQ(tirx.bitwise_and(tirx.reinterpret("uint64", source.data), tirx.const(width * size - 1, "uint64")),
-                      tirx.const(0, "uint64"))
-    return tirx.And(pointer, tirx.EQ(tirx.bitwise_and(_address(index, source), tirx.const(width - 1, dtype)),
-                                     tirx.const(0, dtype)))
+    dtype = str(index.ty.dtype)
+    start = tirx.EQ(tirx.bitwise_and(_address(index, source), tirx.const(width - 1, dtype)), tirx.const(0, dtype))
+    return tirx.And(_pointer_aligned(source, width), start)
+
+
+def _pointer_aligned(source, width: int):
+    """Whether tensor `source`'s memory starts at a multiple of `width` of its elements (bytes), at run
+    time: torch passes a view by its first element's address."""
+    return tirx.EQ(tirx.bitwise_and(tirx.reinterpret("uint64", source.data),
+                                    tirx.const(width * _bytes(source.ty.dtype) - 1, "uint64")), tirx.const(0, "uint64"))
 
 
 def width(extents: list, threads: int, most: int = VECTOR) -> int:
@@ -412,7 +417,7 @@ class _Gpu:
         def index(buf, indices):
             if not any(uses(i, lane) for i in indices):
                 return indices
-            last, size = indices[-1], _bytes(buf.ty.dtype)
+            last = indices[-1]
             stripped = tvm_ffi.structural_map(last, [(tirx.Cast, lambda c: c.value if "int" in str(c.ty.dtype)
                                                       and "int" in str(c.value.ty.dtype) else c)])
             linear = detect_linear_equation(stripped, [lane])
@@ -423,8 +428,7 @@ class _Gpu:
             start = nests.substitute(last, lane, nests.int_imm(0, str(lane.ty.dtype)))
             checks.append(tirx.EQ(tirx.floormod(start, w), tirx.const(0, str(start.ty.dtype))))
             if any(buf.same_as(p) for p in self.params):   # and the tensor's memory itself
-                checks.append(tirx.EQ(tirx.floormod(tirx.reinterpret("uint64", buf.data), tirx.const(w * size, "uint64")),
-                                      tirx.const(0, "uint64")))
+                checks.append(_pointer_aligned(buf, w))
             return [*indices[:-1], tirx.floordiv(start, w) * w + tirx.Cast(str(start.ty.dtype), lane)]
 
         def load(e):
