@@ -384,11 +384,17 @@ def _rows_last(sch, block, n_rows):
     elementwise = not reduce_count(sch, block)
 
     def layout(*axes):  # (the buffer's own extents: a bijection whatever its axes are)
-        row = axes[0]
-        for axis, extent in zip(axes[1:n_rows], shape[1:n_rows]):
-            row = row * extent + axis
+        row = _row_of(axes, shape, n_rows)
         return [*axes[n_rows:], row] if elementwise else [row, *axes[n_rows:]]
     sch.transform_layout(block, ("write", 0), tirx.IndexMap.from_func(layout, ndim=len(shape)))
+
+
+def _row_of(axes, extents, n_rows):
+    """The row number of the leading `n_rows` of `axes` (of those `extents`), row-major."""
+    row = axes[0]
+    for axis, extent in zip(axes[1:n_rows], extents[1:n_rows]):
+        row = row * extent + axis
+    return row
 
 
 def _flatten_rows(sch, block, n_rows):
@@ -397,10 +403,7 @@ def _flatten_rows(sch, block, n_rows):
     extents = [iv.dom.extent for iv in iters[:n_rows]]
 
     def fused(*axes):
-        row = axes[0]
-        for axis, extent in zip(axes[1:n_rows], extents[1:]):
-            row = row * extent + axis
-        return [row, *axes[n_rows:]]
+        return [_row_of(axes, extents, n_rows), *axes[n_rows:]]
     sch.transform_block_layout(block, tirx.IndexMap.from_func(fused, ndim=len(iters)))
 
 
