@@ -248,6 +248,19 @@ def _warp_prefix(p, state, tx, total):
 
 
 @T.macro
+def _given_prefix(p, vals, state, first, count):
+    """vals[first:first + count], scanned in registers, each combined with the thread's prefix
+    state[2] (shifted by one element for an exclusive scan)."""
+    if p.exclusive:
+        for v in T.serial(count - 1):
+            vals[first + count - 1 - v] = p.combine(state[2], vals[first + count - 2 - v])
+        vals[first] = state[2]
+    else:
+        for v in T.serial(count):
+            vals[first + v] = p.combine(state[2], vals[first + v])
+
+
+@T.macro
 def _scan_row_chunk(p, vals, state, tx, u):
     """Chunk u (the row's threads' u-th vectors): the thread's vector scanned in registers, the vectors'
     totals across the threads (shuffles), each element given its prefix; the carry grows by the chunk."""
@@ -255,13 +268,7 @@ def _scan_row_chunk(p, vals, state, tx, u):
         vals[u * p.lanes + v + 1] = p.combine(vals[u * p.lanes + v], vals[u * p.lanes + v + 1])
     _warp_prefix(p, state, tx, vals[u * p.lanes + p.lanes - 1])
     state[0] = p.combine(state[0], T.tvm_warp_shuffle(FULL_MASK, state[1], p.width - 1, p.width, WARP))
-    if p.exclusive:
-        for v in T.serial(p.lanes - 1):
-            vals[u * p.lanes + p.lanes - 1 - v] = p.combine(state[2], vals[u * p.lanes + p.lanes - 2 - v])
-        vals[u * p.lanes] = state[2]
-    else:
-        for v in T.serial(p.lanes):
-            vals[u * p.lanes + v] = p.combine(state[2], vals[u * p.lanes + v])
+    _given_prefix(p, vals, state, u * p.lanes, p.lanes)
 
 
 @T.macro
@@ -299,13 +306,7 @@ def _store_row_tile(p, Yf, vals, state, bx, ty, t, tx):
     """Tile t's elements from the thread's prefix (shifted by one for an exclusive scan; `coalesced`
     chunks have theirs already), stored."""
     if not p.coalesced:
-        if p.exclusive:
-            for e in T.serial(p.per_thread - 1):
-                vals[p.per_thread - 1 - e] = p.combine(state[2], vals[p.per_thread - 2 - e])
-            vals[0] = state[2]
-        else:
-            for e in T.serial(p.per_thread):
-                vals[e] = p.combine(state[2], vals[e])
+        _given_prefix(p, vals, state, 0, p.per_thread)
     for u in T.serial(p.vectors):
         if p.aligned and p.full(bx, ty, t, tx, u):
             for v in T.vectorized(p.lanes):
