@@ -290,15 +290,13 @@ class _Gpu:
         rounds = lay.rounds if lay is not None else -(-chunks // self.threads)
         it, lane = tirx.Var("it", "int32"), tirx.Var("lane", "int32")
         flat = it * self.threads + self.tx if rounds > 1 else self.tx   # the thread's chunk
-        binds, stride = [], total
-        at = lay.at(it if rounds > 1 else 0, self.tx) if lay is not None else None
-        for axis, (loop, extent) in enumerate(zip(nest, extents)):   # fresh vars: a body may be placed twice
-            stride //= extent
+        binds = []
+        at = lay.at(it if rounds > 1 else 0, self.tx) if lay is not None else run_start(extents, v, flat)
+        for axis, loop in enumerate(nest):   # fresh vars: a body may be placed twice
             var = tirx.Var(loop.loop_var.name, loop.loop_var.ty.dtype)
             # the lanes run along the last axis (width divides it): the others are the same for all lanes
             body = nests.substitute(body, loop.loop_var, var + lane if v > 1 and axis == len(nest) - 1 else var)
-            index = at[axis] if at is not None else tirx.floormod(tirx.floordiv(flat * v, stride), extent)
-            binds.append(tirx.Bind(var, index))
+            binds.append(tirx.Bind(var, at[axis]))
         slot = (it * v + lane if rounds > 1 else lane) if v > 1 else (it if rounds > 1 else 0)
         self.inside = True
         try:
