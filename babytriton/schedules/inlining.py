@@ -71,29 +71,44 @@ def _tree_size(expr, memo: dict, leaf=None) -> int:
     return total
 
 
-# Selects nested in one inlined expression: TVM's simplifier visits each arm of a select under its
-# condition, checked against every condition around it, so its time grows about 40-fold per clamp
-# (two selects) of a chain: three NaN-aware clamps under a mish took 4 s a block in each of its
-# passes (10 blocks: 45 s to build for sm_90), two clamps 6 ms. Deeper, a value stays a block
-# (computed into registers, or once per read).
-MAX_SELECT_DEPTH = 5
+# A select's condition costs TVM's simplifier several visits: it is simplified, then entered as a
+# constraint for the true arm and, negated, for the false one, and each arm is checked under it. A
+# value named in a condition is thus walked about CONDITION_VISITS times per select around it, and a
+# chain of selects (NaN-aware clamps name their operand in the condition and an arm) grows that
+# cost geometrically: three clamps and a mish inlined took 4 s a block in each of its passes (10
+# blocks: 45 s to build for sm_90), two clamps 6 ms, while a deeper but unchained nest (log1p,
+# leaky_relu and erf under a split: p79) costs little. An inlined expression's cost, so weighted,
+# stays within MAX_SIMPLIFY_COST; past it, a value stays a block (computed into registers, or once
+# per read). The bound is MAX_TREE_SIZE's: an expression without selects is held to that size.
+CONDITION_VISITS = 3
+MAX_SIMPLIFY_COST = 4000
 
 
-def _select_depth(expr, memo: dict) -> int:
-    """How deeply selects (and if_then_else) nest in `expr`, in time linear in its DAG."""
+def _simplify_cost(expr, memo: dict, written=()) -> tuple:
+    """(the simplifier's cost of `expr` as a tree, each condition weighted CONDITION_VISITS; the sum
+    of the weights its loads of the buffers `written` carry), in time linear in the DAG."""
     key = expr.__hash__()
     if key in memo:
         return memo[key][1]
-    branch = isinstance(expr, tvm.tirx.Select) or isinstance(expr, tvm.ir.expr.Call) and isinstance(
-        expr.op, tvm.ir.Op) and expr.op.name.endswith("if_then_else")
-    depth = int(branch) + max((_select_depth(c, memo) for c in _children(expr)), default=0)
-    memo[key] = (expr, depth)
-    return depth
+    if isinstance(expr, tvm.ir.expr.TensorLoad) and any(expr.source.same_as(w) for w in written):
+        cost = (1, 1)
+    else:
+        children = _children(expr)  # a select's are its condition and its two arms, in that order
+        weights = [CONDITION_VISITS, 1, 1] if isinstance(expr, tvm.tirx.Select) else [1] * len(children)
+        parts = [_simplify_cost(c, memo, written) for c in children]
+        cost = (1 + sum(w * c for w, (c, _) in zip(weights, parts)), sum(w * n for w, (_, n) in zip(weights, parts)))
+    memo[key] = (expr, cost)  # the expression kept alive: its hash (an address) stays its own
+    return cost
 
 
-def _block_selects(sch, block) -> int:
-    value = block_value(sch, block)
-    return _select_depth(value, {}) if value is not None else 0
+def merged_cost(sch, producer, consumer) -> int:
+    """`_simplify_cost` of the consumer's stored expression with the producer's inlined into it."""
+    produced, consumed = block_value(sch, producer), block_value(sch, consumer)
+    if produced is None or consumed is None:
+        return 0
+    written = [region.source for region in sch.get(producer).writes]
+    cost, loads = _simplify_cost(consumed, {}, written)
+    return cost + loads * (_simplify_cost(produced, {})[0] - 1)
 
 
 def _block_size(sch, block, leaf=None) -> int:
@@ -196,7 +211,8 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: 
         # and the expression stays small: NaN-aware max/min and floor `//` name each operand several
         # times, so a chain of them inlined grows exponentially (5 unrolled `maximum`s kept TVM's
         # simplifier busy for hours: fuzz 9200028250)
-        if _block_selects(sch, block) + max((_block_selects(sch, o) for o in others), default=0) > MAX_SELECT_DEPTH:
+        pairs = [(block, o) for o in others] if forward else [(o, block) for o in others]
+        if any(merged_cost(sch, *pair) > MAX_SIMPLIFY_COST for pair in pairs):
             return False
         size = _block_size(sch, block)
         return all(_block_size(sch, o) + size * _block_size(sch, o, tvm.ir.expr.TensorLoad) <= max_tree

@@ -1,6 +1,7 @@
 """Dlight's GPU rules inline a whole kernel before looking at it: a chain of NaN-aware max/min (relu6)
 inlined grows exponentially, and a CUDA build of one (fuzz 40000891) never ended. `Bounded` declines
 such kernels for Dlight's rules, and BoundedFallback inlines within babytriton's bound."""
+import re
 import shutil
 import subprocess
 import sys
@@ -77,17 +78,43 @@ def test_inlined_size_counts_each_use_of_a_producer():
 
 @pytest.mark.parametrize("levels", [1, 2, 5, 6, 11, 12])
 def test_inlining_keeps_a_block_where_selects_would_nest_past_the_bound(levels):
-    """TVM's simplifier takes about 40x longer per clamp of an inlined chain (each select's arms are
-    checked under the conditions around them): the inliner merges blocks only while the selects of one
-    expression nest at most MAX_SELECT_DEPTH deep, and still merges up to that depth."""
+    """TVM's simplifier walks a select's condition several times and each arm under it, so a chain
+    of clamps costs it about 40x more per clamp inlined: the inliner merges blocks only while one
+    expression's cost, conditions weighted CONDITION_VISITS, stays within MAX_SIMPLIFY_COST, and still
+    merges up to it (a level here costs 4x the one before)."""
     from tvm import s_tir
     from tvm.s_tir.dlight.analysis import normalize_prim_func
-    from babytriton.schedules.inlining import GPU_CALL_DEPTH, MAX_SELECT_DEPTH, _block_selects, inline
+    from babytriton.schedules.inlining import GPU_CALL_DEPTH, MAX_SIMPLIFY_COST, _simplify_cost, block_value, inline, \
+        merged_cost
     sch = s_tir.Schedule(clamp_chain(levels))
-    left = inline(sch, normalize_prim_func(sch), GPU_CALL_DEPTH)
-    depths = [_block_selects(sch, info.block_rv) for info in left]
-    assert sum(depths) == levels and max(depths) <= MAX_SELECT_DEPTH, depths
-    assert len(left) == -(-levels // MAX_SELECT_DEPTH), depths  # every block as deep as the bound allows
+    left = [info.block_rv for info in inline(sch, normalize_prim_func(sch), GPU_CALL_DEPTH)]
+    # a block of k levels prints 2**k - 1 selects (TVMScript writes the tree)
+    depths = [(str(sch.get(b).body).count("T.Select") + 1).bit_length() - 1 for b in left]
+    assert sum(depths) == levels and all(_simplify_cost(block_value(sch, b), {})[0] <= MAX_SIMPLIFY_COST
+                                         for b in left), depths
+    assert all(merged_cost(sch, p, c) > MAX_SIMPLIFY_COST for p, c in zip(left, left[1:])), depths
+    assert len(left) == 1 or max(depths) >= 3, depths
+
+
+def p79(x: bt.Tensor((64, 2048), "float32"), y: bt.Tensor((2048,), "float32")):
+    h = x - y
+    h = torch.log1p(h.abs())
+    h = torch.nn.functional.leaky_relu(h, 0.1)
+    h = -h
+    a, g = h.split(1024, dim=1)
+    return a * torch.erf(g)
+
+
+def test_a_deep_nest_of_unchained_selects_is_inlined():
+    """p79 of the performance fuzzer: its selects nest 7 deep, but each condition reads a value once,
+    and the one kernel of it builds in about a second; a bound on depth alone had sent it to four
+    launches through memory."""
+    k = bt.jit(target={"kind": "cuda", "arch": "sm_90"})(p79).compile()
+    assert [kernel.rule for kernel in k.fusion] == ["Elementwise"], str(k.fusion)
+    assert len(re.findall(r"__global__[^;]*\{", k.source)) == 1, k.source  # one launch, no intermediates
+    x, y = torch.randn(64, 2048), torch.randn(2048)
+    x[0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    torch.testing.assert_close(bt.jit(target="cpu")(p79)(x, y), p79(x, y), equal_nan=True)
 
 
 @pytest.mark.parametrize("value", [0.5, -4.0, 4.0, float("nan"), float("inf"), -float("inf")])
