@@ -12,28 +12,25 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.base import max_threads_per_block
 from tvm.s_tir.dlight.gpu.fallback import _has_internal_thread_env
 
-from .inlining import _FIELDS, GPU_CALL_DEPTH, MAX_TREE_SIZE, inline
+from .inlining import GPU_CALL_DEPTH, MAX_TREE_SIZE, _children, inline, visit_weights
 from .reasons import decline
 
-INLINED_LIMIT = 4 * MAX_TREE_SIZE  # nodes of a kernel's largest expression once all of it is inlined
+INLINED_LIMIT = 4 * MAX_TREE_SIZE  # the simplifier's cost of a kernel's largest expression, all of it inlined
 
 
 def inlined_size(func: tirx.PrimFunc) -> int:
-    """The largest expression a kernel's stores make with every producer inlined (nodes counted as a
-    tree, a shared one once per use), in time linear in the kernel's expressions as DAGs."""
-    produced, memo = {}, {}  # buffer -> its stored expression's inlined size; node -> its size
+    """The simplifier's cost (inlining.py's `Costs`) of the largest expression a kernel's stores
+    make with every producer inlined, in time linear in the kernel's expressions as DAGs."""
+    produced, memo = {}, {}  # buffer -> its stored expression's inlined cost; node -> its cost
 
     def size(expr) -> int:
         if expr.__hash__() in memo:
             return memo[expr.__hash__()][1]
-        children = [getattr(expr, f) for f in _FIELDS if isinstance(getattr(expr, f, None), tvm.ir.expr.Expr)]
-        children += list(expr.args) if isinstance(expr, tvm.ir.expr.Call) else []
-        own = 1
-        if isinstance(expr, tvm.ir.expr.TensorLoad):
-            children += list(expr.indices)
-            own = produced.get(expr.source, 1)  # a producer's store, inlined here
-        memo[expr.__hash__()] = (expr, own + sum(size(c) for c in children))  # kept alive: its hash stays its own
-        return memo[expr.__hash__()][1]
+        children = _children(expr)
+        own = produced.get(expr.source, 1) if isinstance(expr, tvm.ir.expr.TensorLoad) else 1  # a producer inlined
+        total = own + sum(w * size(c) for w, c in zip(visit_weights(expr, len(children)), children))
+        memo[expr.__hash__()] = (expr, total)  # kept alive: its hash stays its own
+        return total
 
     def store(node):
         produced[node.buffer] = size(node.value)
@@ -44,14 +41,14 @@ def inlined_size(func: tirx.PrimFunc) -> int:
 
 class Bounded(dl.ScheduleRule):
     """A Dlight rule that inlines all of a kernel (Matmul, GEMV, Reduction, GeneralReduction), declining
-    the kernels that would grow past INLINED_LIMIT nodes then."""
+    the kernels whose expressions would then cost the simplifier more than INLINED_LIMIT."""
 
     def __init__(self, rule):
         self.rule = rule
 
     def apply(self, func, target, tunable):
         if isinstance(func, tirx.PrimFunc) and (size := inlined_size(func)) > INLINED_LIMIT:
-            return decline(f"{size} nodes inlined, over {INLINED_LIMIT}")
+            return decline(f"an inlined expression of cost {size}, over {INLINED_LIMIT}")
         return self.rule.apply(func, target, tunable)
 
 

@@ -45,7 +45,7 @@ def _block_depth(sch, block) -> int:
 # loads. The tree size still bounds what TVM's simplifier walks.
 GPU_CALL_DEPTH = None
 
-MAX_TREE_SIZE = 4000  # nodes of one inlined expression, counted as a tree (as the simplifier walks it)
+MAX_TREE_SIZE = 4000  # the simplifier's cost of one inlined expression: its nodes as a tree, conditions weighted (Costs)
 
 
 def _children(expr) -> list:
@@ -78,43 +78,60 @@ def _tree_size(expr, memo: dict, leaf=None) -> int:
 # cost geometrically: three clamps and a mish inlined took 4 s a block in each of its passes (10
 # blocks: 45 s to build for sm_90), two clamps 6 ms, while a deeper but unchained nest (log1p,
 # leaky_relu and erf under a split: p79) costs little. An inlined expression's cost, so weighted,
-# stays within MAX_SIMPLIFY_COST; past it, a value stays a block (computed into registers, or once
-# per read). The bound is MAX_TREE_SIZE's: an expression without selects is held to that size.
+# stays within the inliner's bound (MAX_TREE_SIZE: the node count of one without selects); past it,
+# a value stays a block (computed into registers, or once per read).
 CONDITION_VISITS = 3
-MAX_SIMPLIFY_COST = 4000
 
 
-def _simplify_cost(expr, memo: dict, written=()) -> tuple:
-    """(the simplifier's cost of `expr` as a tree, each condition weighted CONDITION_VISITS; the sum
-    of the weights its loads of the buffers `written` carry), in time linear in the DAG."""
-    key = expr.__hash__()
-    if key in memo:
+def visit_weights(expr, children: int) -> list:
+    """How many times the simplifier walks each of `expr`'s `_children`: a select's condition (its
+    first) CONDITION_VISITS times, anything else once."""
+    return [CONDITION_VISITS, 1, 1] if isinstance(expr, tvm.tirx.Select) else [1] * children
+
+
+class Costs:
+    """The simplifier's cost of expressions as trees (see CONDITION_VISITS), in time linear in their
+    DAGs, memoised by node for one `inline` run: nodes are immutable, so a subexpression's cost holds
+    while the blocks around it merge (walked afresh per check, they were half of a 37 s compile)."""
+
+    def __init__(self):
+        self.nodes, self.loads = {}, {}  # node -> (node, its children, its cost); buffers -> node -> weight
+
+    def _node(self, expr) -> tuple:
+        key = expr.__hash__()
+        if key not in self.nodes:  # the node kept alive: its hash (an address) stays its own
+            children = _children(expr)
+            weights = visit_weights(expr, len(children))
+            self.nodes[key] = (expr, list(zip(weights, children)),
+                               1 + sum(w * self._node(c)[2] for w, c in zip(weights, children)))
+        return self.nodes[key]
+
+    def cost(self, expr) -> int:
+        return self._node(expr)[2]
+
+    def load_weight(self, expr, written: list) -> int:
+        """The weights the loads of the buffers `written` in `expr` carry, summed over the tree."""
+        memo = self.loads.setdefault(tuple(w.__hash__() for w in written), {"buffers": written})
+        key = expr.__hash__()
+        if key not in memo:
+            if isinstance(expr, tvm.ir.expr.TensorLoad) and any(expr.source.same_as(w) for w in written):
+                memo[key] = (expr, 1)
+            else:
+                memo[key] = (expr, sum(w * self.load_weight(c, written) for w, c in self._node(expr)[1]))
         return memo[key][1]
-    if isinstance(expr, tvm.ir.expr.TensorLoad) and any(expr.source.same_as(w) for w in written):
-        cost = (1, 1)
-    else:
-        children = _children(expr)  # a select's are its condition and its two arms, in that order
-        weights = [CONDITION_VISITS, 1, 1] if isinstance(expr, tvm.tirx.Select) else [1] * len(children)
-        parts = [_simplify_cost(c, memo, written) for c in children]
-        cost = (1 + sum(w * c for w, (c, _) in zip(weights, parts)), sum(w * n for w, (_, n) in zip(weights, parts)))
-    memo[key] = (expr, cost)  # the expression kept alive: its hash (an address) stays its own
-    return cost
 
+    def added(self, sch, producer, consumer) -> int:
+        """What inlining the producer's stored expression into the consumer's adds to its cost."""
+        produced, consumed = block_value(sch, producer), block_value(sch, consumer)
+        if produced is None or consumed is None:
+            return 0
+        written = [region.source for region in sch.get(producer).writes]
+        return self.load_weight(consumed, written) * (self.cost(produced) - 1)
 
-def merged_cost(sch, producer, consumer) -> int:
-    """`_simplify_cost` of the consumer's stored expression with the producer's inlined into it."""
-    produced, consumed = block_value(sch, producer), block_value(sch, consumer)
-    if produced is None or consumed is None:
-        return 0
-    written = [region.source for region in sch.get(producer).writes]
-    cost, loads = _simplify_cost(consumed, {}, written)
-    return cost + loads * (_simplify_cost(produced, {})[0] - 1)
-
-
-def _block_size(sch, block, leaf=None) -> int:
-    """The tree size of the block's stored expression (`leaf`: of its nodes of that kind only)."""
-    value = block_value(sch, block)
-    return _tree_size(value, {}, leaf) if value is not None else 0
+    def merged(self, sch, producer, consumer) -> int:
+        """The cost of the consumer's stored expression with the producer's inlined into it."""
+        consumed = block_value(sch, consumer)
+        return (self.cost(consumed) if consumed is not None else 0) + self.added(sch, producer, consumer)
 
 
 # A producer read by several blocks, or several times by one (NaN-aware `maximum` names each operand
@@ -194,9 +211,10 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: 
     buffer every few calls instead. GPU rules pass None (GPU_CALL_DEPTH): see there. Blocks in `keep`
     stay blocks; with `shared=False`, so do producers read more than once (SMALL_SHARED) unless cheap;
     on a CPU (`max_depth` set) so do producers of an (index, value) reduction unless cheap (`_pairs`);
-    `max_tree` bounds the nodes of one inlined expression."""
+    `max_tree` bounds the simplifier's cost of one inlined expression (`Costs`)."""
     kept = [sch.get(b) for b in keep]
     blocks = [info for info in infos if not any(sch.get(info.block_rv).same_as(k) for k in kept)]
+    costs = Costs()
 
     def fits(block, others, forward: bool) -> bool:
         if not shared and _copies(sch, block, others, forward):
@@ -208,15 +226,14 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: 
         if max_depth is not None and _block_depth(sch, block) + max(
                 (_block_depth(sch, o) for o in others), default=0) > max_depth:
             return False
-        # and the expression stays small: NaN-aware max/min and floor `//` name each operand several
-        # times, so a chain of them inlined grows exponentially (5 unrolled `maximum`s kept TVM's
-        # simplifier busy for hours: fuzz 9200028250)
+        # and the expression stays small for the simplifier: NaN-aware max/min and floor `//` name each
+        # operand several times, so a chain of them inlined grows exponentially (5 unrolled `maximum`s
+        # kept TVM's simplifier busy for hours: fuzz 9200028250)
+        # (and copied into several readers, its copies together too: p5's normalisation, cost 2900,
+        # copied into 9 blocks of one kernel took TVM's lowering 14 s; kept, it is computed once)
         pairs = [(block, o) for o in others] if forward else [(o, block) for o in others]
-        if any(merged_cost(sch, *pair) > MAX_SIMPLIFY_COST for pair in pairs):
-            return False
-        size = _block_size(sch, block)
-        return all(_block_size(sch, o) + size * _block_size(sch, o, tvm.ir.expr.TensorLoad) <= max_tree
-                   for o in others)
+        return all(costs.merged(sch, *pair) <= max_tree for pair in pairs) and (
+            not forward or sum(costs.added(sch, *pair) for pair in pairs) <= max_tree)
 
     def trial(inline, neighbours):
         forward = neighbours == sch.get_consumers

@@ -18,6 +18,9 @@ from .reasons import decline
 from .side_outputs import is_copy, written_by_copies
 
 
+KEPT_ROW = 256  # the widest row of an intermediate a thread keeps in registers (1 KiB of float32: registers.py)
+
+
 class InnerReduction(GPUScheduleRule):
     """A kernel whose blocks all work on the same rows: reductions along the rows' innermost, contiguous
     axis (one or several results per row: an argmax's (index, value), an online softmax's (max, sum)),
@@ -61,6 +64,7 @@ class InnerReduction(GPUScheduleRule):
         space = _row_space(sch, reductions)
         if space is None:
             return None
+        recomputed = self._recomputed(sch, func, blocks, *space)
         nests = _nests(sch, blocks, *space)
         if nests is None:
             return None
@@ -92,7 +96,33 @@ class InnerReduction(GPUScheduleRule):
         keep_rows(sch, blocks, kept, row, width, threads, lanes)
         for (block, _, column), vectors in zip(nests, whole):
             self._spread(sch, block, column, threads, lanes, unrolled=bool(kept), whole=vectors)
+        for copy, reader in recomputed:  # readers first: each copy then goes into its reader's innermost loop
+            sch.compute_at(copy, sch.get_loops(reader)[-1], preserve_unit_loops=True)
         return sch
+
+    def _recomputed(self, sch, func, blocks: list, rows, width) -> list:
+        """Element-wise intermediates the inliner kept (too costly to inline) over rows wider than
+        KEPT_ROW: copied into each reader (`cache_read`, then the original inlined into the copies),
+        each copy computed element by element inside its reader's loop, as Inductor recomputes a
+        reduction's prologue in each pass. Kept, a thread's share of a row (every `threads * lanes`-th
+        run) is a register array as wide as the row: p73's rows of 32000, 112 KiB (declined: Fallback).
+        Takes them out of `blocks`; the (copy, reader) pairs, readers before their own copies' copies."""
+        if not isinstance(width, int) or width <= KEPT_ROW:
+            return []
+        params = [p for p in func.params if is_buffer(p)]
+        pairs = []
+        for block in [b for b in reversed(blocks) if not reduce_count(sch, b)]:
+            written = sch.get(block).writes
+            readers = sch.get_consumers(block)
+            if len(written) != 1 or any(written[0].source.same_as(p) for p in params) or not readers:
+                continue
+            for reader in readers:
+                index = next(i for i, r in enumerate(sch.get(reader).reads) if r.source.same_as(written[0].source))
+                # (local from the start: a reader's vectors then stage only what stays in global memory)
+                pairs.append((sch.cache_read(reader, index, "local", consumer_blocks=[reader]), reader))
+            sch.compute_inline(block)
+            blocks.remove(block)
+        return pairs
 
     def _lanes(self, func, width) -> int:
         """Elements per vector: `vector_bytes` of the widest dtype of the buffers with rows of this
