@@ -26,7 +26,8 @@ def schedule(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """`func` with its programs in parallel and its block loops vectorised."""
     # atomics are plain updates on a CPU: the programs then run one after another
     kind = tirx.ForKind.SERIAL if func.attrs is not None and ATOMIC in func.attrs else tirx.ForKind.PARALLEL
-    body = tvm_ffi.structural_map(func.body, [(tirx.SeqStmt, offsets)])
+    body = tvm_ffi.structural_map(func.body, [(tirx.SeqStmt, lambda seq: offsets(seq, wraps=True))])
+    body = tvm_ffi.structural_map(body, [(tirx.SeqStmt, _widened)])
     body = tvm_ffi.structural_map(body, [(tirx.SeqStmt, _fuse)])
     body = tvm_ffi.structural_map(body, [(tirx.For, lambda loop: _cpu_loop(loop, kind))])
     return func.with_body(_on_stack(body))
@@ -70,7 +71,7 @@ def _on_stack(body: tirx.Stmt) -> tirx.Stmt:
     return tvm_ffi.structural_map(body, [(tirx.AllocBuffer, place)])
 
 
-def offsets(seq: tirx.SeqStmt, recompute=frozenset(), only: bool = False) -> tirx.Stmt:
+def offsets(seq: tirx.SeqStmt, recompute=frozenset(), only: bool = False, wraps: bool = False) -> tirx.Stmt:
     """A block that a program fills once from values that never change and then only moves by a
     step the same for every element (a pointer block advanced in a loop: `a_ptrs += BLOCK_K *
     stride_ak`), as the fill's expression plus one scalar offset: each load then indexes memory by
@@ -79,15 +80,17 @@ def offsets(seq: tirx.SeqStmt, recompute=frozenset(), only: bool = False) -> tir
     every read even where it is not contiguous (a GPU's tensor-core operand tiles: a thread's registers
     are too few to keep a block of 64-bit offsets, and their fill computes each run's start once);
     `only`: no other block changed (on a GPU a recomputed expression read under a mask is recomputed in
-    every step of the loop, its divisions too)."""
+    every step of the loop, its divisions too); `wraps`: an expression contiguous but for a modulo that
+    wraps it around (`(start + arange) % N`) is recomputed too (the CPU's vector loops split off the
+    vectors that do not wrap: _unwrapped)."""
     stmts = list(seq.seq)
     for alloc in [s for s in stmts if isinstance(s, tirx.AllocBuffer)]:
-        stmts = _as_offset(stmts, alloc, recompute, only) or stmts
+        stmts = _as_offset(stmts, alloc, recompute, only, wraps) or stmts
     unchanged = len(stmts) == len(seq.seq) and all(a.same_as(b) for a, b in zip(stmts, seq.seq))
     return seq if unchanged else nests.seq(stmts)
 
 
-def _as_offset(stmts: list, alloc: tirx.AllocBuffer, recompute=frozenset(), only: bool = False):
+def _as_offset(stmts: list, alloc: tirx.AllocBuffer, recompute=frozenset(), only: bool = False, wraps: bool = False):
     """`stmts` with `alloc`'s block an expression plus an offset (offsets), or None where it is not
     one: another kind of store to it, a fill that reads memory or is not its first access."""
     buf = alloc.buffer
@@ -118,7 +121,8 @@ def _as_offset(stmts: list, alloc: tirx.AllocBuffer, recompute=frozenset(), only
         return tirx.BufferStore(offset, offset[0] + moved, [nests.int_imm(0)])
 
     # recomputed where that makes the load contiguous, else (a modulo, a gather) read from the block
-    unit = _unit_stride(fill.value, loops[-1].loop_var)
+    inner = loops[-1].loop_var
+    unit = _unit_stride(_unwrapped(fill.value, inner, 1)[0] if wraps else fill.value, inner)
     kept = []
 
     def read(e):
@@ -168,6 +172,56 @@ def _retyped(buf) -> bool:
     """Whether TVM's legalisation stores `buf`'s type as another (bfloat16, float8): it rebuilds such
     buffers without their annotations, and retypes values but not the variables bound to them."""
     return str(buf.ty.dtype).startswith(("bfloat", "float8", "float4"))
+
+
+def _widened(seq: tirx.SeqStmt) -> tirx.Stmt:
+    """Each block that every read converts to one wider float type (a dot's float16 operand tiles,
+    read as float32) stored in that type: converted once per element where it is filled, not at each
+    of its reads (a matrix product's tile element is read once per row or column of the other)."""
+    stmts = list(seq.seq)
+    for i, alloc in enumerate(stmts):
+        if isinstance(alloc, tirx.AllocBuffer) and _wider(alloc.buffer, stmts[i + 1:]):
+            stmts[i:] = _retype(alloc, stmts[i + 1:], _wider(alloc.buffer, stmts[i + 1:]))
+    unchanged = all(a.same_as(b) for a, b in zip(stmts, seq.seq))
+    return seq if unchanged else nests.seq(stmts)
+
+
+def _wider(buf, stmts: list):
+    """The float type wider than `buf`'s that every read of `buf` in `stmts` is converted to, if one."""
+    dtype = tvm.DataType(str(buf.ty.dtype))
+    if "float" not in str(dtype) or dtype.lanes != 1 or buf.scope() != "local":
+        return None
+    reads, casts = [], set()
+
+    def cast(c):
+        if isinstance(c.value, tvm.ir.TensorLoad) and c.value.source.same_as(buf):
+            casts.add(str(c.ty.dtype))
+            reads.append(c)
+    for stmt in stmts:
+        tvm_ffi.structural_walk(stmt, (tirx.Cast, cast))
+    loads = []
+    for stmt in stmts:
+        tvm_ffi.structural_walk(stmt, (tvm.ir.TensorLoad, lambda e: loads.append(e) if e.source.same_as(buf) else None))
+    if not loads or len(loads) != len(reads) or len(casts) != 1:
+        return None
+    wide = next(iter(casts))
+    return wide if "float" in wide and tvm.DataType(wide).bits > dtype.bits else None
+
+
+def _retype(alloc: tirx.AllocBuffer, stmts: list, dtype: str) -> list:
+    """`alloc` and the statements in its scope with its buffer of type `dtype` (_widened)."""
+    old = alloc.buffer
+    new = tirx.decl_buffer(old.ty.shape, dtype, old.name, scope="local")
+
+    def cast(c):
+        if isinstance(c.value, tvm.ir.TensorLoad) and c.value.source.same_as(old):
+            return new[tuple(c.value.indices)]
+        return c
+
+    def store(st):
+        return tirx.BufferStore(new, tirx.Cast(dtype, st.value), list(st.indices)) if st.buffer.same_as(old) else st
+    rest = [tvm_ffi.structural_map(s, [(tirx.Cast, cast), (tirx.BufferStore, store)]) for s in stmts]
+    return [tirx.AllocBuffer(new, annotations=alloc.annotations)] + rest
 
 
 def _fuse(seq: tirx.SeqStmt) -> tirx.Stmt:
@@ -362,10 +416,38 @@ def _vector_loop(var, extent: int, body: tirx.Stmt) -> tirx.Stmt:
     body = _by_reciprocal(body, var)
     lane = tirx.Var(f"{var.name}_lane", var.ty.dtype)
     if extent <= LANES or extent % LANES:
-        return masked_vector(lane, extent, nests.substitute(body, var, lane), ON_STACK)
+        return _wrap_split(lane, extent, nests.substitute(body, var, lane))
     chunk = tirx.Var(f"{var.name}_vec", var.ty.dtype)
     return tirx.For(chunk, nests.int_imm(0), nests.int_imm(extent // LANES), tirx.ForKind.SERIAL,
-                    masked_vector(lane, LANES, nests.substitute(body, var, chunk * LANES + lane), ON_STACK))
+                    _wrap_split(lane, LANES, nests.substitute(body, var, chunk * LANES + lane)))
+
+
+def _wrap_split(lane, extent: int, body: tirx.Stmt) -> tirx.Stmt:
+    """The masked vector loop (masked_vector) of `body`, where an index wraps around by a modulo
+    (`(start + arange) % N`, a gather) split in two: the vectors that do not wrap, every modulo a
+    scalar plus the lane (contiguous: a vector load), and the others as they are."""
+    plain, holds = _unwrapped(body, lane, extent)
+    if holds is None:
+        return masked_vector(lane, extent, body, ON_STACK)
+    return tirx.IfThenElse(holds, masked_vector(lane, extent, plain, ON_STACK), masked_vector(lane, extent, body, ON_STACK))
+
+
+def _unwrapped(node, lane, extent: int):
+    """(`node` with each modulo of a value that grows by one with `lane`, by a divisor that does not
+    depend on it, as that value, the condition under which that is exact for lanes 0 .. extent-1, or
+    None where there is no such modulo). Exact where the first lane's value is not negative and the
+    last's below the divisor: no division at run time (a modulo per vector cost more than the gather)."""
+    found = []
+
+    def unwrap(e):
+        if not uses(e.a, lane) or uses(e.b, lane) or "int" not in str(e.ty.dtype) or not _unit_stride(e.a, lane):
+            return e
+        start = nests.substitute(e.a, lane, tirx.const(0, str(lane.ty.dtype)))
+        last = nests.substitute(e.a, lane, tirx.const(extent - 1, str(lane.ty.dtype)))
+        found.append(tirx.And(start >= tirx.const(0, str(e.ty.dtype)), last < e.b))
+        return e.a
+    new = tvm_ffi.structural_map(node, [(tirx.Mod, unwrap), (tirx.FloorMod, unwrap)])
+    return new, functools.reduce(tirx.And, found) if found else None
 
 
 def _by_reciprocal(body: tirx.Stmt, var) -> tirx.Stmt:
