@@ -98,7 +98,8 @@ def _three(grid, launch_grid) -> tuple:
 def runner(compiled):
     """`compiled`'s launch as one generated function (grid of three ints, runtime args) -> None: no
     programs, nothing run; each pointer's memory a 1-D view (compiler._flat, inlined where the tensor
-    is one already); on a CPU, this thread's parallel launches sized as torch's first."""
+    is one already); on a CPU, this thread's parallel launches sized as torch's first, and by the
+    launch's elements."""
     from .compiler import _flat
     cpu = compiled.device_kind == "cpu"
     env = {"function": _on_torch_threads(compiled) if cpu else compiled._function, "flat": _flat,
@@ -115,8 +116,8 @@ def runner(compiled):
             lines += [f"    if type(a{i}) is not T or a{i}.requires_grad or a{i}.dim() != 1 or "
                       f"not a{i}.is_contiguous():",
                       f"        a{i} = flat(a{i})"]
-    if cpu:
-        lines.append("    sync_threads()")
+    if cpu:   # the team sized by the launch's elements where a program's are known (threads.sync_threads)
+        lines.append("    sync_threads()" if compiled.work is None else f"    sync_threads(g0 * g1 * g2 * {compiled.work})")
     lines.append(f"    function({names}g0, g1, g2)")
     exec(_compiled("\n".join(lines) + "\n"), env)  # noqa: S102 - made from argument positions only
     return env["run"]

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import babytriton.triton as triton
+from babytriton.runtime import threads
 from babytriton.triton import launcher
 
 import kernels
@@ -102,3 +103,25 @@ def test_a_constexpr_keys_by_type_and_value_wrapped_or_not():
         return launcher.launch_key((value,), {}, (True,), frozenset())
     assert key(4) == key(tl.constexpr(4)) == ((int, 4),)
     assert len({key(4), key(5), key(True), key(1), key(4.0)}) == 5
+
+
+
+@pytest.mark.parametrize("n, block, team", [(1000, 256, 1), (threads.GRAIN, 1024, 1), (threads.GRAIN + 1, 1024, 2),
+                                            (5 * threads.GRAIN - 7, 4096, 2)])
+def test_a_launch_wakes_no_more_threads_than_its_elements_need(add, n, block, team):
+    # threads.GRAIN elements a thread at least, as torch's own loops: a small launch runs on fewer
+    if threads._launcher()[0] is None:
+        pytest.skip(f"no OpenMP team here: {threads.pool()}")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        x, y = torch.randn(n), torch.randn(n)
+        torch.testing.assert_close(_launch(add, x, y, block), x + y)
+        assert threads._launcher()[0].bt_threads() == team
+        rows = torch.randn(3, n)   # programs that loop a run-time number of times: the whole team
+        w, b = torch.randn(n), torch.randn(n)
+        got = kernels.layer_norm(rows, w, b, BLOCK_SIZE=256)[0]
+        torch.testing.assert_close(got, torch.nn.functional.layer_norm(rows, (n,), w, b, 1e-5), atol=1e-4, rtol=1e-4)
+        assert threads._launcher()[0].bt_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -44,6 +44,29 @@ def with_ones(func: tirx.PrimFunc, names) -> tirx.PrimFunc:
     return func.with_body(tvm_ffi.structural_map(func.body, [(tvm.ir.Var, lambda v: ones.get(v, v))]))
 
 
+def work(func: tirx.PrimFunc) -> int | None:
+    """A program's widest block nest's elements (times its enclosing loops' trips), or None where a
+    loop's trips are known only at run time: with the grid, how many threads a launch is worth
+    (runtime/threads.py; its elements as torch counts a loop's, those of the result)."""
+    def count(stmt, times: int):
+        if isinstance(stmt, tirx.For) and BLOCK in stmt.annotations:
+            loops = nests.nest(stmt)
+            if not all(isinstance(loop.extent, tirx.IntImm) for loop in loops):
+                return None
+            return times * functools.reduce(lambda a, b: a * b, (int(loop.extent) for loop in loops), 1)
+        if isinstance(stmt, tirx.For) and PROGRAM not in stmt.annotations:
+            if not any(isinstance(s, tirx.For) and BLOCK in s.annotations for s in nests.walk(stmt.body)):
+                return 0
+            if not isinstance(stmt.extent, tirx.IntImm):
+                return None
+            times *= int(stmt.extent)
+        elif not isinstance(stmt, (tirx.For, tirx.SeqStmt, tirx.IfThenElse, tirx.AttrStmt)) and hasattr(stmt, "body"):
+            return None   # a body this count does not walk
+        parts = [count(child, times) for child in nests.children(stmt)]
+        return None if None in parts else max(parts, default=0)
+    return count(func.body, 1)
+
+
 def build(mod: tvm.IRModule, target: tvm.target.Target):
     """The scheduled module compiled as every kernel is (pipeline.compile_module), less TVM's
     StorageRewrite: it would drop the buffers' stack annotations (_on_stack)."""
