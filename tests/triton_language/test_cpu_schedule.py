@@ -67,6 +67,19 @@ SOURCE = textwrap.dedent('''
         acc += tl.load(x_ptr + (cols + 3) % n).to(tl.float32)
         out = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         tl.store(o_ptr + out, acc, mask=out < n)
+
+    @triton.jit
+    def row_stats(x_ptr, o_ptr, n, stride, BLOCK: tl.constexpr):
+        # a row loaded and reduced twice: each load fused into the reduction that follows it
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride + cols, mask=cols < n, other=-float("inf")).to(tl.float32)
+        top = tl.max(x, axis=0)
+        e = tl.exp(x - top)
+        total = tl.sum(e, axis=0)
+        tl.store(o_ptr + row * 3, top)
+        tl.store(o_ptr + row * 3 + 1, total)
+        tl.store(o_ptr + row * 3 + 2, tl.argmax(x, axis=0).to(tl.float32))
 ''')
 
 
@@ -134,6 +147,23 @@ def test_columns_wrapped_by_a_modulo(k, n, block, dtype):
     torch.testing.assert_close(out, want)
     kernel = k["wrapped_sums"].warmup(x, out, n, x.stride(0), STEPS=steps, BLOCK=block, grid=(1,))
     assert f'alloc_local(({block},), "int64"' not in kernel.stages["schedule"]   # no block of pointers
+
+
+@pytest.mark.parametrize("n, block", [(1, 32), (31, 32), (32, 32), (100, 128), (1000, 1024), (64, 256)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_a_row_loaded_into_its_reductions(k, n, block, dtype):
+    rows = 5
+    x = torch.randn(rows, n + 3).to(dtype)
+    x[1, n // 2] = float("inf") if n > 2 else x[1, 0]
+    out = torch.empty(rows, 3)
+    k["row_stats"][(rows,)](x, out, n, x.stride(0), BLOCK=block)
+    v = x[:, :n].float()
+    top = v.max(1).values
+    torch.testing.assert_close(out[:, 0], top)
+    torch.testing.assert_close(out[:, 1], torch.exp(v - top[:, None]).sum(1), equal_nan=True)
+    assert torch.equal(out[:, 2], v.argmax(1).float())
+    schedule = k["row_stats"].warmup(x, out, n, x.stride(0), BLOCK=block, grid=(rows,)).stages["schedule"]
+    assert schedule.index("x_ptr[") > schedule.index("r_vec")   # the first load inside a reduction's loop
 
 
 def triton_cdiv(a, b):

@@ -17,6 +17,7 @@ from .emit import ATOMIC, BLOCK, PROGRAM, REDUCE
 from .masks import calls, masked_vector, uses
 
 LANES = 16        # a CPU vector: 16 x 32 bits (AVX-512)
+CHAINS = 4        # a reduction to a scalar's vectors of partial results, updated in turn
 ROWS = 4          # a rank-2 reduction's rows per step of its reduced loop (4 x its vectors in registers)
 STACK_BYTES = 256 * 1024   # a program's buffers kept on its thread's stack (threads have megabytes)
 ON_STACK = {"disable_lower_builtin": tirx.IntImm("bool", 1)}   # TVM's annotation: an alloca, no workspace
@@ -255,7 +256,9 @@ def _fuse(seq: tirx.SeqStmt) -> tirx.Stmt:
         j = len(out) - 1
         while j >= 0 and isinstance(out[j], tirx.AllocBuffer):
             j -= 1
-        fused = _fused_pair(out[j], stmt) if j >= 0 and _elementwise(out[j]) and _elementwise(stmt) else None
+        fused = None
+        if j >= 0 and _elementwise(out[j]):
+            fused = _fused_pair(out[j], stmt) if _elementwise(stmt) else _filled_in(out[j], stmt)
         if fused is None:
             out.append(stmt)
         else:   # a buffer declared between them now ahead of both: the fused nest may fill and read it
@@ -338,6 +341,35 @@ def _fused_pair(a: tirx.For, b: tirx.For):
     for loop in reversed(outer):
         new = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, new, annotations=loop.annotations)
     return new
+
+
+def _filled_in(fill: tirx.For, nest) -> tirx.Stmt | None:
+    """A rank-1 element-wise nest `fill` followed by a reduction to a scalar over the same extent as
+    one: each step of the reduced loop computes its element first (softmax's row loaded and its
+    maximum taken in one pass, not two), or None where the reduction reads what the fill writes
+    elsewhere than at its own step, or its start reads it at all."""
+    if not isinstance(nest, tirx.For) or BLOCK not in nest.annotations or int(nest.annotations[BLOCK]) != 1 or \
+            not isinstance(nest.extent, tirx.IntImm) or int(nest.extent) != 1 or len(nests.nest(fill)) != 1:
+        return None
+    loop = nests.reduction_loop(nest.body)
+    if loop is None or not isinstance(loop.extent, tirx.IntImm) or int(loop.extent) != int(fill.extent) or \
+            ATOMIC in nest.annotations or int(loop.extent) % LANES or int(loop.extent) < 2 * LANES:
+        return None   # a reduction _lane_reduction leaves a scalar loop would take the fill's vectors with it
+    body = nests.substitute(fill.body, fill.loop_var, loop.loop_var)
+    first, then = _accesses(body), _accesses(loop.body)
+    inits = _flat(nest.body)[:-1]
+    written = {buf for buf, every in first.items() if any(write for write, _ in every)}
+    if any(buf in written for init in inits for buf in _accesses(init)):
+        return None
+    for buf in first.keys() & then.keys():
+        every = first[buf] + then[buf]
+        if any(write for write, _ in every) and (buf.scope() != "local" or
+                                                 not all(_same(where, [loop.loop_var]) for _, where in every)):
+            return None
+    steps = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, nests.seq(_flat(body) + _flat(loop.body)),
+                     annotations=loop.annotations)
+    return tirx.For(nest.loop_var, nest.min, nest.extent, nest.kind, nests.seq(inits + [steps]),
+                    annotations=nest.annotations)
 
 
 def _accesses(stmt) -> dict:
@@ -485,33 +517,55 @@ def _by_reciprocal(body: tirx.Stmt, var) -> tirx.Stmt:
 
 
 def _lane_reduction(nest: tirx.For, loop: tirx.For) -> tirx.Stmt:
-    """A reduction to a scalar in LANES partial results (one vector), then combined: LLVM does not
-    vectorise a floating-point sum on its own (it would reorder the additions)."""
+    """A reduction to a scalar in CHAINS vectors of LANES partial results, then combined: LLVM does
+    not vectorise a floating-point sum on its own (it would reorder the additions), and one vector
+    would wait for its previous step at each (an add's latency is four of its issue slots)."""
     reducer = loop.annotations[REDUCE]
     extent = int(loop.extent)
     if not isinstance(reducer, tirx.CommReducer) or extent % LANES or extent < 2 * LANES:
         return nest
+    chains = CHAINS if extent % (CHAINS * LANES) == 0 and extent >= 2 * CHAINS * LANES else 1
     body = nest.body
     inits = list(body.seq[:-1]) if isinstance(body, tirx.SeqStmt) else []
-    stores = list(loop.body.seq) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
+    # the results' stores: those not at the step's own element (a fill's, _filled_in)
+    stores = [st for st in _flat(loop.body) if isinstance(st, tirx.BufferStore) and
+              not any(uses(i, loop.loop_var) for i in st.indices)]
+    if len(stores) != len(reducer.lhs):
+        return nest
     bufs = [store.buffer for store in stores]
-    partials = [tirx.decl_buffer((LANES,), b.ty.dtype, f"{b.name}_lanes", scope="local") for b in bufs]
-    lane, chunk = tirx.Var("lane", "int32"), tirx.Var("r_vec", "int32")
+    partials = [tirx.decl_buffer((chains * LANES,), b.ty.dtype, f"{b.name}_lanes", scope="local") for b in bufs]
+    lane, chunk, chain = tirx.Var("lane", "int32"), tirx.Var("r_vec", "int32"), tirx.Var("chain", "int32")
     to_lanes = {b: p for b, p in zip(bufs, partials)}
+    at = chain * LANES + lane
+    # the index substituted, not bound: a fill's masks (_filled_in) then show that they depend on the lane
     step = tvm_ffi.structural_map(
-        nests.seq([tirx.Bind(loop.loop_var, chunk * LANES + lane), loop.body]),
-        [(tvm.ir.TensorLoad, lambda e: to_lanes[e.source][lane] if e.source in to_lanes else e),
-         (tirx.BufferStore, lambda st: tirx.BufferStore(to_lanes[st.buffer], st.value, [lane])
+        nests.substitute(loop.body, loop.loop_var, (chunk * chains + chain) * LANES + lane),
+        [(tvm.ir.TensorLoad, lambda e: to_lanes[e.source][at] if e.source in to_lanes else e),
+         (tirx.BufferStore, lambda st: tirx.BufferStore(to_lanes[st.buffer], st.value, [at])
           if st.buffer in to_lanes else st)])
-    start = tirx.For(lane, nests.int_imm(0), nests.int_imm(LANES), tirx.ForKind.VECTORIZED, nests.seq(
-        [tirx.BufferStore(p, init, [lane]) for p, init in zip(partials, reducer.identity_element)]))
-    main = tirx.For(chunk, nests.int_imm(0), nests.int_imm(extent // LANES), tirx.ForKind.SERIAL,
-                    tirx.For(lane, nests.int_imm(0), nests.int_imm(LANES), tirx.ForKind.VECTORIZED, step))
-    # the lanes combined in order: every result from the old values first, then stored
-    finals = [tirx.Var(f"{b.name}_next", b.ty.dtype) for b in bufs]
-    binding = {**{v: b[0] for v, b in zip(reducer.lhs, bufs)}, **{v: p[lane] for v, p in zip(reducer.rhs, partials)}}
+    every = tirx.Var("lane_all", "int32")   # each loop a variable of its own (TVM bounds a variable once)
+    start = tirx.For(every, nests.int_imm(0), nests.int_imm(chains * LANES), tirx.ForKind.VECTORIZED, nests.seq(
+        [tirx.BufferStore(p, init, [every]) for p, init in zip(partials, reducer.identity_element)]))
+    main = tirx.For(chunk, nests.int_imm(0), nests.int_imm(extent // (chains * LANES)), tirx.ForKind.SERIAL,
+                    tirx.For(chain, nests.int_imm(0), nests.int_imm(chains), tirx.ForKind.UNROLLED,
+                             masked_vector(lane, LANES, step, ON_STACK)))
+    folds = []   # the chains into the first, lane by lane (a vector each)
+    for k in range(1, chains):
+        v = tirx.Var(f"lane_{k}", "int32")
+        folds.append(tirx.For(v, nests.int_imm(0), nests.int_imm(LANES), tirx.ForKind.VECTORIZED, _combined(
+            reducer, partials, [p[v] for p in partials], [p[k * LANES + v] for p in partials], partials, v)))
+    # the lanes combined in order
+    last = tirx.Var("lane_last", "int32")
+    finish = tirx.For(last, nests.int_imm(0), nests.int_imm(LANES), tirx.ForKind.SERIAL, _combined(
+        reducer, bufs, [b[0] for b in bufs], [p[last] for p in partials], bufs, nests.int_imm(0)))
+    return nests.seq([*inits, *[tirx.AllocBuffer(p) for p in partials], start, main, *folds, finish])
+
+
+def _combined(reducer, names, lhs: list, rhs: list, into: list, index) -> tirx.Stmt:
+    """`reducer` of values `lhs` and `rhs` stored to buffers `into` at `index`: every result bound
+    from the old values before any is stored (a reducer of several values reads them all)."""
+    binding = {**dict(zip(reducer.lhs, lhs)), **dict(zip(reducer.rhs, rhs))}
     results = [tvm_ffi.structural_map(r, [(tvm.ir.Var, lambda v: binding.get(v, v))]) for r in reducer.result]
-    finish = tirx.For(lane, nests.int_imm(0), nests.int_imm(LANES), tirx.ForKind.SERIAL, nests.seq(
-        [tirx.Bind(f, r) for f, r in zip(finals, results)] + [tirx.BufferStore(b, f, [nests.int_imm(0)])
-                                                              for b, f in zip(bufs, finals)]))
-    return nests.seq([*inits, *[tirx.AllocBuffer(p) for p in partials], start, main, finish])
+    finals = [tirx.Var(f"{b.name}_next", b.ty.dtype) for b in names]
+    return nests.seq([tirx.Bind(f, r) for f, r in zip(finals, results)] +
+                     [tirx.BufferStore(b, f, [index]) for b, f in zip(into, finals)])
