@@ -191,7 +191,8 @@ def test_a_negative_grid_is_refused_on_the_fast_path_too(k):
 
 
 @pytest.mark.parametrize("m, n, k_, blocks", [(64, 64, 64, (32, 32, 32)), (37, 50, 29, (16, 32, 16)),
-                                              (70, 130, 40, (32, 64, 16)), (8, 8, 100, (16, 16, 32))])
+                                              (70, 130, 40, (32, 64, 16)), (8, 8, 100, (16, 16, 32)),
+                                              (40, 200, 24, (16, 128, 16)), (24, 300, 20, (16, 256, 16))])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_a_dot_of_narrow_tiles_reads_them_widened_once(m, n, k_, blocks, dtype):
     import kernels

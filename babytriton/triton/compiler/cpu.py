@@ -18,7 +18,8 @@ from .masks import calls, masked_vector, uses
 
 LANES = 16        # a CPU vector: 16 x 32 bits (AVX-512)
 CHAINS = 4        # a reduction to a scalar's vectors of partial results, updated in turn
-ROWS = 4          # a rank-2 reduction's rows per step of its reduced loop (4 x its vectors in registers)
+ACCUMULATORS = 16  # vectors of results a step of a rank-2 reduction updates in registers (of AVX-512's 32)
+ROWS = 4          # its rows per step where more vectors than those make a row
 STACK_BYTES = 256 * 1024   # a program's buffers kept on its thread's stack (threads have megabytes)
 ON_STACK = {"disable_lower_builtin": tirx.IntImm("bool", 1)}   # TVM's annotation: an alloca, no workspace
 
@@ -444,36 +445,52 @@ def _vectorised(outer: tirx.For) -> tirx.Stmt:
 
 
 def _row_blocked(row: tirx.For, inits: list, reduction: tirx.For, inner: tirx.For):
-    """A rank-2 reduction nest with ROWS rows inside each step of its reduced loop (its results are
-    independent, so any order is theirs): a step updates ROWS vectors of results, which stay in
-    registers across the loop, and reads the other operand's vector once for all of them (a matrix
+    """A rank-2 reduction nest with several rows inside each step of its reduced loop (its results
+    are independent, so any order is theirs): a step updates rows x vectors of results, which stay in
+    registers across the loop, and reads the other operand's vectors once for all of them (a matrix
     product's inner kernel; a row at a time, each step loaded and stored the results). None where
     the rows do not divide."""
-    if not isinstance(row.extent, tirx.IntImm) or int(row.extent) % ROWS or int(row.extent) < ROWS:
+    rows = _rows(row.extent, int(inner.extent))
+    if rows is None:
         return None
     dtype = row.loop_var.ty.dtype
     outer = tirx.Var(f"{row.loop_var.name}_rows", dtype)
+    unrolled = rows * -(-int(inner.extent) // LANES) <= ACCUMULATORS
 
-    def each_row(stmt, kind):
+    def each_row(stmt, kind, unroll=False):
         within = tirx.Var(f"{row.loop_var.name}_row", dtype)
-        at = nests.substitute(stmt, row.loop_var, outer * ROWS + within)
-        return tirx.For(within, nests.int_imm(0), nests.int_imm(ROWS), kind,
-                        _vector_loop(inner.loop_var, int(inner.extent), at))
+        at = nests.substitute(stmt, row.loop_var, outer * rows + within)
+        return tirx.For(within, nests.int_imm(0), nests.int_imm(rows), kind,
+                        _vector_loop(inner.loop_var, int(inner.extent), at, unroll))
     steps = tirx.For(reduction.loop_var, reduction.min, reduction.extent, reduction.kind,
-                     each_row(reduction.body, tirx.ForKind.UNROLLED), annotations=reduction.annotations)
+                     each_row(reduction.body, tirx.ForKind.UNROLLED, unrolled), annotations=reduction.annotations)
     body = nests.seq(([each_row(nests.seq(inits), tirx.ForKind.SERIAL)] if inits else []) + [steps])
-    return tirx.For(outer, nests.int_imm(0), nests.int_imm(int(row.extent) // ROWS), tirx.ForKind.SERIAL, body,
+    return tirx.For(outer, nests.int_imm(0), nests.int_imm(int(row.extent) // rows), tirx.ForKind.SERIAL, body,
                     annotations=row.annotations)
 
 
-def _vector_loop(var, extent: int, body: tirx.Stmt) -> tirx.Stmt:
-    """`body` for var in range(extent), vectorised (in vectors of LANES when longer), with fresh loop vars."""
+def _rows(extent, columns: int):
+    """The rows a step of a rank-2 reduction updates: the most (up to 8) that divide `extent` and
+    keep their results in ACCUMULATORS vectors, else ROWS where they divide; None where none does."""
+    if not isinstance(extent, tirx.IntImm):
+        return None
+    vectors = -(-columns // LANES)
+    fits = [r for r in (8, 4, 2) if int(extent) % r == 0 and r * vectors <= ACCUMULATORS and r <= int(extent)]
+    if fits:
+        return fits[0]
+    return ROWS if int(extent) % ROWS == 0 and int(extent) >= ROWS else None
+
+
+def _vector_loop(var, extent: int, body: tirx.Stmt, unroll: bool = False) -> tirx.Stmt:
+    """`body` for var in range(extent), vectorised (in vectors of LANES when longer), with fresh loop
+    vars; `unroll`: the vectors unrolled (a register each)."""
     body = _by_reciprocal(body, var)
     lane = tirx.Var(f"{var.name}_lane", var.ty.dtype)
     if extent <= LANES or extent % LANES:
         return _wrap_split(lane, extent, nests.substitute(body, var, lane))
     chunk = tirx.Var(f"{var.name}_vec", var.ty.dtype)
-    return tirx.For(chunk, nests.int_imm(0), nests.int_imm(extent // LANES), tirx.ForKind.SERIAL,
+    return tirx.For(chunk, nests.int_imm(0), nests.int_imm(extent // LANES),
+                    tirx.ForKind.UNROLLED if unroll else tirx.ForKind.SERIAL,
                     _wrap_split(lane, LANES, nests.substitute(body, var, chunk * LANES + lane)))
 
 
