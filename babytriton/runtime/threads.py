@@ -72,7 +72,9 @@ def sync_threads(elements: int | None = None) -> None:
     wanted = torch.get_num_threads() if sizes.main else 1
     if sizes.threads != wanted:
         _resize(sizes, wanted)
-    launch = wanted if elements is None else max(1, min(wanted, -(-elements // GRAIN)))
+    launch = wanted
+    if elements is not None and elements < wanted * GRAIN:   # comparisons: min/max calls cost a tenth of a launch
+        launch = -(-elements // GRAIN) or 1
     if sizes.launch != launch:
         launcher = _launcher()[0]
         if launcher is not None:

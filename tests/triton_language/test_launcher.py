@@ -7,6 +7,7 @@ import importlib
 
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 
 import babytriton.triton as triton
 from babytriton.runtime import threads
@@ -103,6 +104,23 @@ def test_a_constexpr_keys_by_type_and_value_wrapped_or_not():
         return launcher.launch_key((value,), {}, (True,), frozenset())
     assert key(4) == key(tl.constexpr(4)) == ((int, 4),)
     assert len({key(4), key(5), key(True), key(1), key(4.0)}) == 5
+
+
+_VALUES = st.one_of(st.integers(-2 ** 64, 2 ** 64), st.sampled_from([1, 0, -1, 2 ** 31 - 1, 2 ** 31, -2 ** 31,
+                                                                    -2 ** 31 - 1, 2 ** 63 - 1, 2 ** 63]),
+                    st.floats(allow_nan=False), st.booleans(), st.none(), st.text(max_size=3),
+                    st.sampled_from([torch.float32, torch.float16, torch.int64, torch.bool]).map(
+                        lambda d: torch.zeros(2, dtype=d)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_VALUES, max_size=5), st.dictionaries(st.sampled_from(["B", "n", "num_warps"]), _VALUES, max_size=3),
+       st.lists(st.booleans(), min_size=4, max_size=4))
+def test_the_generated_launch_key_is_launch_key(args, kwargs, exact):
+    # launcher.keyer inlines each argument's part of the key: the same key for every kind of value
+    exact, by_value = tuple(exact), frozenset({"B", "num_warps"})
+    got = launcher.keyer(len(args), tuple(kwargs), exact, by_value)(tuple(args), kwargs)
+    assert got == launcher.launch_key(tuple(args), kwargs, exact, by_value)
 
 
 
