@@ -440,8 +440,24 @@ def _vectorised(outer: tirx.For) -> tirx.Stmt:
     else:
         new = _vector_loop(inner.loop_var, inner.extent.value, body)
     for loop in reversed(nest[:-1]):
-        new = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, new, annotations=loop.annotations)
+        new = _unwrapped_loop(loop, new)
     return new
+
+
+def _unwrapped_loop(loop: tirx.For, body: tirx.Stmt) -> tirx.Stmt:
+    """`loop` over `body`, split in two where a modulo wraps its index around (a tile's `% M` rows,
+    a division per row and step of a K loop): where no row of the block wraps, each modulo the
+    index itself, decided once for the loop (_unwrapped)."""
+    def over(stmt):
+        return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, stmt, annotations=loop.annotations)
+    if not isinstance(loop.extent, tirx.IntImm) or not isinstance(loop.min, tirx.IntImm) or int(loop.min) != 0:
+        return over(body)
+    plain, holds = _unwrapped(body, loop.loop_var, int(loop.extent))
+    inside = {s.loop_var for s in nests.walk(body) if isinstance(s, tirx.For)} | \
+        {s.var for s in nests.walk(body) if isinstance(s, tirx.Bind)}
+    if holds is None or any(uses(holds, v) for v in inside):
+        return over(body)   # no such modulo, or one whose start is known only inside the loop
+    return tirx.IfThenElse(holds, over(plain), over(body))
 
 
 def _row_blocked(row: tirx.For, inits: list, reduction: tirx.For, inner: tirx.For):
