@@ -1,7 +1,8 @@
 """The block program on a CPU (schedule.py): the programs one parallel loop (a task each; one after
 another where the kernel has atomics), each block nest's innermost loop vectorised in vectors of
-LANES, masked vectors only at a block's ragged edge, reductions to a scalar in LANES partial results;
-a program's buffers on its thread's stack (`build`)."""
+LANES, masked vectors only at a block's ragged edge (and, apart, where a modulo wraps an index around),
+reductions to a scalar in CHAINS vectors of partial results (a fill just before one computed in its
+loop), a dot's narrow tiles stored widened; a program's buffers on its thread's stack (`build`)."""
 from __future__ import annotations
 
 import functools
