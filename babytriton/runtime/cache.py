@@ -438,6 +438,7 @@ class Entry:
     size_checks: tuple = ()   # Kernel.size_checks
     backend: str = "relax"    # "tir": a library holding the PrimFunc itself, no Relax VM executable
     outputs: tuple = ()       # backend="tir": the parameters the function writes (Kernel.outputs)
+    work: int | None = None   # backend="tir": a Triton program's block elements (CompiledKernel.work)
 
 
 def function_dir(function) -> Path:
@@ -512,8 +513,10 @@ def load(path: Path, key: CacheKey) -> Entry | None:
             raise Corrupt("its fusion record is malformed")
         backend = meta.get("backend", "relax")
         outputs = meta.get("outputs", [])
-        if backend not in ("relax", "tir") or not all(isinstance(o, str) for o in outputs):
-            raise Corrupt("its backend or outputs are malformed")
+        work = meta.get("work")
+        if backend not in ("relax", "tir") or not all(isinstance(o, str) for o in outputs) or \
+                not (work is None or type(work) is int):
+            raise Corrupt("its backend, outputs or work are malformed")
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise Corrupt(f"its metadata is unreadable ({type(e).__name__})") from None
     try:
@@ -522,12 +525,12 @@ def load(path: Path, key: CacheKey) -> Entry | None:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise Corrupt(f"its library does not load: {_clip(first, 120)}") from None
     checks = tuple(tuple(c) for c in meta.get("size_checks", ()))
-    return Entry(path, executable, stages, fusion, checks, backend, tuple(outputs))
+    return Entry(path, executable, stages, fusion, checks, backend, tuple(outputs), work)
 
 
 def store(path: Path, key: CacheKey, executable, stages: dict[str, str], fusion: dict | None,
           module: tvm.IRModule | None, replace: bool = False, size_checks: tuple = (),
-          backend: str = "relax", outputs: tuple = ()) -> bool:
+          backend: str = "relax", outputs: tuple = (), work: int | None = None) -> bool:
     """Write an entry atomically; False when another process already wrote it (then theirs stays)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(path.parent)
@@ -537,7 +540,7 @@ def store(path: Path, key: CacheKey, executable, stages: dict[str, str], fusion:
         library = tmp / "lib.so"
         executable.export_library(str(library))
         meta = {"format": FORMAT, "digest": key.digest, "stages": stages, "fusion": fusion,
-                "size_checks": list(size_checks), "backend": backend, "outputs": list(outputs),
+                "size_checks": list(size_checks), "backend": backend, "outputs": list(outputs), "work": work,
                 "lib_sha256": hashlib.sha256(library.read_bytes()).hexdigest()}
         (tmp / "meta.json").write_text(json.dumps(meta))
         (tmp / "key.json").write_text(json.dumps({"digest": key.digest, "summary": key.summary()}))

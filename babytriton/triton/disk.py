@@ -104,6 +104,7 @@ def _load(jit_fn, path, key, signature: dict, target) -> tuple:
     kernel = compiler.CompiledKernel(jit_fn.parsed.tree.name, entry.executable, entry.stages, params,
                                      targets.device_kind(target))
     kernel.from_disk = True
+    kernel.work = entry.work
     return kernel, False
 
 
@@ -111,7 +112,7 @@ def _store(jit_fn, path, key, kernel, replace: bool) -> None:
     """Write the entry (the kernel's library and stages); a failure warns once per kernel and the
     kernel runs from memory."""
     try:
-        cache.store(path, key, kernel.executable, kernel.stages, None, None, replace, backend="tir")
+        cache.store(path, key, kernel.executable, kernel.stages, None, None, replace, backend="tir", work=kernel.work)
     except Exception as e:  # noqa: BLE001 - a full disk, no C compiler...: carry on without the entry
         if not getattr(jit_fn, "disk_warned", False):
             jit_fn.disk_warned = True

@@ -58,6 +58,7 @@ class JITFunction:
         self.do_not_specialize = set(do_not_specialize)
         self.cache: dict = {}
         self.launchers: dict = {}   # launch key -> fast launch (launcher.py)
+        self.keyers: dict = {}      # (positional count, keyword names) -> launch key function (launcher.keyer)
         self._by_value = frozenset(self.constexprs | (set(LAUNCH_OPTIONS) - set(self.arg_names)))
         self._exact = tuple(n in self._by_value for n in self.arg_names)
         _KERNEL_CODES.add(fn.__code__)
@@ -92,8 +93,8 @@ class JITFunction:
 
     def run(self, *args, grid, **kwargs):
         interpret = interpret_mode()
-        key = None if interpret else launcher.launch_key(args, kwargs, self._exact, self._by_value)
         try:
+            key = None if interpret else self._keyer(len(args), tuple(kwargs))(args, kwargs)
             fast = self.launchers.get(key)
         except TypeError:   # an unhashable constexpr: the slow path keys it by repr
             key = fast = None
@@ -107,6 +108,15 @@ class JITFunction:
         compiled.launch(grid, tuple(runtime.values()))
         launcher.remember(self.launchers, key, launcher.make_launcher(compiled, self.arg_names, args, kwargs, runtime,
                                                                       constants, launch_grid))
+
+    def _keyer(self, count: int, names: tuple):
+        """The launch key function for this shape of launch (launcher.keyer), made on first use."""
+        keyer = self.keyers.get((count, names))
+        if keyer is None:
+            if len(self.keyers) >= launcher.MAX_LAUNCHERS:
+                self.keyers.clear()
+            keyer = self.keyers[count, names] = launcher.keyer(count, names, self._exact, self._by_value)
+        return keyer
 
     def warmup(self, *args, grid=None, target=None, **kwargs):
         """Compile for these arguments without running (Triton's `kernel.warmup`): the compiled kernel,

@@ -57,6 +57,30 @@ def _part(value, exact: bool):
     return kind
 
 
+def keyer(count: int, names: tuple, exact: tuple, by_value: frozenset):
+    """launch_key for launches of `count` positional arguments and keyword arguments `names` (in
+    order), as one generated function (args, kwargs) -> key with each argument's `_part` inlined: a
+    call per argument was a third of a small kernel's launch."""
+    if count > len(exact):
+        return lambda args, kwargs: None
+    lines = ["def key(args, kwargs):"]
+    values = [f"args[{i}]" for i in range(count)] + [f"kwargs[{name!r}]" for name in names]
+    for i, (value, by) in enumerate(zip(values, [*exact[:count], *(n in by_value for n in names)])):
+        lines += [f"    v = {value}", "    t = type(v)", "    if t is T:", f"        p{i} = v.dtype, v.get_device()"]
+        if by:
+            lines += ["    elif t is int or t is bool:", f"        p{i} = t, v"]
+        else:
+            lines += ["    elif t is int:", f"        p{i} = int, v == 1, -2147483648 <= v < 2147483648 or v >= {2 ** 63}",
+                      "    elif t is float:", f"        p{i} = float"]
+        lines += ["    else:", f"        p{i} = part(v, {bool(by)})"]
+    parts = "".join(f"p{i}, " for i in range(count))
+    named = "".join(f"p{i}, " for i in range(count, len(values)))
+    lines.append(f"    return ({parts}), {names!r}, ({named})" if names else f"    return ({parts})")
+    env = {"T": torch.Tensor, "part": _part}
+    exec(_compiled("\n".join(lines) + "\n"), env)  # noqa: S102 - made from argument counts and names only
+    return env["key"]
+
+
 def make_launcher(compiled, names: list, args: tuple, kwargs: dict, runtime: dict, constants: dict, launch_grid):
     """A function (args, kwargs, grid) -> None launching `compiled` for launches keyed like this one:
     each runtime argument taken from its position, keyword or (fixed) default."""
@@ -98,7 +122,8 @@ def _three(grid, launch_grid) -> tuple:
 def runner(compiled):
     """`compiled`'s launch as one generated function (grid of three ints, runtime args) -> None: no
     programs, nothing run; each pointer's memory a 1-D view (compiler._flat, inlined where the tensor
-    is one already); on a CPU, this thread's parallel launches sized as torch's first."""
+    is one already); on a CPU, this thread's parallel launches sized as torch's first, and by the
+    launch's elements."""
     from .compiler import _flat
     cpu = compiled.device_kind == "cpu"
     env = {"function": _on_torch_threads(compiled) if cpu else compiled._function, "flat": _flat,
@@ -112,11 +137,12 @@ def runner(compiled):
         lines.append(f"    {names}= args")
     for i, kind in enumerate(compiled.params):
         if kind == "pointer":
-            lines += [f"    if type(a{i}) is not T or a{i}.requires_grad or a{i}.dim() != 1 or "
-                      f"not a{i}.is_contiguous():",
+            # stride() == (1,): one call for "1-D and contiguous" (a size-1 view of another stride
+            # takes flat's path, which returns it as it is)
+            lines += [f"    if type(a{i}) is not T or a{i}.requires_grad or a{i}.stride() != (1,):",
                       f"        a{i} = flat(a{i})"]
-    if cpu:
-        lines.append("    sync_threads()")
+    if cpu:   # the team sized by the launch's elements where a program's are known (threads.sync_threads)
+        lines.append("    sync_threads()" if compiled.work is None else f"    sync_threads(g0 * g1 * g2 * {compiled.work})")
     lines.append(f"    function({names}g0, g1, g2)")
     exec(_compiled("\n".join(lines) + "\n"), env)  # noqa: S102 - made from argument positions only
     return env["run"]

@@ -2,7 +2,7 @@
 and where it must not: masks decided per vector at both ends of a linear condition (every lane, no lane,
 lane by lane) or per lane (other conditions), adjacent element-wise nests fused (not where one writes
 memory the other reads), pointer blocks advanced by a uniform step kept as an expression plus an offset
-(not a non-uniform step), buffers on the stack; and the launch's grid forms (launcher.py)."""
+(not a non-uniform step), also where a modulo wraps them around, buffers on the stack; and the launch's grid forms (launcher.py)."""
 from __future__ import annotations
 
 import runpy
@@ -53,6 +53,33 @@ SOURCE = textwrap.dedent('''
             acc += tl.load(ptrs, mask=cols < n_cols, other=0.0)
             ptrs += BLOCK         # the same step for every element: an offset
         tl.store(o_ptr + row, tl.sum(acc, axis=0) / n_cols)
+
+    @triton.jit
+    def wrapped_sums(x_ptr, o_ptr, n, stride, STEPS: tl.constexpr, BLOCK: tl.constexpr):
+        # columns that wrap around by a modulo (the tutorial matmul's `% N`), read through a pointer
+        # block advanced by a uniform step and directly
+        cols = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)) % n
+        ptrs = x_ptr + cols
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for _ in range(STEPS):
+            acc += tl.load(ptrs).to(tl.float32)
+            ptrs += stride
+        acc += tl.load(x_ptr + (cols + 3) % n).to(tl.float32)
+        out = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(o_ptr + out, acc, mask=out < n)
+
+    @triton.jit
+    def row_stats(x_ptr, o_ptr, n, stride, BLOCK: tl.constexpr):
+        # a row loaded and reduced twice: each load fused into the reduction that follows it
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride + cols, mask=cols < n, other=-float("inf")).to(tl.float32)
+        top = tl.max(x, axis=0)
+        e = tl.exp(x - top)
+        total = tl.sum(e, axis=0)
+        tl.store(o_ptr + row * 3, top)
+        tl.store(o_ptr + row * 3 + 1, total)
+        tl.store(o_ptr + row * 3 + 2, tl.argmax(x, axis=0).to(tl.float32))
 ''')
 
 
@@ -108,6 +135,37 @@ def test_pointer_blocks_by_a_uniform_step_and_by_their_own(k):
     assert 'alloc_local((16,), "int64"' in kernel.stages["schedule"]
 
 
+@pytest.mark.parametrize("n, block", [(64, 32), (77, 32), (40, 64), (5, 16), (300, 128)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_columns_wrapped_by_a_modulo(k, n, block, dtype):
+    steps = 3
+    x = torch.randn(steps, n + 7).to(dtype)   # a row stride other than the width
+    out = torch.full((n,), float("nan"))
+    k["wrapped_sums"][(triton_cdiv(n, block),)](x, out, n, x.stride(0), STEPS=steps, BLOCK=block)
+    cols = torch.arange(n)
+    want = x[:, :n].float().sum(0) + x[0, (cols + 3) % n].float()
+    torch.testing.assert_close(out, want)
+    kernel = k["wrapped_sums"].warmup(x, out, n, x.stride(0), STEPS=steps, BLOCK=block, grid=(1,))
+    assert f'alloc_local(({block},), "int64"' not in kernel.stages["schedule"]   # no block of pointers
+
+
+@pytest.mark.parametrize("n, block", [(1, 32), (31, 32), (32, 32), (100, 128), (1000, 1024), (64, 256)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_a_row_loaded_into_its_reductions(k, n, block, dtype):
+    rows = 5
+    x = torch.randn(rows, n + 3).to(dtype)
+    x[1, n // 2] = float("inf") if n > 2 else x[1, 0]
+    out = torch.empty(rows, 3)
+    k["row_stats"][(rows,)](x, out, n, x.stride(0), BLOCK=block)
+    v = x[:, :n].float()
+    top = v.max(1).values
+    torch.testing.assert_close(out[:, 0], top)
+    torch.testing.assert_close(out[:, 1], torch.exp(v - top[:, None]).sum(1), equal_nan=True)
+    assert torch.equal(out[:, 2], v.argmax(1).float())
+    schedule = k["row_stats"].warmup(x, out, n, x.stride(0), BLOCK=block, grid=(rows,)).stages["schedule"]
+    assert schedule.index("x_ptr[") > schedule.index("r_vec")   # the first load inside a reduction's loop
+
+
 def triton_cdiv(a, b):
     return (a + b - 1) // b
 
@@ -130,3 +188,25 @@ def test_a_negative_grid_is_refused_on_the_fast_path_too(k):
     out = torch.full((8,), 3.0)
     k["add"][(0,)](x, x, out, 8, BLOCK=64)   # no programs: nothing runs
     assert torch.equal(out, torch.full((8,), 3.0))
+
+
+@pytest.mark.parametrize("m, n, k_, blocks", [(64, 64, 64, (32, 32, 32)), (37, 50, 29, (16, 32, 16)),
+                                              (70, 130, 40, (32, 64, 16)), (8, 8, 100, (16, 16, 32)),
+                                              (40, 200, 24, (16, 128, 16)), (24, 300, 20, (16, 256, 16))])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_dot_of_narrow_tiles_reads_them_widened_once(m, n, k_, blocks, dtype):
+    import kernels
+    gen = torch.Generator().manual_seed(m * n)
+    a, b = torch.randn(m, k_, generator=gen).to(dtype), torch.randn(k_, n, generator=gen).to(dtype)
+    c = torch.full((m, n), float("nan"), dtype=torch.float16)
+    bm, bn, bk = blocks
+    grid = (triton_cdiv(m, bm) * triton_cdiv(n, bn),)
+    args = (a, b, c, m, n, k_, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+    meta = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=2, ACTIVATION="")
+    kernels.matmul_kernel.fn[grid](*args, **meta)
+    want = a.float() @ b.float()
+    torch.testing.assert_close(c.float(), want, atol=2e-2 * (1 + want.abs().max().item()), rtol=2e-2)
+    schedule = kernels.matmul_kernel.fn.warmup(*args, **meta, grid=grid).stages["schedule"]
+    narrow = "float16" if dtype == torch.float16 else "bfloat16"
+    assert f'alloc_local(({bm}, {bk}), "{narrow}"' not in schedule   # the tiles converted where loaded
+    assert f'alloc_local(({bk}, {bn}), "int64"' not in schedule       # B's `% N` columns read as vectors

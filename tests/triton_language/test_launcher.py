@@ -7,8 +7,10 @@ import importlib
 
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 
 import babytriton.triton as triton
+from babytriton.runtime import threads
 from babytriton.triton import launcher
 
 import kernels
@@ -102,3 +104,42 @@ def test_a_constexpr_keys_by_type_and_value_wrapped_or_not():
         return launcher.launch_key((value,), {}, (True,), frozenset())
     assert key(4) == key(tl.constexpr(4)) == ((int, 4),)
     assert len({key(4), key(5), key(True), key(1), key(4.0)}) == 5
+
+
+_VALUES = st.one_of(st.integers(-2 ** 64, 2 ** 64), st.sampled_from([1, 0, -1, 2 ** 31 - 1, 2 ** 31, -2 ** 31,
+                                                                    -2 ** 31 - 1, 2 ** 63 - 1, 2 ** 63]),
+                    st.floats(allow_nan=False), st.booleans(), st.none(), st.text(max_size=3),
+                    st.sampled_from([torch.float32, torch.float16, torch.int64, torch.bool]).map(
+                        lambda d: torch.zeros(2, dtype=d)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_VALUES, max_size=5), st.dictionaries(st.sampled_from(["B", "n", "num_warps"]), _VALUES, max_size=3),
+       st.lists(st.booleans(), min_size=4, max_size=4))
+def test_the_generated_launch_key_is_launch_key(args, kwargs, exact):
+    # launcher.keyer inlines each argument's part of the key: the same key for every kind of value
+    exact, by_value = tuple(exact), frozenset({"B", "num_warps"})
+    got = launcher.keyer(len(args), tuple(kwargs), exact, by_value)(tuple(args), kwargs)
+    assert got == launcher.launch_key(tuple(args), kwargs, exact, by_value)
+
+
+
+@pytest.mark.parametrize("n, block, team", [(1000, 256, 1), (threads.GRAIN, 1024, 1), (threads.GRAIN + 1, 1024, 2),
+                                            (5 * threads.GRAIN - 7, 4096, 2)])
+def test_a_launch_wakes_no_more_threads_than_its_elements_need(add, n, block, team):
+    # threads.GRAIN elements a thread at least, as torch's own loops: a small launch runs on fewer
+    if threads._launcher()[0] is None:
+        pytest.skip(f"no OpenMP team here: {threads.pool()}")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        x, y = torch.randn(n), torch.randn(n)
+        torch.testing.assert_close(_launch(add, x, y, block), x + y)
+        assert threads._launcher()[0].bt_threads() == team
+        rows = torch.randn(3, n)   # programs that loop a run-time number of times: the whole team
+        w, b = torch.randn(n), torch.randn(n)
+        got = kernels.layer_norm(rows, w, b, BLOCK_SIZE=256)[0]
+        torch.testing.assert_close(got, torch.nn.functional.layer_norm(rows, (n,), w, b, 1e-5), atol=1e-4, rtol=1e-4)
+        assert threads._launcher()[0].bt_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -48,6 +48,7 @@ class CompiledKernel:
     cache_key = None      # its runtime.cache.CacheKey and entry folder, where the disk cache holds it
     cache_path = None
     _run = None           # its launch (launcher.runner), made on first use
+    work = None           # on a CPU, a program's block elements where the grid alone sets them (cpu.work)
 
     def __init__(self, name: str, executable, stages: dict, params: list, device_kind: str):
         self.name = name
@@ -139,6 +140,7 @@ def compile(jit_fn, signature: dict, constants: dict, options: dict | None = Non
     try:
         with quiet_tvm():
             func = cpu.with_ones(func, options.get("equal_to_1", ()))
+            work = None if gpu else cpu.work(func)
             func = schedule.schedule(func, target, int(options.get("num_warps", 4)))
             stages["schedule"] = func.script()
             stage = "build"
@@ -149,7 +151,9 @@ def compile(jit_fn, signature: dict, constants: dict, options: dict | None = Non
         raise parsed.source_map.error(parsed.tree, message + detail) from (e if debug_enabled() else None)
     stages["source"] = pipeline.generated_source(executable, target)
     params = ["pointer" if isinstance(types[n], core.pointer_type) else "scalar" for n in names if n in types]
-    return CompiledKernel(name, executable, stages, params, "cuda" if gpu else "cpu")
+    kernel = CompiledKernel(name, executable, stages, params, "cuda" if gpu else "cpu")
+    kernel.work = work
+    return kernel
 
 
 def _target(target) -> tvm.target.Target:
