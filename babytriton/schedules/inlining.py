@@ -34,11 +34,6 @@ def _call_depth(expr) -> int:
                default=0)
 
 
-def _block_depth(sch, block) -> int:
-    value = block_value(sch, block)
-    return _call_depth(value) if value is not None else 0
-
-
 # On a GPU no call depth limits inlining: CUDA calls tanhf (erff, expf) on its argument written once,
 # and nvcc computes a call repeated on the same value once (a GELU-tanh backward's nine tanh: one
 # ex2 in the PTX). Kept buffers cost more there: the kernel leaves Elementwise for Fallback's scalar
@@ -96,12 +91,6 @@ def _block_selects(sch, block) -> int:
     return _select_depth(value, {}) if value is not None else 0
 
 
-def _block_size(sch, block, leaf=None) -> int:
-    """The tree size of the block's stored expression (`leaf`: of its nodes of that kind only)."""
-    value = block_value(sch, block)
-    return _tree_size(value, {}, leaf) if value is not None else 0
-
-
 # A producer read by several blocks, or several times by one (NaN-aware `maximum` names each operand
 # three times, `leaky_relu` twice), is copied into each read, and LLVM does not merge the copies:
 # p52's float32 chain ran 12 copies of its first three ops (48 ms against eager's 12). With
@@ -113,32 +102,28 @@ CHEAP_CALLS = {f"tirx.{name}" for name in ("fabs", "isnan", "isinf", "isfinite",
                                             "floor", "ceil", "round", "trunc", "nearbyint", "copysign")}
 
 
-def _cheap(sch, block) -> bool:
-    """Whether a block's expression is cheap to compute again in each read (see SMALL_SHARED)."""
-    value = block_value(sch, block)
+def _cheap_value(value) -> bool:
+    """Whether a stored expression is cheap to compute again in each read (see SMALL_SHARED)."""
     if value is None or _tree_size(value, {}) > SMALL_SHARED:
         return False
     return not _tree_size(value, {}, lambda e: isinstance(e, tvm.ir.expr.Call) and not (
         isinstance(e.op, tvm.ir.Op) and e.op.name in CHEAP_CALLS))
 
 
-def _reads_of(sch, consumer, block) -> int:
-    """How many times the consumer's stored expression, as a tree, loads what `block` writes."""
-    value = block_value(sch, consumer)
-    written = [region.source for region in sch.get(block).writes]
+def _reads_of_value(value, written) -> int:
+    """How many times a stored expression, as a tree, loads one of the buffers `written`."""
     if value is None:
         return 2  # not one store: counted as shared
     return _tree_size(value, {}, lambda e: isinstance(e, tvm.ir.expr.TensorLoad)
                       and any(e.source.same_as(w) for w in written))
 
 
-def _pairs(sch, block) -> bool:
+def _pairs(node) -> bool:
     """Whether a block is a reduction of (index, value) pairs (argmax, argmin), whose NaN-aware
     combiner names the value nine times. On a CPU a producer that is not `_cheap` stays a block
     (computed once per element, vectorised) rather than copied into each name: inlined there,
     -log(-log(u)) under an argmax (Gumbel-max sampling) held TVM's LLVM code generator 30 s in its
     simplifier, which binds each copy's fast-math expansion (fast_math) and explores its selects."""
-    node = sch.get(block)
     return node.init is not None and len(node.writes) > 1
 
 
@@ -151,12 +136,46 @@ def _output_blocks(sch) -> set:
         return set()
 
 
-def _copies(sch, block, others, forward: bool) -> bool:
-    """Whether inlining would copy a producer that is not `_cheap` into more than one read: forward,
-    `block` into its consumers `others`; reversed, its producers `others` into it."""
-    if forward:
-        return not _cheap(sch, block) and (len(others) > 1 or any(_reads_of(sch, o, block) > 1 for o in others))
-    return any(not _cheap(sch, o) and _reads_of(sch, block, o) > 1 for o in others)
+class _Measures:
+    """The measures `inline` weighs, of blocks' stored expressions, each computed once per Block node:
+    a node is immutable (an inlining gives its consumer a new one), so its measures stay true while
+    the schedule changes around it. Each trial used to walk every block's tree again: 5.3 s of a
+    40-program fuzz batch's 23 s of compiling."""
+
+    def __init__(self):
+        self.memo = {}
+
+    def _of(self, what: str, measure, *nodes):
+        key = (what, *(n.__hash__() for n in nodes))  # a node's hash is its address: kept alive below
+        if key not in self.memo:
+            values = [n.body.value if isinstance(n.body, tvm.tirx.BufferStore) else None for n in nodes]
+            self.memo[key] = (nodes, measure(*values))
+        return self.memo[key][1]
+
+    def depth(self, node) -> int:
+        return self._of("depth", lambda v: _call_depth(v) if v is not None else 0, node)
+
+    def selects(self, node) -> int:
+        return self._of("selects", lambda v: _select_depth(v, {}) if v is not None else 0, node)
+
+    def size(self, node, leaf=None) -> int:
+        """The tree size of the node's stored expression (`leaf`: of its nodes of that kind only)."""
+        return self._of(f"size {leaf}", lambda v: _tree_size(v, {}, leaf) if v is not None else 0, node)
+
+    def cheap(self, node) -> bool:
+        return self._of("cheap", _cheap_value, node)
+
+    def reads(self, consumer, node) -> int:
+        """How many times the consumer's stored expression, as a tree, loads what `node` writes."""
+        written = [region.source for region in node.writes]
+        return self._of("reads", lambda v, _: _reads_of_value(v, written), consumer, node)
+
+    def copies(self, node, others, forward: bool) -> bool:
+        """Whether inlining would copy a producer that is not `_cheap` into more than one read: forward,
+        `node` into its consumers `others`; reversed, its producers `others` into it."""
+        if forward:
+            return not self.cheap(node) and (len(others) > 1 or any(self.reads(o, node) > 1 for o in others))
+        return any(not self.cheap(o) and self.reads(node, o) > 1 for o in others)
 
 
 def _reverse_inline(sch, block) -> None:
@@ -183,23 +202,26 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: 
     kept = [sch.get(b) for b in keep]
     blocks = [info for info in infos if not any(sch.get(info.block_rv).same_as(k) for k in kept)]
 
+    measures = _Measures()
+
     def fits(block, others, forward: bool) -> bool:
-        if not shared and _copies(sch, block, others, forward):
+        node, others = sch.get(block), [sch.get(o) for o in others]
+        if not shared and measures.copies(node, others, forward):
             return False
         # (CPU rules: GPU ones pass no depth, nvcc computes the nine copies once, as LLVM would after
         # the 30 s; a kept buffer costs more there, see GPU_CALL_DEPTH)
-        if max_depth is not None and forward and not _cheap(sch, block) and any(_pairs(sch, o) for o in others):
+        if max_depth is not None and forward and not measures.cheap(node) and any(_pairs(o) for o in others):
             return False
-        if max_depth is not None and _block_depth(sch, block) + max(
-                (_block_depth(sch, o) for o in others), default=0) > max_depth:
+        if max_depth is not None and measures.depth(node) + max(
+                (measures.depth(o) for o in others), default=0) > max_depth:
             return False
         # and the expression stays small: NaN-aware max/min and floor `//` name each operand several
         # times, so a chain of them inlined grows exponentially (5 unrolled `maximum`s kept TVM's
         # simplifier busy for hours: fuzz 9200028250)
-        if _block_selects(sch, block) + max((_block_selects(sch, o) for o in others), default=0) > MAX_SELECT_DEPTH:
+        if measures.selects(node) + max((measures.selects(o) for o in others), default=0) > MAX_SELECT_DEPTH:
             return False
-        size = _block_size(sch, block)
-        return all(_block_size(sch, o) + size * _block_size(sch, o, tvm.ir.expr.TensorLoad) <= max_tree
+        size = measures.size(node)
+        return all(measures.size(o) + size * measures.size(o, tvm.ir.expr.TensorLoad) <= max_tree
                    for o in others)
 
     def trial(inline, neighbours):
