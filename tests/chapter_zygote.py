@@ -8,7 +8,7 @@ Each chapter costs about 4 s of CPU for those imports alone, and a test session 
 `_run_chapter`; the zygote starts with the first chapter a test process runs. The examples' runs and the
 disk cache's fresh-process tests use it too (babytriton is not imported in the zygote: each child imports
 it afresh), and so do the plain executor's notebooks (`run_python`, scripts/store_executions.py's
-`_run_python`) and MetaSchedule's reuse by a later process; tests that need an interpreter's own start
+`_run_python`); tests that need an interpreter's own start
 (hash seeds, processes at once) keep subprocesses.
 
 Run as a script, this file is the zygote: one request per line on stdin (JSON: path, cwd, env, timeout,
