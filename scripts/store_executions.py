@@ -349,6 +349,12 @@ def execute_plain(path: Path, cwd: Path | None = None) -> dict:
     return nb
 
 
+def _run_python(argv: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """`python argv...` in a fresh process, its output captured as text (the tests put a fork of a
+    Python that has imported torch and TVM in its place: tests/chapter_zygote.py)."""
+    return subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def execute_in_child(path: Path, cwd: Path | None = None, plain: bool = False) -> dict:
     """`execute_plain` in a fresh Python (as a fresh kernel) with a disk cache of its own; the notebook
     as a dict with metadata.babytriton_book.seconds. `plain`: with the IPython shim even where IPython is."""
@@ -358,9 +364,8 @@ def execute_in_child(path: Path, cwd: Path | None = None, plain: bool = False) -
         env = {**os.environ, "BABYTRITON_CACHE_DIR": cache, **({PLAIN_ENV: "1"} if plain else {})}
         start = time.perf_counter()
         try:
-            run = subprocess.run([sys.executable, __file__, "--execute", str(path), "--cwd", str(cwd or path.parent),
-                                  "--to", str(result)], env=env, capture_output=True, text=True,
-                                 timeout=build_book.NOTEBOOK_TIMEOUT)
+            run = _run_python([__file__, "--execute", str(path), "--cwd", str(cwd or path.parent), "--to", str(result)],
+                              env, build_book.NOTEBOOK_TIMEOUT)
         except subprocess.TimeoutExpired:
             raise build_book.timed_out(path, build_book.NOTEBOOK_TIMEOUT) from None
         if run.returncode != 0:

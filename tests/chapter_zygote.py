@@ -7,7 +7,9 @@ Each chapter costs about 4 s of CPU for those imports alone, and a test session 
 (chapters/ and chapters/whole/). tests/conftest.py puts `run` in place of scripts/build_book.py's
 `_run_chapter`; the zygote starts with the first chapter a test process runs. The examples' runs and the
 disk cache's fresh-process tests use it too (babytriton is not imported in the zygote: each child imports
-it afresh); tests that need an interpreter's own start (hash seeds, processes at once) keep subprocesses.
+it afresh), and so do the plain executor's notebooks (`run_python`, scripts/store_executions.py's
+`_run_python`); tests that need an interpreter's own start
+(hash seeds, processes at once) keep subprocesses.
 
 Run as a script, this file is the zygote: one request per line on stdin (JSON: path, cwd, env, timeout,
 stdout and stderr files), one reply per line on stdout (the child's exit status, or that it timed out).
@@ -106,6 +108,23 @@ def _started() -> subprocess.Popen:
     return _zygote["process"]
 
 
+def _request(script: str, arguments: tuple, cwd: Path, env: dict, timeout: float) -> tuple[dict, str, str]:
+    """`python script arguments...` in `cwd` with `env`, run by a fork of the zygote: its reply (the exit
+    status, or that it timed out), stdout and stderr."""
+    with _lock, tempfile.TemporaryDirectory(prefix="babytriton-chapter-") as folder:
+        out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+        out.touch()
+        err.touch()
+        zygote = _started()
+        zygote.stdin.write(json.dumps({"path": script, "args": arguments, "cwd": str(cwd), "env": env,
+                                       "timeout": timeout, "stdout": str(out), "stderr": str(err)}) + "\n")
+        zygote.stdin.flush()
+        reply = zygote.stdout.readline()
+        if not reply:
+            raise RuntimeError(f"the chapter zygote (tests/chapter_zygote.py) died running {script}")
+        return json.loads(reply), out.read_text(), err.read_text()
+
+
 def run(path: Path, cwd: Path, *arguments: str) -> subprocess.CompletedProcess:
     """scripts/build_book.py's `_run_chapter` (`python path arguments...` in `cwd`), run by a fork of the
     zygote: its result (args, returncode, stdout, stderr, `.seconds`), or build_book's timeout error after
@@ -113,24 +132,21 @@ def run(path: Path, cwd: Path, *arguments: str) -> subprocess.CompletedProcess:
     import build_book
     args = [sys.executable, str(path.relative_to(cwd)), *arguments]
     start = time.perf_counter()
-    with _lock, tempfile.TemporaryDirectory(prefix="babytriton-chapter-") as folder:
-        out, err = Path(folder) / "stdout", Path(folder) / "stderr"
-        out.touch()
-        err.touch()
-        zygote = _started()
-        zygote.stdin.write(json.dumps({"path": args[1], "args": arguments, "cwd": str(cwd), "env": dict(os.environ),
-                                       "timeout": build_book.CHAPTER_TIMEOUT,
-                                       "stdout": str(out), "stderr": str(err)}) + "\n")
-        zygote.stdin.flush()
-        reply = zygote.stdout.readline()
-        if not reply:
-            raise RuntimeError(f"the chapter zygote (tests/chapter_zygote.py) died running {path}")
-        reply = json.loads(reply)
-        if reply.get("timeout"):
-            raise build_book.timed_out(path, build_book.CHAPTER_TIMEOUT)
-        result = subprocess.CompletedProcess(args, reply["returncode"], out.read_text(), err.read_text())
+    reply, out, err = _request(args[1], arguments, cwd, dict(os.environ), build_book.CHAPTER_TIMEOUT)
+    if reply.get("timeout"):
+        raise build_book.timed_out(path, build_book.CHAPTER_TIMEOUT)
+    result = subprocess.CompletedProcess(args, reply["returncode"], out, err)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def run_python(argv: list, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """scripts/store_executions.py's `_run_python` (`python argv...` with `env`, as subprocess.run with
+    capture_output, text and timeout), run by a fork of the zygote: the plain executor's notebooks."""
+    reply, out, err = _request(str(argv[0]), tuple(map(str, argv[1:])), Path.cwd(), dict(env), timeout)
+    if reply.get("timeout"):
+        raise subprocess.TimeoutExpired([sys.executable, *argv], timeout, out, err)
+    return subprocess.CompletedProcess([sys.executable, *argv], reply["returncode"], out, err)
 
 
 def stop():

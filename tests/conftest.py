@@ -20,14 +20,17 @@ def pytest_configure(config):
     """One folder for the session's chapter runs and notebook executions, shared by its xdist workers
     (they inherit the variable): test_chapters, test_whole_chapters and test_book each run every chapter,
     on whichever worker, and run it once. Each run is a fork of a Python that has imported torch and TVM
-    already (tests/chapter_zygote.py): about 4 s of CPU less per chapter."""
+    already (tests/chapter_zygote.py): about 4 s of CPU less per chapter, and per notebook that the
+    plain executor (scripts/store_executions.py) runs."""
     if not hasattr(config, "workerinput") and RUNS_ENV not in os.environ:
         config.babytriton_runs = tempfile.mkdtemp(prefix="babytriton-runs-")
         os.environ[RUNS_ENV] = config.babytriton_runs
     sys.path.insert(0, str(SCRIPTS))
     import build_book
     import chapter_zygote
+    import store_executions
     build_book._run_chapter = chapter_zygote.run
+    store_executions._run_python = chapter_zygote.run_python
 
 
 def pytest_unconfigure(config):

@@ -64,3 +64,20 @@ def _one_by_one(sources: list[str], labels: list) -> None:
             errors = [line for line in str(e).splitlines() if "error" in line]   # not nvcc's warnings
             failed.append(f"{label}: " + "\n".join(errors[:20] or [str(e)[-1500:]]))
     assert not failed, "nvcc rejects:\n" + "\n".join(failed)
+
+
+class AtModuleEnd:
+    """Sources that a module's tests hand in (`add`), compiled in one batch when the module's tests are
+    done (`check`, from a module fixture's teardown): a source nvcc rejects fails the run there, named
+    by the test that handed it in. For tests whose sources come from their own parameters."""
+
+    def __init__(self):
+        self.sources: dict[str, str] = {}
+
+    def add(self, label: str, source: str) -> None:
+        self.sources[f"{label} #{len(self.sources)}"] = source
+
+    def check(self) -> None:
+        sources, self.sources = self.sources, {}
+        if sources:
+            assert_nvcc_compiles(list(sources.values()), list(sources))

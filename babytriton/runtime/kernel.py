@@ -71,9 +71,14 @@ class Kernel:
         self.from_disk = from_disk
         self.why = list(why)                  # key parts that differed from the nearest version
         self.globals_key = globals_key        # the values of the globals it was compiled with (cache.global_state)
-        if self.device_kind == "cpu" and self.uses_thread_pool:
+        if self.device_kind == "cpu":
             library = os.path.join(cache_path, "lib.so") if cache_path else None   # this code's, stored
-            self.executable = threads.run_on_torch_threads(self.executable, self.backend, library, from_disk)
+            if self.uses_thread_pool:
+                self.executable = threads.run_on_torch_threads(self.executable, self.backend, library, from_disk)
+            elif library is not None and not from_disk:
+                # just stored: its library is this code compiled already, and loading it (~1 ms) spares
+                # the VM's JIT compiling the module again (40-160 ms a kernel, a fifth on top of a compile)
+                self.executable = threads.load_copy(library, self.backend)
 
     @functools.cached_property
     def vm_devices(self) -> list | None:

@@ -17,6 +17,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -123,6 +124,15 @@ def run_on_torch_threads(executable, backend: str, library: str | None = None, l
         executable = load_executable(library, backend)   # stays mapped after its file goes
         _redirect(library, launcher)
         return executable
+
+
+def load_copy(library: str, backend: str):
+    """The executable in a private copy of `library` (a disk cache entry's): mapped from a file that
+    nothing else writes, so an entry damaged or replaced in place later can't fault the running code."""
+    with tempfile.TemporaryDirectory(prefix="babytriton-") as folder:
+        copy = os.path.join(folder, "lib.so")
+        shutil.copyfile(library, copy)
+        return load_executable(copy, backend)   # stays mapped after its file goes
 
 
 def load_executable(library: str, backend: str):

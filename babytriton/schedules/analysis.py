@@ -164,8 +164,12 @@ def static_product(sch, loops):
 
 def block_value(sch, block):
     """The expression a block stores (None for a block that is no single store)."""
-    body = sch.get(block).body
-    return body.value if isinstance(body, tirx.BufferStore) else None
+    return stored_value(sch.get(block))
+
+
+def stored_value(node):
+    """The expression a Block node stores (None for a block that is no single store)."""
+    return node.body.value if isinstance(node.body, tirx.BufferStore) else None
 
 
 LONG_LATENCY_CALLS = {f"tirx.{name}" for name in ("exp", "exp2", "exp10", "erf", "tanh", "sigmoid", "log",

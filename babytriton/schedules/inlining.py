@@ -6,7 +6,7 @@ from __future__ import annotations
 import tvm
 
 from ..operators import legalize
-from .analysis import block_value
+from .analysis import stored_value
 
 
 MAX_CALL_DEPTH = 2  # math calls nested in one inlined expression (see `inline`); 3 tanh: 7 s of LLVM
@@ -32,11 +32,6 @@ def _call_depth(expr) -> int:
         return inner + (0 if linear else 1)
     return max((_call_depth(getattr(expr, f)) for f in _FIELDS if isinstance(getattr(expr, f, None), tvm.ir.expr.Expr)),
                default=0)
-
-
-def _block_depth(sch, block) -> int:
-    value = block_value(sch, block)
-    return _call_depth(value) if value is not None else 0
 
 
 # On a GPU no call depth limits inlining: CUDA calls tanhf (erff, expf) on its argument written once,
@@ -120,18 +115,19 @@ class Costs:
                 memo[key] = (expr, sum(w * self.load_weight(c, written) for w, c in self._node(expr)[1]))
         return memo[key][1]
 
-    def added(self, sch, producer, consumer) -> int:
-        """What inlining the producer's stored expression into the consumer's adds to its cost."""
-        produced, consumed = block_value(sch, producer), block_value(sch, consumer)
+    def added(self, producer, consumer) -> int:
+        """What inlining the producer's stored expression into the consumer's adds to its cost (Block
+        nodes, `sch.get(block)`)."""
+        produced, consumed = stored_value(producer), stored_value(consumer)
         if produced is None or consumed is None:
             return 0
-        written = [region.source for region in sch.get(producer).writes]
+        written = [region.source for region in producer.writes]
         return self.load_weight(consumed, written) * (self.cost(produced) - 1)
 
-    def merged(self, sch, producer, consumer) -> int:
+    def merged(self, producer, consumer) -> int:
         """The cost of the consumer's stored expression with the producer's inlined into it."""
-        consumed = block_value(sch, consumer)
-        return (self.cost(consumed) if consumed is not None else 0) + self.added(sch, producer, consumer)
+        consumed = stored_value(consumer)
+        return (self.cost(consumed) if consumed is not None else 0) + self.added(producer, consumer)
 
 
 # A producer read by several blocks, or several times by one (NaN-aware `maximum` names each operand
@@ -145,32 +141,28 @@ CHEAP_CALLS = {f"tirx.{name}" for name in ("fabs", "isnan", "isinf", "isfinite",
                                             "floor", "ceil", "round", "trunc", "nearbyint", "copysign")}
 
 
-def _cheap(sch, block) -> bool:
-    """Whether a block's expression is cheap to compute again in each read (see SMALL_SHARED)."""
-    value = block_value(sch, block)
+def _cheap_value(value) -> bool:
+    """Whether a stored expression is cheap to compute again in each read (see SMALL_SHARED)."""
     if value is None or _tree_size(value, {}) > SMALL_SHARED:
         return False
     return not _tree_size(value, {}, lambda e: isinstance(e, tvm.ir.expr.Call) and not (
         isinstance(e.op, tvm.ir.Op) and e.op.name in CHEAP_CALLS))
 
 
-def _reads_of(sch, consumer, block) -> int:
-    """How many times the consumer's stored expression, as a tree, loads what `block` writes."""
-    value = block_value(sch, consumer)
-    written = [region.source for region in sch.get(block).writes]
+def _reads_of_value(value, written) -> int:
+    """How many times a stored expression, as a tree, loads one of the buffers `written`."""
     if value is None:
         return 2  # not one store: counted as shared
     return _tree_size(value, {}, lambda e: isinstance(e, tvm.ir.expr.TensorLoad)
                       and any(e.source.same_as(w) for w in written))
 
 
-def _pairs(sch, block) -> bool:
+def _pairs(node) -> bool:
     """Whether a block is a reduction of (index, value) pairs (argmax, argmin), whose NaN-aware
     combiner names the value nine times. On a CPU a producer that is not `_cheap` stays a block
     (computed once per element, vectorised) rather than copied into each name: inlined there,
     -log(-log(u)) under an argmax (Gumbel-max sampling) held TVM's LLVM code generator 30 s in its
     simplifier, which binds each copy's fast-math expansion (fast_math) and explores its selects."""
-    node = sch.get(block)
     return node.init is not None and len(node.writes) > 1
 
 
@@ -183,12 +175,38 @@ def _output_blocks(sch) -> set:
         return set()
 
 
-def _copies(sch, block, others, forward: bool) -> bool:
-    """Whether inlining would copy a producer that is not `_cheap` into more than one read: forward,
-    `block` into its consumers `others`; reversed, its producers `others` into it."""
-    if forward:
-        return not _cheap(sch, block) and (len(others) > 1 or any(_reads_of(sch, o, block) > 1 for o in others))
-    return any(not _cheap(sch, o) and _reads_of(sch, block, o) > 1 for o in others)
+class _Measures:
+    """The measures `inline` weighs, of blocks' stored expressions, each computed once per Block node:
+    a node is immutable (an inlining gives its consumer a new one), so its measures stay true while
+    the schedule changes around it. Each trial used to walk every block's tree again: 5.3 s of a
+    40-program fuzz batch's 23 s of compiling."""
+
+    def __init__(self):
+        self.memo = {}
+
+    def _of(self, what: str, measure, *nodes):
+        key = (what, *(n.__hash__() for n in nodes))  # a node's hash is its address: kept alive below
+        if key not in self.memo:
+            self.memo[key] = (nodes, measure(*(stored_value(n) for n in nodes)))
+        return self.memo[key][1]
+
+    def depth(self, node) -> int:
+        return self._of("depth", lambda v: _call_depth(v) if v is not None else 0, node)
+
+    def cheap(self, node) -> bool:
+        return self._of("cheap", _cheap_value, node)
+
+    def reads(self, consumer, node) -> int:
+        """How many times the consumer's stored expression, as a tree, loads what `node` writes."""
+        written = [region.source for region in node.writes]
+        return self._of("reads", lambda v, _: _reads_of_value(v, written), consumer, node)
+
+    def copies(self, node, others, forward: bool) -> bool:
+        """Whether inlining would copy a producer that is not `_cheap` into more than one read: forward,
+        `node` into its consumers `others`; reversed, its producers `others` into it."""
+        if forward:
+            return not self.cheap(node) and (len(others) > 1 or any(self.reads(o, node) > 1 for o in others))
+        return any(not self.cheap(o) and self.reads(node, o) > 1 for o in others)
 
 
 def _reverse_inline(sch, block) -> None:
@@ -216,24 +234,27 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: 
     blocks = [info for info in infos if not any(sch.get(info.block_rv).same_as(k) for k in kept)]
     costs = Costs()
 
+    measures = _Measures()
+
     def fits(block, others, forward: bool) -> bool:
-        if not shared and _copies(sch, block, others, forward):
+        node, others = sch.get(block), [sch.get(o) for o in others]
+        if not shared and measures.copies(node, others, forward):
             return False
         # (CPU rules: GPU ones pass no depth, nvcc computes the nine copies once, as LLVM would after
         # the 30 s; a kept buffer costs more there, see GPU_CALL_DEPTH)
-        if max_depth is not None and forward and not _cheap(sch, block) and any(_pairs(sch, o) for o in others):
+        if max_depth is not None and forward and not measures.cheap(node) and any(_pairs(o) for o in others):
             return False
-        if max_depth is not None and _block_depth(sch, block) + max(
-                (_block_depth(sch, o) for o in others), default=0) > max_depth:
+        if max_depth is not None and measures.depth(node) + max(
+                (measures.depth(o) for o in others), default=0) > max_depth:
             return False
         # and the expression stays small for the simplifier: NaN-aware max/min and floor `//` name each
         # operand several times, so a chain of them inlined grows exponentially (5 unrolled `maximum`s
         # kept TVM's simplifier busy for hours: fuzz 9200028250)
         # (and copied into several readers, its copies together too: p5's normalisation, cost 2900,
         # copied into 9 blocks of one kernel took TVM's lowering 14 s; kept, it is computed once)
-        pairs = [(block, o) for o in others] if forward else [(o, block) for o in others]
-        return all(costs.merged(sch, *pair) <= max_tree for pair in pairs) and (
-            not forward or sum(costs.added(sch, *pair) for pair in pairs) <= max_tree)
+        pairs = [(node, o) for o in others] if forward else [(o, node) for o in others]
+        return all(costs.merged(*pair) <= max_tree for pair in pairs) and (
+            not forward or sum(costs.added(*pair) for pair in pairs) <= max_tree)
 
     def trial(inline, neighbours):
         forward = neighbours == sch.get_consumers

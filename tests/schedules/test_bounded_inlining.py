@@ -85,14 +85,14 @@ def test_inlining_keeps_a_block_where_selects_would_nest_past_the_bound(levels):
     merges up to it (a level here costs 4x the one before)."""
     from tvm import s_tir
     from tvm.s_tir.dlight.analysis import normalize_prim_func
-    from babytriton.schedules.inlining import GPU_CALL_DEPTH, MAX_TREE_SIZE, Costs, block_value, inline
+    from babytriton.schedules.inlining import GPU_CALL_DEPTH, MAX_TREE_SIZE, Costs, inline
     sch = s_tir.Schedule(clamp_chain(levels))
     left = [info.block_rv for info in inline(sch, normalize_prim_func(sch), GPU_CALL_DEPTH)]
     # a block of k levels prints 2**k - 1 selects (TVMScript writes the tree)
     depths = [(str(sch.get(b).body).count("T.Select") + 1).bit_length() - 1 for b in left]
     costs = Costs()
-    assert sum(depths) == levels and all(costs.cost(block_value(sch, b)) <= MAX_TREE_SIZE for b in left), depths
-    assert all(costs.merged(sch, p, c) > MAX_TREE_SIZE for p, c in zip(left, left[1:])), depths
+    assert sum(depths) == levels and all(costs.cost(sch.get(b).body.value) <= MAX_TREE_SIZE for b in left), depths
+    assert all(costs.merged(sch.get(p), sch.get(c)) > MAX_TREE_SIZE for p, c in zip(left, left[1:])), depths
     assert len(left) == 1 or max(depths) >= 3, depths
 
 

@@ -174,17 +174,32 @@ def scaled_rows(a: BIG, w: bt.Tensor((1024,), "float32")):
     return a * w + 1.0
 
 
+@pytest.fixture(scope="module")
+def nvcc_batch_of_module():
+    """The sources this module's tests hand to nvcc, compiled in one run at its end (nvcc_batch.py)."""
+    from nvcc_batch import AtModuleEnd   # here: a later process imports this module without tests/ on its path
+    batch = AtModuleEnd()
+    yield batch
+    if shutil.which("nvcc"):
+        batch.check()
+
+
+@pytest.fixture
+def nvcc_at_module_end(nvcc_batch_of_module, request):
+    """nvcc must accept this CUDA source: checked with the module's other sources when it ends."""
+    return lambda source: nvcc_batch_of_module.add(request.node.name, source)
+
+
 def nvcc_ptx(source: str) -> bytes:
     from tvm.support import nvcc
     with tvm.target.Target(SM90):
         return nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
 
 
-def test_a_transpose_goes_through_shared_memory_tiles():
+def test_a_transpose_goes_through_shared_memory_tiles(nvcc_at_module_end):
     k = bt.jit(target=SM90)(transposed_half).compile()
     assert k.fusion[0].rule == "Tiled" and '"shared"' in k.stages["schedule"]
-    if shutil.which("nvcc"):  # vectorised, this was make_uint4 of 8 halves: nvcc rejected it
-        assert b".entry" in nvcc_ptx(k.source)
+    nvcc_at_module_end(k.source)  # vectorised, this was make_uint4 of 8 halves: nvcc rejected it
 
 
 def test_elementwise_rule_vectorises_contiguous_rows_and_broadcasts():
@@ -259,7 +274,7 @@ def concat_kernel(kind, dtype, shape):
 
 
 @pytest.mark.parametrize("kind, dtype, shape, lanes", CONCATS)
-def test_elementwise_rule_loads_concat_pieces_as_whole_vectors_where_aligned(kind, dtype, shape, lanes):
+def test_elementwise_rule_loads_concat_pieces_as_whole_vectors_where_aligned(kind, dtype, shape, lanes, nvcc_at_module_end):
     k = bt.jit(target=SM90)(concat_kernel(kind, dtype, shape)).compile()
     schedule = k.stages["schedule"]
     if lanes == 1:  # a piece starts inside a vector: its elements are read one by one, the result whole
@@ -268,8 +283,7 @@ def test_elementwise_rule_loads_concat_pieces_as_whole_vectors_where_aligned(kin
         assert f"T.vectorized(T.int64({lanes}))" in schedule and '"babytriton.rule": "Elementwise"' in schedule
         # every load of x is a vector one: the branch to a piece is taken by the vector, not by a lane
         assert f"*({VECTOR_TYPES[dtype, lanes]}*)(x_ptr + " in k.source and "x_ptr[" not in k.source
-    if shutil.which("nvcc"):
-        assert b".entry" in nvcc_ptx(k.source)
+    nvcc_at_module_end(k.source)
 
 
 def test_rotary_on_the_gpu_indexes_with_shifts_and_masks():
@@ -904,7 +918,7 @@ SPLIT_EPILOGUES = [(normalised_whole, (52740994,)), (normalised_whole, (1000003,
 
 
 @pytest.mark.parametrize("fn,shape", SPLIT_EPILOGUES, ids=lambda v: getattr(v, "__name__", str(v)))
-def test_split_reduction_epilogues_run_on_every_thread(fn, shape):
+def test_split_reduction_epilogues_run_on_every_thread(fn, shape, nvcc_at_module_end):
     """The element-wise work after a split reduction's fold: a whole-tensor epilogue (`x / x.norm()`) gets
     a grid of its own, a few values a result run across the fold's threads; never one thread's loop."""
     with warnings.catch_warnings():
@@ -914,8 +928,7 @@ def test_split_reduction_epilogues_run_on_every_thread(fn, shape):
     # thread 0 only publishes a cross-thread reduction's result: no loop of the epilogue is left to it
     after_thread0 = re.findall(r"threadIdx\.x\) == 0\) \{\n\s*(.*)", k.source)
     assert after_thread0 and all("red_" in line for line in after_thread0), after_thread0
-    if shutil.which("nvcc"):
-        assert b".entry" in nvcc_ptx(k.source)
+    nvcc_at_module_end(k.source)
 
 
 @pytest.mark.gpu
@@ -953,7 +966,7 @@ def few_symbolic_rows(x: bt.Tensor((4, "n"), "float32")):
 
 
 @pytest.mark.parametrize("fn", [prime_sum, full_sum, symbolic_max, few_symbolic_rows], ids=lambda f: f.__name__)
-def test_gpu_full_reductions_of_symbolic_and_prime_sizes_use_a_grid(fn):
+def test_gpu_full_reductions_of_symbolic_and_prime_sizes_use_a_grid(fn, nvcc_at_module_end):
     """No equal chunks divide a symbolic or prime size: a fixed grid of threads each sums a strided
     share into registers, each block reduces its threads' partials (no cross-thread reduction under
     the ragged end's predicate: it guards the last step's loads only), then a fold."""
@@ -967,8 +980,7 @@ def test_gpu_full_reductions_of_symbolic_and_prime_sizes_use_a_grid(fn):
     loads, across = partials.split("__shfl_down_sync", 1)
     assert "for (" in loads and "red_buf" in fold
     assert across.count("{") == across.count("}") - 1   # the shuffles in no branch: every thread runs them
-    if shutil.which("nvcc"):
-        assert b".entry" in nvcc_ptx(k.source)
+    nvcc_at_module_end(k.source)
 
 
 @pytest.mark.gpu
@@ -998,13 +1010,12 @@ def exp_chain_fp32(a: bt.Tensor((512, 1024), "float32")):
     return bt.exp(a) * 2.0 + bt.erf(a)
 
 
-def test_math_calls_keep_vector_loads_and_stores():
+def test_math_calls_keep_vector_loads_and_stores(nvcc_at_module_end):
     # TVM's vectoriser turns a loop with a call back into scalar loads; the rule loads into registers
     source = bt.jit(target=SM90)(exp_chain_fp32).compile().source
     kernel = source[source.index('extern "C"'):]
     assert "*(float4*)" in kernel and "erff(" in kernel
-    if shutil.which("nvcc"):
-        assert b".entry" in nvcc_ptx(source)
+    nvcc_at_module_end(source)
 
 
 def compare_big(x: bt.Tensor((256, 4096), "float32"), y: bt.Tensor((256, 4096), "float32")):
@@ -1016,14 +1027,13 @@ def select_by_mask(m: bt.Tensor((256, 4096), "bool"), x: bt.Tensor((256, 4096), 
 
 
 @pytest.mark.parametrize("fn", [compare_big, select_by_mask])
-def test_bool_buffers_are_never_vectors_in_memory(fn):
+def test_bool_buffers_are_never_vectors_in_memory(fn, nvcc_at_module_end):
     # CUDA moves four bools as a ushort4: eight bytes at a four-byte offset (misaligned, and wrong)
     source = bt.jit(target=SM90)(fn).compile().source
     bools = set(re.findall(r"bool\* __restrict__ (\w+)", source))
     assert bools and not any(re.search(rf"\*\(\w+\*\)\({name} \+", source) for name in bools)
     assert re.search(r"\*\(\w+[248]\*\)", source)  # the other buffers still move as vectors
-    if shutil.which("nvcc"):
-        assert b".entry" in nvcc_ptx(source)
+    nvcc_at_module_end(source)
 
 
 @pytest.mark.gpu
@@ -1335,7 +1345,7 @@ def _scatter_inputs(device):
     return x, index, src
 
 
-def test_a_kernel_no_gpu_rule_schedules_runs_on_gpu_threads_not_the_host():
+def test_a_kernel_no_gpu_rule_schedules_runs_on_gpu_threads_not_the_host(nvcc_at_module_end):
     """TVM's generic scatter is an opaque block of `parallel` loops that no GPU rule takes: left so, it
     was compiled as host code reading GPU memory (a segfault). Its loops become GPU kernels instead."""
     k = bt.jit(target="gpu")(scatter_add_rows).compile(*(t.to("meta") for t in _scatter_inputs("cpu")))
@@ -1343,8 +1353,7 @@ def test_a_kernel_no_gpu_rule_schedules_runs_on_gpu_threads_not_the_host():
     for func in k.module.functions.values():
         if isinstance(func, tvm.tirx.PrimFunc):
             assert "blockIdx.x" in func.script(), func.script()[:400]
-    if shutil.which("nvcc"):
-        assert b".entry" in nvcc_ptx(k.source)
+    nvcc_at_module_end(k.source)
 
 
 @pytest.mark.gpu
@@ -1558,7 +1567,7 @@ HALF_ROWS = [(fn, dtype) for fn in (row_softmax, row_rmsnorm) for dtype in (torc
     (row_rmsnorm, torch.float16, 512, "grid 64 x block 64"),      # 64 threads of 8 halves tile the row
     (row_cross_entropy, torch.float32, 8192, "grid 64 x block 128"),  # (online pairs: InnerReduction)
 ], ids=param_id)
-def test_row_kernel_rule_loads_and_stores_whole_vectors(fn, dtype, cols, launch):
+def test_row_kernel_rule_loads_and_stores_whole_vectors(fn, dtype, cols, launch, nvcc_at_module_end):
     """One block per row; each thread moves 16 bytes per step: the row is read with vector loads into
     registers (uint4: 8 halves, float4: 4 floats) in every reduction and in the element-wise block, and
     the results stored as vectors, never one scalar element of the row at a time."""
@@ -1575,8 +1584,7 @@ def test_row_kernel_rule_loads_and_stores_whole_vectors(fn, dtype, cols, launch)
     if fn is not row_cross_entropy:  # the element-wise block stores whole vectors of the result
         assert re.search(rf"\*\({vector}\*\)\(T_\w+_ptr \+ [^;]*\) = \*\({vector}\*\)\(\w+_local_ptr", body), body
     assert "__shfl_down_sync" in body  # the cross-thread reduction
-    if shutil.which("nvcc"):
-        assert b".entry" in nvcc_ptx(k.source)
+    nvcc_at_module_end(k.source)
 
 
 def row_softmax_any(x: bt.Tensor(("n", "m"), "float16")):
@@ -1590,11 +1598,10 @@ def row_softmax_any(x: bt.Tensor(("n", "m"), "float16")):
     (row_softmax, torch.float32, 1000),   # 250 float4 per row: no power-of-two block of >= 64 tiles it
     (row_layernorm, torch.float32, 48),   # 12 vectors: fewer than 64 threads (rows share a block there)
 ], ids=param_id)
-def test_row_kernel_rule_leaves_rows_it_cannot_tile_to_inner_reduction(fn, dtype, cols):
+def test_row_kernel_rule_leaves_rows_it_cannot_tile_to_inner_reduction(fn, dtype, cols, nvcc_at_module_end):
     k = bt.jit(target=SM90)(fn).compile(*(a.to("meta") for a in row_inputs(fn, 64, cols, dtype)))
     assert row_kernel(k).rule == "InnerReduction", str(k.fusion)
-    if shutil.which("nvcc"):
-        assert b".entry" in nvcc_ptx(k.source)
+    nvcc_at_module_end(k.source)
 
 
 def test_row_kernel_rule_leaves_a_symbolic_width_to_inner_reduction():
@@ -1615,7 +1622,7 @@ WIDTHS = st.one_of(st.integers(1, 64).map(lambda i: 64 * i), st.integers(2, 5000
 
 @settings(max_examples=10, deadline=None)
 @given(cols=WIDTHS, dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]))
-def test_row_kernel_rule_takes_every_row_that_a_warp_of_vectors_tiles(cols, dtype):
+def test_row_kernel_rule_takes_every_row_that_a_warp_of_vectors_tiles(cols, dtype, nvcc_batch_of_module):
     """RowKernel takes a softmax exactly when 64 threads of 8-byte vectors tile its rows (16 bytes where
     that still leaves 64 threads; narrower rows share a block in InnerReduction), and every thread
     count it picks tiles the row with its vectors."""
@@ -1628,8 +1635,7 @@ def test_row_kernel_rule_takes_every_row_that_a_warp_of_vectors_tiles(cols, dtyp
         vector = re.search(r"= \*\((\w+)\*\)\(x_ptr \+", k.source).group(1)
         lanes = VECTOR_BYTES[vector] // dtype.itemsize
         assert cols % (threads * lanes) == 0 and 64 <= threads <= 256, (cols, vector, kernel.launch)
-        if shutil.which("nvcc"):
-            assert b".entry" in nvcc_ptx(k.source)
+        nvcc_batch_of_module.add(f"row_softmax[{cols}-{dtype}]", k.source)
 
 
 VECTOR_BYTES = {"float4": 16, "uint4": 16, "float2": 8, "uint2": 8, "half4": 8, "nv_bfloat164": 8}
@@ -2037,12 +2043,12 @@ def _rsqrt_scaled(x, s):
     return x * torch.rsqrt(s)
 
 
-def _gpu_builds(k) -> None:
-    """A kernel built for sm_90 vectorises nothing wider than CUDA's vectors, and nvcc takes its source."""
+def _gpu_builds(k, nvcc_at_module_end) -> None:
+    """A kernel built for sm_90 vectorises nothing wider than CUDA's vectors, and nvcc takes its source
+    (checked with the module's other sources when it ends)."""
     lanes = [int(n) for n in re.findall(r"T\.vectorized\(T\.int64\((\d+)\)\)", k.stages["schedule"])]
     assert all(n <= 8 for n in lanes), lanes   # the thread's own loop once became a 256-lane vector
-    if shutil.which("nvcc"):
-        assert b".entry" in nvcc_ptx(k.source)
+    nvcc_at_module_end(k.source)
 
 
 def _with_specials(x, s):
@@ -2058,7 +2064,7 @@ def _with_specials(x, s):
        shape=st.sampled_from([(16, 64), (8, 4, 64), (32, 96), (2, 8, 128)]),
        broadcast=st.lists(st.booleans(), min_size=3, max_size=3),
        dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]))
-def test_gpu_a_scale_broadcast_along_rows_is_one_register_per_thread(fn, shape, broadcast, dtype):
+def test_gpu_a_scale_broadcast_along_rows_is_one_register_per_thread(fn, shape, broadcast, dtype, nvcc_batch_of_module):
     """`erf(x) * s`, `round(x / s)`, `x * rsqrt(s)` with s broadcast along some axes (issue 28; the
     corpus' absmax quantisation): the math call stages the kernel through registers, and a copy of
     one element of s per thread (s broadcast along the last axis) got the thread's own loop
@@ -2067,7 +2073,8 @@ def test_gpu_a_scale_broadcast_along_rows_is_one_register_per_thread(fn, shape, 
     torch.manual_seed(0)
     x = (torch.randn(shape) * 4).to(dtype)
     s = (torch.rand(s_shape) + 0.5).to(dtype)
-    _gpu_builds(bt.jit(target="gpu")(fn).compile(x.to("meta"), s.to("meta")))
+    built = bt.jit(target="gpu")(fn).compile(x.to("meta"), s.to("meta"))
+    _gpu_builds(built, lambda source: nvcc_batch_of_module.add(f"scale broadcast {fn.__name__} {shape}", source))
     x, s = _with_specials(x, s)
     f = bt.jit(target="cpu")(fn)
     want = fn(x, s)
@@ -2087,17 +2094,17 @@ def _masked_mean(x, mask):
     return (x * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True)
 
 
-def test_gpu_per_row_scales_build_forward_and_backward():
+def test_gpu_per_row_scales_build_forward_and_backward(nvcc_at_module_end):
     """The corpus' shapes of the class: absmax int8 quantisation (a row's scale, then every element
     divided by it) and a masked mean's backward (the upstream gradient divided by a per-row count)."""
     torch.manual_seed(0)
     x = torch.randn(16, 64) * 2
-    _gpu_builds(bt.jit(target="gpu")(_absmax_quant).compile(x.to("meta")))
+    _gpu_builds(bt.jit(target="gpu")(_absmax_quant).compile(x.to("meta")), nvcc_at_module_end)
     for got, want in zip(bt.jit(target="cpu")(_absmax_quant)(x), _absmax_quant(x)):
         torch.testing.assert_close(got, want)
     x = torch.randn(2, 8, 64, requires_grad=True)
     mask = torch.arange(8)[None, :] < torch.tensor([5, 8])[:, None]
-    _gpu_builds(bt.jit(target="gpu")(_masked_mean).backward(x, mask))
+    _gpu_builds(bt.jit(target="gpu")(_masked_mean).backward(x, mask), nvcc_at_module_end)
     weights = torch.randn(2, 64)
     (bt.jit(target="cpu")(_masked_mean)(x, mask) * weights).sum().backward()
     got, x.grad = x.grad, None
@@ -2118,14 +2125,15 @@ def _split_gate(sizes, gate):
        gate=st.sampled_from([torch.erf, torch.sigmoid, torch.nn.functional.gelu]),
        rows=st.sampled_from([(16,), (2, 8)]),
        dtype=st.sampled_from([torch.float32, torch.float16]))
-def test_gpu_split_pieces_of_one_buffer_are_read_in_place(sizes, gate, rows, dtype):
+def test_gpu_split_pieces_of_one_buffer_are_read_in_place(sizes, gate, rows, dtype, nvcc_batch_of_module):
     """`h * erf(g)` of pieces of one buffer (issue 28; the corpus' GEGLU): the kernel reads the buffer
     at two offsets per element, whose register copy covered the span between them, a vector of 4,104
     lanes ("Cannot convert type T.int32x4104 to CUDA type"). Such a buffer is read in place."""
     fn = _split_gate(sizes, gate)
     torch.manual_seed(0)
     x = torch.randn(*rows, sum(sizes)).to(dtype)
-    _gpu_builds(bt.jit(target="gpu")(fn).compile(x.to("meta")))
+    built = bt.jit(target="gpu")(fn).compile(x.to("meta"))
+    _gpu_builds(built, lambda source: nvcc_batch_of_module.add(f"split pieces {sizes}", source))
     x.view(-1)[:3] = torch.tensor([math.inf, -math.inf, math.nan])
     f = bt.jit(target="cpu")(fn)
     for got in (f(x), f.eager(x)):
@@ -2140,14 +2148,14 @@ def _alibi_softmax(scores, slopes):
     return (scores + bias).masked_fill(~causal, float("-inf")).softmax(dim=-1)
 
 
-def test_gpu_a_buffer_read_at_two_indices_per_element_builds():
+def test_gpu_a_buffer_read_at_two_indices_per_element_builds(nvcc_at_module_end):
     """ALiBi's `pos[k] - pos[q]` reads one buffer at two indices per element: its register copy covered
     a span whose length depends on the thread ("Failed to vectorize loop with extent T.max(..)")."""
     torch.manual_seed(0)
     scores, slopes = torch.randn(2, 4, 8, 8, requires_grad=True), torch.rand(4, requires_grad=True)
     f = bt.jit(target="gpu")(_alibi_softmax)
-    _gpu_builds(f.compile(scores.detach().to("meta"), slopes.detach().to("meta")))
-    _gpu_builds(f.backward(scores, slopes))
+    _gpu_builds(f.compile(scores.detach().to("meta"), slopes.detach().to("meta")), nvcc_at_module_end)
+    _gpu_builds(f.backward(scores, slopes), nvcc_at_module_end)
     weights = torch.randn(2, 4, 8, 8)
     (bt.jit(target="cpu")(_alibi_softmax)(scores, slopes) * weights).sum().backward()
     got = scores.grad, slopes.grad
@@ -2161,12 +2169,12 @@ def _half_math_without_cuda_half_forms(x):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_gpu_half_math_without_a_cuda_half_form_is_computed_in_float32(dtype):
+def test_gpu_half_math_without_a_cuda_half_form_is_computed_in_float32(dtype, nvcc_at_module_end):
     """TVM names a half math call `h` + its name: `hnearbyint` (round), bfloat16's `hcosh`, `hsinh`
     don't exist (nvcc refused them), asin and atanh of bfloat16 had no lowering at all."""
     x = torch.linspace(-3.5, 3.5, 4096).to(dtype)
     k = bt.jit(target="gpu")(_half_math_without_cuda_half_forms).compile(x.to("meta"))
-    _gpu_builds(k)
+    _gpu_builds(k, nvcc_at_module_end)
     assert "nearbyintf(" in k.source and "hnearbyint" not in k.source
     x[:2] = torch.tensor([math.nan, math.inf])
     for got, want in zip(bt.jit(target="cpu")(_half_math_without_cuda_half_forms)(x), _half_math_without_cuda_half_forms(x)):

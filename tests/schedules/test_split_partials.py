@@ -5,6 +5,7 @@ end's predicate, each block reduces its threads' partials, and a second kernel f
 No GPU here: the kernels TVM schedules for sm_90 run on the CPU with their thread loops made serial
 (`scheduled_on_cpu`), which checks the schedule's index arithmetic, predicates and tails against
 torch; the CUDA they become is compiled with nvcc and read for vector loads and the grid."""
+import functools
 import re
 import shutil
 
@@ -18,6 +19,7 @@ import babytriton as bt
 from babytriton import schedules
 from babytriton.lowering import pipeline
 
+from nvcc_batch import assert_nvcc_compiles
 from test_schedules import SM90, nvcc_ptx
 
 
@@ -164,16 +166,26 @@ def test_split_index_reductions_keep_the_first_index(fn, dtype, n):
 BYTES = {torch.int8: (-128, 127), torch.uint8: (0, 255)}
 
 
-@pytest.mark.parametrize("n", [1 << 20, (1 << 20) + 16 * 257, (1 << 20) + 8])   # 16-byte vectors, ragged, 8 bytes
-@pytest.mark.parametrize("fn", [largest, smallest, total])
-@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8])
+BYTE_SIZES = [1 << 20, (1 << 20) + 16 * 257, (1 << 20) + 8]   # 16-byte vectors, ragged, 8 bytes
+BYTE_FNS = [largest, smallest, total]
+
+
+@functools.cache
+def byte_reduction(dtype, fn, n):
+    """scheduled_on_cpu of `fn` over n bytes: built once, for its test and for the nvcc batch."""
+    return scheduled_on_cpu(fn, torch.empty(n, dtype=dtype))
+
+
+@pytest.mark.parametrize("n", BYTE_SIZES)
+@pytest.mark.parametrize("fn", BYTE_FNS)
+@pytest.mark.parametrize("dtype", list(BYTES))
 def test_byte_reductions_match_torch(dtype, fn, n):
     """int8 and uint8 max and min keep 16 partial results a thread (their loads 16 bytes, their
     accumulator's start of 16 bytes spelled by cuda_spelling), a sum 4 (its int64 accumulator): the
-    extreme in the first, a middle or only the ragged last element, against torch; nvcc compiles it."""
+    extreme in the first, a middle or only the ragged last element, against torch; nvcc compiles it
+    (test_every_case_compiles_for_sm90)."""
     low, high = BYTES[dtype]
-    x = torch.randint(low + 1, high, (n,)).to(dtype)
-    k, run = scheduled_on_cpu(fn, x)
+    k, run = byte_reduction(dtype, fn, n)
     schedule = k.stages["schedule"]
     if fn is not total:
         assert f"T.vectorized(T.int64({16 if n % 16 == 0 else 8}))" in schedule, schedule
@@ -181,8 +193,6 @@ def test_byte_reductions_match_torch(dtype, fn, n):
         x = torch.randint(low + 1, high, (n,)).to(dtype)
         x[where] = high if fn is largest else low
         assert run(x).item() == fn(x).item()
-    if shutil.which("nvcc"):
-        assert b".entry" in nvcc_ptx(k.source), str(k.fusion)
 
 
 def symbolic_total(x: bt.Tensor(("n",), "float32")):
@@ -231,12 +241,15 @@ def test_half_sums_load_16_bytes(dtype, vector):
 
 
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
-@pytest.mark.parametrize("fn,shape,dtype", CASES, ids=lambda v: getattr(v, "__name__", str(v)))
-def test_every_case_compiles_for_sm90(fn, shape, dtype):
+def test_every_case_compiles_for_sm90():
     """What the GPU runs, compiled by nvcc here: int8's max once spelled its 16-lane accumulator as
-    make_int4 of 16 arguments, which only the GPU machine's build found."""
-    k = bt.jit(target=SM90)(fn).compile(torch.empty(shape, device="meta", dtype=dtype))
-    assert b".entry" in nvcc_ptx(k.source), str(k.fusion)
+    make_int4 of 16 arguments, which only the GPU machine's build found. Every case of CASES and
+    every byte reduction, in one nvcc run (tests/nvcc_batch.py: a run is mostly nvcc's start-up)."""
+    sources = {f"{fn.__name__}{list(shape)} {dtype}": bt.jit(target=SM90)(fn).compile(
+        torch.empty(shape, device="meta", dtype=dtype)).source for fn, shape, dtype in CASES}
+    sources.update({f"bytes {fn.__name__}[{n}] {dtype}": byte_reduction(dtype, fn, n)[0].source
+                    for dtype in BYTES for fn in BYTE_FNS for n in BYTE_SIZES})
+    assert_nvcc_compiles(list(sources.values()), list(sources))
 
 
 def test_few_rows_share_the_grid():

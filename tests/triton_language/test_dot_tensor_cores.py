@@ -3,6 +3,7 @@ sm_90 (mma.sync and ldmatrix for float16/bfloat16 dots, compiled by nvcc), the S
 rest, and, on a GPU, the results against torch at ragged sizes with masks."""
 from __future__ import annotations
 
+import functools
 import pathlib
 import re
 import shutil
@@ -19,6 +20,7 @@ import babytriton.triton.language as tl
 from babytriton.triton import compiler
 from babytriton.triton.compiler import gpu, mma
 from babytriton.triton.language import core
+from nvcc_batch import assert_nvcc_compiles
 
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
 SM75 = tvm.target.Target({"kind": "cuda", "arch": "sm_75"})
@@ -76,21 +78,16 @@ def run(a, b, out_dtype, bm, bn, bk, mode, num_warps):
     return c
 
 
+@functools.cache
 def cuda(dtype: torch.dtype, bm: int, bn: int, bk: int, mode: str, num_warps: int, target=SM90) -> str:
-    """dot_kernel's CUDA source for `target`, inputs of `dtype` and a float32 output."""
+    """dot_kernel's CUDA source for `target`, inputs of `dtype` and a float32 output: built once, for its
+    test and for test_the_tensor_core_sources_compile_with_nvcc (one nvcc run for all of them)."""
     ptr = core.pointer_type(next(t for t in core.DTYPES if t.torch == dtype))
     names = ["M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"]
     signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": core.pointer_type(core.float32), **{n: core.int32 for n in names}}
     k = compiler.compile(dot_kernel, signature, {"BM": bm, "BN": bn, "BK": bk, "MODE": mode},
                          {"target": target, "num_warps": num_warps})
     return k.stages["source"]
-
-
-def nvcc_compiles(source: str) -> None:
-    if shutil.which("nvcc"):
-        from tvm.support import nvcc
-        with SM90:
-            assert b".entry" in nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
 
 
 # --- the layout ---------------------------------------------------------------------------------------
@@ -117,22 +114,24 @@ def test_no_layout_for_blocks_that_are_not_whole_fragments_per_warp(m, n, thread
 
 # --- the CUDA source (no GPU needed) ------------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+HALF_DTYPES = [torch.float16, torch.bfloat16]
+TILE_SHAPES = [(128, 256, 64, 8), (64, 128, 32, 4), (16, 32, 16, 2), (32, 64, 16, 4), (16, 16, 16, 1), (16, 16, 16, 2)]
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 @pytest.mark.parametrize("mode", MODES)
 def test_half_dots_are_made_by_tensor_cores(dtype, mode):
     source = cuda(dtype, 32, 32, 32, mode, 4)
     kind = "bf16" if dtype == torch.bfloat16 else "f16"
     assert f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32" in source
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in source and "ldmatrix.sync.aligned.m8n8.x4.trans" in source
-    nvcc_compiles(source)
 
 
-@pytest.mark.parametrize("bm, bn, bk, warps", [(128, 256, 64, 8), (64, 128, 32, 4), (16, 32, 16, 2), (32, 64, 16, 4),
-                                               (16, 16, 16, 1), (16, 16, 16, 2)])
+@pytest.mark.parametrize("bm, bn, bk, warps", TILE_SHAPES)
 def test_tutorial_tile_shapes_use_tensor_cores_and_compile(bm, bn, bk, warps):
+    """(nvcc compiles them: test_the_tensor_core_sources_compile_with_nvcc)"""
     source = cuda(torch.float16, bm, bn, bk, "loop", warps)
     assert "mma.sync.aligned.m16n8k16" in source
-    nvcc_compiles(source)
 
 
 def test_a_large_tile_read_across_threads_builds():
@@ -142,7 +141,6 @@ def test_a_large_tile_read_across_threads_builds():
     condition)."""
     source = cuda(torch.float16, 128, 256, 64, "rowsum", 8)
     assert "mma.sync.aligned.m16n8k16" in source and "extern __shared__" in source
-    nvcc_compiles(source)
 
 
 def tutorial_matmul_source(bm, bn, bk, warps, ones=()) -> str:
@@ -242,19 +240,35 @@ def test_every_mma_accumulates_in_registers(mode):
     assert "ldmatrix" in loop and not re.search(r"\bacc_\d+_ptr\[", loop)   # no shared accumulator in the loop
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_flash_attention_runs_both_products_on_tensor_cores(dtype):
-    """q k^T (k transposed: a view, copied to its own tile), read across threads by the row max and
-    in registers by the exponent, then p v accumulated in registers with its rescaling."""
+@functools.cache
+def flash_attention_source(dtype: torch.dtype) -> str:
+    """The flash-attention kernel's CUDA for sm_90 (D 32, 64 x 32 blocks, 4 warps): built once."""
     import kernels
     ptr = core.pointer_type(next(t for t in core.DTYPES if t.torch == dtype))
     signature = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "o_ptr": ptr, "seq_len": core.int32, "scale": core.float32}
     k = compiler.compile(kernels.flash_attention_kernel, signature, {"D": 32, "BLOCK_M": 64, "BLOCK_N": 32},
                          {"target": SM90, "num_warps": 4})
-    source = k.stages["source"]
+    return k.stages["source"]
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_flash_attention_runs_both_products_on_tensor_cores(dtype):
+    """q k^T (k transposed: a view, copied to its own tile), read across threads by the row max and
+    in registers by the exponent, then p v accumulated in registers with its rescaling."""
+    source = flash_attention_source(dtype)
     assert source.count("mma.sync.aligned.m16n8k16") >= 2
     assert all(name.endswith("_own") for name in re.findall(r'"=f"\(\(\(float \*\)\((\w+)_ptr', source))
-    nvcc_compiles(source)
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+def test_the_tensor_core_sources_compile_with_nvcc():
+    """nvcc accepts the CUDA of the tests above (the half dots of every mode, the tutorial's tile shapes,
+    the large tile, flash attention): one nvcc run for all of them (tests/nvcc_batch.py)."""
+    builds = {**{f"half dot {dtype} {mode}": (cuda, (dtype, 32, 32, 32, mode, 4)) for dtype in HALF_DTYPES for mode in MODES},
+              **{f"tile {shape}": (cuda, (torch.float16, *shape[:3], "loop", shape[3])) for shape in TILE_SHAPES},
+              "large tile": (cuda, (torch.float16, 128, 256, 64, "rowsum", 8)),
+              **{f"flash attention {dtype}": (flash_attention_source, (dtype,)) for dtype in HALF_DTYPES}}
+    assert_nvcc_compiles([build(*args) for build, args in builds.values()], list(builds))
 
 
 @pytest.mark.parametrize("case", [(torch.float32, 32, 32, 32, 4, SM90), (torch.float16, 16, 16, 16, 4, SM90),
