@@ -75,9 +75,11 @@ class Kernel:
             library = os.path.join(cache_path, "lib.so") if cache_path else None   # this code's, stored
             if self.uses_thread_pool:
                 self.executable = threads.run_on_torch_threads(self.executable, self.backend, library, from_disk)
-            elif library is not None and not from_disk:
+            elif library is not None and not from_disk and "RealizeVDevice" not in self.stages:
                 # just stored: its library is this code compiled already, and loading it (~1 ms) spares
-                # the VM's JIT compiling the module again (40-160 ms a kernel, a fifth on top of a compile)
+                # the VM's JIT compiling the module again (40-160 ms a kernel, a fifth on top of a compile).
+                # (Not with device blocks: the library holds their CUDA, which a machine without a CUDA
+                # runtime can't load; the in-memory module runs its CPU part there)
                 self.executable = threads.load_copy(library, self.backend)
 
     @functools.cached_property

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import tvm
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 import babytriton as bt
 from babytriton.passes import decompose
@@ -73,6 +73,10 @@ def _close(got, want, dtype):
        log=st.booleans(), axis=st.sampled_from([-1, 1]),
        dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]), seed=st.integers(0, 99))
 def test_generated_producers_match_torch(steps, masked, log, axis, dtype, seed):
+    # a select on half values is a discontinuity: a value eager rounds to half between two ops
+    # (sigmoid(y) * 4 to 1.0 in bfloat16) and the fused kernel keeps in float32, as torch.compile
+    # does, takes the other side of `y > 1.0` (2.0 apart)
+    assume(dtype == torch.float32 or STEPS.index("torch.where(y > 1.0, y, -y)") not in steps[1:])
     f = _program(steps, masked, log, axis)
     args = _inputs(dtype, (3, 5, 40), axis, seed)
     k = bt.jit(f, target="cpu")
