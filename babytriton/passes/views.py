@@ -25,6 +25,7 @@ import tvm
 import tvm_ffi
 from tvm import relax, s_tir, tirx
 
+from ..schedules.unchecked import Schedule
 from .blocks import BlockRewriter
 
 VIEW_OPS = {"relax.expand_dims", "relax.squeeze", "relax.reshape", "relax.permute_dims", "relax.broadcast_to",
@@ -468,7 +469,7 @@ def inline_views(func: tirx.PrimFunc) -> tirx.PrimFunc:
     if not views or len(blocks) < 3:   # the root and one block: nothing reads the view inside
         return func
     try:
-        sch = s_tir.Schedule(func)
+        sch = Schedule(func)
     except tvm.error.InternalError:  # a fused function that binds a size in a later stage: left whole
         return func
     for name in views:

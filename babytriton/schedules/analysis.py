@@ -9,6 +9,7 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.base import get_extent
 
 from .reasons import decline
+from .unchecked import Schedule
 
 
 def normalized(rule, func, target):
@@ -16,7 +17,7 @@ def normalized(rule, func, target):
     (None, None) when `func` is no PrimFunc for the rule's target or does not normalise."""
     if not isinstance(func, tirx.PrimFunc) or not rule.is_target_available(target):
         return None, None
-    sch = s_tir.Schedule(func)
+    sch = Schedule(func)
     infos = normalize_prim_func(sch)
     if not infos:
         decline("its blocks have no normal form (an opaque block)")

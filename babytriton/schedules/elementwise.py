@@ -18,6 +18,7 @@ from .inlining import GPU_CALL_DEPTH, MAX_TREE_SIZE, inline
 from .lanes import (branch_multiples, branched_buffers, contiguous_lanes, flat_index, flat_offsets, innermost_var,
                     make_branches_uniform, substituted, uniform_branches)
 from .reasons import decline, hearing
+from .unchecked import Schedule
 
 SPREAD_READS = "a kept intermediate read at several elements per output element"
 SPREAD_TREE_FACTOR = 4  # how much larger an expression may grow where that intermediate is computed per read
@@ -518,7 +519,7 @@ def _with_tail(sch, blocks, threads, before, lane_var, vector: int, total):
     new_loop = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, tirx.SeqStmt([body, tail]),
                         loop.thread_binding, loop.annotations)
     new = tvm_ffi.structural_map(func, (tirx.For, lambda node: new_loop if node.same_as(loop) else node))
-    return s_tir.Schedule(new)
+    return Schedule(new)
 
 
 def _moves_vectors(sch) -> bool:

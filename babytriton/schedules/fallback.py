@@ -14,6 +14,7 @@ from tvm.s_tir.dlight.gpu.fallback import _has_internal_thread_env
 
 from .inlining import GPU_CALL_DEPTH, MAX_TREE_SIZE, _children, inline, visit_weights
 from .reasons import decline
+from .unchecked import Schedule
 
 INLINED_LIMIT = 4 * MAX_TREE_SIZE  # the simplifier's cost of a kernel's largest expression, all of it inlined
 
@@ -65,7 +66,7 @@ class BoundedFallback(dl.ScheduleRule):
     def apply(self, func, target, _tunable):
         if not isinstance(func, tirx.PrimFunc) or not self.rule.is_target_available(target):
             return None
-        sch = s_tir.Schedule(func)
+        sch = Schedule(func)
         infos = normalize_prim_func(sch)
         if infos is None:
             return None

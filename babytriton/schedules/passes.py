@@ -10,6 +10,7 @@ from tvm import s_tir, tirx
 
 from .analysis import find_all, own_target, retype, updated
 from .fast_math import as_f32, bool_casts_as_selects, lanes_of
+from .unchecked import Schedule
 from .wrappers import RULE_ATTR
 
 
@@ -90,7 +91,7 @@ def init_outside_reductions(mod: tvm.IRModule) -> tvm.IRModule:
     the product's 1, a matrix product's zeros. Reductions whose loops are bound to GPU threads are
     left to TVM's cross-thread lowering, which starts every thread from the identity."""
     def decomposed(func):
-        sch = s_tir.Schedule(func)
+        sch = Schedule(func)
         for realize in _reductions_with_init(func):
             block = sch.get_sblock(realize.block.name_hint)
             loop = _outermost_reduction_loop(sch, block, realize)

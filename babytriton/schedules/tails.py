@@ -9,6 +9,7 @@ from tvm.sym.pattern import detect_linear_equation
 
 from .analysis import find_all, is_int, uses
 from .lanes import substituted
+from .unchecked import Schedule
 
 
 def with_tails(sch):
@@ -29,7 +30,7 @@ def rewrite_loops(sch, chosen, rewrite):
 
     def cut(node):
         return rewrite(node) if any(node.same_as(loop) for loop in loops) else node
-    return s_tir.Schedule(tvm_ffi.structural_map(func, (tirx.For, cut)))
+    return Schedule(tvm_ffi.structural_map(func, (tirx.For, cut)))
 
 
 def _ragged_vector(step):

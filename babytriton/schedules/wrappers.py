@@ -13,6 +13,7 @@ from tvm.s_tir import dlight as dl
 from .analysis import find_all
 from .reasons import hearing
 from .registers import TooManyRegisters, small_registers
+from .unchecked import Schedule
 
 
 RULE_ATTR = "babytriton.rule"  # the PrimFunc attribute naming the rule that scheduled it (k.fusion)
@@ -47,7 +48,7 @@ class Guarded(dl.ScheduleRule):
         if space is None and heard:
             Declines.note(func, rule_name(self.rule), heard[0])
         if isinstance(space, s_tir.Schedule):
-            return s_tir.Schedule(space.mod["main"].with_attr(RULE_ATTR, rule_name(self.rule)))
+            return Schedule(space.mod["main"].with_attr(RULE_ATTR, rule_name(self.rule)))
         return space
 
     def __repr__(self):
