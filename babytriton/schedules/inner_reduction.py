@@ -3,6 +3,9 @@ max, max and argmax, a softmax, a norm, a cross-entropy, several statistics of t
 the rows' width (narrow, ragged, long or symbolic), its number of inputs and outputs and its dtypes."""
 from __future__ import annotations
 
+import functools
+import operator
+
 import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
@@ -114,7 +117,10 @@ class InnerReduction(GPUScheduleRule):
         for block in [b for b in reversed(blocks) if not reduce_count(sch, b)]:
             written = sch.get(block).writes
             readers = sch.get_consumers(block)
-            if len(written) != 1 or any(written[0].source.same_as(p) for p in params) or not readers:
+            # (a value per row, a norm's rsqrt, stays one: computed once a row, not once an element)
+            elements = functools.reduce(operator.mul, [iv.dom.extent for iv in sch.get(block).iter_vars], 1)
+            if len(written) != 1 or not _same(elements, rows * width) or any(
+                    written[0].source.same_as(p) for p in params) or not readers:
                 continue
             for reader in readers:
                 index = next(i for i, r in enumerate(sch.get(reader).reads) if r.source.same_as(written[0].source))
