@@ -58,6 +58,7 @@ class Kernel:
         self._module = compiled.module
         self._module_loader = module_loader   # a version loaded from disk reads its IR on demand
         self.stages = compiled.stages
+        self.device_blocks = "RealizeVDevice" in self.stages   # `with bt.device(...)` blocks: CPU and GPU code
         self.device_kind = targets.device_kind(target)
         self._vm_lock = threading.Lock()
         self._vm_locals: dict[int, threading.local] = {}   # device index -> each thread's VM function
@@ -75,7 +76,7 @@ class Kernel:
             library = os.path.join(cache_path, "lib.so") if cache_path else None   # this code's, stored
             if self.uses_thread_pool:
                 self.executable = threads.run_on_torch_threads(self.executable, self.backend, library, from_disk)
-            elif library is not None and not from_disk and "RealizeVDevice" not in self.stages:
+            elif library is not None and not from_disk and not self.device_blocks:
                 # just stored: its library is this code compiled already, and loading it (~1 ms) spares
                 # the VM's JIT compiling the module again (40-160 ms a kernel, a fifth on top of a compile).
                 # (Not with device blocks: the library holds their CUDA, which a machine without a CUDA
@@ -85,7 +86,7 @@ class Kernel:
     @functools.cached_property
     def vm_devices(self) -> list | None:
         """With device blocks: the VM's devices (CPU and GPU); the arguments may be on either."""
-        return devices.vm_devices(self.module) if "RealizeVDevice" in self.stages else None
+        return devices.vm_devices(self.module) if self.device_blocks else None
 
     @property
     def module(self) -> tvm.IRModule:

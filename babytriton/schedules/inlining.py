@@ -232,9 +232,7 @@ def inline(sch, infos, max_depth: int | None = MAX_CALL_DEPTH, keep=(), shared: 
     `max_tree` bounds the simplifier's cost of one inlined expression (`Costs`)."""
     kept = [sch.get(b) for b in keep]
     blocks = [info for info in infos if not any(sch.get(info.block_rv).same_as(k) for k in kept)]
-    costs = Costs()
-
-    measures = _Measures()
+    costs, measures = Costs(), _Measures()
 
     def fits(block, others, forward: bool) -> bool:
         node, others = sch.get(block), [sch.get(o) for o in others]

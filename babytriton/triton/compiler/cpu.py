@@ -206,8 +206,8 @@ def _widened(seq: tirx.SeqStmt) -> tirx.Stmt:
     of its reads (a matrix product's tile element is read once per row or column of the other)."""
     stmts = list(seq.seq)
     for i, alloc in enumerate(stmts):
-        if isinstance(alloc, tirx.AllocBuffer) and _wider(alloc.buffer, stmts[i + 1:]):
-            stmts[i:] = _retype(alloc, stmts[i + 1:], _wider(alloc.buffer, stmts[i + 1:]))
+        if isinstance(alloc, tirx.AllocBuffer) and (wide := _wider(alloc.buffer, stmts[i + 1:])):
+            stmts[i:] = _retype(alloc, stmts[i + 1:], wide)
     unchanged = all(a.same_as(b) for a, b in zip(stmts, seq.seq))
     return seq if unchanged else nests.seq(stmts)
 
@@ -223,11 +223,10 @@ def _wider(buf, stmts: list):
         if isinstance(c.value, tvm.ir.TensorLoad) and c.value.source.same_as(buf):
             casts.add(str(c.ty.dtype))
             reads.append(c)
-    for stmt in stmts:
-        tvm_ffi.structural_walk(stmt, (tirx.Cast, cast))
     loads = []
-    for stmt in stmts:
-        tvm_ffi.structural_walk(stmt, (tvm.ir.TensorLoad, lambda e: loads.append(e) if e.source.same_as(buf) else None))
+    for stmt in stmts:   # one walk: the casts of `buf`'s loads, and every load of it
+        tvm_ffi.structural_walk(stmt, [(tirx.Cast, cast), (tvm.ir.TensorLoad,
+                                                          lambda e: loads.append(e) if e.source.same_as(buf) else None)])
     if not loads or len(loads) != len(reads) or len(casts) != 1:
         return None
     wide = next(iter(casts))
