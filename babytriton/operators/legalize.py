@@ -468,6 +468,16 @@ def online_sum(m, s):
     return tirx.Select(tirx.abs(m) < tirx.const(INF, "float32"), s, tirx.const(float("nan"), "float32"))
 
 
+def guarded_online_sum(m, s):
+    """The sum of exp(x - g) with g = 0 where the max is ±inf (torch.logsumexp's shift), from the online
+    pair: the pair's sum where the max is finite; 0 where it is -inf (every element is); inf where it is
+    inf (an element is); NaN where it is NaN."""
+    inf = tirx.const(INF, "float32")
+    return tirx.Select(tirx.abs(m) < inf, s, tirx.Select(m < tirx.const(0, "float32"), tirx.const(0, "float32"),
+                                                        tirx.Select(m > tirx.const(0, "float32"), inf,
+                                                                    tirx.const(float("nan"), "float32"))))
+
+
 _IDENTITY = {"max": -INF, "min": INF, "argmax": -INF, "argmin": INF}
 
 

@@ -4,7 +4,8 @@
 The pair is reduced with `legalize.online_combine` (the running max and the sum rescaled to it), in
 float32 for half inputs and rounded once to the sum's dtype, as the two-pass legalization does
 (HALF_ACCUMULATE). It matches the shapes users write: softmax, log-softmax, logsumexp, cross-entropy
-(the max kept or dropped then expanded back, and bfloat16's max taken through astype float32). The
+(the max kept or dropped then expanded back, bfloat16's max taken through astype float32, and
+torch.logsumexp's max made 0 where it is ±inf). The
 max and the sum keep their Relax vars (now items of the pair), so the fusion map still shows the
 user's max and sum lines; `x - m` and `exp` stay where something else reads them (softmax's divide).
 Applied on GPU targets to rows of at least MIN_ROW elements only: on a CPU, CPUReduction cannot vectorise a two-value reduction (see there),
@@ -41,11 +42,12 @@ def _axes(call) -> list[int]:
 
 
 class _Pair:
-    """A matched max (the binding to replace first) and exp-sum over the same x."""
+    """A matched max (the binding to replace first) and exp-sum over the same x; `guarded` where the
+    exp subtracts torch.logsumexp's max made 0 where it is ±inf."""
 
-    def __init__(self, x, max_var, max_call, sum_var, sum_call, axes):
+    def __init__(self, x, max_var, max_call, sum_var, sum_call, axes, guarded):
         self.x, self.max_var, self.max_call, self.sum_var, self.sum_call = x, max_var, max_call, sum_var, sum_call
-        self.axes = axes
+        self.axes, self.guarded = axes, guarded
 
 
 def _find(bindings: list) -> list[_Pair]:
@@ -62,7 +64,8 @@ def _find(bindings: list) -> list[_Pair]:
             continue
         x, peak = d.args
         axes = _axes(s)
-        found = _max_of(x, peak, value, axes)
+        unguarded = _unguarded(peak, value)
+        found = _max_of(x, unguarded if unguarded is not None else peak, value, axes)
         if found is None or found in used or not _same(_shape(x), _shape(d)) or str(x.ty.dtype) != str(d.ty.dtype):
             continue
         if not (isinstance(found, relax.DataflowVar) and isinstance(b.var, relax.DataflowVar)):
@@ -72,8 +75,20 @@ def _find(bindings: list) -> list[_Pair]:
         if not _long_rows(x, axes):
             continue
         used.add(found)
-        pairs.append(_Pair(x, found, value[found], b.var, s, axes))
+        pairs.append(_Pair(x, found, value[found], b.var, s, axes, unguarded is not None))
     return pairs
+
+
+def _unguarded(peak, value: dict):
+    """m where `peak` is `where(isinf(m), 0, m)` (torch.logsumexp's shift), else None."""
+    guard = value.get(peak)
+    if not _is_op(guard, "relax.where"):
+        return None
+    test, zero, m = guard.args
+    test = value.get(test)
+    if not (_is_op(test, "relax.isinf") and test.args[0].same_as(m) and isinstance(zero, tvm.ir.Constant)):
+        return None
+    return m if zero.value.numpy().size == 1 and float(zero.value.numpy()) == 0.0 else None
 
 
 def _max_of(x, peak, value: dict, axes: list[int]):
@@ -137,8 +152,11 @@ def _kept_index(index, axes, ndim, keepdims):
     return full
 
 
-def online_softmax(x: te.Tensor, axes: list[int], m_dtype: str, m_keepdims: bool, s_dtype: str, s_keepdims: bool):
-    """TE: the max of x over `axes` and the sum of exp(x - max), reduced together in float32."""
+def online_softmax(x: te.Tensor, axes: list[int], m_dtype: str, m_keepdims: bool, s_dtype: str, s_keepdims: bool,
+                   guarded: bool = False):
+    """TE: the max of x over `axes` and the sum of exp(x - max), reduced together in float32; `guarded`,
+    the sum of exp(x - max) with the max taken as 0 where it is ±inf (`legalize.guarded_online_sum`)."""
+    finish = legalize.guarded_online_sum if guarded else legalize.online_sum
     reducer = legalize.reducers()[NAME]
     one = tirx.const(1, "float32")
 
@@ -159,7 +177,7 @@ def online_softmax(x: te.Tensor, axes: list[int], m_dtype: str, m_keepdims: bool
     # the pair stays a temporary, each half copied out by a block of its own (as legalize's argmax)
     m_out = te.compute(shape(m_keepdims), lambda *i: cast(m(*_kept_index(i, axes, ndim, m_keepdims)), m_dtype),
                        name="T_online_max")
-    s_out = te.compute(shape(s_keepdims), lambda *i: cast(legalize.online_sum(
+    s_out = te.compute(shape(s_keepdims), lambda *i: cast(finish(
         m(*_kept_index(i, axes, ndim, s_keepdims)), s(*_kept_index(i, axes, ndim, s_keepdims))), s_dtype),
         name="T_online_sum")
     return [m_out, s_out]
@@ -180,7 +198,8 @@ class _Rewriter(BlockRewriter):
             if pair is not None:
                 call = self.builder.normalize(self.builder.call_te(
                     online_softmax, pair.x, pair.axes, str(b.var.ty.dtype), bool(pair.max_call.attrs.keepdims),
-                    str(pair.sum_var.ty.dtype), bool(pair.sum_call.attrs.keepdims), primfunc_name_hint=NAME))
+                    str(pair.sum_var.ty.dtype), bool(pair.sum_call.attrs.keepdims), pair.guarded,
+                    primfunc_name_hint=NAME))
                 both = relax.DataflowVar("online", call.ty)
                 new.append(relax.VarBinding(both, call))
                 items[pair] = both

@@ -112,9 +112,10 @@ def _classify(mod: tvm.IRModule, binding) -> _Op | None:
         return None
     out = _shape(binding.var)
     several = out is None and isinstance(binding.var.ty, relax.TupleType)
-    if several:  # a reduction with several per-row results of one shape (online softmax's)
-        shapes = [_shape(relax.Var("r", f)) for f in binding.var.ty.fields]
-        out = shapes[0] if shapes and all(_same(s, shapes[0]) for s in shapes) else None
+    results = [out]
+    if several:  # a reduction with several per-row results (online softmax's: keepdims or not, each)
+        results = [_shape(relax.Var("r", f)) for f in binding.var.ty.fields]
+        out = results[0] if results and all(r is not None for r in results) else None
     func = mod[call.args[0]]
     if out is None or func.attrs is None or "op_pattern" not in func.attrs:
         return None
@@ -136,7 +137,7 @@ def _classify(mod: tvm.IRModule, binding) -> _Op | None:
     axes = _reduced_axes(func, len(full)) if pattern in (_COMM_REDUCE, _OUT_EWISE_FUSABLE) else None
     if axes:
         rows = Rows(full, axes)
-        if rows.per_row(out) and not all(_is_one(full[a]) for a in axes):  # kept or dropped
+        if all(rows.per_row(r) for r in results) and not all(_is_one(full[a]) for a in axes):  # kept or dropped
             return _Op("reduce", out, rows, tuple(tensors), pattern)
     return None
 

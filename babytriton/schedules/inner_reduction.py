@@ -48,8 +48,10 @@ class InnerReduction(GPUScheduleRule):
     leaves them in every thread of the row."""
 
     def __init__(self, block_threads: int = 128, max_threads: int = 256, vector_bytes: int = 16,
-                 vectors: int = 4, busy_threads: int = 1 << 17, symbolic_threads: int = 128):
+                 vectors: int = 4, busy_threads: int = 1 << 17, symbolic_threads: int = 128,
+                 shared_width: int = KEPT_ROW):
         self.block_threads, self.max_threads, self.vector_bytes = block_threads, max_threads, vector_bytes
+        self.shared_width = shared_width  # rows up to this wide keep a value several passes read (`apply`)
         self.vectors = vectors  # vectors per thread that size a row's threads (`_threads`)
         self.busy_threads = busy_threads  # threads in flight that keep every SM of an H100 busy
         self.symbolic_threads = symbolic_threads  # threads per row of a symbolic width
@@ -60,13 +62,18 @@ class InnerReduction(GPUScheduleRule):
             return None
         infos, copies = written_by_copies(sch, infos)  # results besides the last: from registers
         copied = [info for info in infos if is_copy(sch, info.block_rv, copies)]
-        blocks = kept_in_order(infos, inline(sch, infos, GPU_CALL_DEPTH, keep=copies), copied)
-        reductions = [b for b in blocks if reduce_count(sch, b)]
+        reductions = [info.block_rv for info in infos if reduce_count(sch, info.block_rv)]
         if not reductions:
             return None  # no reduction: another kind of kernel
-        space = _row_space(sch, reductions)
+        space = _row_space(sch, reductions)  # (inlining leaves a reduction's loops as they are)
         if space is None:
             return None
+        # Over narrow rows, a value that is not cheap and that several passes read (a softmax's exp: its
+        # sum and its output) is computed once into the threads' registers, not once per pass: p197's
+        # erf/sigmoid/sqrt/sin/tanh prologue inlined into four passes ran 337 math calls a thread (46 us
+        # on an H200; torch.compile's persistent reduction 15 us). Wider rows recompute it (`_recomputed`).
+        shared = not (isinstance(space[1], int) and space[1] <= self.shared_width)
+        blocks = kept_in_order(infos, inline(sch, infos, GPU_CALL_DEPTH, keep=copies, shared=shared), copied)
         recomputed = self._recomputed(sch, func, blocks, *space)
         nests = _nests(sch, blocks, *space)
         if nests is None:

@@ -5,6 +5,8 @@ import shutil
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tvm.relax.op import gather_elements
 
 import babytriton as bt
@@ -116,6 +118,38 @@ def test_cross_entropy_agrees_with_torch(on_cpu_too, dtype):
     target = torch.zeros(7, dtype=torch.int64)
     _check(bt.jit(target="cpu")(cross_entropy)(masked, target),
            (_two_pass_lse(masked.float())[:, 0] - masked.float()[:, 0]).mean().to(dtype), dtype)
+
+
+def torch_logsumexp(x):  # torch's spelling: its max is taken as 0 where it is ±inf
+    return torch.logsumexp(x, dim=-1)
+
+
+def torch_logsumexp_kept(x):
+    return torch.logsumexp(x.float(), dim=1, keepdim=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("fn", [torch_logsumexp, torch_logsumexp_kept], ids=lambda f: f.__name__)
+@given(cols=st.integers(1, 700), seed=st.integers(0, 2**16))
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_torch_logsumexp_takes_the_online_form_and_agrees(on_cpu_too, fn, dtype, cols, seed):
+    """The guarded max (0 where ±inf) pairs with the sum too: a row of -inf gives -inf, a +inf gives inf,
+    a NaN NaN, as torch.logsumexp."""
+    x = special_rows(max(cols, 6), dtype)[:, :cols]
+    x[6, seed % cols] = float("inf")
+    x[6, (seed // 7) % cols] = float("-inf")  # (+inf with -inf: inf, where the unguarded sum is NaN)
+    k = bt.jit(target="cpu")(fn).compile(x)
+    assert online.NAME in k.stages["OnlineSoftmax"]
+    _check(k(x), fn(x), dtype)
+
+
+def test_a_guard_that_is_not_zero_is_left_alone():
+    def shifted(x):
+        m = x.amax(-1, keepdim=True)
+        m = torch.where(torch.isinf(m), 1.0, m)
+        return torch.log(torch.exp(x - m).sum(-1)) + m[..., 0]
+    k = bt.jit(target=SM90)(shifted).compile(torch.randn(8, 64))
+    assert online.NAME not in k.stages["OnlineSoftmax"]
 
 
 def test_identity_and_masked_starts_make_no_nan(on_cpu_too):
@@ -235,3 +269,12 @@ def test_gpu_cross_entropy_agrees_with_torch():
     target = torch.randint(0, 32000, (8192,), device="cuda")
     torch.testing.assert_close(bt.jit(target="gpu")(cross_entropy)(logits, target),
                                torch.nn.functional.cross_entropy(logits, target), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_gpu_torch_logsumexp_agrees_with_torch(dtype):
+    for cols in (4097, 32000):
+        x = special_rows(cols, dtype).cuda()
+        x[6, 5], x[6, 9] = float("inf"), float("-inf")
+        _check(bt.jit(target="gpu")(torch_logsumexp)(x), torch_logsumexp(x), dtype)

@@ -20,7 +20,7 @@ from tvm.script import tirx as T
 import babytriton as bt
 from babytriton.operators import legalize
 from babytriton import schedules
-from babytriton.schedules.inner_reduction import InnerReduction
+from babytriton.schedules.inner_reduction import KEPT_ROW, InnerReduction
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 NVCC = shutil.which("nvcc")
@@ -128,6 +128,26 @@ def test_narrow_rows_share_a_block():
     text = body(k.source, kernel.cuda_kernels[0])
     assert re.search(r"= \*\(float4\*\)\(x_ptr \+", text) and "__syncthreads" not in text, text
     assert set(re.findall(r"__shfl_down_sync\(\w+\[0\], \w+\[0\], (\d+), 32\)", text)) == {"2", "1"}, text
+
+
+def costly_prologue(x):  # a prologue of math calls that four passes read: a stat, max, sum, output
+    h = torch.sin(torch.erf(x))
+    r = h.abs().mean(-1)
+    e = torch.exp(h - h.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True), r
+
+
+@pytest.mark.parametrize("width, once", [(64, True), (100, True), (KEPT_ROW, True), (KEPT_ROW + 44, False)])
+def test_a_costly_value_several_passes_read_is_computed_once_over_narrow_rows(width, once):
+    """Rows up to KEPT_ROW wide keep erf and sin in the threads' registers, computed in one block, not
+    inlined into each pass (p197's prologue was four times over: 337 math calls a thread); wider rows
+    recompute them in each pass (`_recomputed`); nvcc takes either."""
+    k = bt.jit(target=SM90, cache=False)(costly_prologue).compile(torch.empty(4096, width, device="meta"))
+    assert only(k).rule == "InnerReduction"
+    scheduled = k.stages["schedule"]
+    assert (scheduled.count("T.erf(") == 1 and scheduled.count("T.sin(") == 1) == once, scheduled
+    if NVCC:
+        assert b".entry" in nvcc_ptx(k.source)
 
 
 def test_max_and_argmax_of_rows_leave_fallback():
@@ -350,6 +370,14 @@ def close(got, want, dtype, ranked=None):
         else:
             torch.testing.assert_close(*(ranked.gather(-1, i.unsqueeze(-1)) for i in (g, w)),
                                        rtol=GPU_TOL[dtype], atol=GPU_TOL[dtype], equal_nan=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("width", [1, 64, 100, KEPT_ROW, KEPT_ROW + 44])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_costly_prologue_agrees_with_torch(width, dtype):
+    x = rows_with_specials(4099, width, dtype, "cuda")
+    close(bt.jit(target="gpu")(costly_prologue)(x), costly_prologue(x), dtype, x)
 
 
 SHAPES = [(32768, 64), (4096, 7), (100, 1000), (64, 4097), (8, 50257), (3, 100)]
