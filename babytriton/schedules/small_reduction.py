@@ -7,6 +7,7 @@ from __future__ import annotations
 import tvm
 from tvm import s_tir
 from tvm.s_tir.dlight.base import get_extent
+from tvm.sym.pattern import detect_linear_equation
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
 from .analysis import contiguous_reduction, fuse, in_registers, is_buffer, is_int, normalized, reduce_count, static_product, uses
@@ -150,6 +151,7 @@ class SmallReduction(GPUScheduleRule):
             sch.reorder(*others, vec)
             if not (len(stmt.writes) == 1 and lanes_along(stmt, var, lanes, lanes) == lanes and not _unvectorisable(
                     stmt, lanes) and _vectorized(sch, block, vec, others[0] if others else vec)):
+                _staged(sch, block, lane, var, lanes)
                 sch.unroll(vec)
         for loop in sch.get_loops(block)[depth:]:
             extent = get_extent(sch, loop)
@@ -177,3 +179,47 @@ def _vectorized(sch, block, vec, outer) -> bool:
             if not reduce_count(sch, block):
                 return False
     return False
+
+
+def _staged(sch, block, lane, var, lanes) -> None:
+    """The block's reads and writes of whole vectors of the kernel's buffers moved through registers,
+    a vector at a time, where its math is computed lane by lane (a call with no vector form, an
+    argmax's pairs): TVM's vectoriser would run the whole loop a lane at a time, loads and stores
+    included (p0's rsqrt: 8 scalar stores a thread where 2 float4 ones do)."""
+    params = [p for p in sch.mod["main"].params if is_buffer(p)]
+    for index in reversed(range(len(sch.get(block).reads))):
+        if _whole_vector(sch.get(block).reads[index], var, params):
+            cache = sch.cache_read(block, index, "local", consumer_blocks=[block])
+            sch.compute_at(cache, lane, preserve_unit_loops=True)
+            _copy_loops(sch, cache, lane, lanes)
+    for index in range(len(sch.get(block).writes)):
+        if _whole_vector(sch.get(block).writes[index], var, params):
+            cache = sch.cache_write(block, index, "local")
+            sch.reverse_compute_at(cache, lane, preserve_unit_loops=True)
+            _copy_loops(sch, cache, lane, lanes)
+
+
+def _whole_vector(region, var, params) -> bool:
+    """Whether a region of one element of a kernel buffer (not bool: never a vector in memory) has
+    `var` in its last index alone, step 1: the thread's vector is consecutive elements of it."""
+    if not any(region.source.same_as(p) for p in params) or str(region.source.ty.dtype) == "bool" or not all(
+            is_int(r.extent, 1) for r in region.region) or not region.region:
+        return False
+    *outer, last = (r.min for r in region.region)
+    coeffs = detect_linear_equation(last, [var])
+    return len(coeffs) == 2 and is_int(coeffs[0], 1) and not uses(coeffs[1], var) and not any(
+        uses(i, var) for i in outer)
+
+
+def _copy_loops(sch, copy, lane, lanes) -> None:
+    """A register copy's loops in the thread: the innermost, a vector, vectorised; the others unrolled."""
+    loops = sch.get_loops(copy)
+    loops = loops[next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(lane))) + 1:]
+    *outer, inner = loops
+    if get_extent(sch, inner) == lanes:
+        sch.vectorize(inner)
+    else:
+        outer.append(inner)
+    for loop in outer:
+        if isinstance(get_extent(sch, loop), int):
+            sch.unroll(loop)
