@@ -5,7 +5,7 @@ element."""
 from __future__ import annotations
 
 import tvm
-from tvm import s_tir
+from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
 from tvm.sym.pattern import detect_linear_equation
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
@@ -196,7 +196,24 @@ def _staged(sch, block, lane, var, lanes) -> None:
         if _whole_vector(sch.get(block).writes[index], var, params):
             cache = sch.cache_write(block, index, "local")
             sch.reverse_compute_at(cache, lane, preserve_unit_loops=True)
+            _guarded_like(sch, cache, block)
             _copy_loops(sch, cache, lane, lanes)
+
+
+def _guarded_like(sch, copy, block) -> None:
+    """The copy's steps run only where `block`'s do: TVM's reverse_compute_at drops the predicate of a
+    ragged split of the threads (5 x 3 columns on 256 threads), and the copy would store past the
+    buffer's end. The predicate names only the block and thread loops, which the copy shares."""
+    predicate = sch.get(sch.get_loops(block)[-1]).body.predicate
+    if is_int(predicate, 1):
+        return
+    loop = sch.get_loops(copy)[-1]
+    node = sch.get(loop)
+    realize = node.body
+    new = tirx.For(node.loop_var, node.min, node.extent, node.kind,
+                   s_tir.SBlockRealize(realize.iter_values, predicate, realize.block), node.thread_binding,
+                   node.annotations)
+    sch.state.replace(sch.get_sref(loop), new, {realize.block: realize.block})
 
 
 def _whole_vector(region, var, params) -> bool:
