@@ -129,6 +129,13 @@ class SmallReduction(GPUScheduleRule):
             in_registers(sch, block)   # the thread's own values
         for block in blocks:
             self._vectorize(sch, block, lane, lanes)
+        extent = get_extent(sch, spatial[-1]) if short and short[-1] == len(spatial) - 1 else None
+        if isinstance(extent, int) and extent & (extent - 1) == 0:
+            # the short axis innermost in the output (p185: a norm over the last axis of 4 of a
+            # permuted input): a thread's outputs are consecutive, and so is what it reads along
+            # that axis of the inputs laid out like the output; each moves as one vector
+            var = sch.get(last).iter_vars[len(spatial) - 1].var
+            _staged(sch, last, lane, var, extent, readers=blocks)
 
     def _vectorize(self, sch, block, lane, lanes) -> None:
         """The block's loop over the thread's vector moved innermost and vectorised where each of its
@@ -181,7 +188,7 @@ def _vectorized(sch, block, vec, outer) -> bool:
     return False
 
 
-def _staged(sch, block, lane, var, lanes) -> None:
+def _staged(sch, block, lane, var, lanes, readers=()) -> None:
     """The block's reads and writes of whole vectors of the kernel's buffers moved through registers,
     a vector at a time, where its math is computed lane by lane (a call with no vector form, an
     argmax's pairs): TVM's vectoriser would run the whole loop a lane at a time, loads and stores
@@ -189,7 +196,9 @@ def _staged(sch, block, lane, var, lanes) -> None:
     params = [p for p in sch.mod["main"].params if is_buffer(p)]
     for index in reversed(range(len(sch.get(block).reads))):
         if _whole_vector(sch.get(block).reads[index], var, params):
-            cache = sch.cache_read(block, index, "local", consumer_blocks=[block])
+            source = sch.get(block).reads[index].source
+            also = [b for b in readers if any(r.source.same_as(source) for r in sch.get(b).reads)]
+            cache = sch.cache_read(block, index, "local", consumer_blocks=also or [block])
             sch.compute_at(cache, lane, preserve_unit_loops=True)
             _copy_loops(sch, cache, lane, lanes)
     for index in range(len(sch.get(block).writes)):
@@ -233,7 +242,7 @@ def _copy_loops(sch, copy, lane, lanes) -> None:
     loops = sch.get_loops(copy)
     loops = loops[next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(lane))) + 1:]
     *outer, inner = loops
-    if get_extent(sch, inner) == lanes:
+    if get_extent(sch, inner) == lanes and lanes * tvm.DataType(sch.get(copy).writes[0].source.ty.dtype).bits <= 128:
         sch.vectorize(inner)
     else:
         outer.append(inner)

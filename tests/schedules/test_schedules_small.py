@@ -175,6 +175,12 @@ def rms_with_residual(x, res):
     return x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-12) + res
 
 
+def transposed_norm(x, y):
+    """p185's form: the short axis innermost in the output, read across a permuted input."""
+    h = x.permute(0, 2, 1) * y
+    return h / torch.sqrt((h * h).sum(-1, keepdim=True)).clamp_min(1e-6)
+
+
 def _ptx_counts(source: str) -> dict:
     """Global loads and stores in the PTX of a one-kernel source: all, and of 16-byte vectors."""
     ptx = nvcc_ptx(source).decode()
@@ -186,6 +192,9 @@ def _ptx_counts(source: str) -> dict:
 @pytest.mark.parametrize("fn, shapes, grid, moves", [
     (middle_softmax, [(97271, 2, 100)], 9500, {"ld": 2, "ld.v4": 2, "st": 2, "st.v4": 2}),  # p116
     (rms_with_residual, [(11413, 2, 1000)] * 2, 11146, {"ld": 4, "ld.v4": 4, "st": 2, "st.v4": 2}),  # p0
+    # p185's form: a thread a column of 4 consecutive outputs, stored as one vector, and y (laid out
+    # like them) loaded as one; x, permuted, 4 loads, each coalesced across the threads
+    (transposed_norm, [(8205, 4, 1024), (8205, 1024, 4)], 32820, {"ld": 5, "ld.v4": 1, "st": 1, "st.v4": 1}),
 ])
 def test_a_thread_loads_its_column_once_in_whole_vectors(fn, shapes, grid, moves):
     """Each thread owns 4 consecutive columns of the kept axes (97271 x 100 / 4 threads, 256 a
@@ -196,12 +205,6 @@ def test_a_thread_loads_its_column_once_in_whole_vectors(fn, shapes, grid, moves
     [kernel] = k.fusion
     assert kernel.rule == "SmallReduction" and kernel.launch == f"grid {grid} x block 256", k.fusion
     assert _ptx_counts(k.source) == moves
-
-
-def transposed_norm(x, y):
-    """p185's form: the short axis innermost in the output, read across a permuted input."""
-    h = x.permute(0, 2, 1) * y
-    return h / torch.sqrt((h * h).sum(-1, keepdim=True)).clamp_min(1e-6)
 
 
 def outer_softmax(x):
