@@ -11,7 +11,7 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
 from .analysis import (contiguous_reduction, fuse, in_registers, is_buffer, is_int, normalized, reduce_count,
                        static_product, uses)
-from .elementwise import _unvectorisable
+from .elementwise import unvectorisable
 from .inlining import GPU_CALL_DEPTH, inline
 from .lanes import lanes_along
 from .staging import staged
@@ -147,7 +147,7 @@ class SmallReduction(GPUScheduleRule):
         depth = next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(lane))) + 1
         mine = loops[depth:]
         stmt = sch.get(block)
-        var = self._column_var(sch, block, stmt)
+        var = _column_var(stmt)
         vec = None
         if lanes > 1 and var is not None:
             realize = sch.get(mine[-1]).body if mine else None
@@ -157,7 +157,7 @@ class SmallReduction(GPUScheduleRule):
         if vec is not None:
             others = [loop for loop in mine if not sch.get(loop).same_as(sch.get(vec))]
             sch.reorder(*others, vec)
-            if not (len(stmt.writes) == 1 and lanes_along(stmt, var, lanes, lanes) == lanes and not _unvectorisable(
+            if not (len(stmt.writes) == 1 and lanes_along(stmt, var, lanes, lanes) == lanes and not unvectorisable(
                     stmt, lanes) and _vectorized(sch, block, vec, others[0] if others else vec)):
                 staged(sch, block, lane, var, lanes)
                 sch.unroll(vec)
@@ -166,12 +166,13 @@ class SmallReduction(GPUScheduleRule):
             if isinstance(extent, int) and extent > 1 and (vec is None or not sch.get(loop).same_as(sch.get(vec))):
                 sch.unroll(loop)
 
-    @staticmethod
-    def _column_var(sch, block, stmt):
-        """The block's iteration variable that indexes the last axis of what it writes (the
-        contiguous kept axis), or None."""
-        last = stmt.writes[0].region[-1].min
-        return next((iv.var for iv in stmt.iter_vars if last.same_as(iv.var)), None)
+
+
+def _column_var(stmt):
+    """The block's iteration variable that indexes the last axis of what it writes (the contiguous
+    kept axis), or None."""
+    last = stmt.writes[0].region[-1].min
+    return next((iv.var for iv in stmt.iter_vars if last.same_as(iv.var)), None)
 
 
 def _vectorized(sch, block, vec, outer) -> bool:

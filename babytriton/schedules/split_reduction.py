@@ -13,7 +13,7 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from .analysis import (contiguous_reduction, find_all, fuse, in_registers, normalized, reduce_count,
                        static_product, uses)
 from .inlining import GPU_CALL_DEPTH, inline
-from .elementwise import _unvectorisable
+from .elementwise import unvectorisable
 from .lanes import contiguous_lanes, innermost_var, substituted
 from .reasons import decline
 from .staging import staged
@@ -197,7 +197,7 @@ class SplitReduction(GPUScheduleRule):
             if vec is None:
                 continue
             stmt = sch.get(block)
-            if _unvectorisable(stmt, lanes) or len(stmt.writes) > 1:
+            if unvectorisable(stmt, lanes) or len(stmt.writes) > 1:
                 staged(sch, block, lane, var, lanes)
                 sch.unroll(vec)
             else:
