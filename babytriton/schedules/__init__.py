@@ -10,7 +10,7 @@ one thread (or one GPU block): the pipeline warns about them (SerialKernelWarnin
 One strategy a module. The GPU rules, in the order they are tried (`gpu_rules`; the first that
 schedules a kernel wins, each inside `Guarded`):
   dlight.gpu.Matmul, dlight.gpu.GEMV      matrix products and matrix-vector products (Dlight's)
-  SmallReduction    small_reduction.py    reductions of a few elements over outer axes: a thread an element
+  SmallReduction    small_reduction.py    reductions of a few elements over outer axes: a thread a column of vectors
   SplitReduction    split_reduction.py    a reduction to few results: chunks in parallel, then a fold
   RowReduction      row_reduction.py      a lone reduction along contiguous rows of a static width
   RowKernel         row_kernel.py         reductions then an element-wise block over static-width rows (64+ threads)

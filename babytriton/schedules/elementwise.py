@@ -140,7 +140,7 @@ class Elementwise(GPUScheduleRule):
         if vector > 1 and extent is not None and extent >= vector * self.threads and not _has_bool_buffers(func) \
                 and get_extent(sch, loops[-1]) % vector == 0 and contiguous_lanes(sch, loops[-1], vector) == vector \
                 and not branch_multiples(sch.get(block), innermost_var(sch, loops[-1])) \
-                and not _unvectorisable(sch.get(block), vector) and not _computes_bools(sch.get(block)):
+                and not unvectorisable(sch.get(block), vector) and not _computes_bools(sch.get(block)):
             # (a compare in vectors here failed the build: NaN-aware clamps stay one element a thread)
             *outer, inner = loops
             inner, lanes = sch.split(inner, [None, vector])
@@ -337,7 +337,7 @@ class Elementwise(GPUScheduleRule):
         # a transpose, slice or gather: scalar
         lanes_fit = all(contiguous_lanes(sch, sch.get_loops(info.block_rv)[-1], vector) == vector for info in infos)
         # through registers at the full 16 bytes: a bool buffer, math of no CUDA vector type
-        staged = stage and (_has_bool_buffers(func) or any(_unvectorisable(sch.get(info.block_rv), vector)
+        staged = stage and (_has_bool_buffers(func) or any(unvectorisable(sch.get(info.block_rv), vector)
                                                            for info in infos))
         extent = static_product(sch, sch.get_loops(infos[0].block_rv))
         # lanes_fit: each block's row is whole vectors, split off before the loops are fused (as `apply`
@@ -532,7 +532,7 @@ def _has_bool_buffers(func) -> bool:
     return any(is_buffer(p) and str(p.ty.dtype) == "bool" for p in func.params)
 
 
-def _unvectorisable(block, lanes: int) -> bool:
+def unvectorisable(block, lanes: int) -> bool:
     """Whether a block's math can't be one CUDA vector of `lanes`: a call with no vector form, narrow
     integers, float math wider than 16 bytes, or bools in more than 4 lanes (CUDA has no 8-lane bool
     type: a float16 compare, a NaN test, the selects of a NaN-aware clamp). Such a block still moves

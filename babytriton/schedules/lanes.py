@@ -31,7 +31,13 @@ def contiguous_lanes(sch, inner_loop, lanes: int) -> int:
     var = innermost_var(sch, inner_loop)
     if var is None:
         return 1
-    block = sch.get(inner_loop).body.block
+    return lanes_along(sch.get(inner_loop).body.block, var, int(sch.get(inner_loop).extent), lanes)
+
+
+def lanes_along(block, var, extent: int, lanes: int) -> int:
+    """`contiguous_lanes` for the block's iteration variable `var`, `extent` steps of it in a loop
+    (its bound to a loop of its own need not be the variable alone: a thread's vector after
+    compute_at)."""
     multiples = branch_multiples(block, var)
     if multiples is None:
         return 1  # lanes would take different sides: TVM runs such a "vector" one lane at a time
@@ -49,7 +55,7 @@ def contiguous_lanes(sch, inner_loop, lanes: int) -> int:
             return 1  # a transpose's lanes are a column apart
         offset = analyzer.modular_set(coeffs[1])  # a split's second piece starts `offset` into the row
         multiples += [int(row), int(offset.coeff), int(offset.base)]
-    return most_lanes(multiples + [int(sch.get(inner_loop).extent)], lanes)
+    return most_lanes(multiples + [extent], lanes)
 
 
 def innermost_var(sch, inner_loop):

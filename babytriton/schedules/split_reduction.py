@@ -13,8 +13,10 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from .analysis import (contiguous_reduction, find_all, fuse, in_registers, normalized, reduce_count,
                        static_product, uses)
 from .inlining import GPU_CALL_DEPTH, inline
-from .lanes import contiguous_lanes, substituted
+from .elementwise import unvectorisable
+from .lanes import contiguous_lanes, innermost_var, substituted
 from .reasons import decline
+from .staging import staged
 from .tails import rewrite_loops
 
 
@@ -175,11 +177,31 @@ class SplitReduction(GPUScheduleRule):
         return wanted
 
     def _grids(self, sch, blocks) -> None:
-        """Element-wise blocks between two reductions, each a grid over its elements."""
+        """Element-wise blocks between or after reductions, each a grid over its elements, a thread a
+        vector of 16 bytes of its widest buffer (at most 4 lanes) where every access is whole vectors
+        (`contiguous_lanes`: a folded result per row is one value for all lanes), through registers
+        where its math has no vector form (p171's `erf(d * rsqrt(var) ...)` over 4921 x 3 x 1000: a
+        thread an element moved 4-byte scalars, 68 us on an H200 where torch.compile took 25)."""
         for block in blocks:
-            grid, lane = sch.split(fuse(sch, sch.get_loops(block)), [None, self.threads])
+            loops = sch.get_loops(block)
+            widest = max(tvm.DataType(r.source.ty.dtype).bits // 8 for r in [*sch.get(block).reads,
+                                                                             *sch.get(block).writes])
+            lanes = contiguous_lanes(sch, loops[-1], min(4, max(1, 16 // widest)))
+            vec, var = None, innermost_var(sch, loops[-1])  # (the row's variable: lanes > 1 found it)
+            if lanes > 1:
+                inner, vec = sch.split(loops[-1], [None, lanes])
+                loops = [*loops[:-1], inner]
+            grid, lane = sch.split(fuse(sch, loops), [None, self.threads])
             sch.bind(grid, "blockIdx.x")
             sch.bind(lane, "threadIdx.x")
+            if vec is None:
+                continue
+            stmt = sch.get(block)
+            if unvectorisable(stmt, lanes) or len(stmt.writes) > 1:
+                staged(sch, block, lane, var, lanes)
+                sch.unroll(vec)
+            else:
+                sch.vectorize(vec)
 
     def _epilogues(self, sch, red, row, epilogues, rows: int) -> None:
         """The element-wise work after the fold. A few values a result (a norm's sqrt) run in the fold's

@@ -1,6 +1,7 @@
 """SmallReduction: reductions over a few elements of outer or middle axes, a thread an element. The
 CUDA is compiled by nvcc; the schedule itself runs on the CPU with its thread loops made serial (its
 threads never talk to each other), compared with torch."""
+import re
 import shutil
 
 import numpy as np
@@ -166,3 +167,119 @@ def test_softmax_over_a_middle_axis_reads_x_once_on_sm90():
         assert b".entry" in nvcc_ptx(k.source)
     wide = bt.jit(target=SM90)(middle_softmax).compile(torch.empty(4096, 9, 100, device="meta"))
     assert len(wide.fusion) == 2, wide.fusion
+
+
+# -- a thread a column: the short axes looped in the thread, 16-byte vectors of the kept one ------------
+def rms_with_residual(x, res):
+    """p0's norm over a middle axis of 2 with a residual: rsqrt has no vector form in TVM (staged)."""
+    return x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-12) + res
+
+
+def transposed_norm(x, y):
+    """p185's form: the short axis innermost in the output, read across a permuted input."""
+    h = x.permute(0, 2, 1) * y
+    return h / torch.sqrt((h * h).sum(-1, keepdim=True)).clamp_min(1e-6)
+
+
+def _ptx_counts(source: str) -> dict:
+    """Global loads and stores in the PTX of a one-kernel source: all, and of 16-byte vectors."""
+    ptx = nvcc_ptx(source).decode()
+    return {k: len(re.findall(p, ptx)) for k, p in (("ld", r"ld\.global"), ("ld.v4", r"ld\.global[.\w]*\.v4"),
+                                                     ("st", r"st\.global"), ("st.v4", r"st\.global[.\w]*\.v4"))}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("fn, shapes, grid, moves", [
+    (middle_softmax, [(97271, 2, 100)], 9500, {"ld": 2, "ld.v4": 2, "st": 2, "st.v4": 2}),  # p116
+    (rms_with_residual, [(11413, 2, 1000)] * 2, 11146, {"ld": 4, "ld.v4": 4, "st": 2, "st.v4": 2}),  # p0
+    # p185's form: a thread a column of 4 consecutive outputs, stored as one vector, and y (laid out
+    # like them) loaded as one; x, permuted, 4 loads, each coalesced across the threads
+    (transposed_norm, [(8205, 4, 1024), (8205, 1024, 4)], 32820, {"ld": 5, "ld.v4": 1, "st": 1, "st.v4": 1}),
+])
+def test_a_thread_loads_its_column_once_in_whole_vectors(fn, shapes, grid, moves):
+    """Each thread owns 4 consecutive columns of the kept axes (97271 x 100 / 4 threads, 256 a
+    block), loads each input element once as float4 (2 rows of 2 inputs: 4 loads), computes the
+    reductions once and stores every output of its columns as float4: no scalar access, no
+    re-read (the old schedule: a thread an element, 5 scalar loads each for p116)."""
+    k = bt.jit(target=SM90)(fn).compile(*[torch.empty(s, device="meta") for s in shapes])
+    [kernel] = k.fusion
+    assert kernel.rule == "SmallReduction" and kernel.launch == f"grid {grid} x block 256", k.fusion
+    assert _ptx_counts(k.source) == moves
+
+
+def outer_softmax(x):
+    return torch.softmax(x, dim=0)
+
+
+def middle_argmin(x):
+    return x.argmin(1)
+
+
+def middle_log_softmax_4d(x):
+    return torch.log_softmax(x, dim=1)
+
+
+ANYWHERE = {f.__name__: f for f in (rms_with_residual, transposed_norm, outer_softmax, middle_argmin,
+                                      middle_log_softmax_4d, middle_softmax)}
+
+
+def _anywhere_args(fn, a, r, c, dtype, seed):
+    """The inputs of `fn` with the short axis (r) where it reduces, NaN and infinities included."""
+    shape = {outer_softmax: (r, a, c), middle_log_softmax_4d: (a, r, 3, c), transposed_norm: (a, r, c)}.get(fn, (a, r, c))
+    x = _with_specials((shape[0], shape[1], int(np.prod(shape[2:]))), dtype, seed).reshape(shape)
+    if fn is rms_with_residual:
+        return x, torch.randn(shape, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
+    if fn is transposed_norm:
+        return x, torch.randn((a, c, r), generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
+    return (x,)
+
+
+@settings(max_examples=10, deadline=None)
+@example(name="transposed_norm", a=3, r=4, c=20, dtype=torch.float32)
+@example(name="rms_with_residual", a=5, r=2, c=12, dtype=torch.float16)
+@example(name="middle_argmin", a=7, r=3, c=64, dtype=torch.float32)
+@given(name=st.sampled_from(sorted(ANYWHERE)), a=st.integers(1, 30), r=st.integers(2, 8), c=st.integers(2, 70),
+       dtype=st.sampled_from([torch.float32, torch.float16]))
+def test_columns_match_torch_for_any_short_axis(name, a, r, c, dtype):
+    """The short axis outermost, in the middle, innermost in the output (read across a permuted
+    input), in rank 4; ragged splits of the threads, widths no vector divides; NaN and infinities:
+    the sm_90 kernel, run on the CPU with its thread loops serial, gives torch's results."""
+    fn = ANYWHERE[name]
+    args = _anywhere_args(fn, a, r, c, dtype, a * r * c)
+    k = bt.jit(target=SM90)(fn).compile(*[t.to("meta") for t in args])
+    assert [kk.rule for kk in k.fusion] == ["SmallReduction"], k.fusion
+    want = fn(*[t.float() for t in args]).to(dtype) if fn is not middle_argmin else fn(*args)
+    got = _run_on_cpu(k, args, want)
+    if fn is middle_argmin:
+        assert torch.equal(got, want)
+    else:
+        tol = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+        torch.testing.assert_close(got.to(dtype), want, equal_nan=True, **tol)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("fn, shapes", [
+    (rms_with_residual, [(13, 4, 2048)] * 2), (middle_softmax, [(721, 8, 96)]),
+    (transposed_norm, [(8205, 4, 1024), (8205, 1024, 4)]), (middle_argmin, [(282, 8, 1536)])])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_columns_build_for_sm90(fn, shapes, dtype):
+    """bfloat16 and float16 columns (numpy has no bfloat16 to run them on): one SmallReduction
+    kernel, which nvcc accepts."""
+    k = bt.jit(target=SM90)(fn).compile(*[torch.empty(s, dtype=dtype, device="meta") for s in shapes])
+    assert [kk.rule for kk in k.fusion] == ["SmallReduction"], k.fusion
+    assert b".entry" in nvcc_ptx(k.source)
+
+
+def symbolic_middle_softmax(x: bt.Tensor(("n", 3, "m"), "float32")):
+    return torch.softmax(x, dim=1)
+
+
+def test_symbolic_sizes_are_columns_of_one_lane():
+    """A symbolic kept width: one column a thread (no vector divides it for sure), still each
+    reduction computed once per column; the result torch's for several sizes."""
+    k = bt.jit(target=SM90)(symbolic_middle_softmax).compile()
+    assert [kk.rule for kk in k.fusion] == ["SmallReduction"], k.fusion
+    for shape in [(1, 3, 1), (5, 3, 33), (2, 3, 256)]:
+        x = _with_specials(shape, torch.float32, sum(shape))
+        want = torch.softmax(x, dim=1)
+        torch.testing.assert_close(_run_on_cpu(k, (x,), want), want, equal_nan=True)
