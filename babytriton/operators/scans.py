@@ -336,9 +336,10 @@ def column_shape(scan: Scan) -> tuple[int, int]:
         return lanes, 1
     wanted = _ceil(TARGET_THREADS, max(columns // lanes, 1))
     chunks = max(1, min(wanted, n // int(os.environ.get(MIN_CHUNK_ENV, MIN_CHUNK)) if n is not None else 16))
-    # a multiple of a vector of sums: the chunk-prefix row scan then loads each column's sums 16 bytes at a time
+    # many chunks: a multiple of a vector of sums, the chunk-prefix row scan then loads each column's sums
+    # 16 bytes at a time (a few chunks: their count kept, dropping one would idle 1/n of the column threads)
     align = VECTOR_BYTES // (tvm.DataType(scan.dtype).bits // 8)
-    return lanes, chunks - chunks % align if chunks > align else chunks
+    return lanes, chunks - chunks % align if chunks >= 8 * align else chunks
 
 
 def _column_grid(scan: Scan, lanes: int, chunks: int):
