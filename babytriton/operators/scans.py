@@ -47,6 +47,7 @@ TARGET_WARPS = 4096             # warps that keep an H100/H200's memory busy (13
 TARGET_THREADS = 131072         # column threads: ~1000 a SM, each with a few loads in flight
 MIN_CHUNK = 32                  # a chunk of a split column scan: long enough to amortise its carry
 MIN_CHUNK_ENV = "BABYTRITON_SCAN_MIN_CHUNK"   # another MIN_CHUNK, to time a variant on a GPU
+UNROLL_ENV = "BABYTRITON_SCAN_UNROLL"         # loads a column thread issues before its first add (1: a loop)
 FEW_ROWS, LONG_ROW = 32, 32768  # fewer rows than this, longer than that: torch's single-pass scan
 HALVES = ("float16", "bfloat16")
 DTYPES = ("float32", "float64", "int32", "int64") + HALVES
@@ -365,6 +366,9 @@ class _ColumnTemplate:
         self.ident, self.combine, self.cast, self.rounded = scan.identity, scan.combine, scan.cast, scan.rounded
         self.exclusive = scan.exclusive
         self.split = self.chunks > 1
+        # a column's loads are independent of its running total: unrolled, a thread has `unroll` in flight
+        # (the loop of a runtime length otherwise waits a load latency every few rows)
+        self.unroll = max(1, int(os.environ.get(UNROLL_ENV, 1)) // self.lanes)
 
     def g(self, bx, tx):
         return bx * self.per_block + tx
@@ -389,6 +393,26 @@ class _ColumnTemplate:
         return T.max(T.min(self.n, (self.c(bx, tx) + 1) * self.chunk) - self.c(bx, tx) * self.chunk, 0)
 
 
+@T.macro
+def _sum_row(p, Xf, acc, bx, tx, j):
+    """Row j of the thread's chunk added to its columns' sums."""
+    for v in T.vectorized(p.lanes):
+        acc[v] = p.combine(acc[v], p.cast(Xf[p.at(bx, tx, j) + v]))
+
+
+@T.macro
+def _scan_row(p, Xf, Yf, acc, bx, tx, j):
+    """Row j of the thread's chunk scanned: the running totals stored after (before, exclusive) it."""
+    if p.exclusive:
+        for v in T.vectorized(p.lanes):
+            Yf[p.at(bx, tx, j) + v] = p.rounded(acc[v])
+            acc[v] = p.combine(acc[v], p.cast(Xf[p.at(bx, tx, j) + v]))
+    else:
+        for v in T.vectorized(p.lanes):
+            acc[v] = p.combine(acc[v], p.cast(Xf[p.at(bx, tx, j) + v]))
+            Yf[p.at(bx, tx, j) + v] = p.rounded(acc[v])
+
+
 def column_kernels(scan: Scan, split: bool = True) -> list[tirx.PrimFunc]:
     """The column template for `scan`: one kernel (always, for split=False), or three: each chunk's
     sum, the exclusive scan of those sums (the row template over each column's chunks: a thread a column
@@ -410,9 +434,15 @@ def column_kernels(scan: Scan, split: bool = True) -> list[tirx.PrimFunc]:
                 if p.g(bx, tx) < p.threads:
                     for v in T.vectorized(p.lanes):
                         acc[v] = p.ident
-                    for j in T.serial(p.length(bx, tx)):
-                        for v in T.vectorized(p.lanes):
-                            acc[v] = p.combine(acc[v], p.cast(Xf[p.at(bx, tx, j) + v]))
+                    if p.unroll > 1:
+                        for jo in T.serial(p.length(bx, tx) // p.unroll):
+                            for ju in T.unroll(p.unroll):
+                                _sum_row(p, Xf, acc, bx, tx, jo * p.unroll + ju)
+                        for jt in T.serial(p.length(bx, tx) % p.unroll):
+                            _sum_row(p, Xf, acc, bx, tx, p.length(bx, tx) // p.unroll * p.unroll + jt)
+                    else:
+                        for j in T.serial(p.length(bx, tx)):
+                            _sum_row(p, Xf, acc, bx, tx, j)
                     for v in T.serial(p.lanes):
                         Sf[p.sum_at(bx, tx, v)] = acc[v]
 
@@ -449,15 +479,15 @@ def _scan_columns(p, Xf, Sf, Yf):
                 if p.split:
                     for v in T.serial(p.lanes):
                         acc[v] = Sf[p.sum_at(bx, tx, v)]
-                for j in T.serial(p.length(bx, tx)):
-                    if p.exclusive:
-                        for v in T.vectorized(p.lanes):
-                            Yf[p.at(bx, tx, j) + v] = p.rounded(acc[v])
-                            acc[v] = p.combine(acc[v], p.cast(Xf[p.at(bx, tx, j) + v]))
-                    else:
-                        for v in T.vectorized(p.lanes):
-                            acc[v] = p.combine(acc[v], p.cast(Xf[p.at(bx, tx, j) + v]))
-                            Yf[p.at(bx, tx, j) + v] = p.rounded(acc[v])
+                if p.unroll > 1:
+                    for jo in T.serial(p.length(bx, tx) // p.unroll):
+                        for ju in T.unroll(p.unroll):
+                            _scan_row(p, Xf, Yf, acc, bx, tx, jo * p.unroll + ju)
+                    for jt in T.serial(p.length(bx, tx) % p.unroll):
+                        _scan_row(p, Xf, Yf, acc, bx, tx, p.length(bx, tx) // p.unroll * p.unroll + jt)
+                else:
+                    for j in T.serial(p.length(bx, tx)):
+                        _scan_row(p, Xf, Yf, acc, bx, tx, j)
 
 
 def _columns(p: _ColumnTemplate) -> tirx.PrimFunc:

@@ -7,6 +7,8 @@ serial loops on the CPU (it has no shuffles); every case's CUDA generated and co
 GPU (`-m gpu`): every axis of several shapes in every dtype, NaN/inf, exclusive scans, symbolic and
 empty sizes, compared with torch.
 """
+import contextlib
+import os
 import re
 import shutil
 
@@ -172,17 +174,29 @@ def test_column_template_takes_symbolic_sizes():
                                    rtol=1e-5, atol=1e-4, equal_nan=True)
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(n=st.integers(64, 20000), inner=st.integers(2, 9), op=st.sampled_from(["relax.cumsum", "relax.cumprod"]),
-       out=st.sampled_from(["float32", "float16"]), exclusive=st.booleans())
-def test_generated_many_chunk_half_scans_match_torch_on_the_cpu(n, inner, op, out, exclusive):
+       out=st.sampled_from(["float32", "float16"]), exclusive=st.booleans(), unroll=st.sampled_from(["1", "4", "16"]))
+def test_generated_many_chunk_half_scans_match_torch_on_the_cpu(n, inner, op, out, exclusive, unroll):
     """Few columns down many rows (hundreds of chunks): float16 in (numpy has no bfloat16: nvcc and the
-    GPU tests take that), float32 or float16 out, NaN and inf."""
+    GPU tests take that), float32 or float16 out, NaN and inf; a chunk's rows in a loop or unrolled."""
     x = _values((n, inner), torch.float16, seed=n)
     scan = _scan((n, inner), 0, op, "float16", out, exclusive)
     assert scans.column_shape(scan)[1] > 1
     want = _reference(x.float(), 0, op, exclusive, torch.float32).to(getattr(torch, out))
-    torch.testing.assert_close(_run_columns(scan, x), want, rtol=1e-2, atol=1e-2, equal_nan=True)
+    with _environment(scans.UNROLL_ENV, unroll):
+        got = _run_columns(scan, x)
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2, equal_nan=True)
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name) if old is None else os.environ.__setitem__(name, old)
 
 
 SHAPES = st.lists(st.integers(1, 40), min_size=2, max_size=3)
