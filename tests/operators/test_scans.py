@@ -154,7 +154,7 @@ COLUMN_CASES = [
     ((1000, 4, 2), 0, "relax.cumsum", "int32", True),     # int32 in, accumulated in int64
     ((5, 0, 3), 1, "relax.cumsum", "float32", False),     # an empty scanned axis
     ((3, 500, 6), 1, "relax.cumprod", "float32", True),   # a middle axis in 15 chunks, each (o, i) column's sums a row
-    ((2, 2000, 3), 1, "relax.cumsum", "int64", False),    # 62 chunks of 33 rows, the last 32
+    ((2, 2000, 3), 1, "relax.cumsum", "int64", False),    # 62 chunks of 33 rows, the last 13
     ((20000, 2), 0, "relax.cumsum", "float64", True),     # 624 chunks, a multiple of 2 float64 sums
 ]
 
