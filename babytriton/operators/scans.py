@@ -47,7 +47,11 @@ TARGET_WARPS = 4096             # warps that keep an H100/H200's memory busy (13
 TARGET_THREADS = 131072         # column threads: ~1000 a SM, each with a few loads in flight
 MIN_CHUNK = 32                  # a chunk of a split column scan: long enough to amortise its carry
 MIN_CHUNK_ENV = "BABYTRITON_SCAN_MIN_CHUNK"   # another MIN_CHUNK, to time a variant on a GPU
-UNROLL_ENV = "BABYTRITON_SCAN_UNROLL"         # loads a column thread issues before its first add (1: a loop)
+# elements of a column thread's rows unrolled (their loads in flight together), in the chunk-sum pass and
+# in the scan pass; 1: a loop. H200, sums: p50 x[294521, 7] f16 3.4 -> 2.6 us, p115 x[63701, 512] f32
+# 42.2 -> 36.8 us; scan pass (16): p115 71.6 -> 66.0 us but p50 7.0 -> 8.5 us (scalar half stores), so off
+SUM_UNROLL, SUM_UNROLL_ENV = 16, "BABYTRITON_SCAN_SUM_UNROLL"
+UNROLL_ENV = "BABYTRITON_SCAN_UNROLL"
 FEW_ROWS, LONG_ROW = 32, 32768  # fewer rows than this, longer than that: torch's single-pass scan
 HALVES = ("float16", "bfloat16")
 DTYPES = ("float32", "float64", "int32", "int64") + HALVES
@@ -366,8 +370,9 @@ class _ColumnTemplate:
         self.ident, self.combine, self.cast, self.rounded = scan.identity, scan.combine, scan.cast, scan.rounded
         self.exclusive = scan.exclusive
         self.split = self.chunks > 1
-        # a column's loads are independent of its running total: unrolled, a thread has `unroll` in flight
+        # a column's loads are independent of its running total: unrolled, a thread has them all in flight
         # (the loop of a runtime length otherwise waits a load latency every few rows)
+        self.sum_unroll = max(1, int(os.environ.get(SUM_UNROLL_ENV, SUM_UNROLL)) // self.lanes)
         self.unroll = max(1, int(os.environ.get(UNROLL_ENV, 1)) // self.lanes)
 
     def g(self, bx, tx):
@@ -434,12 +439,12 @@ def column_kernels(scan: Scan, split: bool = True) -> list[tirx.PrimFunc]:
                 if p.g(bx, tx) < p.threads:
                     for v in T.vectorized(p.lanes):
                         acc[v] = p.ident
-                    if p.unroll > 1:
-                        for jo in T.serial(p.length(bx, tx) // p.unroll):
-                            for ju in T.unroll(p.unroll):
-                                _sum_row(p, Xf, acc, bx, tx, jo * p.unroll + ju)
-                        for jt in T.serial(p.length(bx, tx) % p.unroll):
-                            _sum_row(p, Xf, acc, bx, tx, p.length(bx, tx) // p.unroll * p.unroll + jt)
+                    if p.sum_unroll > 1:
+                        for jo in T.serial(p.length(bx, tx) // p.sum_unroll):
+                            for ju in T.unroll(p.sum_unroll):
+                                _sum_row(p, Xf, acc, bx, tx, jo * p.sum_unroll + ju)
+                        for jt in T.serial(p.length(bx, tx) % p.sum_unroll):
+                            _sum_row(p, Xf, acc, bx, tx, p.length(bx, tx) // p.sum_unroll * p.sum_unroll + jt)
                     else:
                         for j in T.serial(p.length(bx, tx)):
                             _sum_row(p, Xf, acc, bx, tx, j)

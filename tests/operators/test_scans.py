@@ -187,7 +187,7 @@ def test_generated_many_chunk_half_scans_match_torch_on_the_cpu(n, inner, op, ou
     scan = _scan((n, inner), 0, op, "float16", out, exclusive)
     assert scans.column_shape(scan)[1] > 1
     want = _reference(x.float(), 0, op, exclusive, torch.float32).to(getattr(torch, out))
-    with _environment(scans.UNROLL_ENV, unroll):
+    with _environment(scans.UNROLL_ENV, unroll), _environment(scans.SUM_UNROLL_ENV, str(20 // int(unroll))):
         got = _run_columns(scan, x)
     torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2, equal_nan=True)
 
