@@ -177,6 +177,16 @@ def test_column_template_takes_symbolic_sizes():
                                    rtol=1e-5, atol=1e-4, equal_nan=True)
 
 
+@pytest.mark.parametrize("rows", [1, 37, 1000])
+def test_a_symbolic_length_over_static_columns_is_split_into_16_chunks(rows):
+    """x[n, 64] down n unknown: 16 chunks of ceil(n / 16) rows, the last ones empty where n is short."""
+    scan = _scan((tirx.Var("n", "int64"), 64), 0)
+    assert scans.column_shape(scan) == (4, 16)
+    x = _values((rows, 64), torch.float32, seed=rows)
+    torch.testing.assert_close(_run_columns(scan, x), _reference(x, 0, scan.op, False, torch.float32),
+                               rtol=1e-5, atol=1e-4, equal_nan=True)
+
+
 @settings(max_examples=8, deadline=None)
 @given(n=st.integers(64, 20000), inner=st.integers(2, 9), op=st.sampled_from(["relax.cumsum", "relax.cumprod"]),
        out=st.sampled_from(["float32", "float16"]), exclusive=st.booleans(), unroll=st.sampled_from(["1", "4", "16"]))
@@ -335,6 +345,17 @@ def test_thousands_of_chunks_build_with_nvcc_and_no_thread_walks_them():
     assert len(prefixes) == 1 and prefixes[0].launch == "grid 7 x block (512, 1)", k.fusion
     loops = [int(m) for m in re.findall(r"for \(int \w+ = 0; \w+ < (\d+);", k.source)]
     assert loops and max(loops) <= 33, loops
+    _nvcc(k.source)
+
+
+def symbolic_length(x: bt.Tensor(("n", 64))):
+    return torch.cumsum(x, dim=0)
+
+
+def test_a_symbolic_length_split_into_chunks_builds_with_nvcc():
+    k = bt.jit(symbolic_length, target=SM90).compile(torch.empty((5, 64), device="meta"))
+    scan = [kernel.name for kernel in k.fusion if kernel.name.startswith("cumsum")]
+    assert scan == ["cumsum_chunk_sums", "cumsum_chunk_prefixes", "cumsum_columns"], k.fusion
     _nvcc(k.source)
 
 
