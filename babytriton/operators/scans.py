@@ -13,8 +13,9 @@ A scan of axis `a` of a tensor is (outer, n, inner): `outer` the product of the 
 - columns (inner > 1): a thread per (outer, inner) column (a few adjacent columns with vector loads),
   each running down its column sequentially: adjacent threads read adjacent addresses. Where the
   columns are too few to fill the GPU, the scanned axis is split into chunks: a first kernel sums each
-  chunk, a second scans those sums (the same template over the chunk axis), the third scans each chunk
-  from its prefix.
+  chunk, a second scans those sums (the row template: the sums are stored a column's chunks contiguous,
+  so that thousands of chunks are scanned by warps in parallel, not by a thread each column walking them),
+  the third scans each chunk from its prefix.
 
 Both are written as TVMScript templates, functions of the scan's extents and dtypes (static or symbolic),
 handed to the Relax module as call_tir in place of the scan (offload._SortsToTorch), marked scheduled so
@@ -27,6 +28,7 @@ is near bandwidth there. TVM's own GPU scan is not used: it gave wrong scans ove
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import tvm
@@ -44,6 +46,12 @@ THREAD_BYTES = 64               # a row scan's elements a thread, in the accumul
 TARGET_WARPS = 4096             # warps that keep an H100/H200's memory busy (132 SMs x ~32)
 TARGET_THREADS = 131072         # column threads: ~1000 a SM, each with a few loads in flight
 MIN_CHUNK = 32                  # a chunk of a split column scan: long enough to amortise its carry
+MIN_CHUNK_ENV = "BABYTRITON_SCAN_MIN_CHUNK"   # another MIN_CHUNK, to time a variant on a GPU
+# elements of a column thread's rows unrolled (their loads in flight together), in the chunk-sum pass and
+# in the scan pass; 1: a loop. H200, sums: p50 x[294521, 7] f16 3.4 -> 2.6 us, p115 x[63701, 512] f32
+# 42.2 -> 36.8 us; scan pass (16): p115 71.6 -> 66.0 us but p50 7.0 -> 8.5 us (scalar half stores), so off
+SUM_UNROLL, SUM_UNROLL_ENV = 16, "BABYTRITON_SCAN_SUM_UNROLL"
+UNROLL_ENV = "BABYTRITON_SCAN_UNROLL"
 FEW_ROWS, LONG_ROW = 32, 32768  # fewer rows than this, longer than that: torch's single-pass scan
 HALVES = ("float16", "bfloat16")
 DTYPES = ("float32", "float64", "int32", "int64") + HALVES
@@ -332,7 +340,11 @@ def column_shape(scan: Scan) -> tuple[int, int]:
     if columns is None:
         return lanes, 1
     wanted = _ceil(TARGET_THREADS, max(columns // lanes, 1))
-    return lanes, max(1, min(wanted, n // MIN_CHUNK if n is not None else 16))
+    chunks = max(1, min(wanted, n // int(os.environ.get(MIN_CHUNK_ENV, MIN_CHUNK)) if n is not None else 16))
+    # many chunks: a multiple of a vector of sums, the chunk-prefix row scan then loads each column's sums
+    # 16 bytes at a time (a few chunks: their count kept, dropping one would idle 1/n of the column threads)
+    align = VECTOR_BYTES // (tvm.DataType(scan.dtype).bits // 8)
+    return lanes, chunks - chunks % align if chunks >= 8 * align else chunks
 
 
 def _column_grid(scan: Scan, lanes: int, chunks: int):
@@ -358,6 +370,10 @@ class _ColumnTemplate:
         self.ident, self.combine, self.cast, self.rounded = scan.identity, scan.combine, scan.cast, scan.rounded
         self.exclusive = scan.exclusive
         self.split = self.chunks > 1
+        # a column's loads are independent of its running total: unrolled, a thread has them all in flight
+        # (the loop of a runtime length otherwise waits a load latency every few rows)
+        self.sum_unroll = max(1, int(os.environ.get(SUM_UNROLL_ENV, SUM_UNROLL)) // self.lanes)
+        self.unroll = max(1, int(os.environ.get(UNROLL_ENV, 1)) // self.lanes)
 
     def g(self, bx, tx):
         return bx * self.per_block + tx
@@ -374,17 +390,39 @@ class _ColumnTemplate:
     def at(self, bx, tx, j):
         return (self.o(bx, tx) * self.n + self.c(bx, tx) * self.chunk + j) * self.inner + self.i(bx, tx)
 
-    def sum_at(self, bx, tx):
-        return (self.o(bx, tx) * self.chunks + self.c(bx, tx)) * self.inner + self.i(bx, tx)
+    def sum_at(self, bx, tx, v):
+        """Column i + v's sum of chunk c: the sums are (outer, inner, chunks), a column's chunks contiguous."""
+        return ((self.o(bx, tx) * self.inner + self.i(bx, tx) + v) * self.chunks + self.c(bx, tx))
 
     def length(self, bx, tx):
         return T.max(T.min(self.n, (self.c(bx, tx) + 1) * self.chunk) - self.c(bx, tx) * self.chunk, 0)
 
 
+@T.macro
+def _sum_row(p, Xf, acc, bx, tx, j):
+    """Row j of the thread's chunk added to its columns' sums."""
+    for v in T.vectorized(p.lanes):
+        acc[v] = p.combine(acc[v], p.cast(Xf[p.at(bx, tx, j) + v]))
+
+
+@T.macro
+def _scan_row(p, Xf, Yf, acc, bx, tx, j):
+    """Row j of the thread's chunk scanned: the running totals stored after (before, exclusive) it."""
+    if p.exclusive:
+        for v in T.vectorized(p.lanes):
+            Yf[p.at(bx, tx, j) + v] = p.rounded(acc[v])
+            acc[v] = p.combine(acc[v], p.cast(Xf[p.at(bx, tx, j) + v]))
+    else:
+        for v in T.vectorized(p.lanes):
+            acc[v] = p.combine(acc[v], p.cast(Xf[p.at(bx, tx, j) + v]))
+            Yf[p.at(bx, tx, j) + v] = p.rounded(acc[v])
+
+
 def column_kernels(scan: Scan, split: bool = True) -> list[tirx.PrimFunc]:
     """The column template for `scan`: one kernel (always, for split=False), or three: each chunk's
-    sum, the exclusive scan of those sums (this template again, over the chunk axis), and the scan of
-    each chunk from its prefix."""
+    sum, the exclusive scan of those sums (the row template over each column's chunks: a thread a column
+    walking thousands of chunks took 100 us on an H200, x[294521, 7]), and the scan of each chunk from its
+    prefix."""
     p = _ColumnTemplate(scan, split)
     if not p.split:
         return [_columns(p)]
@@ -392,7 +430,7 @@ def column_kernels(scan: Scan, split: bool = True) -> list[tirx.PrimFunc]:
     @T.prim_func(private=True)
     def chunk_sums(x: T.handle, s: T.handle):
         X = T.match_buffer(x, p.shape, p.in_dtype)
-        S = T.match_buffer(s, (p.outer, p.chunks, p.inner), p.dtype)
+        S = T.match_buffer(s, (p.outer, p.inner, p.chunks), p.dtype)
         Xf = T.decl_buffer((p.total,), p.in_dtype, data=X.data)
         Sf = T.decl_buffer((p.sums,), p.dtype, data=S.data)
         for bx in T.thread_binding(_ceildiv(p.threads, p.per_block), thread="blockIdx.x"):
@@ -401,25 +439,37 @@ def column_kernels(scan: Scan, split: bool = True) -> list[tirx.PrimFunc]:
                 if p.g(bx, tx) < p.threads:
                     for v in T.vectorized(p.lanes):
                         acc[v] = p.ident
-                    for j in T.serial(p.length(bx, tx)):
-                        for v in T.vectorized(p.lanes):
-                            acc[v] = p.combine(acc[v], p.cast(Xf[p.at(bx, tx, j) + v]))
-                    for v in T.vectorized(p.lanes):
-                        Sf[p.sum_at(bx, tx) + v] = acc[v]
+                    if p.sum_unroll > 1:
+                        for jo in T.serial(p.length(bx, tx) // p.sum_unroll):
+                            for ju in T.unroll(p.sum_unroll):
+                                _sum_row(p, Xf, acc, bx, tx, jo * p.sum_unroll + ju)
+                        for jt in T.serial(p.length(bx, tx) % p.sum_unroll):
+                            _sum_row(p, Xf, acc, bx, tx, p.length(bx, tx) // p.sum_unroll * p.sum_unroll + jt)
+                    else:
+                        for j in T.serial(p.length(bx, tx)):
+                            _sum_row(p, Xf, acc, bx, tx, j)
+                    for v in T.serial(p.lanes):
+                        Sf[p.sum_at(bx, tx, v)] = acc[v]
 
     @T.prim_func(private=True)
     def scan_chunks(x: T.handle, s: T.handle, y: T.handle):
         X = T.match_buffer(x, p.shape, p.in_dtype)
-        S = T.match_buffer(s, (p.outer, p.chunks, p.inner), p.dtype)
+        S = T.match_buffer(s, (p.outer, p.inner, p.chunks), p.dtype)
         Y = T.match_buffer(y, p.shape, p.out_dtype)
         Xf = T.decl_buffer((p.total,), p.in_dtype, data=X.data)
         Sf = T.decl_buffer((p.sums,), p.dtype, data=S.data)
         Yf = T.decl_buffer((p.total,), p.out_dtype, data=Y.data)
         _scan_columns(p, Xf, Sf, Yf)
+    return [chunk_sums, row_kernel(prefix_scan(scan)), scan_chunks]
+
+
+def prefix_scan(scan: Scan) -> Scan:
+    """The exclusive scan of a split column scan's chunk sums: rows of (outer, inner, chunks)."""
+    outer, _, inner = scan.split()
+    chunks = column_shape(scan)[1]
     size = lambda e, name: I64(_static(e)) if _static(e) is not None else tirx.Var(name, "int64")  # noqa: E731
-    sums_shape = (size(p.outer, "outer"), I64(p.chunks), size(p.inner, "inner"))
-    prefixes = Scan(scan.op, sums_shape, 1, p.dtype, p.dtype, True, p.dtype)
-    return [chunk_sums, column_kernels(prefixes, split=False)[0], scan_chunks]
+    return Scan(scan.op, (size(outer, "outer"), size(inner, "inner"), I64(chunks)), 2, scan.dtype, scan.dtype,
+                True, scan.dtype)
 
 
 @T.macro
@@ -432,17 +482,17 @@ def _scan_columns(p, Xf, Sf, Yf):
                 for v in T.vectorized(p.lanes):
                     acc[v] = p.ident
                 if p.split:
-                    for v in T.vectorized(p.lanes):
-                        acc[v] = Sf[p.sum_at(bx, tx) + v]
-                for j in T.serial(p.length(bx, tx)):
-                    if p.exclusive:
-                        for v in T.vectorized(p.lanes):
-                            Yf[p.at(bx, tx, j) + v] = p.rounded(acc[v])
-                            acc[v] = p.combine(acc[v], p.cast(Xf[p.at(bx, tx, j) + v]))
-                    else:
-                        for v in T.vectorized(p.lanes):
-                            acc[v] = p.combine(acc[v], p.cast(Xf[p.at(bx, tx, j) + v]))
-                            Yf[p.at(bx, tx, j) + v] = p.rounded(acc[v])
+                    for v in T.serial(p.lanes):
+                        acc[v] = Sf[p.sum_at(bx, tx, v)]
+                if p.unroll > 1:
+                    for jo in T.serial(p.length(bx, tx) // p.unroll):
+                        for ju in T.unroll(p.unroll):
+                            _scan_row(p, Xf, Yf, acc, bx, tx, jo * p.unroll + ju)
+                    for jt in T.serial(p.length(bx, tx) % p.unroll):
+                        _scan_row(p, Xf, Yf, acc, bx, tx, p.length(bx, tx) // p.unroll * p.unroll + jt)
+                else:
+                    for j in T.serial(p.length(bx, tx)):
+                        _scan_row(p, Xf, Yf, acc, bx, tx, j)
 
 
 def _columns(p: _ColumnTemplate) -> tirx.PrimFunc:
@@ -523,28 +573,38 @@ def _scan_call(builder, op: str, x, axis: int, exclusive: bool, ty, out_dtype=No
     inner = scan.split()[2]
     name = op.split(".")[1]
     if _static(inner) == 1:
-        lanes, vectors, seg, warps, _ = row_shape(scan)
-        threads = f"{warps} warps" if warps > 1 else "1 warp" if seg == WARP else f"{seg} lane{'s' * (seg > 1)}"
-        rule = f"Scan (rows: {threads} a row, {lanes * vectors} elements a thread)"
-        gv = builder.add_func(_prepared(row_kernel(scan), rule, scan), f"{name}_rows")
+        gv = builder.add_func(_prepared(row_kernel(scan), _row_rule(scan), scan), f"{name}_rows")
         return relax.call_tir(gv, [x], out_ty)
     kernels = column_kernels(scan)
     lanes, chunks = column_shape(scan)
     rule = f"Scan (columns: {lanes} a thread, {chunks} chunk{'s' * (chunks > 1)})"
+    prefix_rule = f"{rule}: chunk prefixes ({_row_threads(prefix_scan(scan))} a column's chunks)"
     if len(kernels) == 1:
         gv = builder.add_func(_prepared(kernels[0], rule, scan), f"{name}_columns")
         return relax.call_tir(gv, [x], out_ty)
     if sums is None:   # each chunk's sum, then the scan of those: each chunk's prefix
         sums_gv = builder.add_func(_prepared(kernels[0], rule + ": chunk sums", scan), f"{name}_chunk_sums")
-        prefix_gv = builder.add_func(_prepared(kernels[1], rule + ": chunk prefixes", scan), f"{name}_chunk_prefixes")
+        prefix_gv = builder.add_func(_prepared(kernels[1], prefix_rule, scan), f"{name}_chunk_prefixes")
         sizes = list(x.ty.shape.values)   # the chunk sums' shape in the caller's sizes
         one = tirx.const(1, "int64")
         outer, inner = math.prod(sizes[:scan.axis], start=one), math.prod(sizes[scan.axis + 1:], start=one)
-        sums_ty = relax.TensorType([outer, chunks, inner], scan.dtype, out_ty.vdevice)
+        sums_ty = relax.TensorType([outer, inner, chunks], scan.dtype, out_ty.vdevice)
         sums = builder.emit(relax.call_tir(sums_gv, [x], sums_ty))
         sums = builder.emit(relax.call_tir(prefix_gv, [sums], sums_ty))
     gv = builder.add_func(_prepared(kernels[2], rule, scan), f"{name}_columns")
     return relax.call_tir(gv, [x, sums], out_ty)
+
+
+def _row_threads(scan: Scan) -> str:
+    """A row scan's threads a row, in words."""
+    _, _, seg, warps, _ = row_shape(scan)
+    return f"{warps} warps" if warps > 1 else "1 warp" if seg == WARP else f"{seg} lane{'s' * (seg > 1)}"
+
+
+def _row_rule(scan: Scan) -> str:
+    """The rule a row scan's kernel reports: its threads a row and elements a thread."""
+    lanes, vectors = row_shape(scan)[:2]
+    return f"Scan (rows: {_row_threads(scan)} a row, {lanes * vectors} elements a thread)"
 
 
 def rounded_once(builder: relax.BlockBuilder, call: relax.Call, bound) -> relax.Expr | None:

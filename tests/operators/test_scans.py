@@ -7,6 +7,8 @@ serial loops on the CPU (it has no shuffles); every case's CUDA generated and co
 GPU (`-m gpu`): every axis of several shapes in every dtype, NaN/inf, exclusive scans, symbolic and
 empty sizes, compared with torch.
 """
+import contextlib
+import os
 import re
 import shutil
 
@@ -55,6 +57,34 @@ def test_column_shapes_split_few_columns_into_chunks():
     assert scans.column_shape(_scan((64, n), 0)) == (1, 1)     # unknown columns: assumed many
 
 
+def test_thousands_of_chunks_are_scanned_by_warps_not_a_thread_a_column():
+    """x[294521, 7] down its rows (H200: a thread a column walking 9203 chunk sums took 102 us): the
+    sums are 7 rows of 9200 chunks, a column's contiguous, scanned by 16 warps a row with float4 loads."""
+    scan = _scan((294521, 7), 0, in_dtype="float16")
+    assert scans.column_shape(scan) == (1, 9200)
+    prefixes = scans.prefix_scan(scan)
+    assert [scans._static(e) for e in prefixes.split()] == [7, 9200, 1] and prefixes.exclusive
+    assert scans.row_shape(prefixes) == (4, 4, 32, 16, 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(outer=st.integers(1, 1 << 12), n=st.integers(2, 1 << 22), inner=st.integers(2, 1 << 12),
+       dtype=st.sampled_from(["float32", "float16", "float64", "int64"]))
+def test_generated_split_column_scans_keep_every_stage_short(outer, n, inner, dtype):
+    """Whatever the shape: chunks of at least MIN_CHUNK rows, many a multiple of a vector of sums, and the
+    chunk-prefix stage a row scan of a few tiles a row (not a serial walk over the chunks)."""
+    scan = _scan((outer, n, inner), 1, in_dtype=dtype, out_dtype=dtype)
+    lanes, chunks = scans.column_shape(scan)
+    if chunks == 1:
+        return
+    align = scans.VECTOR_BYTES * 8 // tvm.DataType(scan.dtype).bits
+    assert n // chunks >= scans.MIN_CHUNK and (chunks % align == 0 or chunks < 8 * align)
+    assert outer * chunks * (inner // lanes) <= 2 * scans.TARGET_THREADS + outer * inner
+    p_lanes, vectors, threads, warps, _ = scans.row_shape(scans.prefix_scan(scan))
+    tile = (32 * warps if warps > 1 else threads) * p_lanes * vectors
+    assert -(-chunks // tile) <= 16 and (p_lanes == align or chunks < 8 * align)
+
+
 def test_few_long_rows_and_unknown_ranks_stay_with_torch():
     from tvm import relax
     x = relax.Var("x", relax.TensorType((4, 100000), "float32"))
@@ -79,19 +109,21 @@ def _serial(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
 
 def _run_columns(scan: scans.Scan, x: torch.Tensor) -> torch.Tensor:
+    """The column kernels run on the CPU; a split scan's chunk prefixes (the row template: warp shuffles,
+    which the CPU has not) by torch's exclusive scan of the first kernel's sums, a column's chunks contiguous."""
+    made = scans.column_kernels(scan)
     kernels = [tvm.compile(tvm.IRModule({"main": _serial(k).with_attr("global_symbol", "main")}), target="llvm")
-               for k in scans.column_kernels(scan)]
+               for k in (made if len(made) == 1 else made[::2])]
     out = tvm.runtime.empty(tuple(x.shape), scan.out_dtype, tvm.cpu())
     x_ = tvm.runtime.tensor(x.numpy())
     if len(kernels) == 1:
         kernels[0](x_, out)
     else:
-        outer, n, inner = (int(np.prod(x.shape[:scan.axis])), x.shape[scan.axis], int(np.prod(x.shape[scan.axis + 1:])))
-        _, chunks = scans.column_shape(scan)
-        sums, prefixes = (tvm.runtime.empty((outer, chunks, inner), scan.dtype, tvm.cpu()) for _ in range(2))
+        outer, inner = int(np.prod(x.shape[:scan.axis])), int(np.prod(x.shape[scan.axis + 1:]))
+        sums = tvm.runtime.empty((outer, inner, scans.column_shape(scan)[1]), scan.dtype, tvm.cpu())
         kernels[0](x_, sums)
-        kernels[1](sums, prefixes)
-        kernels[2](x_, prefixes, out)
+        prefixes = _reference(torch.from_numpy(sums.numpy()), 2, scan.op, True, getattr(torch, scan.dtype))
+        kernels[1](x_, tvm.runtime.tensor(prefixes.numpy()), out)
     return torch.from_numpy(out.numpy())
 
 
@@ -121,6 +153,9 @@ COLUMN_CASES = [
     ((40, 3, 6), 0, "relax.cumsum", "int64", False),
     ((1000, 4, 2), 0, "relax.cumsum", "int32", True),     # int32 in, accumulated in int64
     ((5, 0, 3), 1, "relax.cumsum", "float32", False),     # an empty scanned axis
+    ((3, 500, 6), 1, "relax.cumprod", "float32", True),   # a middle axis in 15 chunks, each (o, i) column's sums a row
+    ((2, 2000, 3), 1, "relax.cumsum", "int64", False),    # 62 chunks of 33 rows, the last 13
+    ((20000, 2), 0, "relax.cumsum", "float64", True),     # 624 chunks, a multiple of 2 float64 sums
 ]
 
 
@@ -140,6 +175,41 @@ def test_column_template_takes_symbolic_sizes():
         x = _values(shape, torch.float32, seed=shape[0])
         torch.testing.assert_close(_run_columns(scan, x), _reference(x, 0, scan.op, True, torch.float32),
                                    rtol=1e-5, atol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("rows", [1, 37, 1000])
+def test_a_symbolic_length_over_static_columns_is_split_into_16_chunks(rows):
+    """x[n, 64] down n unknown: 16 chunks of ceil(n / 16) rows, the last ones empty where n is short."""
+    scan = _scan((tirx.Var("n", "int64"), 64), 0)
+    assert scans.column_shape(scan) == (4, 16)
+    x = _values((rows, 64), torch.float32, seed=rows)
+    torch.testing.assert_close(_run_columns(scan, x), _reference(x, 0, scan.op, False, torch.float32),
+                               rtol=1e-5, atol=1e-4, equal_nan=True)
+
+
+@settings(max_examples=8, deadline=None)
+@given(n=st.integers(64, 20000), inner=st.integers(2, 9), op=st.sampled_from(["relax.cumsum", "relax.cumprod"]),
+       out=st.sampled_from(["float32", "float16"]), exclusive=st.booleans(), unroll=st.sampled_from(["1", "4", "16"]))
+def test_generated_many_chunk_half_scans_match_torch_on_the_cpu(n, inner, op, out, exclusive, unroll):
+    """Few columns down many rows (hundreds of chunks): float16 in (numpy has no bfloat16: nvcc and the
+    GPU tests take that), float32 or float16 out, NaN and inf; a chunk's rows in a loop or unrolled."""
+    x = _values((n, inner), torch.float16, seed=n)
+    scan = _scan((n, inner), 0, op, "float16", out, exclusive)
+    assert scans.column_shape(scan)[1] > 1
+    want = _reference(x.float(), 0, op, exclusive, torch.float32).to(getattr(torch, out))
+    with _environment(scans.UNROLL_ENV, unroll), _environment(scans.SUM_UNROLL_ENV, str(20 // int(unroll))):
+        got = _run_columns(scan, x)
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2, equal_nan=True)
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name) if old is None else os.environ.__setitem__(name, old)
 
 
 SHAPES = st.lists(st.integers(1, 40), min_size=2, max_size=3)
@@ -185,6 +255,9 @@ TEMPLATE_CASES = [   # (shape, axis, input dtype, result dtype, exclusive): ever
     ((1000, 60), 1, "float16", "float32", False), ((40, 8, 64), 1, "int32", "int64", True),
     ((40, 8, 64), 2, "float64", "float64", False), ((192, 9158), 1, "float32", "float32", True),
     ((40, 8, 64), 0, "bfloat16", "float32", False), ((100000, 3), 1, "int64", "int64", False),
+    # split column scans: chunk prefixes as row scans of float32, float64, int64 sums
+    ((294521, 7), 0, "float16", "float32", False), ((3000, 3, 2), 0, "float64", "float64", True),
+    ((5000, 5), 0, "int32", "int64", True), ((7, 4000, 6), 1, "bfloat16", "bfloat16", False),
 ]
 
 
@@ -259,6 +332,33 @@ def test_symbolic_scans_build_with_nvcc():
     _nvcc(k.source)
 
 
+def few_columns(x):
+    h = torch.clamp(x, min=0.0)
+    return torch.cumsum(h.float(), dim=0).to(torch.float16)
+
+
+def test_thousands_of_chunks_build_with_nvcc_and_no_thread_walks_them():
+    """perf program p50's scan: the chunk prefixes a block a column, no loop in any scan kernel
+    longer than 33 steps (each chunk's rows; a tile loop of 2)."""
+    k = bt.jit(few_columns, target=SM90).compile(torch.empty((294521, 7), dtype=torch.float16, device="meta"))
+    prefixes = [kernel for kernel in k.fusion if kernel.name.endswith("chunk_prefixes")]
+    assert len(prefixes) == 1 and prefixes[0].launch == "grid 7 x block (512, 1)", k.fusion
+    loops = [int(m) for m in re.findall(r"for \(int \w+ = 0; \w+ < (\d+);", k.source)]
+    assert loops and max(loops) <= 33, loops
+    _nvcc(k.source)
+
+
+def symbolic_length(x: bt.Tensor(("n", 64))):
+    return torch.cumsum(x, dim=0)
+
+
+def test_a_symbolic_length_split_into_chunks_builds_with_nvcc():
+    k = bt.jit(symbolic_length, target=SM90).compile(torch.empty((5, 64), device="meta"))
+    scan = [kernel.name for kernel in k.fusion if kernel.name.startswith("cumsum")]
+    assert scan == ["cumsum_chunk_sums", "cumsum_chunk_prefixes", "cumsum_columns"], k.fusion
+    _nvcc(k.source)
+
+
 def row_sums(x):
     return torch.cumsum(x, dim=1)
 
@@ -272,7 +372,8 @@ def test_few_long_rows_go_to_torchs_scan():
 # on a GPU, against torch
 # --------------------------------------------------------------------------------------------------
 
-GPU_SHAPES = [(12, 16, 9158), (299, 4, 96), (503, 2048), (7, 1), (33, 1031), (100000, 3), (3, 50000), (5, 0)]
+GPU_SHAPES = [(12, 16, 9158), (299, 4, 96), (503, 2048), (7, 1), (33, 1031), (100000, 3), (3, 50000), (5, 0),
+              (60000, 7)]   # 1872 chunks: their prefixes by warps
 
 
 def _tolerance(dtype, n):
