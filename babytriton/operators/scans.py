@@ -28,7 +28,6 @@ is near bandwidth there. TVM's own GPU scan is not used: it gave wrong scans ove
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import tvm
@@ -46,12 +45,10 @@ THREAD_BYTES = 64               # a row scan's elements a thread, in the accumul
 TARGET_WARPS = 4096             # warps that keep an H100/H200's memory busy (132 SMs x ~32)
 TARGET_THREADS = 131072         # column threads: ~1000 a SM, each with a few loads in flight
 MIN_CHUNK = 32                  # a chunk of a split column scan: long enough to amortise its carry
-MIN_CHUNK_ENV = "BABYTRITON_SCAN_MIN_CHUNK"   # another MIN_CHUNK, to time a variant on a GPU
 # elements of a column thread's rows unrolled (their loads in flight together), in the chunk-sum pass and
 # in the scan pass; 1: a loop. H200, sums: p50 x[294521, 7] f16 3.4 -> 2.6 us, p115 x[63701, 512] f32
 # 42.2 -> 36.8 us; scan pass (16): p115 71.6 -> 66.0 us but p50 7.0 -> 8.5 us (scalar half stores), so off
-SUM_UNROLL, SUM_UNROLL_ENV = 16, "BABYTRITON_SCAN_SUM_UNROLL"
-UNROLL_ENV = "BABYTRITON_SCAN_UNROLL"
+SUM_UNROLL, UNROLL = 16, 1
 FEW_ROWS, LONG_ROW = 32, 32768  # fewer rows than this, longer than that: torch's single-pass scan
 HALVES = ("float16", "bfloat16")
 DTYPES = ("float32", "float64", "int32", "int64") + HALVES
@@ -340,7 +337,7 @@ def column_shape(scan: Scan) -> tuple[int, int]:
     if columns is None:
         return lanes, 1
     wanted = _ceil(TARGET_THREADS, max(columns // lanes, 1))
-    chunks = max(1, min(wanted, n // int(os.environ.get(MIN_CHUNK_ENV, MIN_CHUNK)) if n is not None else 16))
+    chunks = max(1, min(wanted, n // MIN_CHUNK if n is not None else 16))
     # many chunks: a multiple of a vector of sums, the chunk-prefix row scan then loads each column's sums
     # 16 bytes at a time (a few chunks: their count kept, dropping one would idle 1/n of the column threads)
     align = VECTOR_BYTES // (tvm.DataType(scan.dtype).bits // 8)
@@ -372,8 +369,8 @@ class _ColumnTemplate:
         self.split = self.chunks > 1
         # a column's loads are independent of its running total: unrolled, a thread has them all in flight
         # (the loop of a runtime length otherwise waits a load latency every few rows)
-        self.sum_unroll = max(1, int(os.environ.get(SUM_UNROLL_ENV, SUM_UNROLL)) // self.lanes)
-        self.unroll = max(1, int(os.environ.get(UNROLL_ENV, 1)) // self.lanes)
+        self.sum_unroll = max(1, SUM_UNROLL // self.lanes)
+        self.unroll = max(1, UNROLL // self.lanes)
 
     def g(self, bx, tx):
         return bx * self.per_block + tx

@@ -8,7 +8,6 @@ GPU (`-m gpu`): every axis of several shapes in every dtype, NaN/inf, exclusive 
 empty sizes, compared with torch.
 """
 import contextlib
-import os
 import re
 import shutil
 
@@ -197,19 +196,20 @@ def test_generated_many_chunk_half_scans_match_torch_on_the_cpu(n, inner, op, ou
     scan = _scan((n, inner), 0, op, "float16", out, exclusive)
     assert scans.column_shape(scan)[1] > 1
     want = _reference(x.float(), 0, op, exclusive, torch.float32).to(getattr(torch, out))
-    with _environment(scans.UNROLL_ENV, unroll), _environment(scans.SUM_UNROLL_ENV, str(20 // int(unroll))):
+    with _patched("UNROLL", int(unroll)), _patched("SUM_UNROLL", 20 // int(unroll)):
         got = _run_columns(scan, x)
     torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2, equal_nan=True)
 
 
 @contextlib.contextmanager
-def _environment(name: str, value: str):
-    old = os.environ.get(name)
-    os.environ[name] = value
+def _patched(name: str, value: int):
+    """scans.NAME set to value inside (hypothesis runs several examples per fixture: no monkeypatch)."""
+    old = getattr(scans, name)
+    setattr(scans, name, value)
     try:
         yield
     finally:
-        os.environ.pop(name) if old is None else os.environ.__setitem__(name, old)
+        setattr(scans, name, old)
 
 
 SHAPES = st.lists(st.integers(1, 40), min_size=2, max_size=3)
