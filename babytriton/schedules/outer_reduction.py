@@ -4,6 +4,7 @@ kept contiguous axis so that a warp reads whole rows, the reduced axes looped pe
 blocks in two stages when the kept columns are too few to fill the GPU."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import tvm
@@ -314,8 +315,12 @@ class OuterReduction(GPUScheduleRule):
         steps = count if isinstance(count, int) else SYMBOLIC
         rows = rows if isinstance(rows, int) else SYMBOLIC
 
+        # PROBE (temporary, for timing variants on an H200): at most this many threads along the rows of pairs
+        most_ty = int(os.environ.get("BABYTRITON_PAIR_TY", self.threads)) if any(
+            len(sch.get(b).writes) > 1 for b in blocks) else self.threads
+
         def shape(tx):  # (threads across, threads along the rows, threads in all)
-            ty = _pow2_floor(max(1, min(self.threads // tx, steps // self.min_steps)))
+            ty = _pow2_floor(max(1, min(self.threads // tx, steps // self.min_steps, most_ty)))
             return tx, ty, rows * -(-(vectors or SYMBOLIC) // tx) * tx * ty
 
         def fits(tx):
