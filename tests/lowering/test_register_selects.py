@@ -146,3 +146,27 @@ def test_pair_updates_in_cuda_are_selects_without_branches(fn, shape, dtype):
                              input=k.source, capture_output=True, text=True)
         assert out.returncode == 0 and "spill" in out.stderr, out.stderr[-2000:]
         assert not re.search(r"[1-9]\d* bytes spill", out.stderr), out.stderr
+
+
+# -- marked gpu: against torch there ----------------------------------------------------------------
+def over_outer(x):
+    return x.max(dim=0), x.min(dim=0), x.argmax(0)
+
+
+def over_inner(x):
+    return x.max(dim=1), x.min(dim=1), x.argmax(1)
+
+
+@pytest.mark.gpu
+@settings(max_examples=12, deadline=None)
+@given(rows=st.integers(2, 1200), cols=st.sampled_from([1, 33, 64, 1500, 4100]),
+       dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]), transposed=st.booleans(),
+       seed=st.integers(0, 99))
+def test_gpu_pairs_match_torch(rows, cols, dtype, transposed, seed):
+    """Values and indices of max/min/argmax over the outer axis, contiguous and transposed (then over
+    the inner one of a non-contiguous view): torch's, ties to the first index, NaN first."""
+    x = ties_nan_inf(rows, cols, dtype, seed).cuda()
+    x, f = (x.t(), over_inner) if transposed else (x, over_outer)
+    for got, want in zip(bt.jit(target="gpu", cache=False)(f)(x), f(x)):
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0)
