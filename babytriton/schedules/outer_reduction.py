@@ -302,6 +302,11 @@ class OuterReduction(GPUScheduleRule):
         sch.reorder(lane_x, vec, lane_y)
         sch.bind(lane_x, "threadIdx.x")
         sch.bind(lane_y, "threadIdx.y")
+        if plan.vector > 1:  # the thread's columns unrolled by nvcc (`#pragma unroll`; unrolled in TIR, the
+            # copies of the all-reduce shared its buffers, which TVM refused): a loop indexed the thread's
+            # partial results, which nvcc then kept on the stack (p46's argmax: 304 bytes, a store a row)
+            sch.unroll(vec)
+            sch.annotate(vec, "pragma_unroll_explicit", 0)
         return lane_x
 
     def _plan(self, sch, blocks, outer, column, reduced, dims, split, stage) -> Plan:
