@@ -4,7 +4,6 @@ kept contiguous axis so that a warp reads whole rows, the reduced axes looped pe
 blocks in two stages when the kept columns are too few to fill the GPU."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import tvm
@@ -71,11 +70,16 @@ class OuterReduction(GPUScheduleRule):
     # min_threads: an H200 holds 132 x 2048 threads, and bandwidth follows the loads in flight: with
     # one 16-byte load a thread (nvcc keeps each predicated load of the row loop behind its branch)
     # p105's (56306, 512) norm at 2^16 threads (16 parts) read 115 MB at about 1 TB/s. `stage_rows`
-    # rows a thread are loaded together where they go through registers (`_staged`)
+    # rows a thread are loaded together where they go through registers (`_staged`). `pair_rows`: threads
+    # along the rows of an argmax's (index, value) pairs, at most; each step of their cross-thread
+    # reduction is some 100 instructions a column (volatile shared loads, 64-bit indices, a barrier), so
+    # fewer steps, and parts where the grid needs threads. H200: p46's (967, 32000) float16 argmax 54.2 us
+    # with 32 along the rows, 49.5 with 8, 44.1 with 4; p56's 53.1 with 8, 44.4 with 4
     def __init__(self, threads: int = 256, min_steps: int = 16, min_threads: int = 1 << 18,
                  max_parts: int = 128, vector_bytes: int = 16, max_lanes: int = 4, spread_threads: int = 256,
-                 stage_rows: int = 4, staged_lanes: int = 8):
+                 stage_rows: int = 4, staged_lanes: int = 8, pair_rows: int = 4):
         self.threads, self.min_steps, self.min_threads = threads, min_steps, min_threads
+        self.pair_rows = pair_rows
         self.max_parts, self.vector_bytes, self.max_lanes = max_parts, vector_bytes, max_lanes
         self.spread_threads, self.stage_rows, self.staged_lanes = spread_threads, stage_rows, staged_lanes
 
@@ -320,9 +324,7 @@ class OuterReduction(GPUScheduleRule):
         steps = count if isinstance(count, int) else SYMBOLIC
         rows = rows if isinstance(rows, int) else SYMBOLIC
 
-        # PROBE (temporary, for timing variants on an H200): at most this many threads along the rows of pairs
-        most_ty = int(os.environ.get("BABYTRITON_PAIR_TY", self.threads)) if any(
-            len(sch.get(b).writes) > 1 for b in blocks) else self.threads
+        most_ty = self.pair_rows if any(len(sch.get(b).writes) > 1 for b in blocks) else self.threads
 
         def shape(tx):  # (threads across, threads along the rows, threads in all)
             ty = _pow2_floor(max(1, min(self.threads // tx, steps // self.min_steps, most_ty)))
