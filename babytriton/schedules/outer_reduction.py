@@ -58,7 +58,9 @@ class OuterReduction(GPUScheduleRule):
       of ties, so no order of partial results changes the answer; max_argmax.py gives torch's
       `x.max(dim)` both from one) are reduced alike, a thread's columns unrolled, not vectorised:
       TVM's vectoriser runs the pair's Lets lane by lane, then stores the last lane's pair in
-      every lane (an H200 saw the wrong indices);
+      every lane (an H200 saw the wrong indices). At most `pair_rows` threads along their rows:
+      a pair's cross-thread steps cost far more than a sum's. Their update is branch-free in CUDA
+      (lowering/register_selects.py);
     * a block after the reduction over the reduced shape (a mean's division) runs where the last
       stage leaves each result, in a register; one over a larger shape (`x - x.mean(0)`) is a
       kernel of its own, 16 bytes per thread.
