@@ -23,6 +23,7 @@ from ..passes import (decompose, inplace, max_argmax, multi_output, offload, onl
 from ..operators import legalize
 from . import cuda_spelling, nvrtc
 from .reduced_values import reduced_values_in_registers
+from .register_selects import selects_on_registers
 from .. import schedules
 from ..core import targets
 
@@ -374,8 +375,10 @@ def _tir_pipeline():
                                                     opt_level=0, name="VectorMath")
     reduced = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: reduced_values_in_registers(func),
                                                 opt_level=0, name="ReducedValuesInRegisters")
+    selects = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: selects_on_registers(func),
+                                                opt_level=0, name="SelectsOnRegisters")
     return tvm.transform.Sequential([vector_math, lower]), finalize_host, lambda: tvm.transform.Sequential(
-        [reduced, uniform, unrestricted, finalize_device(), constants])
+        [reduced, selects, uniform, unrestricted, finalize_device(), constants])
 
 
 tvm.tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)

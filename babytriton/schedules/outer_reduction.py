@@ -58,7 +58,9 @@ class OuterReduction(GPUScheduleRule):
       of ties, so no order of partial results changes the answer; max_argmax.py gives torch's
       `x.max(dim)` both from one) are reduced alike, a thread's columns unrolled, not vectorised:
       TVM's vectoriser runs the pair's Lets lane by lane, then stores the last lane's pair in
-      every lane (an H200 saw the wrong indices);
+      every lane (an H200 saw the wrong indices). At most `pair_rows` threads along their rows:
+      a pair's cross-thread steps cost far more than a sum's. Their update is branch-free in CUDA
+      (lowering/register_selects.py);
     * a block after the reduction over the reduced shape (a mean's division) runs where the last
       stage leaves each result, in a register; one over a larger shape (`x - x.mean(0)`) is a
       kernel of its own, 16 bytes per thread.
@@ -70,11 +72,16 @@ class OuterReduction(GPUScheduleRule):
     # min_threads: an H200 holds 132 x 2048 threads, and bandwidth follows the loads in flight: with
     # one 16-byte load a thread (nvcc keeps each predicated load of the row loop behind its branch)
     # p105's (56306, 512) norm at 2^16 threads (16 parts) read 115 MB at about 1 TB/s. `stage_rows`
-    # rows a thread are loaded together where they go through registers (`_staged`)
+    # rows a thread are loaded together where they go through registers (`_staged`). `pair_rows`: threads
+    # along the rows of an argmax's (index, value) pairs, at most; each step of their cross-thread
+    # reduction is some 100 instructions a column (volatile shared loads, 64-bit indices, a barrier), so
+    # fewer steps, and parts where the grid needs threads. H200: p46's (967, 32000) float16 argmax 54.2 us
+    # with 32 along the rows, 49.5 with 8, 44.1 with 4; p56's 53.1 with 8, 44.4 with 4
     def __init__(self, threads: int = 256, min_steps: int = 16, min_threads: int = 1 << 18,
                  max_parts: int = 128, vector_bytes: int = 16, max_lanes: int = 4, spread_threads: int = 256,
-                 stage_rows: int = 4, staged_lanes: int = 8):
+                 stage_rows: int = 4, staged_lanes: int = 8, pair_rows: int = 4):
         self.threads, self.min_steps, self.min_threads = threads, min_steps, min_threads
+        self.pair_rows = pair_rows
         self.max_parts, self.vector_bytes, self.max_lanes = max_parts, vector_bytes, max_lanes
         self.spread_threads, self.stage_rows, self.staged_lanes = spread_threads, stage_rows, staged_lanes
 
@@ -301,6 +308,11 @@ class OuterReduction(GPUScheduleRule):
         sch.reorder(lane_x, vec, lane_y)
         sch.bind(lane_x, "threadIdx.x")
         sch.bind(lane_y, "threadIdx.y")
+        if plan.vector > 1:  # the thread's columns unrolled by nvcc (`#pragma unroll`; unrolled in TIR, the
+            # copies of the all-reduce shared its buffers, which TVM refused): a loop indexed the thread's
+            # partial results, which nvcc then kept on the stack (p46's argmax: 304 bytes, a store a row)
+            sch.unroll(vec)
+            sch.annotate(vec, "pragma_unroll_explicit", 0)
         return lane_x
 
     def _plan(self, sch, blocks, outer, column, reduced, dims, split, stage) -> Plan:
@@ -314,8 +326,10 @@ class OuterReduction(GPUScheduleRule):
         steps = count if isinstance(count, int) else SYMBOLIC
         rows = rows if isinstance(rows, int) else SYMBOLIC
 
+        most_ty = self.pair_rows if any(len(sch.get(b).writes) > 1 for b in blocks) else self.threads
+
         def shape(tx):  # (threads across, threads along the rows, threads in all)
-            ty = _pow2_floor(max(1, min(self.threads // tx, steps // self.min_steps)))
+            ty = _pow2_floor(max(1, min(self.threads // tx, steps // self.min_steps, most_ty)))
             return tx, ty, rows * -(-(vectors or SYMBOLIC) // tx) * tx * ty
 
         def fits(tx):
