@@ -215,6 +215,9 @@ class _Gpu:
         self.mirrored = mirrored   # register buffers also copied to shared memory for nests reading across threads
         self.tx = tirx.Var("tx", "int32")
         self.inside = False    # inside a block nest: each thread writes its own elements
+        # the serial loops around the statement being rewritten, innermost last: (the variables and
+        # buffers that change inside it, the statements hoisted to run once before it)
+        self.loops: list[tuple[set, list]] = []
 
     def stmt(self, s: tirx.Stmt) -> tirx.Stmt:
         if isinstance(s, tirx.For):
@@ -238,8 +241,30 @@ class _Gpu:
             return self.programs(loop)
         if BLOCK in notes:
             return self.spread(loop)
-        return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, self.stmt(loop.body),
-                        annotations=loop.annotations)
+        frame = (_changing_in(loop), [])
+        self.loops.append(frame)
+        try:
+            body = self.stmt(loop.body)
+        finally:
+            self.loops.pop()
+        new = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, annotations=loop.annotations)
+        return nests.seq([*frame[1], new]) if frame[1] else new
+
+    def hoisted(self, name: str, dtype: str, value, it, rounds: int, guard):
+        """`value` (an expression in the round `it` of a fill) as a register per round computed once
+        before the innermost loop around the fill, when nothing it reads changes in that loop; else
+        None. (nvcc left a tile's `% N` contiguity checks in a matmul's K loop: 1100 of its 1500
+        instructions a warp a step at 128 x 256 x 64.)"""
+        if not self.loops or not _invariant(value, self.loops[-1][0]):
+            return None
+        regs = tirx.decl_buffer((rounds,), dtype, name, scope="local")
+        fresh = tirx.Var("it", "int32")
+        store = tirx.BufferStore(regs, nests.substitute(value, it, fresh), [fresh])
+        if guard is not None:
+            store = tirx.IfThenElse(nests.substitute(guard, it, fresh), store, None)
+        self.loops[-1][1].extend([tirx.AllocBuffer(regs), tirx.For(fresh, nests.int_imm(0), nests.int_imm(rounds),
+                                                                     tirx.ForKind.UNROLLED, store)])
+        return regs[it]
 
     def programs(self, outer: tirx.For) -> tirx.Stmt:
         loops = [outer, outer.body, outer.body.body]          # axes 2, 1, 0
@@ -366,6 +391,17 @@ class _Gpu:
                if v and not analyzer.can_prove_equal(step, v)]
         ok = ([tirx.EQ(functools.reduce(tirx.bitwise_or, off), tirx.const(0, dtype))] if off else []) + \
             [_aligned(start, source, width)]
+        # what of the run's start and checks does not change in the loop around the fill (the rows'
+        # `% M`, the program's ids; not the pointer's offset) is computed once, before that loop
+        name, guard = stores[0].buffer.name, (run < total if total % self.threads else None)
+        if len(ok) > 1:
+            contiguous = self.hoisted(name + "_contiguous", "bool", ok[0], it, rounds, guard)
+            ok[0] = ok[0] if contiguous is None else contiguous
+        terms = _terms(first)
+        fixed = [t for t in terms if self.loops and _invariant(t, self.loops[-1][0])]
+        if fixed and len(fixed) < len(terms):
+            base = self.hoisted(name + "_base", dtype, functools.reduce(tirx.Add, fixed), it, rounds, guard)
+            first = functools.reduce(tirx.Add, [base, *[t for t in terms if not any(t.same_as(f) for f in fixed)]])
         whole = tirx.Var("whole", "bool")
         masks = [mask for mask, _, _ in parts if mask is not None]
         ramp = tirx.Ramp(_multiple(start, source, width), tirx.const(1, str(first.ty.dtype)), width)
@@ -569,6 +605,33 @@ def _at_own_index(buf, indices, nest) -> bool:
     loop_vars, extents = nest
     return len(indices) == len(loop_vars) and all(i.same_as(v) for i, v in zip(indices, loop_vars)) and \
         all(int(a) == int(b) for a, b in zip(buf.ty.shape, extents))
+
+
+def _changing_in(loop: tirx.For) -> set:
+    """The variables a loop's steps bind (its own, its body's loops and lets) and the buffers they write."""
+    changing = {loop.loop_var}
+    for s in nests.walk(loop.body):
+        if isinstance(s, tirx.For):
+            changing.add(s.loop_var)
+        elif isinstance(s, tirx.Bind):
+            changing.add(s.var)
+        elif isinstance(s, tirx.BufferStore):
+            changing.add(s.buffer)
+    return changing
+
+
+def _invariant(expr, changing: set) -> bool:
+    """Whether `expr` has the same value in every step of a loop in which `changing` change, and may be
+    computed before it: it uses none of those variables and reads no memory (a read the loop guards,
+    or makes in no step, could fault before it)."""
+    found, loads = [], []
+    tvm_ffi.structural_walk(expr, [(tvm.ir.TensorLoad, loads.append), (tvm.ir.Var, found.append)])
+    return not loads and not any(x in changing for x in found)
+
+
+def _terms(expr) -> list:
+    """The terms of a sum (`a + b + c` -> [a, b, c])."""
+    return [*_terms(expr.a), *_terms(expr.b)] if isinstance(expr, tirx.Add) else [expr]
 
 
 def _all_accesses(stmt) -> list:
