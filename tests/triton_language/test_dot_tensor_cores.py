@@ -143,15 +143,17 @@ def test_a_large_tile_read_across_threads_builds():
     assert "mma.sync.aligned.m16n8k16" in source and "extern __shared__" in source
 
 
-def tutorial_matmul_source(bm, bn, bk, warps, ones=()) -> str:
-    """The tutorial matmul's CUDA for sm_90; `ones`: the int parameters specialised as 1 (equal_to_1)."""
+@functools.cache
+def tutorial_matmul_source(bm, bn, bk, warps, ones=(), stages=3) -> str:
+    """The tutorial matmul's CUDA for sm_90; `ones`: the int parameters specialised as 1 (equal_to_1);
+    `stages`: num_stages (1: the K loop not pipelined)."""
     import kernels
     ptr = core.pointer_type(core.float16)
     names = ["M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"]
     signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr, **{n: core.int32 for n in names}}
     k = compiler.compile(kernels.matmul_kernel.fn, signature, {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn,
                          "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8, "ACTIVATION": ""},
-                         {"target": SM90, "num_warps": warps, "equal_to_1": tuple(ones)})
+                         {"target": SM90, "num_warps": warps, "equal_to_1": tuple(ones), "num_stages": stages})
     return k.stages["source"]
 
 
@@ -177,8 +179,9 @@ def test_tutorial_operands_are_copied_16_bytes_at_a_time(bm, bn, bk, warps):
     16-byte load each (element by element only at a ragged or misaligned run), all loaded before any
     is stored to shared memory, 16 bytes a store; the pointer blocks, advanced by one step for all
     their elements, are their expression plus one offset, not 64-bit registers per element (which
-    spilled: 255 registers and 1.4 KB of local memory at 128 x 256 x 64)."""
-    source = tutorial_matmul_source(bm, bn, bk, warps, UNIT_STRIDES)
+    spilled: 255 registers and 1.4 KB of local memory at 128 x 256 x 64). (num_stages=1: the K loop
+    not pipelined, its copies through registers.)"""
+    source = tutorial_matmul_source(bm, bn, bk, warps, UNIT_STRIDES, stages=1)
     loop = source[source.index("for (int k_iter"):source.index("ldmatrix")]
     threads = warps * 32
     assert loop.count("= *(uint4*)(a_ptr_ptr") == bm * bk // 8 // threads
@@ -195,21 +198,51 @@ def test_tutorial_operands_are_copied_16_bytes_at_a_time(bm, bn, bk, warps):
             assert "0 bytes spill stores" in out.stdout + out.stderr
 
 
+@pytest.mark.parametrize("stages", [1, 3])
 @pytest.mark.parametrize("bm, bn, bk, warps", [(128, 256, 64, 8), (64, 128, 32, 4), (32, 64, 32, 2)])
-def test_what_the_k_loop_does_not_change_is_computed_before_it(bm, bn, bk, warps):
+def test_what_the_k_loop_does_not_change_is_computed_before_it(bm, bn, bk, warps, stages):
     """Each operand run's start (the rows' `% M`, the columns' `% N`, the program's ids) and the check
     that its elements are consecutive (`(x + v) % N - x % N == v`) do not change with k: they are
     registers filled before the K loop, which adds the pointer's offset to the start and tests its
     alignment (nvcc had left the modulos in the loop: 1100 of the 1500 instructions a warp ran a
     step at 128 x 256 x 64)."""
-    source = tutorial_matmul_source(bm, bn, bk, warps, UNIT_STRIDES)
+    source = tutorial_matmul_source(bm, bn, bk, warps, UNIT_STRIDES, stages=stages)
     before, loop = source[:source.index("for (int k_iter")], source[source.index("for (int k_iter"):source.index("ldmatrix")]
     starts = re.findall(r"int64_t start\w* = (.*);", loop)
     checks = re.findall(r"bool whole\w* = (.*);", loop)
     assert len(starts) == len(checks) == (bm * bk + bk * bn) // 8 // (warps * 32)
-    assert all(re.fullmatch(r"\(load_\d+_base_ptr\[\d+\] \+ (a|b)_ptrs_\d+_offset_ptr\[0\]\)", s) for s in starts)
+    assert all(re.fullmatch(r"\(load_\d+(_slots)?_base_ptr\[\d+\] \+ (a|b)_ptrs_\d+_offset_ptr\[0\]\)", s) for s in starts)
     assert not any("%" in c or "/" in c for c in checks)
-    assert "load_4_contiguous_ptr[0] = " in before and re.search(r"load_3_base_ptr\[0\] = .*% M", before)
+    assert re.search(r"load_4(_slots)?_contiguous_ptr\[0\] = ", before) and \
+        re.search(r"load_3(_slots)?_base_ptr\[0\] = .*% M", before)
+
+
+@pytest.mark.parametrize("bm, bn, bk, warps, stages, slots", [(128, 256, 64, 8, 3, 3), (128, 256, 64, 8, 5, 3),
+                                                               (64, 128, 32, 4, 4, 4), (32, 64, 32, 2, 5, 5),
+                                                               (64, 128, 32, 4, 2, 2)])
+def test_the_k_loop_is_pipelined_over_num_stages_slots(bm, bn, bk, warps, stages, slots):
+    """num_stages slots of each operand tile (as many as fit 200 KB: 3 of 52 KB at 128 x 256 x 64):
+    the copies of the first slots - 1 steps are issued before the K loop; each step waits for its
+    own (cp.async.wait_group slots - 2), then one barrier (every thread's copies landed, every warp
+    done with the slot about to be refilled), then the copies of the step slots - 1 ahead into that
+    slot, one 16-byte cp.async a run with no registers between, while the warps multiply."""
+    source = tutorial_matmul_source(bm, bn, bk, warps, UNIT_STRIDES, stages=stages)
+    runs = (bm * bk + bk * bn) // 8 // (warps * 32)
+    before, loop = source[:source.index("for (int k_iter")], source[source.index("for (int k_iter"):]
+    head = loop[:loop.index("ldmatrix")]
+    copy = "tvm_builtin_ptx_cp_async_cg_async_cg_shared_global_16("
+    assert before.count(copy) - 1 == runs * (slots - 1) and head.count(copy) == runs   # - its definition
+    assert head.index(f"wait_group_{slots - 2}();") < head.index("__syncthreads();") < head.index(copy)
+    slot = f"(k_iter + {slots - 1}) & {slots - 1}" if slots & (slots - 1) == 0 else f"(k_iter + {slots - 1}) % {slots}"
+    assert slot in head and "uint4" not in head and "staged" not in source
+    assert "wait_group_0();" in loop[loop.index("mma.sync"):]   # none in flight past the loop
+
+
+def test_pipelining_keeps_to_loops_of_copies_and_one_dot():
+    """A K loop whose product is added (`acc += tl.dot(a, b)`) is pipelined; one that stores a tile
+    to memory too, or whose fill reads what the loop computes, is not (unit: pipelining.plan)."""
+    for mode, pipelined in [("loop", True), ("relu", True), ("rowsum", True)]:
+        assert ("tvm_builtin_ptx_cp_async_cg_async_cg_shared_global_16(" in cuda(torch.float16, 32, 32, 32, mode, 4)) == pipelined
 
 
 def test_operand_copies_check_the_pointers_alignment_too():

@@ -141,7 +141,7 @@ def compile(jit_fn, signature: dict, constants: dict, options: dict | None = Non
         with quiet_tvm():
             func = cpu.with_ones(func, options.get("equal_to_1", ()))
             work = None if gpu else cpu.work(func)
-            func = schedule.schedule(func, target, int(options.get("num_warps", 4)))
+            func = schedule.schedule(func, target, int(options.get("num_warps", 4)), int(options.get("num_stages", 3)))
             stages["schedule"] = func.script()
             stage = "build"
             executable = (pipeline.compile_module if gpu else cpu.build)(tvm.IRModule({name: func}), target)
