@@ -303,6 +303,7 @@ class _Gpu:
         stages = plan.stages
         body = list(loop.body.seq) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
         binds = [s for s in body if isinstance(s, tirx.Bind)]
+        temporaries = [self.stmt(s) for s in body if isinstance(s, tirx.AllocBuffer) and s.buffer not in slots]
         after = body[body.index(plan.dot) + 1:]
         d, lay = self.dots[plan.dot]
         slot = (loop.loop_var - loop.min) % stages
@@ -311,7 +312,8 @@ class _Gpu:
         a, b = slots[d.a], slots[d.b]
         dot = self.tensor_core_dot(dataclasses.replace(d, a=a, b=b), lay, (slot * int(d.a.ty.shape[0]) * int(a.ty.shape[1]),
                                                                             slot * int(d.b.ty.shape[0]) * int(b.ty.shape[1])))
-        return nests.seq([*binds, _wait(stages - 2), _SYNC, issue, _COMMIT, dot, *[self.stmt(s) for s in after]])
+        return nests.seq([*binds, *temporaries, _wait(stages - 2), _SYNC, issue, _COMMIT, dot,
+                          *[self.stmt(s) for s in after]])
 
     def hoisted(self, name: str, dtype: str, value, it, rounds: int, guard):
         """`value` (an expression in the round `it` of a fill) as a register per round computed once

@@ -43,7 +43,7 @@ def plan(loop: tirx.For, dots: dict, fills_tile, stages: int, budget: int = MAX_
         if isinstance(s, tirx.Bind) and not fills and dot is None:
             binds.append((s.var, s.value))
         elif isinstance(s, tirx.AllocBuffer):
-            continue   # checked below: only the operand tiles
+            continue   # the tiles' (replaced by their slots) and temporaries' (kept)
         elif isinstance(s, tirx.For) and BLOCK in s.annotations and s in dots and dot is None:
             dot = s
         elif isinstance(s, tirx.For) and BLOCK in s.annotations and dot is None and fills_tile(nests.nest(s)) is not None:
@@ -59,9 +59,7 @@ def plan(loop: tirx.For, dots: dict, fills_tile, stages: int, budget: int = MAX_
         return None
     d = dots[dot][0]
     tiles = [fills_tile(nests.nest(f)) for f in fills]
-    allocs = [s.buffer for s in body if isinstance(s, tirx.AllocBuffer)]
     if len(tiles) != 2 or d.a.same_as(d.b) or not all(any(t.same_as(o) for t in tiles) for o in (d.a, d.b)) or \
-            any(not any(b.same_as(t) for t in tiles) for b in allocs) or \
             any(_touches(s, tiles) or any(_touches(s, [b]) for b in steps) for s in after):
         return None
     changing = _changing(loop)
