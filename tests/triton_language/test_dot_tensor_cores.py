@@ -238,6 +238,29 @@ def test_the_k_loop_is_pipelined_over_num_stages_slots(bm, bn, bk, warps, stages
     assert "wait_group_0();" in loop[loop.index("mma.sync"):]   # none in flight past the loop
 
 
+@settings(max_examples=6, deadline=None)
+@given(tile=st.sampled_from([(16, 32, 16, 1), (32, 32, 32, 2), (64, 64, 32, 4), (64, 32, 64, 2), (32, 128, 16, 4)]),
+       stages=st.integers(1, 6))
+def test_pipelined_dots_at_generated_tiles_and_stages(tile, stages):
+    """Any tile and num_stages: the K loop issues one cp.async a 16-byte run of the step stages - 1
+    ahead, into slot (k + stages - 1) % stages, and waits until stages - 2 groups are in flight
+    (num_stages 1: copies through registers, no cp.async). (On the GPU: the tests below.)"""
+    bm, bn, bk, warps = tile
+    ptr = core.pointer_type(core.float16)
+    names = ["M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"]
+    signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": core.pointer_type(core.float32), **{x: core.int32 for x in names}}
+    source = compiler.compile(dot_kernel, signature, {"BM": bm, "BN": bn, "BK": bk, "MODE": "loop"},
+                              {"target": SM90, "num_warps": warps, "num_stages": stages}).stages["source"]
+    loop = source[source.index("for (int k_iter"):]
+    head = loop[:loop.index("ldmatrix")]
+    copy = "tvm_builtin_ptx_cp_async_cg_async_cg_shared_global_16("
+    rounds = sum(-(-tile_elements // 8 // (warps * 32)) for tile_elements in (bm * bk, bk * bn))   # a thread's runs
+    assert head.count(copy) == (rounds if stages > 1 else 0)
+    assert (f"wait_group_{stages - 2}();" in head) == (stages > 1)
+    if stages > 2:
+        assert re.search(rf"\(k_iter \+ {stages - 1}\) (% {stages}|& {stages - 1})\)", head)
+
+
 def test_which_k_loops_are_pipelined():
     """Every mode of dot_kernel's K loop is pipelined (`acc += tl.dot(a, b)`: a temporary product,
     added after the dot; `tl.dot(a, b, acc * 0.5)`: the dot's own init); flash attention's is not

@@ -11,7 +11,10 @@ instruction's fragment layout instead of `it * threads + tx`, and copied to shar
 a nest that reads them across threads. The nests filling its operand tiles from memory copy runs of 16
 bytes a thread (one vector load and store where a run is unmasked, contiguous and aligned at run time),
 and a pointer block advanced by one step for all its elements is its expression plus one offset
-(cpu.offsets): 64-bit offsets per element in registers spilled the tutorial matmul's K loop."""
+(cpu.offsets): 64-bit offsets per element in registers spilled the tutorial matmul's K loop. What of
+a run's start and checks does not change in the loop around the fill is computed before it. A K
+loop of only such fills, the dot and what follows it is pipelined (pipelining.py): the fills of a
+later step copied by cp.async into a slot of their tiles while the warps multiply this step's."""
 from __future__ import annotations
 
 import contextlib
