@@ -265,7 +265,9 @@ class _Gpu:
                                                scope=tile.ty.storage_scope)
             first = [self.copies(plan, loop, slots, s, before=True) for s in range(plan.stages - 1)]
             first = [tirx.IfThenElse(nests.int_imm(s) < loop.extent, c, None) for s, c in enumerate(first)]
-            first = [tirx.AllocBuffer(b) for b in slots.values()] + [x for c in first for x in (c, _COMMIT)]
+            # (the slots' copies are not accesses to TVM's sync planner: a barrier before and after them, as
+            # another buffer may share their memory)
+            first = [tirx.AllocBuffer(b) for b in slots.values()] + [_SYNC] + [x for c in first for x in (c, _COMMIT)]
         frame = (_changing_in(loop), [])
         self.loops.append(frame)
         try:
@@ -274,7 +276,7 @@ class _Gpu:
             self.loops.pop()
         new = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, annotations=loop.annotations)
         if plan is not None:
-            return nests.seq([*first, *frame[1], new, _wait(0)])
+            return nests.seq([*first, *frame[1], new, _wait(0), _SYNC])
         return nests.seq([*frame[1], new]) if frame[1] else new
 
     def fill_tile(self, nest: list):
@@ -475,8 +477,12 @@ class _Gpu:
         if asynchronous:   # a whole run by cp.async, the rest element by element, both into shared memory
             copy = tirx.Evaluate(T.ptx["cp.async.cg.shared.global"](
                 _address_of(stores[0].buffer[tuple(stores[0].indices)]), _address_of(source[start]), VECTOR_BYTES))
+            # the rest stored by st.shared, which TVM's sync planner does not take for accesses either: the
+            # pipeline's own barrier orders both (else the planner adds a second one a step, before the dot)
+            rest = nests.seq([tirx.Evaluate(T.ptx["st.shared.b16"](_shared_address(st.buffer[tuple(st.indices)]), st.value))
+                              for st in stores])
             body = nests.seq([tirx.Bind(start, first), tirx.Bind(whole, functools.reduce(tirx.And, ok)),
-                              tirx.IfThenElse(functools.reduce(tirx.And, [*masks, whole]), copy, nests.seq(stores))])
+                              tirx.IfThenElse(functools.reduce(tirx.And, [*masks, whole]), copy, rest)])
             if total % self.threads:
                 body = tirx.IfThenElse(run < total, body, None)
             return tirx.For(it, nests.int_imm(0), nests.int_imm(rounds), tirx.ForKind.UNROLLED, body)
@@ -694,6 +700,10 @@ def _wait(pending: int) -> tirx.Stmt:
 
 def _address_of(load):
     return tirx.call_intrin("handle", "tirx.address_of", load)
+
+
+def _shared_address(load):
+    return T.cuda.cvta_generic_to_shared(_address_of(load))
 
 
 def _changing_in(loop: tirx.For) -> set:
