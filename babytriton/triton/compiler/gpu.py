@@ -312,13 +312,16 @@ class _Gpu:
         after = body[body.index(plan.dot) + 1:]
         d, lay = self.dots[plan.dot]
         slot = (loop.loop_var - loop.min) % stages
-        issue = tirx.IfThenElse(loop.loop_var + (stages - 1) < loop.min + loop.extent,
-                                self.copies(plan, loop, slots, stages - 1), None)
+        # the copies run by run, spread among the dot's steps (all before them, every warp would
+        # leave the tensor cores idle while it computes addresses and checks: the barrier aligns them)
+        ahead = loop.loop_var + (stages - 1) < loop.min + loop.extent
+        runs = [tirx.IfThenElse(ahead, fresh_binds(nests.substitute(copy.body, copy.loop_var, nests.int_imm(i))), None)
+                for copy in _seq(self.copies(plan, loop, slots, stages - 1)) for i in range(int(copy.extent))]
         a, b = slots[d.a], slots[d.b]
         dot = self.tensor_core_dot(dataclasses.replace(d, a=a, b=b), lay, (slot * int(d.a.ty.shape[0]) * int(a.ty.shape[1]),
-                                                                            slot * int(d.b.ty.shape[0]) * int(b.ty.shape[1])))
-        return nests.seq([*binds, *temporaries, _wait(stages - 2), _SYNC, issue, _COMMIT, dot,
-                          *[self.stmt(s) for s in after]])
+                                                                            slot * int(d.b.ty.shape[0]) * int(b.ty.shape[1])),
+                                   between=runs)
+        return nests.seq([*binds, *temporaries, _wait(stages - 2), _SYNC, dot, _COMMIT, *[self.stmt(s) for s in after]])
 
     def hoisted(self, name: str, dtype: str, value, it, rounds: int, guard):
         """`value` (an expression in the round `it` of a fill) as a register per round computed once
@@ -585,10 +588,11 @@ class _Gpu:
                 if new is not None else stmt
         return tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
 
-    def tensor_core_dot(self, d, lay, at=(0, 0)) -> tirx.Stmt:
+    def tensor_core_dot(self, d, lay, at=(0, 0), between=()) -> tirx.Stmt:
         """A dot nest on tensor cores (mma.py): its inits as any nest, then the product into the
         accumulator's registers, or, for an accumulator in shared memory, into registers loaded from
-        it and stored back. `at`: where the operand tiles start in their buffers (a pipeline's slots)."""
+        it and stored back. `at`: where the operand tiles start in their buffers (a pipeline's slots);
+        `between`: statements spread among the product's steps (mma.product)."""
         parts = [self.each_element(d.nest, nests.seq(d.inits))] if d.inits else []
         acc = self.local.get(d.c)
         with IRBuilder() as ib:
@@ -597,7 +601,7 @@ class _Gpu:
                 if acc is None:
                     with T.unroll(0, lay.rounds) as it:
                         T.buffer_store(regs, d.c[lay.at(it, self.tx)], [it])
-                mma.product(d, lay, self.tx, regs, *at)
+                mma.product(d, lay, self.tx, regs, *at, between=between)
                 if acc is None:
                     with T.unroll(0, lay.rounds) as it:
                         T.buffer_store(d.c, regs[it], list(lay.at(it, self.tx)))
@@ -696,6 +700,10 @@ _SYNC = tirx.Evaluate(tirx.call_intrin("handle", "tirx.tvm_storage_sync", "share
 def _wait(pending: int) -> tirx.Stmt:
     """Wait until at most `pending` of the thread's groups of cp.async copies are in flight."""
     return tirx.Evaluate(T.ptx["cp.async.wait_group"](pending))
+
+
+def _seq(stmt) -> list:
+    return list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
 
 
 def _address_of(load):
