@@ -268,7 +268,7 @@ class _Gpu:
             # (the slots' copies are not accesses to TVM's sync planner: a barrier before and after them, as
             # another buffer may share their memory)
             first = [tirx.AllocBuffer(b) for b in slots.values()] + [_SYNC] + [x for c in first for x in (c, _COMMIT)]
-        frame = (_changing_in(loop), [])
+        frame = (pipelining.changing(loop), [])
         self.loops.append(frame)
         try:
             body = self.stmt(loop.body) if plan is None else self.pipelined(plan, loop, slots)
@@ -712,19 +712,6 @@ def _address_of(load):
 
 def _shared_address(load):
     return T.cuda.cvta_generic_to_shared(_address_of(load))
-
-
-def _changing_in(loop: tirx.For) -> set:
-    """The variables a loop's steps bind (its own, its body's loops and lets) and the buffers they write."""
-    changing = {loop.loop_var}
-    for s in nests.walk(loop.body):
-        if isinstance(s, tirx.For):
-            changing.add(s.loop_var)
-        elif isinstance(s, tirx.Bind):
-            changing.add(s.var)
-        elif isinstance(s, tirx.BufferStore):
-            changing.add(s.buffer)
-    return changing
 
 
 def _invariant(expr, changing: set) -> bool:

@@ -62,12 +62,12 @@ def plan(loop: tirx.For, dots: dict, fills_tile, stages: int, budget: int = MAX_
     if len(tiles) != 2 or d.a.same_as(d.b) or not all(any(t.same_as(o) for t in tiles) for o in (d.a, d.b)) or \
             any(_touches(s, tiles) or any(_touches(s, [b]) for b in steps) for s in after):
         return None
-    changing = _changing(loop)
+    changed = changing(loop)
     known = {var for var, _ in binds} | {loop.loop_var}
-    if any(not _reads_only(value, changing - known) for _, value in binds) or \
-            any(not _reads_only(step, changing) for step in steps.values()):
+    if any(not _reads_only(value, changed - known) for _, value in binds) or \
+            any(not _reads_only(step, changed) for step in steps.values()):
         return None
-    if any(not _reads_only(f, changing - known, allowed=set(steps)) for f in fills):
+    if any(not _reads_only(f, changed - known, allowed=set(steps)) for f in fills):
         return None
     tile_bytes = sum(_bytes(t) for t in tiles)
     stages = min(stages, budget // tile_bytes)
@@ -102,16 +102,17 @@ def _touches(stmt, buffers) -> bool:
     return bool(found)
 
 
-def _changing(loop: tirx.For) -> set:
-    changing = {loop.loop_var}
+def changing(loop: tirx.For) -> set:
+    """The variables a loop's steps bind (its own, its body's loops and lets) and the buffers they write."""
+    found = {loop.loop_var}
     for s in nests.walk(loop.body):
         if isinstance(s, tirx.For):
-            changing.add(s.loop_var)
+            found.add(s.loop_var)
         elif isinstance(s, tirx.Bind):
-            changing.add(s.var)
+            found.add(s.var)
         elif isinstance(s, tirx.BufferStore):
-            changing.add(s.buffer)
-    return changing
+            found.add(s.buffer)
+    return found
 
 
 def _reads_only(node, changing: set, allowed=frozenset()) -> bool:
