@@ -143,15 +143,17 @@ def test_a_large_tile_read_across_threads_builds():
     assert "mma.sync.aligned.m16n8k16" in source and "extern __shared__" in source
 
 
-def tutorial_matmul_source(bm, bn, bk, warps, ones=()) -> str:
-    """The tutorial matmul's CUDA for sm_90; `ones`: the int parameters specialised as 1 (equal_to_1)."""
+@functools.cache
+def tutorial_matmul_source(bm, bn, bk, warps, ones=(), stages=3) -> str:
+    """The tutorial matmul's CUDA for sm_90; `ones`: the int parameters specialised as 1 (equal_to_1);
+    `stages`: num_stages (1: the K loop not pipelined)."""
     import kernels
     ptr = core.pointer_type(core.float16)
     names = ["M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"]
     signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr, **{n: core.int32 for n in names}}
     k = compiler.compile(kernels.matmul_kernel.fn, signature, {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn,
                          "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8, "ACTIVATION": ""},
-                         {"target": SM90, "num_warps": warps, "equal_to_1": tuple(ones)})
+                         {"target": SM90, "num_warps": warps, "equal_to_1": tuple(ones), "num_stages": stages})
     return k.stages["source"]
 
 
@@ -177,8 +179,9 @@ def test_tutorial_operands_are_copied_16_bytes_at_a_time(bm, bn, bk, warps):
     16-byte load each (element by element only at a ragged or misaligned run), all loaded before any
     is stored to shared memory, 16 bytes a store; the pointer blocks, advanced by one step for all
     their elements, are their expression plus one offset, not 64-bit registers per element (which
-    spilled: 255 registers and 1.4 KB of local memory at 128 x 256 x 64)."""
-    source = tutorial_matmul_source(bm, bn, bk, warps, UNIT_STRIDES)
+    spilled: 255 registers and 1.4 KB of local memory at 128 x 256 x 64). (num_stages=1: the K loop
+    not pipelined, its copies through registers.)"""
+    source = tutorial_matmul_source(bm, bn, bk, warps, UNIT_STRIDES, stages=1)
     loop = source[source.index("for (int k_iter"):source.index("ldmatrix")]
     threads = warps * 32
     assert loop.count("= *(uint4*)(a_ptr_ptr") == bm * bk // 8 // threads
@@ -193,6 +196,83 @@ def test_tutorial_operands_are_copied_16_bytes_at_a_time(bm, bn, bk, warps):
             out = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "--resource-usage", "-o", str(path.with_suffix(".cubin")),
                                   str(path)], capture_output=True, text=True, check=True)
             assert "0 bytes spill stores" in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("stages", [1, 3])
+@pytest.mark.parametrize("bm, bn, bk, warps", [(128, 256, 64, 8), (64, 128, 32, 4), (32, 64, 32, 2)])
+def test_what_the_k_loop_does_not_change_is_computed_before_it(bm, bn, bk, warps, stages):
+    """Each operand run's start (the rows' `% M`, the columns' `% N`, the program's ids) and the check
+    that its elements are consecutive (`(x + v) % N - x % N == v`) do not change with k: they are
+    registers filled before the K loop, which adds the pointer's offset to the start and tests its
+    alignment (nvcc had left the modulos in the loop: 1100 of the 1500 instructions a warp ran a
+    step at 128 x 256 x 64)."""
+    source = tutorial_matmul_source(bm, bn, bk, warps, UNIT_STRIDES, stages=stages)
+    end = source.rindex("wait_group_0();") if stages > 1 else source.rindex("mma.sync")   # the K loop's end
+    before, loop = source[:source.index("for (int k_iter")], source[source.index("for (int k_iter"):end]
+    starts = re.findall(r"int64_t start\w* = (.*);", loop)
+    checks = re.findall(r"bool whole\w* = (.*);", loop)
+    assert len(starts) == len(checks) == (bm * bk + bk * bn) // 8 // (warps * 32)
+    assert all(re.fullmatch(r"\(load_\d+(_slots)?_base_ptr\[\d+\] \+ (a|b)_ptrs_\d+_offset_ptr\[0\]\)", s) for s in starts)
+    assert not any("%" in c or "/" in c for c in checks)
+    assert re.search(r"load_4(_slots)?_contiguous_ptr\[0\] = ", before) and \
+        re.search(r"load_3(_slots)?_base_ptr\[0\] = .*% M", before)
+
+
+@pytest.mark.parametrize("bm, bn, bk, warps, stages, slots", [(128, 256, 64, 8, 3, 3), (128, 256, 64, 8, 5, 3),
+                                                               (64, 128, 32, 4, 4, 4), (32, 64, 32, 2, 5, 5),
+                                                               (64, 128, 32, 4, 2, 2)])
+def test_the_k_loop_is_pipelined_over_num_stages_slots(bm, bn, bk, warps, stages, slots):
+    """num_stages slots of each operand tile (as many as fit 200 KB: 3 of 52 KB at 128 x 256 x 64):
+    the copies of the first slots - 1 steps are issued before the K loop; each step waits for its
+    own (cp.async.wait_group slots - 2), then one barrier (every thread's copies landed, every warp
+    done with the slot about to be refilled), then the copies of the step slots - 1 ahead into that
+    slot, one 16-byte cp.async a run with no registers between (the rest of a run by st.shared),
+    while the warps multiply."""
+    source = tutorial_matmul_source(bm, bn, bk, warps, UNIT_STRIDES, stages=stages)
+    runs = (bm * bk + bk * bn) // 8 // (warps * 32)
+    before, loop = source[:source.index("for (int k_iter")], source[source.index("for (int k_iter"):]
+    body = loop[:loop.rindex("wait_group_0();")]   # none in flight past the loop
+    copy = "tvm_builtin_ptx_cp_async_cg_async_cg_shared_global_16("
+    assert before.count(copy) - 1 == runs * (slots - 1) and body.count(copy) == runs   # - its definition
+    assert body.index(f"wait_group_{slots - 2}();") < body.index("__syncthreads();") < body.index("mma.sync") < \
+        body.index(copy)   # the copies spread among the product's steps (after the first), not all before it
+    slot = f"(k_iter + {slots - 1}) & {slots - 1}" if slots & (slots - 1) == 0 else f"(k_iter + {slots - 1}) % {slots}"
+    assert slot in body and "uint4" not in body and "staged" not in source
+    # one barrier a step: the copies are no accesses to TVM's sync planner, which would add one before the dot
+    assert body.count("__syncthreads()") == 1
+
+
+@settings(max_examples=6, deadline=None)
+@given(tile=st.sampled_from([(16, 32, 16, 1), (32, 32, 32, 2), (64, 64, 32, 4), (64, 32, 64, 2), (32, 128, 16, 4)]),
+       stages=st.integers(1, 6))
+def test_pipelined_dots_at_generated_tiles_and_stages(tile, stages):
+    """Any tile and num_stages: the K loop issues one cp.async a 16-byte run of the step stages - 1
+    ahead, into slot (k + stages - 1) % stages, and waits until stages - 2 groups are in flight
+    (num_stages 1: copies through registers, no cp.async). (On the GPU: the tests below.)"""
+    bm, bn, bk, warps = tile
+    ptr = core.pointer_type(core.float16)
+    names = ["M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"]
+    signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": core.pointer_type(core.float32), **{x: core.int32 for x in names}}
+    source = compiler.compile(dot_kernel, signature, {"BM": bm, "BN": bn, "BK": bk, "MODE": "loop"},
+                              {"target": SM90, "num_warps": warps, "num_stages": stages}).stages["source"]
+    loop = source[source.index("for (int k_iter"):]
+    body = loop[:loop.rindex("wait_group_0();") if stages > 1 else loop.rindex("mma.sync")]   # to the loop's end
+    copy = "tvm_builtin_ptx_cp_async_cg_async_cg_shared_global_16("
+    rounds = sum(-(-tile_elements // 8 // (warps * 32)) for tile_elements in (bm * bk, bk * bn))   # a thread's runs
+    assert body.count(copy) == (rounds if stages > 1 else 0)
+    assert (f"wait_group_{stages - 2}();" in body) == (stages > 1)
+    if stages > 2:
+        assert re.search(rf"\(k_iter \+ {stages - 1}\) (% {stages}|& {stages - 1})\)", body)
+
+
+def test_which_k_loops_are_pipelined():
+    """Every mode of dot_kernel's K loop is pipelined (`acc += tl.dot(a, b)`: a temporary product,
+    added after the dot; `tl.dot(a, b, acc * 0.5)`: the dot's own init); flash attention's is not
+    (two dots with a softmax between: its body is more than fills, one dot and what follows it)."""
+    copy = "tvm_builtin_ptx_cp_async_cg_async_cg_shared_global_16("
+    for mode in MODES:
+        assert copy in cuda(torch.float16, 32, 32, 32, mode, 4), mode
+    assert copy not in flash_attention_source(torch.float16) and "mma.sync" in flash_attention_source(torch.float16)
 
 
 def test_operand_copies_check_the_pointers_alignment_too():

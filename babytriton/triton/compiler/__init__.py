@@ -19,7 +19,8 @@ Stages: "python", "block" (the unscheduled PrimFunc), "schedule", "source" (CUDA
 Supported: the builtins in builtins.BUILTINS (program ids, arange/zeros/full, masked load/store with
 `other`, atomic_add (its result, the old values, is not kept), shapes (`[:, None]`, broadcast_to,
 expand_dims, reshape, trans), casts, dot (rank 2: on tensor cores for float16/bfloat16 on a GPU
-(mma.py), else a reduction nest; rank 3, batched, a reduction nest of multiply-adds),
+(mma.py; its K loop pipelined over num_stages slots of its tiles, pipelining.py), else a reduction
+nest; rank 3, batched, a reduction nest of multiply-adds),
 sum/max/min/argmax/argmin, where/maximum/minimum/clamp/abs, the math functions, cdiv, hints), Python
 operators on blocks and constexprs, `if` (constexpr: folded; scalar: a run-time branch),
 range/tl.range/static_range loops with loop-carried blocks and pointers, @triton.jit helpers. Refused at the user's line: `while`, `return` under run-time control
@@ -141,7 +142,7 @@ def compile(jit_fn, signature: dict, constants: dict, options: dict | None = Non
         with quiet_tvm():
             func = cpu.with_ones(func, options.get("equal_to_1", ()))
             work = None if gpu else cpu.work(func)
-            func = schedule.schedule(func, target, int(options.get("num_warps", 4)))
+            func = schedule.schedule(func, target, int(options.get("num_warps", 4)), int(options.get("num_stages", 3)))
             stages["schedule"] = func.script()
             stage = "build"
             executable = (pipeline.compile_module if gpu else cpu.build)(tvm.IRModule({name: func}), target)

@@ -11,10 +11,14 @@ instruction's fragment layout instead of `it * threads + tx`, and copied to shar
 a nest that reads them across threads. The nests filling its operand tiles from memory copy runs of 16
 bytes a thread (one vector load and store where a run is unmasked, contiguous and aligned at run time),
 and a pointer block advanced by one step for all its elements is its expression plus one offset
-(cpu.offsets): 64-bit offsets per element in registers spilled the tutorial matmul's K loop."""
+(cpu.offsets): 64-bit offsets per element in registers spilled the tutorial matmul's K loop. What of
+a run's start and checks does not change in the loop around the fill is computed before it. A K
+loop of only such fills, the dot and what follows it is pipelined (pipelining.py): the fills of a
+later step copied by cp.async into a slot of their tiles while the warps multiply this step's."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import operator
 
@@ -27,7 +31,7 @@ from tvm.script.ir_builder import tirx as T
 from tvm.sym.pattern import detect_linear_equation
 
 from . import loops as nests
-from . import cpu, mma
+from . import cpu, mma, pipelining
 from .emit import BLOCK, PROGRAM, REDUCE
 from .masks import fresh_binds, masked_vector, uses
 
@@ -37,9 +41,10 @@ VECTOR = 8                  # the most contiguous elements a thread takes of a n
 STATIC_SHARED = 48 * 1024   # the most static shared memory a CUDA kernel may have
 
 
-def schedule(func: tirx.PrimFunc, num_warps: int, tensor_cores: bool = True) -> tirx.PrimFunc:
+def schedule(func: tirx.PrimFunc, num_warps: int, tensor_cores: bool = True, num_stages: int = 3) -> tirx.PrimFunc:
     """`func` for thread blocks of num_warps * 32 threads; `tensor_cores`: the target has mma.sync
-    m16n8k16 (sm_80 on), for the dots emit.py marked."""
+    m16n8k16 and cp.async (sm_80 on), for the dots emit.py marked; `num_stages`: the operand tiles'
+    slots of a pipelined dot loop (pipelining.py; 1: none)."""
     params = [p for p in func.params if hasattr(p.ty, "storage_scope")]   # the tensors' buffers
     threads = num_warps * 32
     # a pointer block advanced by one step for all its elements: its fill's expression plus one offset
@@ -54,7 +59,13 @@ def schedule(func: tirx.PrimFunc, num_warps: int, tensor_cores: bool = True) -> 
     most = min(VECTOR, VECTOR_BYTES // min((_bytes(p.ty.dtype) for p in params), default=VECTOR_BYTES))
     local, mirrored = _own_element_buffers(body, threads, most, {d.c for d, _ in dots.values()})
     layouts, family = _mma_layouts(body, local, dots)
-    gpu = _Gpu(threads, most, params, local, dots, layouts, {b: family[b] for b in mirrored})
+    gpu = _Gpu(threads, most, params, local, dots, layouts, {b: family[b] for b in mirrored},
+               num_stages if tensor_cores else 1)
+    # the shared memory of the program's other buffers, beside which a pipeline's slots must fit
+    tiles = {b for d, _ in dots.values() for b in (d.a, d.b)}
+    gpu.shared_bytes = sum(_size(s.buffer) for s in nests.walk(body) if isinstance(s, tirx.AllocBuffer)
+                           and s.buffer.ty.storage_scope == "shared" and s.buffer not in tiles
+                           and (s.buffer not in local or s.buffer in mirrored))
     return func.with_body(_dynamic_shared_if_large(gpu.stmt(body)))
 
 
@@ -205,8 +216,11 @@ def _same(indices, loop_vars) -> bool:
 class _Gpu:
     """Rewrites a block program's statements for a thread block of `threads` threads."""
 
-    def __init__(self, threads: int, most: int, params: list, local: dict, dots: dict, layouts: dict, mirrored: dict):
+    def __init__(self, threads: int, most: int, params: list, local: dict, dots: dict, layouts: dict, mirrored: dict,
+                 stages: int = 1):
         self.threads = threads
+        self.stages = stages   # the operand tiles' slots in a pipelined dot loop (pipelining.py)
+        self.shared_bytes = 0  # the shared memory the program's other buffers take
         self.most = most       # the most elements of a thread's chunk (width)
         self.params = params
         self.local = local     # shared buffer -> the registers holding each thread's own elements
@@ -215,6 +229,9 @@ class _Gpu:
         self.mirrored = mirrored   # register buffers also copied to shared memory for nests reading across threads
         self.tx = tirx.Var("tx", "int32")
         self.inside = False    # inside a block nest: each thread writes its own elements
+        # the serial loops around the statement being rewritten, innermost last: (the variables and
+        # buffers that change inside it, the statements hoisted to run once before it)
+        self.loops: list[tuple[set, list]] = []
 
     def stmt(self, s: tirx.Stmt) -> tirx.Stmt:
         if isinstance(s, tirx.For):
@@ -238,8 +255,89 @@ class _Gpu:
             return self.programs(loop)
         if BLOCK in notes:
             return self.spread(loop)
-        return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, self.stmt(loop.body),
-                        annotations=loop.annotations)
+        plan = pipelining.plan(loop, self.dots, self.fill_tile, self.stages, pipelining.MAX_SHARED - self.shared_bytes) \
+            if self.stages > 1 else None
+        if plan is not None:   # the slots, and the copies of the first stages - 1 steps, before the loop
+            slots = {self.fill_tile(nests.nest(f)): None for f in plan.fills}
+            for tile in list(slots):
+                rows, cols = (int(x) for x in tile.ty.shape)
+                slots[tile] = tirx.decl_buffer((plan.stages * rows, cols), tile.ty.dtype, tile.name + "_slots",
+                                               scope=tile.ty.storage_scope)
+            first = [self.copies(plan, loop, slots, s, before=True) for s in range(plan.stages - 1)]
+            first = [tirx.IfThenElse(nests.int_imm(s) < loop.extent, c, None) for s, c in enumerate(first)]
+            # (the slots' copies are not accesses to TVM's sync planner: a barrier before and after them, as
+            # another buffer may share their memory)
+            first = [tirx.AllocBuffer(b) for b in slots.values()] + [_SYNC] + [x for c in first for x in (c, _COMMIT)]
+        frame = (pipelining.changing(loop), [])
+        self.loops.append(frame)
+        try:
+            body = self.stmt(loop.body) if plan is None else self.pipelined(plan, loop, slots)
+        finally:
+            self.loops.pop()
+        new = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, annotations=loop.annotations)
+        if plan is not None:
+            return nests.seq([*first, *frame[1], new, _wait(0), _SYNC])
+        return nests.seq([*frame[1], new]) if frame[1] else new
+
+    def fill_tile(self, nest: list):
+        """The tensor-core operand tile that a block nest fills in runs of 16 bytes, else None."""
+        return nest[-1].body.buffer if self.vector_width(nest) else None
+
+    def copies(self, plan, loop: tirx.For, slots: dict, by: int, before: bool = False) -> tirx.Stmt:
+        """The cp.async copies of the operand tiles of the step `by` steps after the current one
+        (`before` the loop: after its first) into their slots."""
+        step = nests.int_imm(by % plan.stages) if before else (loop.loop_var - loop.min + by) % plan.stages
+        out = []
+        for fill in plan.fills:
+            nest = nests.nest(fill)
+            width = self.vector_width(nest)
+            moved = pipelining.ahead(fill, plan, loop, nests.int_imm(by, str(loop.loop_var.ty.dtype)))
+            if before:
+                moved = nests.substitute(moved, loop.loop_var, loop.min)
+            tile = nest[-1].body.buffer
+            rows = int(tile.ty.shape[0])
+            moved = tvm_ffi.structural_map(moved, [(tirx.BufferStore, lambda st: tirx.BufferStore(
+                slots[tile], st.value, [step * rows + st.indices[0], st.indices[1]]) if st.buffer.same_as(tile) else st)])
+            out.append(self.vector_fill(nests.nest(moved), width, asynchronous=True))
+        return nests.seq(out)
+
+    def pipelined(self, plan, loop: tirx.For, slots: dict) -> tirx.Stmt:
+        """The K loop's body pipelined (pipelining.py): wait for this step's copies (issued stages - 1
+        steps ago) and for every thread to be done with the slot the next copies overwrite (the
+        previous step's), issue those of the step stages - 1 ahead, multiply this step's slot."""
+        stages = plan.stages
+        body = list(loop.body.seq) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
+        binds = [s for s in body if isinstance(s, tirx.Bind)]
+        temporaries = [self.stmt(s) for s in body if isinstance(s, tirx.AllocBuffer) and s.buffer not in slots]
+        after = body[body.index(plan.dot) + 1:]
+        d, lay = self.dots[plan.dot]
+        slot = (loop.loop_var - loop.min) % stages
+        # the copies run by run, spread among the dot's steps (all before them, every warp would
+        # leave the tensor cores idle while it computes addresses and checks: the barrier aligns them)
+        ahead = loop.loop_var + (stages - 1) < loop.min + loop.extent
+        runs = [tirx.IfThenElse(ahead, fresh_binds(nests.substitute(copy.body, copy.loop_var, nests.int_imm(i))), None)
+                for copy in _seq(self.copies(plan, loop, slots, stages - 1)) for i in range(int(copy.extent))]
+        a, b = slots[d.a], slots[d.b]
+        dot = self.tensor_core_dot(dataclasses.replace(d, a=a, b=b), lay, (slot * int(d.a.ty.shape[0]) * int(a.ty.shape[1]),
+                                                                            slot * int(d.b.ty.shape[0]) * int(b.ty.shape[1])),
+                                   between=runs)
+        return nests.seq([*binds, *temporaries, _wait(stages - 2), _SYNC, dot, _COMMIT, *[self.stmt(s) for s in after]])
+
+    def hoisted(self, name: str, dtype: str, value, it, rounds: int, guard):
+        """`value` (an expression in the round `it` of a fill) as a register per round computed once
+        before the innermost loop around the fill, when nothing it reads changes in that loop; else
+        None. (nvcc left a tile's `% N` contiguity checks in a matmul's K loop: 1100 of its 1500
+        instructions a warp a step at 128 x 256 x 64.)"""
+        if not self.loops or not _invariant(value, self.loops[-1][0]):
+            return None
+        regs = tirx.decl_buffer((rounds,), dtype, name, scope="local")
+        fresh = tirx.Var("it", "int32")
+        store = tirx.BufferStore(regs, nests.substitute(value, it, fresh), [fresh])
+        if guard is not None:
+            store = tirx.IfThenElse(nests.substitute(guard, it, fresh), store, None)
+        self.loops[-1][1].extend([tirx.AllocBuffer(regs), tirx.For(fresh, nests.int_imm(0), nests.int_imm(rounds),
+                                                                     tirx.ForKind.UNROLLED, store)])
+        return regs[it]
 
     def programs(self, outer: tirx.For) -> tirx.Stmt:
         loops = [outer, outer.body, outer.body.body]          # axes 2, 1, 0
@@ -330,7 +428,7 @@ class _Gpu:
         inner = int(nest[-1].extent)
         return run if run > 1 and inner % run == 0 and int(store.buffer.ty.shape[-1]) % run == 0 else None
 
-    def vector_fill(self, nest: list, width: int) -> tirx.Stmt:
+    def vector_fill(self, nest: list, width: int, asynchronous: bool = False) -> tirx.Stmt:
         """A shared buffer's fill from a tensor in runs of `width` consecutive elements along the inner
         axis, run `it * threads + tx` a thread's: one 16-byte load where, at run time, the run's
         elements are unmasked and consecutive in memory from a 16-byte boundary, else element by
@@ -366,8 +464,31 @@ class _Gpu:
                if v and not analyzer.can_prove_equal(step, v)]
         ok = ([tirx.EQ(functools.reduce(tirx.bitwise_or, off), tirx.const(0, dtype))] if off else []) + \
             [_aligned(start, source, width)]
+        # what of the run's start and checks does not change in the loop around the fill (the rows'
+        # `% M`, the program's ids; not the pointer's offset) is computed once, before that loop
+        name, guard = stores[0].buffer.name, (run < total if total % self.threads else None)
+        if len(ok) > 1:
+            contiguous = self.hoisted(name + "_contiguous", "bool", ok[0], it, rounds, guard)
+            ok[0] = ok[0] if contiguous is None else contiguous
+        terms = _terms(first)
+        fixed = [t for t in terms if self.loops and _invariant(t, self.loops[-1][0])]
+        if fixed and len(fixed) < len(terms):
+            base = self.hoisted(name + "_base", dtype, functools.reduce(tirx.Add, fixed), it, rounds, guard)
+            first = functools.reduce(tirx.Add, [base, *[t for t in terms if not any(t.same_as(f) for f in fixed)]])
         whole = tirx.Var("whole", "bool")
         masks = [mask for mask, _, _ in parts if mask is not None]
+        if asynchronous:   # a whole run by cp.async, the rest element by element, both into shared memory
+            copy = tirx.Evaluate(T.ptx["cp.async.cg.shared.global"](
+                _address_of(stores[0].buffer[tuple(stores[0].indices)]), _address_of(source[start]), VECTOR_BYTES))
+            # the rest stored by st.shared, which TVM's sync planner does not take for accesses either: the
+            # pipeline's own barrier orders both (else the planner adds a second one a step, before the dot)
+            rest = nests.seq([tirx.Evaluate(T.ptx["st.shared.b16"](_shared_address(st.buffer[tuple(st.indices)]), st.value))
+                              for st in stores])
+            body = nests.seq([tirx.Bind(start, first), tirx.Bind(whole, functools.reduce(tirx.And, ok)),
+                              tirx.IfThenElse(functools.reduce(tirx.And, [*masks, whole]), copy, rest)])
+            if total % self.threads:
+                body = tirx.IfThenElse(run < total, body, None)
+            return tirx.For(it, nests.int_imm(0), nests.int_imm(rounds), tirx.ForKind.UNROLLED, body)
         ramp = tirx.Ramp(_multiple(start, source, width), tirx.const(1, str(first.ty.dtype)), width)
         mine = tirx.Ramp(it * width, 1, width)
         load = nests.seq([tirx.Bind(start, first), tirx.Bind(whole, functools.reduce(tirx.And, ok)), tirx.IfThenElse(
@@ -467,10 +588,11 @@ class _Gpu:
                 if new is not None else stmt
         return tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
 
-    def tensor_core_dot(self, d, lay) -> tirx.Stmt:
+    def tensor_core_dot(self, d, lay, at=(0, 0), between=()) -> tirx.Stmt:
         """A dot nest on tensor cores (mma.py): its inits as any nest, then the product into the
         accumulator's registers, or, for an accumulator in shared memory, into registers loaded from
-        it and stored back."""
+        it and stored back. `at`: where the operand tiles start in their buffers (a pipeline's slots);
+        `between`: statements spread among the product's steps (mma.product)."""
         parts = [self.each_element(d.nest, nests.seq(d.inits))] if d.inits else []
         acc = self.local.get(d.c)
         with IRBuilder() as ib:
@@ -479,7 +601,7 @@ class _Gpu:
                 if acc is None:
                     with T.unroll(0, lay.rounds) as it:
                         T.buffer_store(regs, d.c[lay.at(it, self.tx)], [it])
-                mma.product(d, lay, self.tx, regs)
+                mma.product(d, lay, self.tx, regs, *at, between=between)
                 if acc is None:
                     with T.unroll(0, lay.rounds) as it:
                         T.buffer_store(d.c, regs[it], list(lay.at(it, self.tx)))
@@ -571,6 +693,41 @@ def _at_own_index(buf, indices, nest) -> bool:
         all(int(a) == int(b) for a, b in zip(buf.ty.shape, extents))
 
 
+_COMMIT = tirx.Evaluate(T.ptx["cp.async.commit_group"]())
+_SYNC = tirx.Evaluate(tirx.call_intrin("handle", "tirx.tvm_storage_sync", "shared"))
+
+
+def _wait(pending: int) -> tirx.Stmt:
+    """Wait until at most `pending` of the thread's groups of cp.async copies are in flight."""
+    return tirx.Evaluate(T.ptx["cp.async.wait_group"](pending))
+
+
+def _seq(stmt) -> list:
+    return list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
+
+
+def _address_of(load):
+    return tirx.call_intrin("handle", "tirx.address_of", load)
+
+
+def _shared_address(load):
+    return T.cuda.cvta_generic_to_shared(_address_of(load))
+
+
+def _invariant(expr, changing: set) -> bool:
+    """Whether `expr` has the same value in every step of a loop in which `changing` change, and may be
+    computed before it: it uses none of those variables and reads no memory (a read the loop guards,
+    or makes in no step, could fault before it)."""
+    found, loads = [], []
+    tvm_ffi.structural_walk(expr, [(tvm.ir.TensorLoad, loads.append), (tvm.ir.Var, found.append)])
+    return not loads and not any(x in changing for x in found)
+
+
+def _terms(expr) -> list:
+    """The terms of a sum (`a + b + c` -> [a, b, c])."""
+    return [*_terms(expr.a), *_terms(expr.b)] if isinstance(expr, tirx.Add) else [expr]
+
+
 def _all_accesses(stmt) -> list:
     """(buffer, indices) of the reads and writes in a statement and its children."""
     return [access for s in nests.walk(stmt) for access in _accesses(s)]
@@ -597,6 +754,11 @@ def _accesses(stmt) -> list:
     return found
 
 
+def _size(b) -> int:
+    """A buffer's bytes."""
+    return functools.reduce(operator.mul, [int(d) for d in b.ty.shape], 1) * tvm.runtime.DataType(str(b.ty.dtype)).bits // 8
+
+
 def _dynamic_shared_if_large(body: tirx.Stmt) -> tirx.Stmt:
     """Shared buffers past the static limit (a matmul's large tiles) in dynamic shared memory, which
     TVM merges into one allocation, reusing the space of buffers no longer live: the largest ones, until
@@ -605,9 +767,7 @@ def _dynamic_shared_if_large(body: tirx.Stmt) -> tirx.Stmt:
     reading one dynamic buffer and writing another would need a barrier inside its condition."""
     shared = [s.buffer for s in nests.walk(body) if isinstance(s, tirx.AllocBuffer)
               and s.buffer.ty.storage_scope == "shared"]
-
-    def size(b):
-        return functools.reduce(operator.mul, [int(d) for d in b.ty.shape], 1) * tvm.runtime.DataType(str(b.ty.dtype)).bits // 8
+    size = _size
     static, moved = sum(size(b) for b in shared), 0
     dynamic = {}
     for b in sorted(shared, key=size, reverse=True):

@@ -129,10 +129,12 @@ def padded(buf) -> object:
     return tirx.decl_buffer((rows, cols + PAD), buf.ty.dtype, buf.name, scope=buf.ty.storage_scope)
 
 
-def product(d: Dot, lay: Layout, tx, acc) -> None:
+def product(d: Dot, lay: Layout, tx, acc, a_at=0, b_at=0, between=()) -> None:
     """Into the current IRBuilder frame: acc (each thread's `lay.rounds` fp32 registers, in the
     layout) += a @ b, K / 16 steps of: each warp's A and B fragments loaded from shared memory
-    with ldmatrix, then one mma per fragment of its tile."""
+    with ldmatrix, then one mma per fragment of its tile. a_at, b_at: the elements before the
+    tiles in their buffers (a pipeline's slot); `between`: statements spread over the steps, each
+    after a step's mma (a pipeline's copies, issued while the tensor cores work on the step's)."""
     dtype = str(d.a.ty.dtype)
     lane = tirx.floormod(tx, WARP)
     row0, col0 = lay.warp_origin(tx)
@@ -141,16 +143,19 @@ def product(d: Dot, lay: Layout, tx, acc) -> None:
     row, half = tirx.floormod(lane, 16), tirx.floordiv(lane, 16) * 8
     a_frag = IRBuilder.name("a_frag", T.alloc_buffer((lay.frags_m * 8,), dtype, scope="local"))
     b_frag = IRBuilder.name("b_frag", T.alloc_buffer((lay.frags_n * 4,), dtype, scope="local"))
-    with T.unroll(0, d.k // FRAG_K) as kk:
+    steps = d.k // FRAG_K
+    for kk in range(steps):   # unrolled here, so that `between` can go between the steps
         for i in range(lay.frags_m):
             T.evaluate(T.ptx_legacy.ldmatrix(False, 4, ".b16", a_frag.data, i * 8, d.a.access_ptr("r"),
-                                             (row0 + i * FRAG_M + row) * lda + kk * FRAG_K + half, dtype=dtype))
+                                             a_at + (row0 + i * FRAG_M + row) * lda + kk * FRAG_K + half, dtype=dtype))
         for j in range(0, lay.frags_n, 2):   # two n8 fragments (k16 x n16) an ldmatrix, transposed
             T.evaluate(T.ptx_legacy.ldmatrix(True, 4 if j + 1 < lay.frags_n else 2, ".b16", b_frag.data, j * 4,
                                              d.b.access_ptr("r"),
-                                             (kk * FRAG_K + row) * ldb + col0 + j * FRAG_N + half, dtype=dtype))
+                                             b_at + (kk * FRAG_K + row) * ldb + col0 + j * FRAG_N + half, dtype=dtype))
         for i in range(lay.frags_m):
             for j in range(lay.frags_n):
                 T.evaluate(T.ptx_legacy.mma("m16n8k16", "row", "col", INPUTS[dtype], INPUTS[dtype], "fp32",
                                             a_frag.data, i * 8, b_frag.data, j * 4, acc.data,
                                             (i * lay.frags_n + j) * 4, False, dtype="float32"))
+        for stmt in between[kk * len(between) // steps:(kk + 1) * len(between) // steps]:
+            T.add_to_parent(stmt)
