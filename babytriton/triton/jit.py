@@ -18,8 +18,6 @@ from ..frontend.source import environment, parse_function
 from . import interpreter, launcher, semantics
 from .language import core as tl
 
-# BABYTRITON_NUM_STAGES=n: every launch's num_stages (1: no dot loop pipelined), to compare the two
-NUM_STAGES = int(os.environ["BABYTRITON_NUM_STAGES"]) if os.environ.get("BABYTRITON_NUM_STAGES") else None
 # launch options Triton accepts beside the kernel's parameters, with their defaults
 LAUNCH_OPTIONS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None, "enable_fp_fusion": True,
                   "debug": False}
@@ -139,8 +137,6 @@ class JITFunction:
         """The compiled kernel for this specialisation and target: on first use loaded from the disk
         cache, else compiled (disk.py)."""
         signature = {n: argument_type(v, n) for n, v in runtime.items()}
-        if NUM_STAGES is not None:
-            options = {**options, "num_stages": NUM_STAGES}
         target = target or launch_target(runtime)
         equal_to_1 = tuple(n for n, v in runtime.items()
                            if type(v) is int and v == 1 and n not in self.do_not_specialize)
