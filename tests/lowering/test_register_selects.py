@@ -129,7 +129,7 @@ def values_and_indices(x):
 @pytest.mark.parametrize("fn, shape, dtype", [
     (values_and_indices, (967, 32000), torch.float16), (values_and_indices, (138, 128, 3000), torch.bfloat16),
     (column_argmin, (4096, 1024), torch.float32), (column_argmax, (2048, 4096), torch.float16)],
-    ids=lambda v: str(v).replace(" ", ""))
+    ids=lambda v: getattr(v, "__name__", str(v).replace(" ", "")))  # (no address: xdist's workers agree)
 def test_pair_updates_in_cuda_are_selects_without_branches(fn, shape, dtype):
     """p46's argmax and its kin: each (index, value) update a register select of bitwise predicate
     logic (`condval` was the `if` of TVM's if_then_else); nvcc's PTX then has fewer branches (p46:
