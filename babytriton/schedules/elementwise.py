@@ -11,12 +11,12 @@ from tvm.s_tir.dlight.base import get_extent
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.sym.pattern import detect_linear_equation
 
-from ..core.types import is_float_dtype
 from .analysis import (find_all, fuse, in_registers, is_buffer, is_int, normalized, one_loop, only_output,
                        static_product, uses)
 from .inlining import GPU_CALL_DEPTH, MAX_TREE_SIZE, inline
-from .lanes import (branch_multiples, branched_buffers, contiguous_lanes, flat_index, flat_offsets, innermost_var,
-                    make_branches_uniform, substituted, uniform_branches)
+from .lanes import (branch_multiples, branched_buffers, computes_bools, contiguous_lanes, flat_index, flat_offsets,
+                    innermost_var, make_branches_uniform, narrow_int_math, scalar_calls, substituted, too_wide,
+                    uniform_branches, unvectorisable)
 from .reasons import decline, hearing
 from .unchecked import Schedule
 
@@ -96,8 +96,8 @@ class Elementwise(GPUScheduleRule):
         # buffer can't be a vector in memory (CUDA moves 4 bools as a ushort4: 8 misaligned bytes)
         # and CUDA has no vector of more than 16 bytes: eight halves computed in float32 (gelu, sigmoid
         # in float32) would be a `make_ulonglong4` of eight floats, which NVRTC refuses
-        staged = _scalar_calls(sch.get(info.block_rv)) or _has_bool_buffers(func) or _too_wide(
-            sch.get(info.block_rv), vector) or _narrow_int_math(sch.get(info.block_rv))
+        staged = scalar_calls(sch.get(info.block_rv)) or _has_bool_buffers(func) or too_wide(
+            sch.get(info.block_rv), vector) or narrow_int_math(sch.get(info.block_rv))
         # the lanes split off the row first, so their index has no div/mod: each thread's registers
         # then hold exactly its vector of every buffer, and a buffer broadcast along the row is one
         # scalar per vector (split off the fused loop, eight halves of a per-channel scale were an
@@ -140,7 +140,7 @@ class Elementwise(GPUScheduleRule):
         if vector > 1 and extent is not None and extent >= vector * self.threads and not _has_bool_buffers(func) \
                 and get_extent(sch, loops[-1]) % vector == 0 and contiguous_lanes(sch, loops[-1], vector) == vector \
                 and not branch_multiples(sch.get(block), innermost_var(sch, loops[-1])) \
-                and not unvectorisable(sch.get(block), vector) and not _computes_bools(sch.get(block)):
+                and not unvectorisable(sch.get(block), vector) and not computes_bools(sch.get(block)):
             # (a compare in vectors here failed the build: NaN-aware clamps stay one element a thread)
             *outer, inner = loops
             inner, lanes = sch.split(inner, [None, vector])
@@ -158,9 +158,9 @@ class Elementwise(GPUScheduleRule):
         # a transpose, slice or gather gets 1: Fallback's scalar loads are what it can do
         vector = contiguous_lanes(sch, loops[-1], max(self.vector_bytes // widest, 1))
         var, block = innermost_var(sch, loops[-1]), sch.get(block_rv)
-        if vector > 4 and _computes_bools(uniform_branches(block, var, vector, probe=True)):
+        if vector > 4 and computes_bools(uniform_branches(block, var, vector, probe=True)):
             vector = 4  # CUDA has no 8-lane bool type (a float16 compare or NaN test)
-        if vector > 4 and _too_wide(block, vector) and branched_buffers(block) and not _scalar_calls(block):
+        if vector > 4 and too_wide(block, vector) and branched_buffers(block) and not scalar_calls(block):
             # half math in float32 (`concat(..) * 2.0` of halves) over a concat's pieces: staging
             # through registers would read the pieces an element at a time; 4 lanes load them as
             # vectors and compute in CUDA's widest float vector
@@ -180,11 +180,11 @@ class Elementwise(GPUScheduleRule):
         if inplace is None:
             return decline("an output not written at its own flat index")
         vector = max(self.vector_bytes // widest, 1)
-        if _computes_bools(sch.get(block)) or _too_wide(sch.get(block), vector):
+        if computes_bools(sch.get(block)) or too_wide(sch.get(block), vector):
             vector = min(vector, 4)  # no 8-lane bool type; half math in float32: CUDA's widest float vector
         inplace = {buffer for buffer, offset in inplace.items() if offset is None or offset % vector}
-        staged = bool(inplace) or _scalar_calls(sch.get(block)) or _has_bool_buffers(func) or bool(
-            branched_buffers(sch.get(block))) or _narrow_int_math(sch.get(block))
+        staged = bool(inplace) or scalar_calls(sch.get(block)) or _has_bool_buffers(func) or bool(
+            branched_buffers(sch.get(block))) or narrow_int_math(sch.get(block))
         if staged and not isinstance(total, tirx.IntImm):
             # registers per thread cut at a symbolic end would be a stack array of a symbolic size
             vector, staged = 1, False
@@ -215,8 +215,8 @@ class Elementwise(GPUScheduleRule):
         exponentially). Only whole, contiguous, branch-free vectors; anything else stays Fallback's."""
         vector = self._chain_lanes(func, widest)
         blocks = [info.block_rv for info in infos]
-        if any(_too_wide(sch.get(block), vector) for block in blocks):
-            vector = 4  # half math in float32: 4 lanes, CUDA's widest float vector (see `_too_wide`)
+        if any(too_wide(sch.get(block), vector) for block in blocks):
+            vector = 4  # half math in float32: 4 lanes, CUDA's widest float vector (see `too_wide`)
         loops = sch.get_loops(blocks[-1])
         extent = static_product(sch, loops)
         if vector == 1:
@@ -244,7 +244,7 @@ class Elementwise(GPUScheduleRule):
         """The lanes of a vector of 16 bytes of the kernel's widest buffer; 4 where it computes a bool
         (CUDA has no 8-lane bool type: a float16 compare or NaN test)."""
         vector = max(self.vector_bytes // widest, 1)
-        return min(vector, 4) if _computes_bools(func) else vector
+        return min(vector, 4) if computes_bools(func) else vector
 
     def _per_element_staged(self, sch, infos, func, target, widest, max_tree: int, shared: bool):
         """`_per_element` with each staging in turn, from a fresh schedule after one that fails (a
@@ -330,7 +330,7 @@ class Elementwise(GPUScheduleRule):
         vectorised where every block's lanes are contiguous, else one predicated scalar loop (Fallback
         would give each output a loop nest, so a launch of its own)."""
         vector = max(self.vector_bytes // widest, 1)
-        if not stage and (_computes_bools(func) or any(_too_wide(sch.get(info.block_rv), vector) for info in infos)):
+        if not stage and (computes_bools(func) or any(too_wide(sch.get(info.block_rv), vector) for info in infos)):
             vector = min(vector, 4)  # no registers: 4 lanes, CUDA's widest bool and float vectors
         if not all(sch.get_loops(info.block_rv) for info in infos):  # a 0-d kernel (loop counters, scalar math)
             return decline("a 0-d result: one thread")
@@ -393,7 +393,7 @@ def _vector_chain(sch, infos, func, vector: int) -> bool:
         loops = sch.get_loops(info.block_rv)
         var = innermost_var(sch, loops[-1]) if loops else None
         if var is None or branch_multiples(sch.get(info.block_rv), var) != [] or contiguous_lanes(
-                sch, loops[-1], vector) != vector or _scalar_calls(sch.get(info.block_rv)) or _has_bool_buffers(func):
+                sch, loops[-1], vector) != vector or scalar_calls(sch.get(info.block_rv)) or _has_bool_buffers(func):
             return False
     return True
 
@@ -532,68 +532,6 @@ def _has_bool_buffers(func) -> bool:
     return any(is_buffer(p) and str(p.ty.dtype) == "bool" for p in func.params)
 
 
-def unvectorisable(block, lanes: int) -> bool:
-    """Whether a block's math can't be one CUDA vector of `lanes`: a call with no vector form, narrow
-    integers, float math wider than 16 bytes, or bools in more than 4 lanes (CUDA has no 8-lane bool
-    type: a float16 compare, a NaN test, the selects of a NaN-aware clamp). Such a block still moves
-    whole 16-byte vectors, through registers, and computes lane by lane in between."""
-    return _scalar_calls(block) or _too_wide(block, lanes) or _narrow_int_math(block) or (
-        lanes > 4 and _computes_bools(block))
-
-
-def _too_wide(block, lanes: int) -> bool:
-    """Whether a block would compute a float vector CUDA has no type for: more than 4 lanes of 32 or
-    64 bits (eight halves computed in float32 became a `make_ulonglong4` of eight floats, which NVRTC
-    refuses). Integer index arithmetic is not counted: it stays scalar."""
-    if lanes <= 4:
-        return False
-    found = []
-
-    def visit(node):
-        ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
-        if isinstance(ty, tvm.ir.PrimType) and is_float_dtype(str(ty.dtype)) and tvm.DataType(
-                str(ty.dtype)).bits >= 32:
-            found.append(node)
-    tvm_ffi.structural_walk(block.body, visit)
-    return bool(found)
-
-
-def _narrow_int_math(block) -> bool:
-    """Whether a block computes with integers narrower than 32 bits (int8 `x + c`, a quantisation's
-    cast to int8): TVM's CUDA code for their vectors fails where a value is broadcast to the lanes
-    (a per-row int8 `c`: "Check failed: p.has_value()"; 16 int8 or 8 int16 lanes: a `make_int4` of
-    too many arguments). Loads and stores of them as vectors are fine (through registers)."""
-    found = []
-
-    def visit(node):
-        ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
-        if isinstance(ty, tvm.ir.PrimType) and not isinstance(node, (tvm.ir.TensorLoad, tirx.IntImm)):
-            dtype = tvm.DataType(str(ty.dtype))
-            if dtype.type_code in (tvm.DataTypeCode.INT, tvm.DataTypeCode.UINT) and dtype.bits < 32 and not str(
-                    ty.dtype).startswith("bool"):
-                found.append(node)
-    tvm_ffi.structural_walk(block.body, visit)
-    return bool(found)
-
-
-def _scalar_calls(block) -> bool:
-    """Whether a block calls a function TVM's vectoriser has no vector form of (erf, isnan, ...): it
-    turns such a vector loop back into a scalar one, loads and stores included."""
-    found = []
-
-    def visit(call):
-        if isinstance(call.op, tvm.ir.Op) and call.op.name.rsplit(".", 1)[-1] not in _VECTORISED_SPECIALLY and (
-                not call.op.get_attr("TVectorizable")):
-            found.append(call)
-    tvm_ffi.structural_walk(block.body, (tvm.ir.Call, visit))
-    return bool(found)
-
-
-# ops the vectoriser handles itself (by their name without the "tirx."/"prim." prefix)
-_VECTORISED_SPECIALLY = {"reinterpret", "if_then_else", "likely", "bitwise_and", "bitwise_or", "bitwise_xor",
-                         "bitwise_not", "shift_left", "shift_right"}
-
-
 def _through_registers(sch, block, threads, lanes, inplace=(), share: bool = True, width: int | None = None) -> None:
     """Each thread loads its inputs into registers and stores its results from them as vectors, and
     computes lane by lane in between: the calls stay scalar, the memory traffic does not. Bool
@@ -641,16 +579,3 @@ def _vectorize_under(sch, block, threads, width: int | None = None) -> None:
         if width is not None and int(sch.get(lanes).extent) > width:  # a span of reads, not one vector
             raise UnsizedCopy(f"a register copy of {sch.get(lanes).extent} elements, more than {width}")
         sch.vectorize(lanes)
-
-
-def _computes_bools(node) -> bool:
-    """Whether a kernel (or block) computes a bool anywhere (a compare, a NaN test, a select's condition)."""
-    found = []
-
-    def visit(node):
-        ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
-        # a constant (a block's `T.bool(True)` predicate) is never a vector of bools
-        if isinstance(ty, tvm.ir.PrimType) and str(ty.dtype).startswith("bool") and not isinstance(node, tirx.IntImm):
-            found.append(node)
-    tvm_ffi.structural_walk(getattr(node, "body", node), visit)
-    return bool(found)

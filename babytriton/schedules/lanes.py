@@ -8,6 +8,7 @@ import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.sym.pattern import detect_linear_equation
 
+from ..core.types import is_float_dtype
 from .analysis import find_all, is_int, uses
 
 
@@ -249,3 +250,80 @@ def one_vector(region, step) -> bool:
     which as one cached "vector" CUDA has no type for (`int32x4100`: perf fuzzer p161)."""
     extent, lanes = region.region[-1].extent, step.extent
     return isinstance(lanes, tirx.IntImm) and int(extent) <= int(lanes)
+
+
+# -- whether a block's math can be one CUDA vector ------------------------------------------------
+
+def unvectorisable(block, lanes: int) -> bool:
+    """Whether a block's math can't be one CUDA vector of `lanes`: a call with no vector form, narrow
+    integers, float math wider than 16 bytes, or bools in more than 4 lanes (CUDA has no 8-lane bool
+    type: a float16 compare, a NaN test, the selects of a NaN-aware clamp). Such a block still moves
+    whole 16-byte vectors, through registers, and computes lane by lane in between."""
+    return scalar_calls(block) or too_wide(block, lanes) or narrow_int_math(block) or (
+        lanes > 4 and computes_bools(block))
+
+
+def too_wide(block, lanes: int) -> bool:
+    """Whether a block would compute a float vector CUDA has no type for: more than 4 lanes of 32 or
+    64 bits (eight halves computed in float32 became a `make_ulonglong4` of eight floats, which NVRTC
+    refuses). Integer index arithmetic is not counted: it stays scalar."""
+    if lanes <= 4:
+        return False
+    found = []
+
+    def visit(node):
+        ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
+        if isinstance(ty, tvm.ir.PrimType) and is_float_dtype(str(ty.dtype)) and tvm.DataType(
+                str(ty.dtype)).bits >= 32:
+            found.append(node)
+    tvm_ffi.structural_walk(block.body, visit)
+    return bool(found)
+
+
+def narrow_int_math(block) -> bool:
+    """Whether a block computes with integers narrower than 32 bits (int8 `x + c`, a quantisation's
+    cast to int8): TVM's CUDA code for their vectors fails where a value is broadcast to the lanes
+    (a per-row int8 `c`: "Check failed: p.has_value()"; 16 int8 or 8 int16 lanes: a `make_int4` of
+    too many arguments). Loads and stores of them as vectors are fine (through registers)."""
+    found = []
+
+    def visit(node):
+        ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
+        if isinstance(ty, tvm.ir.PrimType) and not isinstance(node, (tvm.ir.TensorLoad, tirx.IntImm)):
+            dtype = tvm.DataType(str(ty.dtype))
+            if dtype.type_code in (tvm.DataTypeCode.INT, tvm.DataTypeCode.UINT) and dtype.bits < 32 and not str(
+                    ty.dtype).startswith("bool"):
+                found.append(node)
+    tvm_ffi.structural_walk(block.body, visit)
+    return bool(found)
+
+
+def scalar_calls(block) -> bool:
+    """Whether a block calls a function TVM's vectoriser has no vector form of (erf, isnan, ...): it
+    turns such a vector loop back into a scalar one, loads and stores included."""
+    found = []
+
+    def visit(call):
+        if isinstance(call.op, tvm.ir.Op) and call.op.name.rsplit(".", 1)[-1] not in _VECTORISED_SPECIALLY and (
+                not call.op.get_attr("TVectorizable")):
+            found.append(call)
+    tvm_ffi.structural_walk(block.body, (tvm.ir.Call, visit))
+    return bool(found)
+
+
+# ops the vectoriser handles itself (by their name without the "tirx."/"prim." prefix)
+_VECTORISED_SPECIALLY = {"reinterpret", "if_then_else", "likely", "bitwise_and", "bitwise_or", "bitwise_xor",
+                         "bitwise_not", "shift_left", "shift_right"}
+
+
+def computes_bools(node) -> bool:
+    """Whether a kernel (or block) computes a bool anywhere (a compare, a NaN test, a select's condition)."""
+    found = []
+
+    def visit(node):
+        ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
+        # a constant (a block's `T.bool(True)` predicate) is never a vector of bools
+        if isinstance(ty, tvm.ir.PrimType) and str(ty.dtype).startswith("bool") and not isinstance(node, tirx.IntImm):
+            found.append(node)
+    tvm_ffi.structural_walk(getattr(node, "body", node), visit)
+    return bool(found)

@@ -11,7 +11,7 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
 from .analysis import (contiguous_reduction, fuse, in_registers, is_buffer, is_int, normalized, reduce_count,
                        static_product, uses)
-from .elementwise import unvectorisable
+from .lanes import unvectorisable
 from .inlining import GPU_CALL_DEPTH, inline
 from .lanes import lanes_along
 from .staging import staged

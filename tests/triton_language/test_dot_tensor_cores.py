@@ -198,8 +198,7 @@ def test_tutorial_operands_are_copied_16_bytes_at_a_time(bm, bn, bk, warps):
             assert "0 bytes spill stores" in out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("stages", [1, 3])
-@pytest.mark.parametrize("bm, bn, bk, warps", [(128, 256, 64, 8), (64, 128, 32, 4), (32, 64, 32, 2)])
+@pytest.mark.parametrize("bm, bn, bk, warps, stages", [(128, 256, 64, 8, 3), (64, 128, 32, 4, 1), (32, 64, 32, 2, 3)])
 def test_what_the_k_loop_does_not_change_is_computed_before_it(bm, bn, bk, warps, stages):
     """Each operand run's start (the rows' `% M`, the columns' `% N`, the program's ids) and the check
     that its elements are consecutive (`(x + v) % N - x % N == v`) do not change with k: they are
@@ -218,9 +217,8 @@ def test_what_the_k_loop_does_not_change_is_computed_before_it(bm, bn, bk, warps
         re.search(r"load_3(_slots)?_base_ptr\[0\] = .*% M", before)
 
 
-@pytest.mark.parametrize("bm, bn, bk, warps, stages, slots", [(128, 256, 64, 8, 3, 3), (128, 256, 64, 8, 5, 3),
-                                                               (64, 128, 32, 4, 4, 4), (32, 64, 32, 2, 5, 5),
-                                                               (64, 128, 32, 4, 2, 2)])
+@pytest.mark.parametrize("bm, bn, bk, warps, stages, slots", [(128, 256, 64, 8, 5, 3), (64, 128, 32, 4, 4, 4),
+                                                               (32, 64, 32, 2, 5, 5)])
 def test_the_k_loop_is_pipelined_over_num_stages_slots(bm, bn, bk, warps, stages, slots):
     """num_stages slots of each operand tile (as many as fit 200 KB: 3 of 52 KB at 128 x 256 x 64):
     the copies of the first slots - 1 steps are issued before the K loop; each step waits for its
@@ -242,7 +240,7 @@ def test_the_k_loop_is_pipelined_over_num_stages_slots(bm, bn, bk, warps, stages
     assert body.count("__syncthreads()") == 1
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(tile=st.sampled_from([(16, 32, 16, 1), (32, 32, 32, 2), (64, 64, 32, 4), (64, 32, 64, 2), (32, 128, 16, 4)]),
        stages=st.integers(1, 6))
 def test_pipelined_dots_at_generated_tiles_and_stages(tile, stages):
