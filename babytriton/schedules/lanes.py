@@ -1,6 +1,7 @@
 """How many lanes one vector may have: consecutive steps of the innermost loop that touch consecutive
 elements of every buffer (`contiguous_lanes`), and the `if_then_else` on that loop's index (a
-concat's pieces) rewritten to take one side per vector (`make_branches_uniform`)."""
+concat's pieces) rewritten to take one side per vector (`make_branches_uniform`); and whether a
+block's math can be one CUDA vector at all (`unvectorisable`), which the GPU strategies share."""
 from __future__ import annotations
 
 import tvm
