@@ -169,9 +169,9 @@ class InnerReduction(GPUScheduleRule):
         threads = min(_pow2_at_least(-(-vectors // self.vectors)), self.max_threads)
         if threads > WARP and -(-vectors // WARP) <= 2 * self.vectors:
             # a row within one warp while that leaves each thread at most twice `vectors`: shuffles
-            # only, no shared memory and barrier between two warps (H200: p24's softmax over rows of
-            # 139 halves 79 -> 62 us, p0's over 1000 floats 71 -> ~40 us; rows of 96 halves at 2
-            # threads instead of 4 lost: 64 -> 91 us, so only the step across warps is taken back)
+            # only, no shared memory and barrier between two warps (H200, a program's kernels in all:
+            # p24, rows of 139 halves, 79 -> 62 us; p0, rows of 1000 floats, 193 -> 160 us; rows of 96
+            # halves at 2 threads instead of 4 lost, 64 -> 91 us: only the step across warps is taken)
             threads = WARP
         guess = rows if isinstance(rows, int) else 4096
         while threads < 1024 and guess * threads < self.busy_threads and threads * 2 <= vectors:
