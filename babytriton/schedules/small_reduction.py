@@ -11,9 +11,8 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
 from .analysis import (contiguous_reduction, fuse, in_registers, is_buffer, is_int, normalized, reduce_count,
                        static_product, uses)
-from .lanes import unvectorisable
 from .inlining import GPU_CALL_DEPTH, inline
-from .lanes import lanes_along
+from .lanes import lanes_along, unvectorisable
 from .staging import staged
 
 MAX_EXTENT = 8  # elements a thread reduces alone; FuseRowwise joins several such reductions in a kernel
@@ -165,7 +164,6 @@ class SmallReduction(GPUScheduleRule):
             extent = get_extent(sch, loop)
             if isinstance(extent, int) and extent > 1 and (vec is None or not sch.get(loop).same_as(sch.get(vec))):
                 sch.unroll(loop)
-
 
 
 def _column_var(stmt):

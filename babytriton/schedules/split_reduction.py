@@ -13,8 +13,7 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from .analysis import (contiguous_reduction, find_all, fuse, in_registers, normalized, reduce_count,
                        static_product, uses)
 from .inlining import GPU_CALL_DEPTH, inline
-from .lanes import unvectorisable
-from .lanes import contiguous_lanes, innermost_var, substituted
+from .lanes import contiguous_lanes, innermost_var, substituted, unvectorisable
 from .reasons import decline
 from .staging import staged
 from .tails import rewrite_loops
