@@ -199,23 +199,37 @@ def test_threads_that_end_leave_no_pool_workers_behind():
     torch.testing.assert_close(f(x), want)       # the main thread keeps its own pool
 
 
-@pytest.mark.parametrize("name", list(HAMMERS))
-def test_eight_threads_hundreds_of_calls_each(name):
+@pytest.fixture(scope="module")
+def hammered() -> subprocess.CompletedProcess:
+    """Every hammer, one after another, in one subprocess (its start, importing torch and TVM, is most
+    of a hammer's time)."""
     env = dict(os.environ, BABYTRITON_CACHE="0",
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-X", "faulthandler", __file__, name], env=env,
-                          capture_output=True, text=True, timeout=600)
-    tail = (proc.stdout + proc.stderr)[-3000:]
-    assert proc.returncode == 0, f"exit {proc.returncode} (negative: killed by that signal, -11 a segfault):\n{tail}"
-    assert "all results right" in proc.stdout, tail
+    return subprocess.run([sys.executable, "-X", "faulthandler", __file__, *HAMMERS], env=env,
+                          capture_output=True, text=True, timeout=900)
 
 
-if __name__ == "__main__":  # one hammer, in the subprocess of the test above
-    sys.setswitchinterval(1e-6)  # threads take turns as often as CPython lets them: more interleavings
-    fn, errors, versions = HAMMERS[sys.argv[1]]()
+@pytest.mark.parametrize("name", list(HAMMERS))
+def test_eight_threads_hundreds_of_calls_each(hammered, name):
+    tail = (hammered.stdout + hammered.stderr)[-3000:]
+    assert f"{name}: all results right" in hammered.stdout, \
+        f"exit {hammered.returncode} (negative: killed by that signal, -11 a segfault):\n{tail}"
+
+
+def _hammer(name: str) -> None:
+    """One hammer, in the subprocess of `hammered`: its first errors, then its verdict."""
+    fn, errors, versions = HAMMERS[name]()
     for error in errors[:3]:
-        print(f"{type(error).__name__}: {error}")
+        print(f"{name}: {type(error).__name__}: {error}")
     info = fn.cache_info()
-    assert not errors, f"{len(errors)} of {THREADS} threads failed"
-    assert info["compilations"] == info["versions"] == versions, info
-    print("all results right", info)
+    if not errors and info["compilations"] == info["versions"] == versions:
+        print(f"{name}: all results right", info)
+    else:
+        print(f"{name}: {len(errors)} of {THREADS} threads failed; cache {info}, {versions} versions expected")
+
+
+if __name__ == "__main__":  # the hammers named, in the subprocess of `hammered`
+    sys.setswitchinterval(1e-6)  # threads take turns as often as CPython lets them: more interleavings
+    for hammer_name in sys.argv[1:]:
+        _hammer(hammer_name)
+        sys.stdout.flush()
