@@ -8,11 +8,12 @@ writes it into the parameter itself (`call_tir_inplace`) and the driver finds no
   later binding reads the parameter;
 - every block of that kernel is element-wise at its own index for the parameter, the result and every
   buffer computed from the parameter (`p[i]` is read only where element i is written), every read of
-  the parameter comes before the block that writes its new value, and nothing reads the new value back
-  (`buf.mul_(m).add_(g); p.add_(buf)`: buf stays a copy back, p is written in place): no element is
-  read after a thread or loop has overwritten it, and an input the rules read once into a register
-  for every block is never stale. On a GPU the rewrite runs after scheduling, where a value read back
-  is read where its own thread wrote it, so there buf goes in place too.
+  the parameter comes before the block that writes its new value: no element is read after a thread
+  or loop has overwritten it. The rewrite runs after scheduling (lowering/pipeline.py): the rules
+  schedule a kernel computing new values, as TVM's vectorize, parallel, bind and compute_at refuse a
+  block that reads and writes one buffer; so a new value read back (`buf.mul_(m).add_(g); p.add_(buf)`
+  reads buf's) is read where it was written, by the same thread's element or a later loop nest, and
+  no rule stages the parameter's old values for that read any more: buf goes in place too.
 """
 from __future__ import annotations
 
@@ -23,21 +24,17 @@ from tvm import relax, s_tir, tirx
 from ..codegen.mutation import WRITTEN  # main's attribute: the parameters its trailing results update
 
 
-def write_in_place(mod: tvm.IRModule, scheduled: bool = False) -> tvm.IRModule:
-    """Every function's parameter updates that can be, written in place: on a CPU after FuseTIR, on a
-    GPU after scheduling (lowering/pipeline.py), as TVM's compute_at refuses a block that reads and
-    writes one buffer: the rules schedule a kernel computing a new value, which then goes in place.
-    `scheduled`: the kernels are scheduled already, so a value read back after it is written is read
-    where it was written (no rule will stage the parameter's old values for that read any more)."""
+def write_in_place(mod: tvm.IRModule) -> tvm.IRModule:
+    """Every function's parameter updates that can be, written in place; the kernels are scheduled."""
     if "vdevice" in mod.global_infos:  # kernels are placed on devices by call_tir later (PlaceOnDevices)
         return mod
     for gvar, func in list(mod.functions_items()):
         if isinstance(func, relax.Function) and func.attrs is not None and WRITTEN in func.attrs:
-            mod = _function(mod, gvar, func, [str(n) for n in func.attrs[WRITTEN]], scheduled)
+            mod = _function(mod, gvar, func, [str(n) for n in func.attrs[WRITTEN]])
     return mod
 
 
-def _function(mod, gvar, func, written: list[str], scheduled: bool):
+def _function(mod, gvar, func, written: list[str]):
     body = func.body
     bindings = [b for block in body.blocks for b in block.bindings]
     ret = body.body
@@ -58,7 +55,7 @@ def _function(mod, gvar, func, written: list[str], scheduled: bool):
         call = bindings[at].value
         kernel = mod[call.args[0]]
         inputs = len(call.args[1].fields)
-        pairs = {r: a for r, a in pairs.items() if _safe(kernel, kernel.params[a], kernel.params[inputs + r], scheduled)}
+        pairs = {r: a for r, a in pairs.items() if _safe(kernel, kernel.params[a], kernel.params[inputs + r])}
         if pairs and _called_once(mod, call.args[0]):
             # a new GlobalVar: the old one's type still has the parameters the kernel no longer takes
             old = call.args[0]
@@ -118,17 +115,17 @@ def _called_once(mod, kernel_gvar) -> bool:
     return sum(calls) == 1
 
 
-def _safe(kernel: tirx.PrimFunc, param_in, param_out, scheduled: bool = False) -> bool:
-    """Whether the kernel can write its output `param_out` into its input `param_in`: see the module;
-    in a `scheduled` kernel the new value may be read back, at its own index."""
+def _safe(kernel: tirx.PrimFunc, param_in, param_out) -> bool:
+    """Whether the scheduled kernel can write its output `param_out` into its input `param_in`: see the
+    module (the new value may be read back, at its own index)."""
     x, y = param_in, param_out   # a kernel's parameters are its buffers
     tainted = [x]   # buffers whose values come from x
     written_y = False
     for block in _blocks(kernel):
         reads, writes = _accesses(block)
-        if (not scheduled and any(b.same_as(y) for b, _ in reads)) or (written_y and any(b.same_as(x) for b, _ in reads)):
-            # the new value read back, or x read after it is written: the schedule rules may hold an input
-            # in a register from the kernel's start (read once for every block), which would then be stale
+        if written_y and any(b.same_as(x) for b, _ in reads):
+            # x read after it is written: the schedule may hold an input in a register from the kernel's
+            # start (read once for every block), which would then be stale
             return False
         from_x = any(any(b.same_as(t) for t in tainted) for b, _ in reads)
         for buffer, indices in reads + writes:

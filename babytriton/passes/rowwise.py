@@ -305,16 +305,15 @@ def _few(rows: Rows) -> bool:
 
 
 # Whether a row kernel may write several per-row results: see several_outputs.
-SEVERAL_OUTPUTS = False
+SEVERAL_OUTPUTS = True
 
 
 def several_outputs() -> bool:
     """Whether reductions over the same rows that read a common value (max and argmax of x, the sum
-    of x and of x * x) become one kernel writing each result. Not yet: no rule schedules a kernel
-    of several reductions with a result each (CPUReduction and RowKernel take one result; it would
-    be a serial loop on the CPU and Dlight's Fallback on the GPU), so each stays a kernel of its
-    own. A rule for N reduction blocks over the same rows ("S..SR", equal extents), each written
-    to its own output buffer, lifts this (SEVERAL_OUTPUTS = True)."""
+    of x and of x * x, a softmax's max and argmax of its probabilities) become one kernel writing each
+    result: InnerReduction and CPUReduction store any number of results (schedules/side_outputs.py),
+    SmallReduction each of its columns'. Off (False), each stays a kernel of its own and reads the
+    rows again (sum and sum of squares over 4096 x 4096 on one CPU thread: 4.7 ms apart, 3.2 joined)."""
     return SEVERAL_OUTPUTS
 
 

@@ -248,9 +248,31 @@ def sum_and_squares(x):
     return x.sum(-1), (x * x).sum(-1)
 
 
-def test_reductions_side_by_side_still_wait_for_several_outputs():
-    """Two reductions reading x, neither the other's result: only rowwise.SEVERAL_OUTPUTS joins them."""
-    assert len(bt.jit(sum_and_squares, target="cpu", cache=False).compile(torch.randn(8, 32)).fusion) == 2
+def softmax_and_its_top(logits):
+    probs = torch.softmax(logits, dim=-1)
+    return probs, probs.max(dim=-1).values, probs.argmax(dim=-1)
+
+
+def moments(x):
+    return x.mean(-1), x.std(-1), x.amax(-1), x.argmin(-1, keepdim=True)
+
+
+@pytest.mark.filterwarnings("ignore:std\\(\\): degrees of freedom")  # torch's, for the empty batch
+@pytest.mark.parametrize("fn", [sum_and_squares, softmax_and_its_top, moments], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_reductions_side_by_side_are_one_kernel_writing_each_result(fn, dtype):
+    """Reductions over the same rows, none reading another's result, read the rows once in one row
+    kernel that writes every result, as torch's: NaN rows, ties, an empty batch, half rows."""
+    x = torch.randn(37, 1000).to(dtype)
+    x[3, 17], x[5] = float("nan"), 2.0
+    k = bt.jit(fn, target="cpu", cache=False)
+    assert [kk.rule for kk in k.compile(x).fusion] == ["CPUReduction"], str(k.compile(x).fusion)
+    for args in ((x,), (x[:0],), (x[:, ::2],)):
+        for got, want in zip(k(*args), fn(*args)):
+            torch.testing.assert_close(got, want, equal_nan=True, atol=2e-2 if dtype != torch.float32 else 1e-5,
+                                       rtol=2e-2 if dtype != torch.float32 else 1e-5)
+    gpu = bt.jit(fn, target=SM90, cache=False).compile(x.to("meta"))
+    assert [kk.rule for kk in gpu.fusion] == ["InnerReduction"], str(gpu.fusion)
 
 
 # -- on the GPU ---------------------------------------------------------------------------------
