@@ -18,8 +18,8 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from ..passes import (decompose, inplace, max_argmax, multi_output, offload, online, operands, row_partials,
-                      rowwise, shifts, views)
+from ..passes import (argmax_as_max, decompose, inplace, max_argmax, multi_output, offload, online, operands,
+                      row_partials, rowwise, shifts, views)
 from ..operators import legalize
 from . import cuda_spelling, nvrtc
 from .reduced_values import reduced_values_in_registers
@@ -38,7 +38,9 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
         # half precision (see legalize.py)
         # a view read by several kernels is repeated in each (views.py), then the ops become TIR
         # (on a GPU, torch's max.dim first: its values and indices from one reduction, max_argmax.py)
-        ("LegalizeOps", tvm.transform.Sequential(([max_argmax.MaxWithArgmax] if max_argmax.applies(target) else []) + [
+        # (on a CPU, an argmax along rows as the row's max and the first index holding it: argmax_as_max.py)
+        ("LegalizeOps", tvm.transform.Sequential(([max_argmax.MaxWithArgmax] if max_argmax.applies(target) else [])
+                                                 + ([argmax_as_max.ArgmaxAsMax] if argmax_as_max.applies(target) else []) + [
             tvm.transform.module_pass(lambda mod, _ctx: views.repeat_views(views.casts_past_views(mod)), opt_level=0,
                                       name="RepeatViews"),
             relax.transform.LegalizeOps(legalize.legalize_map())])),
