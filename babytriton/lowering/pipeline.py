@@ -112,11 +112,12 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target, schedule: str, record: C
     if heterogeneous:
         mod = relax.transform.RealizeVDevice()(mod)
         record("RealizeVDevice", mod.script())
-    for name, pass_ in passes(None if heterogeneous else target, schedule, side_outputs):
-        mod = pass_(mod)
-        record(name, mod.script())
-        if modules is not None:
-            modules[name] = mod
+    with legalize.nan_test(None if heterogeneous else target):  # every legalization, row_partials' too
+        for name, pass_ in passes(None if heterogeneous else target, schedule, side_outputs):
+            mod = pass_(mod)
+            record(name, mod.script())
+            if modules is not None:
+                modules[name] = mod
     if heterogeneous:
         mod = place_on_devices(mod)
         record("PlaceOnDevices", mod.script())

@@ -12,8 +12,10 @@ is NaN, `argmax` is the index of the first NaN, and `NaN != NaN` is True.
 Here each of those ops is written out in TIR that says what torch does, on any target:
 - element-wise max(a, b) is `a < b ? b : (b <= a ? a : a + b)` (min with `>`/`>=`): ordered compares
   only, false for NaN on every target, so the last arm is taken exactly when a or b is NaN, and
-  `a + b` is NaN then; a tie keeps `a` (torch's sign of zero: relu(-0.0) is -0.0). No `isnan` call:
-  TVM cannot vectorise one (CUDA would lose its float4 loads), and it folds `not x == x` away;
+  `a + b` is NaN then; a tie keeps `a` (torch's sign of zero: relu(-0.0) is -0.0). No `isnan` call
+  on CUDA: TVM cannot vectorise one (CUDA would lose its float4 loads), and it folds `not x == x`
+  away. CPU kernels take `a < b or isnan(b) ? b : a` instead, which vector_math makes a test of b's
+  bits: a reduction's chain through its accumulator is then one compare and one select (_NAN_TEST);
 - the reductions use the same rule as the combiner of a `comm_reducer` whose identity is -inf
   (+inf for min), and argmax/argmin one that ranks NaN above everything with ties to the first
   index (identity: the largest index, so that every real element beats it). Both combiners are
@@ -28,6 +30,8 @@ from TVM's simplifier (it cancels `x - x`), and int32 `+ - *` that wrap around l
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import functools
 import math
@@ -50,24 +54,48 @@ def isnan(x):
     return tirx.isnan(tirx.Cast("float32", x) if _dtype(x) == "bfloat16" else x)
 
 
-def nan_max(a, b):
+# How a max or min of two values finds a NaN operand: "compares" (ordered compares and `a + b`, any
+# target) or "isnan" (`isnan(b)`: CPU kernels, where the vector_math pass makes it a vector test of
+# b's bits). A reduction's accumulator `a` then stays out of the NaN test, and a max over rows of 64
+# on one CPU thread takes 0.50 ms where the compares took 1.39 (torch 0.45). CUDA keeps the
+# compares: TVM's CUDA vectoriser has no isnan (see the module docstring). Set by `nan_test`, which
+# lowering/pipeline.py enters around the passes of a compile.
+_NAN_TEST = contextvars.ContextVar("babytriton_nan_test", default="compares")
+
+
+@contextlib.contextmanager
+def nan_test(target: tvm.target.Target | None):
+    """Within it, max and min find NaN as the target's kernels do it best (see _NAN_TEST)."""
+    token = _NAN_TEST.set("isnan" if target is not None and target.kind.name == "llvm" else "compares")
+    try:
+        yield
+    finally:
+        _NAN_TEST.reset(token)
+
+
+def nan_max(a, b, test: str | None = None):
     """max(a, b) with torch's NaN rule: NaN if either is NaN; a tie keeps a. Against a number (a
     clamp's bound) one compare: the other operand, when NaN, is the answer itself (a half `a + b`
-    was a round trip through float32 on a CPU, and grew every inlined use of a clamp)."""
+    was a round trip through float32 on a CPU, and grew every inlined use of a clamp). `test`: how
+    a NaN is found (_NAN_TEST's values; the current one by default)."""
     if _number(b):
         return tirx.Select(a < b, b, a)
     if _number(a):
         return tirx.Select(b <= a, a, b)
+    if (test or _NAN_TEST.get()) == "isnan":  # a < b is false where either is NaN: b's NaN taken, a's kept
+        return tirx.Select(tirx.Or(a < b, isnan(b)), b, a)
     return tirx.Select(a < b, b, tirx.Select(b <= a, a, a + b))
 
 
-def nan_min(a, b):
+def nan_min(a, b, test: str | None = None):
     """min(a, b) with torch's NaN rule: NaN if either is NaN; a tie keeps a (one compare against a
-    number, as in `nan_max`)."""
+    number, and `test`, as in `nan_max`)."""
     if _number(b):
         return tirx.Select(a > b, b, a)
     if _number(a):
         return tirx.Select(b >= a, a, b)
+    if (test or _NAN_TEST.get()) == "isnan":
+        return tirx.Select(tirx.Or(a > b, isnan(b)), b, a)
     return tirx.Select(a > b, b, tirx.Select(b >= a, a, a + b))
 
 
@@ -490,9 +518,40 @@ def _last_index(dtype: str):
 
 
 # -- the reducers, registered with TVM so that its schedules recognise them ----------------------
-@functools.cache
 def reducers() -> dict:
-    """name -> te.comm_reducer; the first call registers their patterns with TVM's registry."""
+    """name -> te.comm_reducer, max and min finding NaN by the current `nan_test`; the first call
+    registers every combiner's pattern with TVM's registry (`_registered`)."""
+    _registered()
+    return _reducers(_NAN_TEST.get())
+
+
+@functools.cache
+def _reducers(test: str) -> dict:
+    found = {name: te.comm_reducer(_combiner(rule, test), lambda dtype, v=_IDENTITY[name]: tirx.const(v, dtype),
+                                   name=f"nan_{name}")
+             for name, rule in (("max", nan_max), ("min", nan_min))}
+    for name, combine in _ARG_COMBINE.items():
+        found[name] = te.comm_reducer(
+            combine, lambda index_dtype, value_dtype, v=_IDENTITY[name]: [_last_index(index_dtype),
+                                                                           tirx.const(v, value_dtype)],
+            name=f"nan_{name}")
+    found["online_softmax"] = te.comm_reducer(
+        online_combine, lambda s_dtype, m_dtype: [tirx.const(0, s_dtype), tirx.const(-INF, m_dtype)],
+        name="online_softmax")
+    return found
+
+
+def _combiner(rule, test: str):
+    """rule(a, b) with NaN found by `test`: a function of exactly two arguments, as te.comm_reducer wants."""
+    def combine(a, b):
+        return rule(a, b, test)
+    return combine
+
+
+@functools.cache
+def _registered() -> None:
+    """The reducers' combiners (max and min in both NaN tests) registered with TVM's registry, which
+    rfactor and cross-thread reductions match a reduction's combiner against."""
     registry = tvm.get_global_func("s_tir.schedule.RegisterReducer")
 
     def register(n_buffers, combiner, identity):
@@ -502,36 +561,24 @@ def reducers() -> dict:
         for function in functions:
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(function))
         registry(n_buffers, *functions)
-    found = {}
     for name, rule in (("max", nan_max), ("min", nan_min)):
-        identity = _IDENTITY[name]
-        found[name] = te.comm_reducer(rule, lambda dtype, v=identity: tirx.const(v, dtype), name=f"nan_{name}")
-        register(1, lambda x, y, rule=rule: [rule(x[0], y[0])],
-                 lambda values, v=identity: [tirx.const(v, _dtype(values[0])) if is_float_dtype(_dtype(values[0]))
-                                             else values[0]])
+        for test in ("compares", "isnan"):
+            register(1, lambda x, y, combine=_combiner(rule, test): [combine(x[0], y[0])],
+                     lambda values, v=_IDENTITY[name]: [tirx.const(v, _dtype(values[0]))
+                                                        if is_float_dtype(_dtype(values[0])) else values[0]])
     for name, combine in _ARG_COMBINE.items():
-        identity = _IDENTITY[name]
-        found[name] = te.comm_reducer(
-            combine, lambda index_dtype, value_dtype, v=identity: [_last_index(index_dtype),
-                                                                    tirx.const(v, value_dtype)],
-            name=f"nan_{name}")
-
-        def identity_getter(values, v=identity):
+        def identity_getter(values, v=_IDENTITY[name]):
             index, value = values
             if not (_dtype(index).startswith("int") and is_float_dtype(_dtype(value))):
                 return list(values)  # not ours: the combiner will not match either
             return [_last_index(_dtype(index)), tirx.const(v, _dtype(value))]
         register(2, lambda x, y, combine=combine: combine(x, y), identity_getter)
-    found["online_softmax"] = te.comm_reducer(
-        online_combine, lambda s_dtype, m_dtype: [tirx.const(0, s_dtype), tirx.const(-INF, m_dtype)],
-        name="online_softmax")
 
     def online_identity(values):
         if not all(_dtype(v) == "float32" for v in values):
             return list(values)  # not ours: the combiner will not match either
         return [tirx.const(0, "float32"), tirx.const(-INF, "float32")]
     register(2, online_combine, online_identity)
-    return found
 
 
 # -- the legalizations ---------------------------------------------------------------------------

@@ -22,24 +22,21 @@ PEAKS = {"relax.argmax": relax.op.max, "relax.argmin": relax.op.min}
 
 
 def _rewritten(call, emit) -> relax.Expr | None:
-    """The index of the first peak along the innermost axis, as max/min, compare and min, its steps
-    bound by `emit(expr, name) -> var`: the same result as `call`; None (nothing emitted) for what
-    stays a pair (an outer axis, a bool input, an axis of one element)."""
+    """The index of the first peak along the innermost axis of rows, as max/min, compare and min, its
+    steps bound by `emit(expr, name) -> var`: the same result as `call`; None (nothing emitted) for
+    what stays a pair (an outer axis, a whole tensor, a bool input, an axis of one element)."""
     x = call.args[0]
     if not isinstance(x.ty, relax.TensorType) or not isinstance(x.ty.shape, relax.ShapeExpr) or x.ty.ndim < 1:
         return None
     dtype, shape = str(x.ty.dtype), list(x.ty.shape.values)
-    keepdims, whole = bool(call.attrs.keepdims), call.attrs.axis is None
-    if dtype == "bool" or (not whole and legalize._axes(call.attrs.axis, len(shape)) != [len(shape) - 1]):
+    # rows only: a whole tensor's pair is cut into chunks that run in parallel (CPUReduction._pairs),
+    # where a max over it is a kernel apart from its consumers (rowwise.WholeReductionsApart)
+    if dtype == "bool" or call.attrs.axis is None or len(shape) < 2 \
+            or legalize._axes(call.attrs.axis, len(shape)) != [len(shape) - 1]:
         return None
     size = shape[-1]
-    if whole:
-        for n in shape[:-1]:
-            size = size * n
     if isinstance(size, tvm.tirx.IntImm) and size.value <= 1:
         return None
-    if whole and len(shape) > 1:
-        x = emit(relax.op.reshape(x, [size]), "flat")
     peak = emit(PEAKS[call.op.name](x, axis=-1, keepdims=True), "peak")
     hit = emit(relax.op.equal(x, peak), "hit")
     if is_float_dtype(dtype):  # NaN == NaN is false: the first NaN is where the peak is NaN
@@ -49,11 +46,9 @@ def _rewritten(call, emit) -> relax.Expr | None:
     index_dtype = str(call.ty.dtype)
     index = emit(relax.op.arange(0, size, 1, index_dtype), "index")
     # every row holds its peak, so a miss may be any index past the row (the pair's identity, as before)
-    miss = relax.const((1 << (tvm.DataType(index_dtype).bits - 1)) - 1, index_dtype)
-    first = relax.op.min(emit(relax.op.where(hit, index, miss), "candidate"), axis=-1, keepdims=keepdims and not whole)
-    if whole and keepdims:
-        first = relax.op.reshape(emit(first, "first"), [1] * len(shape))
-    return first
+    miss = relax.const(legalize._last_index(index_dtype).value, index_dtype)
+    return relax.op.min(emit(relax.op.where(hit, index, miss), "candidate"), axis=-1,
+                        keepdims=bool(call.attrs.keepdims))
 
 
 class _Rewriter(BlockRewriter):
@@ -80,8 +75,8 @@ class _Rewriter(BlockRewriter):
 
 
 def argmax_as_max(mod: tvm.IRModule) -> tvm.IRModule:
-    """Every argmax/argmin along the innermost axis (or of a whole tensor) as the first index of its
-    max/min (see the module docstring)."""
+    """Every argmax/argmin along the innermost axis of rows as the first index of its max/min (see
+    the module docstring)."""
     return _Rewriter(mod).rewrite_module()
 
 

@@ -285,7 +285,8 @@ def _group_function(mod: tvm.IRModule, bindings_of: dict, members: list, outputs
         func = func.bind_params({p: param(a) for p, a in zip(func.params, call.args)})
         for block in func.body.blocks:
             body.extend(block.bindings)
-            names.extend(b.value.args[0].name_hint for b in block.bindings)
+            names.extend(b.value.args[0].name_hint for b in block.bindings  # (not a pair's items)
+                         if isinstance(b.value, relax.Call) and b.value.op.same_as(_CALL_TIR))
         remap[v] = func.body.body
     if len(outputs) == 1:
         result, ty = remap[outputs[0]], outputs[0].ty

@@ -199,15 +199,28 @@ def only_output(sch, infos):
     return infos[-1].block_rv if len(outputs) == 1 and outputs[0] is infos[-1] else None
 
 
-def math_read_twice(sch, block) -> bool:
+def math_read_twice(sch, block, through_producers: bool = False) -> bool:
     """An element-wise block that calls math (exp, log, tanh, ...) and that two blocks read, such as
     a softmax's exp(x - max), read by the row's sum and by the division: kept as a buffer per row (in
     cache) rather than inlined into both, where every element's exp would be computed twice. On one
     thread of the 16-core Xeon a 1024x4096 softmax took 6.6 ms that way, a log-softmax (one exp) 4.0 ms;
-    on one Zen 5 core the softmax went from 2.07 to 1.87 ms."""
+    on one Zen 5 core the softmax went from 2.07 to 1.87 ms. `through_producers`: also where the math
+    is in the element-wise blocks it reads (`logits - log(-log(u))` read by a max and by the index of
+    the max, argmax_as_max.py), which the inliner would copy into it."""
     value = block_value(sch, block)
     return value is not None and not reduce_count(sch, block) and len(sch.get_consumers(block)) >= 2 \
-        and calls_long_math(value)
+        and (calls_long_math(value) or through_producers and _math_upstream(sch, block))
+
+
+def _math_upstream(sch, block) -> bool:
+    """Whether an element-wise block that `block` reads, or one that such a block reads, calls math:
+    inlined, its math would be computed in each of `block`'s readers."""
+    for producer in sch.get_producers(block):
+        value = block_value(sch, producer)
+        if value is not None and not reduce_count(sch, producer) and (
+                calls_long_math(value) or _math_upstream(sch, producer)):
+            return True
+    return False
 
 
 def kept_in_order(infos, remaining, kept) -> list:

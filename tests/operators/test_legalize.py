@@ -472,3 +472,21 @@ def test_where_with_numbers_passes_no_constant_buffers_on_sm90():
         from tvm.support import nvcc
         with tvm.target.Target(SM90):
             assert b".entry" in nvcc.compile_cuda(k.source, target_format="ptx", compiler="nvcc")
+
+
+def row_max(x, y):
+    return x.amax(-1), torch.maximum(x, y)
+
+
+def test_cpu_kernels_test_nan_by_isnan_and_cuda_ones_by_compares():
+    """A max finds a NaN operand by `isnan(b)` in CPU kernels (its accumulator then feeds one compare
+    and one select: rows of 64 at torch's speed, 3x its time before) and by ordered compares on CUDA,
+    whose vectoriser has no isnan; both give torch's NaN (the tests above run the CPU form)."""
+    x = EDGES.repeat(4, 8)
+    cpu = bt.jit(row_max, target="cpu", cache=False)
+    k = cpu.compile(x, x)
+    assert "T.isnan" in k.stages["LegalizeOps"]
+    assert all("vector" in kernel.launch for kernel in k.fusion), str(k.fusion)
+    check(cpu, x, x.flip(1), row_max, True)
+    cuda = bt.jit(target=SM90, cache=False)(row_max).compile(*[torch.empty(x.shape, device="meta")] * 2)
+    assert "T.isnan" not in cuda.stages["LegalizeOps"]

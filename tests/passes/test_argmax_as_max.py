@@ -1,6 +1,6 @@
 """Argmax and argmin along rows on a CPU as the row's max/min and the first index holding it
 (babytriton/passes/argmax_as_max.py): torch's indices for NaN, ±inf, ties and every dtype, in one
-vectorised row kernel."""
+vectorised row kernel; whole tensors and outer axes keep the (index, value) pair."""
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -42,7 +42,7 @@ def _specials(shape, dtype, data) -> torch.Tensor:
 
 
 @settings(max_examples=25, deadline=None)
-@given(name=st.sampled_from(sorted(FUNCTIONS)), lead=st.lists(st.integers(1, 5), max_size=2),
+@given(name=st.sampled_from(sorted(FUNCTIONS)), lead=st.lists(st.integers(1, 5), min_size=1, max_size=2),
        width=st.sampled_from([2, 3, 8, 17, 64, 129]), data=st.data(),
        dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.int32]))
 def test_indices_are_torchs(name, lead, width, data, dtype):
@@ -78,10 +78,13 @@ def over_rows(x):
     return x.argmax(-1)
 
 
-def test_outer_axes_and_gpus_keep_the_pair():
-    """Over an outer axis each lane holds a column's pair (CPUOuterReduction); on a GPU the warps
-    combine pairs (InnerReduction): neither is rewritten."""
-    outer = bt.jit(over_columns, target="cpu", cache=False).compile(torch.randn(64, 256))
-    assert "argmax" in outer.stages["schedule"] and "peak" not in outer.stages["LegalizeOps"]
+def test_outer_axes_whole_tensors_and_gpus_keep_the_pair():
+    """Over an outer axis each lane holds a column's pair (CPUOuterReduction); a whole tensor's pair
+    is cut into parallel chunks (CPUReduction); on a GPU the warps combine pairs (InnerReduction):
+    none is rewritten."""
+    for fn, x in ((over_columns, torch.randn(64, 256)), (whole, torch.randn(40000))):
+        k = bt.jit(fn, target="cpu", cache=False).compile(x)
+        assert "argmax" in k.stages["schedule"] and "peak" not in k.stages["LegalizeOps"]
+        assert {kk.rule for kk in k.fusion} <= {"CPUOuterReduction", "CPUReduction"}, str(k.fusion)
     gpu = bt.jit(over_rows, target=SM90, cache=False).compile(torch.empty(64, 256, device="meta"))
     assert "argmax" in gpu.stages["LegalizeOps"] and "T.min" not in gpu.stages["schedule"]
