@@ -212,6 +212,37 @@ def math_read_twice(sch, block, through_producers: bool = False) -> bool:
         and (calls_long_math(value) or through_producers and _math_upstream(sch, block))
 
 
+def math_read_broadcast(sch, block) -> bool:
+    """An element-wise block that calls math and that a block over more elements reads, such as a
+    log-softmax's `log(sum)` per row, read by every element of the row: kept (computed once per row)
+    rather than inlined, where its math would run once per element (rows of 64: 64 logs a row)."""
+    value = block_value(sch, block)
+    if value is None or reduce_count(sch, block) or not calls_long_math(value):
+        return False
+    size = static_product(sch, sch.get_loops(block))
+    return size is not None and any(
+        (other := static_product(sch, sch.get_loops(c))) is not None and other > size for c in sch.get_consumers(block))
+
+
+def compared_with_its_reduction(sch, block) -> bool:
+    """An element-wise block that a reduction reads and that another block compares for equality
+    (`y == y.max(-1)`, an argmax as its max's first index: argmax_as_max.py): kept, so that both read
+    the same stored values. Inlined into each, it is computed twice, and LLVM may fuse a multiply and
+    add in one copy and not the other (a vector loop and its scalar tail): the max then equals no
+    element of its row."""
+    value = block_value(sch, block)
+    if value is None or reduce_count(sch, block):
+        return False
+    consumers = sch.get_consumers(block)
+
+    def compares(consumer) -> bool:
+        found = []
+        tvm_ffi.structural_walk(block_value(sch, consumer), [(tirx.EQ, found.append), (tirx.NE, found.append)])
+        return bool(found)
+    return any(reduce_count(sch, c) for c in consumers) and any(
+        not reduce_count(sch, c) and block_value(sch, c) is not None and compares(c) for c in consumers)
+
+
 def _math_upstream(sch, block) -> bool:
     """Whether an element-wise block that `block` reads, or one that such a block reads, calls math:
     inlined, its math would be computed in each of `block`'s readers."""

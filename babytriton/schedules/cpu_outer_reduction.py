@@ -10,6 +10,7 @@ from tvm.s_tir.dlight.base import get_extent
 
 from .analysis import fuse, is_buffer, kept_in_order, reduce_count, static_product
 from .columns import Columns, columns
+from .fast_math import isnan_form
 from .tails import with_tails
 from .cpu_rule import (CPURule, MIN_PARALLEL_ELEMENTWISE, MIN_PARALLEL_REDUCTION, pow2_divisor, vector_lanes,
                        vectorizable)
@@ -302,22 +303,11 @@ def _nan_tests_as_compares(sch, block) -> None:
     def compare(call):
         if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.isnan"):
             return call
-        value = call.args[0]
-        dtype = str(value.ty.dtype if hasattr(value, "ty") else value.dtype)
-        if dtype not in _NAN_BITS:
-            return call
-        bits, magnitude, inf = _NAN_BITS[dtype]
-        raw = tirx.reinterpret(bits, value)
-        return tirx.GT(tirx.bitwise_and(raw, tirx.const(magnitude, bits)), tirx.const(inf, bits))
+        return isnan_form(call)
     old = sch.get(block)
     new = tvm_ffi.structural_map(old, [(tvm.ir.Call, compare)])
     if not new.same_as(old):
         sch.state.replace(sch.get_sref(block), new, {old: new})
-
-
-# a float type's bits as an integer, the mask that drops its sign, and the bits of +inf
-_NAN_BITS = {"float32": ("int32", 0x7FFFFFFF, 0x7F800000), "float16": ("int16", 0x7FFF, 0x7C00),
-             "float64": ("int64", 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000)}
 
 
 def _dividing(width: int, most: int, lanes: int, least: int) -> int:

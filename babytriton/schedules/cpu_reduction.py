@@ -10,8 +10,8 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
 from tvm.sym.pattern import detect_linear_equation
 
-from .analysis import (contiguous_reduction, find_all, fuse, is_int, kept_in_order, math_read_twice, normalized,
-                       reduce_count, static_product, uses)
+from .analysis import (compared_with_its_reduction, contiguous_reduction, find_all, fuse, is_int, kept_in_order,
+                       math_read_broadcast, math_read_twice, normalized, reduce_count, static_product, uses)
 from .cpu_rule import (CPURule, MIN_PARALLEL_ELEMENTWISE, MIN_PARALLEL_REDUCTION, pow2_divisor, vector_lanes,
                        vectorizable)
 from .inlining import inline
@@ -54,6 +54,7 @@ class CPUReduction(CPURule):
         lanes = vector_lanes(sch, target)
         infos, self.copies = written_by_copies(sch, infos)  # results besides the last, stored at the row
         keep = [info for info in infos[:-1] if math_read_twice(sch, info.block_rv, through_producers=True)
+                or math_read_broadcast(sch, info.block_rv) or compared_with_its_reduction(sch, info.block_rv)
                 or is_copy(sch, info.block_rv, self.copies)]
         remaining = inline(sch, infos[:-1], keep=[info.block_rv for info in keep])
         blocks = kept_in_order(infos[:-1], remaining, keep) + [infos[-1].block_rv]

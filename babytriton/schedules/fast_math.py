@@ -362,8 +362,9 @@ def _float32_form(fast):
 _INF_BITS = {"float16": 0x7C00, "bfloat16": 0x7F80, "float32": 0x7F800000, "float64": 0x7FF0000000000000}
 
 
-def _isnan_form(call):
-    """isnan(x) as an integer test of x's bits, which the vectoriser has."""
+def isnan_form(call):
+    """isnan(x) as an integer test of x's bits, which the vectoriser has (the call itself for a type
+    not in _INF_BITS)."""
     x = call.args[0]
     dtype = str(x.ty.dtype if hasattr(x, "ty") else x.dtype)
     if dtype not in _INF_BITS:
@@ -415,7 +416,7 @@ def vector_math(func: tirx.PrimFunc) -> tirx.PrimFunc:
         return form(call) if form is not None else call
 
     def isnan(call):
-        return _isnan_form(call) if isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.isnan" else call
+        return isnan_form(call) if isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.isnan" else call
     body = tvm_ffi.structural_map(tvm_ffi.structural_map(func.body, (tvm.ir.Call, rewrite)), (tvm.ir.Call, isnan))
     return func if body.same_as(func.body) else func.with_body(body)
 

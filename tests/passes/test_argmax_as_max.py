@@ -88,3 +88,23 @@ def test_outer_axes_whole_tensors_and_gpus_keep_the_pair():
         assert {kk.rule for kk in k.fusion} <= {"CPUOuterReduction", "CPUReduction"}, str(k.fusion)
     gpu = bt.jit(over_rows, target=SM90, cache=False).compile(torch.empty(64, 256, device="meta"))
     assert "argmax" in gpu.stages["LegalizeOps"] and "T.min" not in gpu.stages["schedule"]
+
+
+def of_computed_values(x, s: float, b, mask):
+    y = torch.where(mask, x * s, x + 2.0) + b
+    return y.argmax(-1), (y == y.amax(-1, keepdim=True)).sum(-1)
+
+
+@settings(max_examples=20, deadline=None)
+@given(width=st.sampled_from([5, 17, 70]), seed=st.integers(0, 10_000), s=st.floats(-3, 3),
+       dtype=st.sampled_from([torch.float32, torch.float64]))
+def test_values_computed_in_the_kernel_are_compared_as_stored(width, seed, s, dtype):
+    """The max and the test for it read one stored copy of y (schedules.analysis.compared_with_its_reduction):
+    computed in each, LLVM fused `x * s + b` into a multiply-add in one copy only, and a row's max
+    equalled none of its elements (its index came back as 2**63 - 1)."""
+    g = torch.Generator().manual_seed(seed)
+    x, b = torch.randn(9, width, generator=g, dtype=dtype), torch.randn(width, generator=g, dtype=dtype)
+    mask = torch.rand(9, width, generator=g) > 0.5
+    got = bt.jit(of_computed_values, target="cpu")(x, s, b, mask)
+    want = of_computed_values(x, s, b, mask)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (got, want)

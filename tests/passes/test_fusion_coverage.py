@@ -272,17 +272,16 @@ def sum_and_squares(x):
 
 
 @pytest.mark.parametrize("fn", [max_and_argmax, sum_and_squares])
-def test_reductions_over_the_same_rows_wait_for_a_rule_of_several_results(fn, monkeypatch):
-    # no rule schedules several reductions with a result each yet (rowwise.several_outputs): each
-    # stays a kernel with its own rule; the grouping itself is checked on the CPU's serial loop
+def test_reductions_over_the_same_rows_are_one_kernel_of_several_results(fn, monkeypatch):
+    # CPUReduction and InnerReduction write any number of results (rowwise.several_outputs): one
+    # kernel reads the rows once; with SEVERAL_OUTPUTS off each reduction is a kernel of its own
     x = torch.randn(12, 40)
     x[3, 5] = float("nan")
     fusion = kernels(fn, x)
-    # (CPUReduction runs 480 elements' argmax on one thread: too little work for the pool)
-    assert len(fusion) == 2 and not any(k.launch.startswith("serial") and k.rule != "CPUReduction"
-                                        for k in fusion), str(fusion)
-    monkeypatch.setattr(rowwise, "SEVERAL_OUTPUTS", True)
-    assert len(kernels(fn, x, cache=False)) == 1
+    assert [k.rule for k in fusion] == ["CPUReduction"], str(fusion)
+    assert_like_torch(fn, x)
+    monkeypatch.setattr(rowwise, "SEVERAL_OUTPUTS", False)
+    assert len(kernels(fn, x, cache=False)) == 2
     assert_like_torch(fn, x, cache=False)
 
 

@@ -62,6 +62,8 @@ def plan(loop: tirx.For, dots: dict, fills_tile, stages: int, budget: int = MAX_
     if len(tiles) != 2 or d.a.same_as(d.b) or not all(any(t.same_as(o) for t in tiles) for o in (d.a, d.b)) or \
             any(_touches(s, tiles) or any(_touches(s, [b]) for b in steps) for s in after):
         return None
+    if any(tvm.runtime.DataType(str(t.ty.dtype)).bits != 16 for t in tiles):
+        return None   # (tensor-core dots take 16-bit operands; a run's ragged rest is stored by st.shared.b16)
     changed = changing(loop)
     known = {var for var, _ in binds} | {loop.loop_var}
     if any(not _reads_only(value, changed - known) for _, value in binds) or \
