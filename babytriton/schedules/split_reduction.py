@@ -38,10 +38,12 @@ class SplitReduction(GPUScheduleRule):
     rules: one launch, each row read once."""
 
     def __init__(self, threads: int = 256, grid: int = 1056, max_rows: int = 32, min_chunk: int = 4096,
-                 min_steps: int = 2, max_long_rows: int = 128, long_row: int = 1 << 18, few_rows: int = 8):
+                 min_steps: int = 2, max_long_rows: int = 128, long_row: int = 1 << 18, few_rows: int = 8,
+                 vector_bytes: int = 16, max_lanes: int = 4):
         self.threads, self.grid, self.max_rows, self.min_chunk = threads, grid, max_rows, min_chunk
         self.min_steps, self.max_long_rows = min_steps, max_long_rows
         self.long_row, self.few_rows = long_row, few_rows
+        self.vector_bytes, self.max_lanes = vector_bytes, max_lanes   # the element-wise grids' (`_grids`)
 
     def apply(self, func, target, _tunable):
         sch, infos = normalized(self, func, target)
@@ -177,7 +179,7 @@ class SplitReduction(GPUScheduleRule):
 
     def _grids(self, sch, blocks) -> None:
         """Element-wise blocks between or after reductions, each a grid over its elements, a thread a
-        vector of 16 bytes of its widest buffer (at most 4 lanes) where every access is whole vectors
+        vector of `vector_bytes` of its widest buffer (at most `max_lanes`) where every access is whole vectors
         (`contiguous_lanes`: a folded result per row is one value for all lanes), through registers
         where its math has no vector form (p171's `erf(d * rsqrt(var) ...)` over 4921 x 3 x 1000: a
         thread an element moved 4-byte scalars, 68 us on an H200 where torch.compile took 25)."""
@@ -185,7 +187,7 @@ class SplitReduction(GPUScheduleRule):
             loops = sch.get_loops(block)
             widest = max(tvm.DataType(r.source.ty.dtype).bits // 8 for r in [*sch.get(block).reads,
                                                                              *sch.get(block).writes])
-            lanes = contiguous_lanes(sch, loops[-1], min(4, max(1, 16 // widest)))
+            lanes = contiguous_lanes(sch, loops[-1], min(self.max_lanes, max(1, self.vector_bytes // widest)))
             vec, var = None, innermost_var(sch, loops[-1])  # (the row's variable: lanes > 1 found it)
             if lanes > 1:
                 inner, vec = sch.split(loops[-1], [None, lanes])

@@ -50,6 +50,18 @@ def reference(f, *args):
     return f(*[a.float() if a.is_floating_point() else a for a in args]).to(args[0].dtype)
 
 
+def assert_like_torch(got, f, *args, dtype):
+    """Each element as torch computes it in float32 (rounded once) or in the inputs' own dtype (each op
+    rounded): they differ past any tolerance where a row is ill-conditioned (a variance of two half
+    values 0.002 apart, divided into their difference), and the kernel may round where either does."""
+    tol = TOL[dtype]
+    near = torch.zeros(got.shape, dtype=torch.bool)
+    for want in (reference(f, *args), f(*args)):
+        g, w = got.double(), want.double()
+        near |= ((g - w).abs() <= tol["atol"] + tol["rtol"] * w.abs()) | (g.isnan() & w.isnan()) | (g == w)
+    assert near.all(), (got[~near], reference(f, *args)[~near], f(*args)[~near])
+
+
 def scheduled(k) -> str:
     (kernel,) = [kernel for kernel in k.fusion if kernel.rule != "none"]
     assert kernel.rule == "CPUReduction", kernel
@@ -73,7 +85,7 @@ def test_rows_of_two_axes_match_torch(a, b, width, dtype):
     """Rows over two axes (401 x 49 rows of 7 in the fuzzer's p14) made one axis before the steps."""
     x = with_specials((a, b, width), dtype)
     k = bt.jit(target="cpu")(norm_log_softmax).compile(x)
-    torch.testing.assert_close(k(x), reference(norm_log_softmax, x), equal_nan=True, **TOL[dtype])
+    assert_like_torch(k(x), norm_log_softmax, x, dtype=dtype)
 
 
 def test_rows_of_seven_are_vector_lanes():
