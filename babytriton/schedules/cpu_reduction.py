@@ -10,8 +10,9 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base import get_extent
 from tvm.sym.pattern import detect_linear_equation
 
-from .analysis import (compared_with_its_reduction, contiguous_reduction, find_all, fuse, is_int, kept_in_order,
-                       math_read_broadcast, math_read_twice, normalized, reduce_count, static_product, uses)
+from .analysis import (calls_long_math, compared_with_its_reduction, contiguous_reduction, find_all, fuse, is_int,
+                       kept_in_order, math_read_broadcast, math_read_twice, normalized, reduce_count, static_product,
+                       uses)
 from .cpu_rule import (CPURule, MIN_PARALLEL_ELEMENTWISE, MIN_PARALLEL_REDUCTION, pow2_divisor, vector_lanes,
                        vectorizable)
 from .inlining import inline
@@ -459,7 +460,8 @@ def _rfactor_rows(sch, block, n_rows, accum, lanes):
     in order (rfactor into vectors mixed up their NaN-aware combiner: see `_pairs`)."""
     loops = sch.get_loops(block)
     row = fuse(sch, loops[:n_rows])
-    if len(sch.get(block).writes) > 1 or _split_row(sch, fuse(sch, loops[n_rows:]), accum, lanes) is None:
+    long_math = calls_long_math(sch.get(block).body)
+    if len(sch.get(block).writes) > 1 or _split_row(sch, fuse(sch, loops[n_rows:]), accum, lanes, long_math) is None:
         return row, None
     rf = sch.rfactor(sch.get_loops(block)[-1], factor_axis=-1)
     return sch.get_loops(rf)[0], rf
@@ -491,18 +493,21 @@ def _restore_tail(sch, rf, predicate, old_vars, old_values):
     sch.state.replace(sch.get_sref(ki), body, {realize.block: realize.block})
 
 
-def _split_row(sch, k, accum, lanes):
+def _split_row(sch, k, accum, lanes, calls_math: bool = False):
     """The reduced loop `k` of a row split by up to `accum` partial results; the inner loop, or None
     where the row is shorter than two vector registers. A row with no power of two of a vector
     register dividing it (odd, prime, symbolic) is split raggedly (a predicate on the last step),
-    which `with_tails` later cuts off: the steps before it are whole vectors, only the tail scalar."""
+    which `with_tails` later cuts off: the steps before it are whole vectors, only the tail scalar.
+    `calls_math`: the step computes an exp or another long call, which runs on the partials' lanes."""
     extent = get_extent(sch, k)
     # at least 16 steps a row: each row ends folding its partials one by one, which for short rows
     # cost more than the steps saved (a 32x256 softmax on one Zen 5 core: 5.4 us with 64 partials,
     # 4.5 with 16). A short row's steps and its fold are each a chain of dependent operations: about
     # the square root of the row in partials makes both short (a float16 row of 64: 8 steps of 8 and
-    # a fold of 8, against 2 steps of 32, a register of halves, and a fold of 32)
-    fold = min(lanes, math.isqrt(extent)) if isinstance(extent, int) else lanes
+    # a fold of 8, against 2 steps of 32, a register of halves, and a fold of 32). A step that calls
+    # math runs it a register at a time: half a register is twice the math (a log-softmax's exp-sum
+    # over rows of 64 on one thread: 4.0 ms in 8 lanes, a softmax's kept exp in 16 lanes 2.0)
+    fold = lanes if calls_math else min(lanes, math.isqrt(extent)) if isinstance(extent, int) else lanes
     want = 1 << (min(accum, max(extent // 16, fold, 1)).bit_length() - 1) if isinstance(extent, int) else accum
     vector = pow2_divisor(extent, want)
     if vector >= min(want, lanes) and vector >= 4:
