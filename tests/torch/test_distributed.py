@@ -40,7 +40,8 @@ def two_ranks(device: str, cache: Path) -> list[dict]:
     env = {**os.environ, "BABYTRITON_CACHE_DIR": str(cache),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
+    # (stdout says how far rank 0 got: a report a mode, printed before the process group ends)
+    assert done.returncode == 0, f"stdout: {done.stdout[-1500:]}\nstderr: {done.stderr[-4000:]}"
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
