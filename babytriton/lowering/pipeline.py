@@ -39,8 +39,9 @@ def passes(target: tvm.target.Target | None = None, schedule: str = "dlight",
         # a view read by several kernels is repeated in each (views.py), then the ops become TIR
         # (on a GPU, torch's max.dim first: its values and indices from one reduction, max_argmax.py)
         # (on a CPU, an argmax along rows as the row's max and the first index holding it: argmax_as_max.py)
-        ("LegalizeOps", tvm.transform.Sequential(([max_argmax.MaxWithArgmax] if max_argmax.applies(target) else [])
-                                                 + ([argmax_as_max.ArgmaxAsMax] if argmax_as_max.applies(target) else []) + [
+        ("LegalizeOps", tvm.transform.Sequential(
+            ([max_argmax.MaxWithArgmax] if max_argmax.applies(target) else [])
+            + ([argmax_as_max.ArgmaxAsMax] if argmax_as_max.applies(target) else []) + [
             tvm.transform.module_pass(lambda mod, _ctx: views.repeat_views(views.casts_past_views(mod)), opt_level=0,
                                       name="RepeatViews"),
             relax.transform.LegalizeOps(legalize.legalize_map())])),
