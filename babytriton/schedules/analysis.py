@@ -230,17 +230,13 @@ def compared_with_its_reduction(sch, block) -> bool:
     the same stored values. Inlined into each, it is computed twice, and LLVM may fuse a multiply and
     add in one copy and not the other (a vector loop and its scalar tail): the max then equals no
     element of its row."""
-    value = block_value(sch, block)
-    if value is None or reduce_count(sch, block):
+    if block_value(sch, block) is None or reduce_count(sch, block):
         return False
     consumers = sch.get_consumers(block)
-
-    def compares(consumer) -> bool:
-        found = []
-        tvm_ffi.structural_walk(block_value(sch, consumer), [(tirx.EQ, found.append), (tirx.NE, found.append)])
-        return bool(found)
-    return any(reduce_count(sch, c) for c in consumers) and any(
-        not reduce_count(sch, c) and block_value(sch, c) is not None and compares(c) for c in consumers)
+    if not any(reduce_count(sch, c) for c in consumers):
+        return False
+    values = [block_value(sch, c) for c in consumers if not reduce_count(sch, c)]
+    return any(v is not None and (find_all(v, tirx.EQ) or find_all(v, tirx.NE)) for v in values)
 
 
 def _math_upstream(sch, block) -> bool:

@@ -268,17 +268,7 @@ def too_wide(block, lanes: int) -> bool:
     """Whether a block would compute a float vector CUDA has no type for: more than 4 lanes of 32 or
     64 bits (eight halves computed in float32 became a `make_ulonglong4` of eight floats, which NVRTC
     refuses). Integer index arithmetic is not counted: it stays scalar."""
-    if lanes <= 4:
-        return False
-    found = []
-
-    def visit(node):
-        ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
-        if isinstance(ty, tvm.ir.PrimType) and is_float_dtype(str(ty.dtype)) and tvm.DataType(
-                str(ty.dtype)).bits >= 32:
-            found.append(node)
-    tvm_ffi.structural_walk(block.body, visit)
-    return bool(found)
+    return lanes > 4 and _computes(block.body, lambda node, dtype: is_float_dtype(str(dtype)) and dtype.bits >= 32)
 
 
 def narrow_int_math(block) -> bool:
@@ -286,17 +276,9 @@ def narrow_int_math(block) -> bool:
     cast to int8): TVM's CUDA code for their vectors fails where a value is broadcast to the lanes
     (a per-row int8 `c`: "Check failed: p.has_value()"; 16 int8 or 8 int16 lanes: a `make_int4` of
     too many arguments). Loads and stores of them as vectors are fine (through registers)."""
-    found = []
-
-    def visit(node):
-        ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
-        if isinstance(ty, tvm.ir.PrimType) and not isinstance(node, (tvm.ir.TensorLoad, tirx.IntImm)):
-            dtype = tvm.DataType(str(ty.dtype))
-            if dtype.type_code in (tvm.DataTypeCode.INT, tvm.DataTypeCode.UINT) and dtype.bits < 32 and not str(
-                    ty.dtype).startswith("bool"):
-                found.append(node)
-    tvm_ffi.structural_walk(block.body, visit)
-    return bool(found)
+    return _computes(block.body, lambda node, dtype: not isinstance(node, (tvm.ir.TensorLoad, tirx.IntImm))
+                     and dtype.type_code in (tvm.DataTypeCode.INT, tvm.DataTypeCode.UINT) and dtype.bits < 32
+                     and not str(dtype).startswith("bool"))
 
 
 def scalar_calls(block) -> bool:
@@ -319,12 +301,18 @@ _VECTORISED_SPECIALLY = {"reinterpret", "if_then_else", "likely", "bitwise_and",
 
 def computes_bools(node) -> bool:
     """Whether a kernel (or block) computes a bool anywhere (a compare, a NaN test, a select's condition)."""
+    # a constant (a block's `T.bool(True)` predicate) is never a vector of bools
+    return _computes(getattr(node, "body", node),
+                     lambda expr, dtype: str(dtype).startswith("bool") and not isinstance(expr, tirx.IntImm))
+
+
+def _computes(node, test) -> bool:
+    """Whether some scalar expression under `node` has a type for which `test(expr, DataType)` holds."""
     found = []
 
-    def visit(node):
-        ty = getattr(node, "ty", None) if isinstance(node, tvm.ir.Expr) else None
-        # a constant (a block's `T.bool(True)` predicate) is never a vector of bools
-        if isinstance(ty, tvm.ir.PrimType) and str(ty.dtype).startswith("bool") and not isinstance(node, tirx.IntImm):
-            found.append(node)
-    tvm_ffi.structural_walk(getattr(node, "body", node), visit)
+    def visit(expr):
+        ty = getattr(expr, "ty", None) if isinstance(expr, tvm.ir.Expr) else None
+        if isinstance(ty, tvm.ir.PrimType) and test(expr, tvm.DataType(str(ty.dtype))):
+            found.append(expr)
+    tvm_ffi.structural_walk(node, visit)
     return bool(found)
