@@ -121,7 +121,7 @@ class OuterReduction(GPUScheduleRule):
             extents = _wide_extents(sch, sch.get_loops(block))
             home = next((h for b, kept, h in homes if h is not None and kept == extents and any(
                 _same_block(sch, b, p) for p in sch.get_producers(block))), None)
-            if home is not None:  # (what reads it in turn may follow it there)
+            if home is not None and not _reads_stored(sch, block, homes):  # (what reads it in turn may follow it there)
                 sch.reverse_compute_at(block, home, preserve_unit_loops=True)
                 homes.append((block, extents, home))
             else:
@@ -449,6 +449,16 @@ def _in_scope(sch, block, scope: str) -> None:
 def _writes_param(sch, block) -> bool:
     params = [p for p in sch.mod["main"].params if tirx.is_buffer_var(p)]
     return any(w.source.same_as(p) for w in sch.get(block).writes for p in params)
+
+
+def _reads_stored(sch, block, homes) -> bool:
+    """Whether `block` reads what a block run in a reduction's fold stores to an output. TVM runs a
+    block that reads a cross-thread result in one thread of the column (threadIdx.y == 0), so the
+    column's other threads would read the output before that thread stores it (p158: `h` stored,
+    then `h.abs()` read it back in the same launch); such a block is a launch of its own."""
+    folded = [b for b, _, home in homes if home is not None]
+    return any(_writes_param(sch, p) and any(_same_block(sch, p, b) for b in folded)
+               for p in sch.get_producers(block))
 
 
 def _reduction_loop(sch, block, loops):

@@ -577,3 +577,92 @@ def test_gpu_prologues_and_pairs_match_torch(tmp_dir, case):
     x, y = make(shape, dtype).cuda(), make(y_shape, dtype, seed=1).cuda()
     got = bt.jit(target="gpu")(programs.f)(x, y)
     check_reduction(got, programs.f(x, y), programs.prologue(x, y), kind, axes, dtype)
+
+
+# -- epilogues that return several of their values (p158: `h = q.float().mean(0)`, steps over the --
+# -- kept shape, `return h, h.abs().mean(1)`): every value right, none read before it is stored ----
+STEPS = ("{h} * 0.5", "torch.maximum({h}, y)", "{h}.abs()", "{h} + 0.1 * y", "torch.tanh({h})", "{h} * y")
+STORE = r"(?:(\w+_ptr)\[[^;]*?\]|\*\(\w+\*\)\((\w+_ptr) [^;]*?\)) = "
+
+
+@st.composite
+def returned_chains(draw):
+    """(source, x's shape, y's shape): `h` reduced over outer axes, then two to four element-wise
+    steps over the kept shape; the last step's value and some earlier ones are returned."""
+    rank = draw(st.integers(2, 4))
+    shape = [draw(st.sampled_from((2, 5, 33, 230))) for _ in range(rank - 1)]
+    shape.append(draw(st.sampled_from((8, 64, 100, 512))))
+    axes = tuple(sorted(draw(st.lists(st.integers(0, rank - 2), min_size=1, max_size=rank - 1, unique=True))))
+    while _numel(shape) > MOST:
+        a = max(range(rank - 1), key=lambda i: shape[i])
+        shape[a] = max(2, shape[a] // 2)
+    steps = draw(st.lists(st.sampled_from(STEPS), min_size=2, max_size=4))
+    kept = draw(st.lists(st.integers(0, len(steps) - 2), min_size=1, unique=True))
+    body = f"    h = x.float().mean({axes})\n" + "".join(
+        f"    h{i} = {step.format(h=f'h{i - 1}' if i else 'h')}\n" for i, step in enumerate(steps))
+    returned = ", ".join(f"h{i}" for i in sorted(kept) + [len(steps) - 1])
+    y_shape = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return f"import torch\n\n\ndef f(x, y):\n{body}    return {returned}\n", tuple(shape), y_shape
+
+
+@settings(max_examples=10, deadline=None)
+@given(returned_chains())
+def test_returned_epilogue_values_match_torch_and_are_stored_before_read(tmp_dir, case):
+    """On the CPU against torch; for sm_90, no kernel stores a value in one thread of a block (the
+    thread holding a cross-thread result) and reads it back in the others."""
+    text, shape, y_shape = case
+    f = module(text, tmp_dir).f
+    x, y = make(shape, torch.float32), make(y_shape, torch.float32, seed=1)
+    check(bt.jit(target="cpu")(f)(x, y), f(x, y), torch.float32, max(shape))
+    k = bt.jit(target=SM90)(f).compile(x, y)
+    assert not stored_then_read_by_others(k.source), (text, stored_then_read_by_others(k.source))
+
+
+@pytest.mark.gpu
+@settings(max_examples=20, deadline=None)
+@given(returned_chains())
+def test_gpu_returned_epilogue_values_match_torch(tmp_dir, case):
+    text, shape, y_shape = case
+    f = module(text, tmp_dir).f
+    x, y = make(shape, torch.float32).cuda(), make(y_shape, torch.float32, seed=1).cuda()
+    check(bt.jit(target="gpu")(f)(x, y), f(x, y), torch.float32, max(shape))
+
+
+def test_the_race_check_finds_a_store_read_by_other_threads():
+    racy = ("__global__ void k(float* __restrict__ out_ptr, float* __restrict__ a_ptr) {\n"
+            "  if (((int)threadIdx.y) == 0) {\n    out_ptr[threadIdx.x] = 1.0f;\n  }\n"
+            "  a_ptr[threadIdx.x] = fabsf(out_ptr[threadIdx.x]);\n}\n")
+    assert stored_then_read_by_others(racy) == [("k", "out_ptr")]
+    assert stored_then_read_by_others(racy.replace("fabsf(out_ptr[threadIdx.x])", "2.0f")) == []
+
+
+def stored_then_read_by_others(source: str) -> list:
+    """(kernel, buffer) pairs where a CUDA kernel stores a global buffer (a parameter) only inside `if
+    (threadIdx.? == 0)` and reads it outside such a block: the block's other threads would read it
+    before it is stored (no barrier orders global stores; shared ones are read after one)."""
+    found = []
+    for name, params, body in _kernels(source):
+        guarded = [body[m.end():_closing(body, m.end())] for m in re.finditer(
+            r"if \(\(\(int\)threadIdx\.[xyz]\) == 0\) \{", body)]
+        outside = body
+        for block in guarded:
+            outside = outside.replace(block, "")
+        stored = {a or b for a, b in re.findall(STORE, "".join(guarded))}
+        found += [(name, buf) for buf in sorted(stored & set(re.findall(r"\w+_ptr", params)))
+                  if re.search(rf"\b{buf}\b", re.sub(STORE, "", outside))]
+    return found
+
+
+def _kernels(source: str):
+    for m in re.finditer(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(([^)]*)\) \{", source):
+        yield m.group(1), m.group(2), source[m.end():_closing(source, m.end())]
+
+
+def _closing(text: str, start: int) -> int:
+    """The index of the `}` closing a block whose `{` ends just before `start`."""
+    depth = 1
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return len(text)
