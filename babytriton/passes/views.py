@@ -191,6 +191,7 @@ class _CastsPastViews(relax.PyExprMutator):
         self.values: dict = {}     # var -> its value, as written
         self.inputs: set = set()   # vars that are views and casts of a parameter
         self.dataflow = False
+        self.readers = _readers(fn)
 
     def visit_dataflow_block_(self, block):
         # a rewrite reads its sources by name: only those of this block (one before an assert, say
@@ -224,38 +225,33 @@ class _CastsPastViews(relax.PyExprMutator):
         return self._reshaped_later(value)
 
     def _reshaped_later(self, value):
-        """`f(y.reshape(s), w)` of a computed y and an element-wise f -> `f(y, w').reshape(s)`, w' being
-        w broadcast to s and viewed in y's shape: f joins the kernel computing y (group norm's
-        `g.reshape(n, c, h, w) * weight[:, None, None]`), reading w through its index."""
+        """`f(y.reshape(s), w)` of a computed y and an element-wise f, the view read by f alone ->
+        `f(y, w').reshape(s)`, w' being w broadcast to s and viewed in y's shape: f joins the kernel
+        computing y (group norm's `g.reshape(n, c, h, w) * weight[:, None, None]`), reading w through
+        its index. Not where w' would be a computed value broadcast: that copy would be written."""
         if not _pointwise(value):
             return None
         out = value.ty.shape if isinstance(value.ty, relax.TensorType) else None
         first = next((a for a in value.args if _reshape(self.values.get(a)) and not self._of_input(a)), None)
-        if first is None or out is None or not _same_shape(first.ty.shape, out):
-            return None
+        if first is None or out is None or not _same_shape(first.ty.shape, out) or self.readers.get(first) != 1 \
+                or not isinstance(first, relax.DataflowVar):
+            return None  # (a view read elsewhere too: y is written out anyway, and f joins its reader there)
         source = self.visit_expr(self.values[first].args[0])
+        if any(not a.same_as(first) and not self._of_input(a) and not isinstance(a, tvm.ir.Constant) and
+               _copied_in(list(a.ty.shape), list(out), list(source.ty.shape)) for a in value.args):
+            # a computed operand broadcast to y's shape is written out (FuseRowwise stores it from the
+            # kernel computing it): a group norm's per-group mean, 18M elements for p54's (3351, 8, 688)
+            return None
         args = [source if a.same_as(first) else self._in_shape_of(self.visit_expr(a), list(out),
                                                                   list(source.ty.shape)) for a in value.args]
         inside = self.builder_.emit(relax.Call(value.op, args, value.attrs, value.ty_args), name_hint="pointwise")
         return _reshaped(inside, list(out))
 
     def _in_shape_of(self, operand, out: list, inner: list):
-        """`operand`, which broadcasts to `out`, viewed in `inner` (the same elements in another shape):
-        axes that both shapes begin or end with stay as they are (size 1 where the operand broadcasts
-        along them: its copy is no larger than it need be), the others are broadcast and reshaped."""
-        shape = list(operand.ty.shape)
-        if not shape:
+        """`operand`, which broadcasts to `out`, viewed in `inner` (`_view_shapes`)."""
+        if not operand.ty.shape:
             return operand
-        shape = [tirx.IntImm("int64", 1)] * (len(out) - len(shape)) + shape
-        lead = next((i for i, (a, b) in enumerate(zip(out, inner)) if not tvm_ffi.structural_equal(a, b)),
-                    min(len(out), len(inner)))
-        trail = next((i for i, (a, b) in enumerate(zip(out[::-1], inner[::-1]))
-                      if not tvm_ffi.structural_equal(a, b)), min(len(out), len(inner)) - lead)
-        trail = min(trail, len(out) - lead, len(inner) - lead)
-        kept = list(range(lead)) + list(range(len(out) - trail, len(out)))
-        target = [shape[i] if i in kept and _is_one(shape[i]) else d for i, d in enumerate(out)]
-        view = [target[i] for i in range(lead)] + inner[lead:len(inner) - trail] + \
-            [target[len(out) - trail + j] for j in range(trail)]
+        shape, target, view = _view_shapes(list(operand.ty.shape), out, inner)
         if not _same_shape(shape, target):
             operand = self.builder_.emit(relax.op.broadcast_to(operand, relax.ShapeExpr(target)), name_hint="view")
         return self.builder_.emit(_reshaped(operand, view), name_hint="view")
@@ -271,6 +267,32 @@ class _CastsPastViews(relax.PyExprMutator):
         emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
         self.set_var_remap(binding.var, emit(new, name_hint=binding.var.name))
         self.values[binding.var] = new   # its operands are new vars already (a chain of them goes on)
+
+
+def _view_shapes(shape: list, out: list, inner: list) -> tuple:
+    """(shape padded to out's rank, the shape it is broadcast to, that viewed in `inner`) for an operand
+    of `shape` broadcasting to `out`, seen in `inner` (the same elements in another shape): axes that
+    both shapes begin or end with stay as they are (size 1 where the operand broadcasts along them:
+    its copy is no larger than it need be), the others are broadcast and reshaped."""
+    shape = [tirx.IntImm("int64", 1)] * (len(out) - len(shape)) + shape
+    lead = next((i for i, (a, b) in enumerate(zip(out, inner)) if not tvm_ffi.structural_equal(a, b)),
+                min(len(out), len(inner)))
+    trail = next((i for i, (a, b) in enumerate(zip(out[::-1], inner[::-1]))
+                  if not tvm_ffi.structural_equal(a, b)), min(len(out), len(inner)) - lead)
+    trail = min(trail, len(out) - lead, len(inner) - lead)
+    kept = list(range(lead)) + list(range(len(out) - trail, len(out)))
+    target = [shape[i] if i in kept and _is_one(shape[i]) else d for i, d in enumerate(out)]
+    view = [target[i] for i in range(lead)] + inner[lead:len(inner) - trail] + \
+        [target[len(out) - trail + j] for j in range(trail)]
+    return shape, target, view
+
+
+def _copied_in(shape: list, out: list, inner: list) -> bool:
+    """Whether an operand of `shape` seen in `inner` is broadcast first (`_view_shapes`): a copy."""
+    if not shape:
+        return False
+    padded, target, _ = _view_shapes(shape, out, inner)
+    return not _same_shape(padded, target)
 
 
 def casts_past_views(mod: tvm.IRModule) -> tvm.IRModule:

@@ -163,6 +163,28 @@ def test_group_norm_is_one_kernel_without_copies(fn, count):
     assert_like_torch(fn, x, w, b, rtol=1e-4, atol=1e-5)
 
 
+def grouped_then_quantised(x):
+    h = torch.tanh(x)
+    hg = h.reshape(h.shape[0], 4, -1)
+    mu, var = hg.mean(-1, keepdim=True), hg.var(-1, keepdim=True, unbiased=False)
+    h = ((hg - mu) / torch.sqrt(var + 1e-5)).reshape(x.shape)
+    qs = h.abs().amax(-1, keepdim=True).clamp_min(1e-5) / 127.0
+    return h, torch.clamp(torch.round(h / qs), -127, 127).to(torch.int8)
+
+
+def test_group_statistics_of_a_computed_value_are_not_broadcast_into_a_copy():
+    """`hg - mu` of a computed `hg = h.reshape(n, g, -1)` stays in hg's shape: moved past the reshape,
+    the per-group mean was broadcast to the whole tensor and written by the statistics kernel (p54:
+    10 kernels, 4 of them copies). Here: tanh (no producer joins a reduction through a reshape), the
+    statistics, the copy of the returned reshape (a result viewing a value that another kernel reads
+    too) and the row kernel of the scale: 9 before."""
+    x = torch.randn(6, 64)
+    for target in ("cpu", SM90):
+        fusion = kernels(grouped_then_quantised, x, target=target)
+        assert len(fusion) <= 4 and not any("broadcast_to" in k.name for k in fusion), str(fusion)
+    assert_like_torch(grouped_then_quantised, x, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("fn, shape", [(instance_norm, (2, 3, 4, 5)), (viewed_sum, (6, 7))])
 def test_a_view_of_a_kernel_result_returned_is_no_kernel(fn, shape):
     x = torch.randn(*shape)
