@@ -134,6 +134,10 @@ class SplitReduction(GPUScheduleRule):
         accumulator = tvm.DataType(stmt.writes[0].source.ty.dtype).bits
         compares = any(find_all(stmt.body, kind) for kind in (tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.EQ, tirx.NE))
         most = min(128 // max(widest, 8), 256 // accumulator, 4 if compares or not 8 <= accumulator <= 32 else 16)
+        if most * accumulator > 128 and _broadcasts(stmt):
+            # TVM spells one value broadcast to more than 4 floats (`x * 0.5`'s constant, a per-row
+            # scale) as make_ulonglong4 of 8 arguments, which nvcc refuses (fuzz 48000299)
+            most = 128 // accumulator
         return contiguous_lanes(sch, sch.get_loops(red)[-1], max(1, most))
 
     def _partials(self, sch, red, k, extent, rows: int, lanes: int) -> None:
@@ -278,3 +282,14 @@ def _conjuncts(predicate) -> list:
 
 def is_true(expr) -> bool:
     return isinstance(expr, tirx.IntImm) and bool(expr.value)
+
+
+def _broadcasts(block) -> bool:
+    """Whether a reduction's update reads a value that is the same in every lane of a vector along its
+    reduced axes: a float constant, or a load indexed by none of them."""
+    reduced = [iv.var for iv in block.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
+    value = block.body.value if isinstance(block.body, tirx.BufferStore) else block.body
+    written = {w.source for w in block.writes}
+    loads = [ld for ld in find_all(value, tvm.ir.TensorLoad) if not any(ld.buffer.same_as(w) for w in written)]
+    return bool(find_all(value, tirx.FloatImm)) or any(
+        not any(uses(i, v) for i in ld.indices for v in reduced) for ld in loads)
