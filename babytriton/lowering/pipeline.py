@@ -22,6 +22,7 @@ from ..passes import (argmax_as_max, decompose, inplace, max_argmax, multi_outpu
                       row_partials, rowwise, shifts, views)
 from ..operators import legalize
 from . import cuda_spelling, nvrtc
+from .divisors import nonzero_divisors
 from .reduced_values import reduced_values_in_registers
 from .register_selects import selects_on_registers
 from .. import schedules
@@ -375,7 +376,10 @@ def _tir_pipeline():
                                                 opt_level=0, name="ReducedValuesInRegisters")
     selects = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: selects_on_registers(func),
                                                 opt_level=0, name="SelectsOnRegisters")
-    return tvm.transform.Sequential([vector_math, lower]), finalize_host, lambda: tvm.transform.Sequential(
+    # (first: what TVM's lowering then hoists divides by at least 1, divisors.py)
+    divisors = tvm.tirx.transform.prim_func_pass(lambda func, _mod, _ctx: nonzero_divisors(func),
+                                                 opt_level=0, name="NonzeroDivisors")
+    return tvm.transform.Sequential([divisors, vector_math, lower]), finalize_host, lambda: tvm.transform.Sequential(
         [reduced, selects, uniform, unrestricted, finalize_device(), constants])
 
 

@@ -290,6 +290,6 @@ def _broadcasts(block) -> bool:
     reduced = [iv.var for iv in block.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
     value = block.body.value if isinstance(block.body, tirx.BufferStore) else block.body
     written = {w.source for w in block.writes}
-    loads = [ld for ld in find_all(value, tvm.ir.TensorLoad) if not any(ld.buffer.same_as(w) for w in written)]
+    loads = [ld for ld in find_all(value, tvm.ir.TensorLoad) if not any(ld.source.same_as(w) for w in written)]
     return bool(find_all(value, tirx.FloatImm)) or any(
         not any(uses(i, v) for i in ld.indices for v in reduced) for ld in loads)

@@ -1,0 +1,27 @@
+"""Index arithmetic never divides by zero. TVM's common-subexpression elimination hoists a division by
+a symbolic size (`i // d2`, `i % d2`: the position in a fused loop over an axis of size d2) out of the
+loop it sat in, to where it runs even when that loop runs no step: with an empty axis (d2 = 0) the
+process died of SIGFPE (fuzz 48000520: the std of a (7, 1, 0) tensor). A divisor that reads no data
+becomes max(divisor, 1), equal to it wherever the division indexes an element; a division of data by
+data keeps the guard its operator wrote (torch's `x % y` of a zero y)."""
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from ..schedules.analysis import find_all
+
+_DIVISIONS = (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod)
+
+
+def nonzero_divisors(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """`func` with each integer division by a computed size (no constant, no load) dividing by at least 1."""
+    def guarded(node):
+        divisor = node.b
+        if isinstance(divisor, tirx.IntImm) or not str(divisor.ty.dtype).startswith("int") or find_all(divisor, tvm.ir.TensorLoad):
+            return node
+        if isinstance(divisor, tirx.Max) and isinstance(divisor.b, tirx.IntImm) and divisor.b.value >= 1:
+            return node
+        return type(node)(node.a, tirx.Max(divisor, tirx.const(1, divisor.ty.dtype)))
+    return func.with_body(tvm_ffi.structural_map(func.body, [(_DIVISIONS, guarded)]))
