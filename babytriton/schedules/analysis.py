@@ -199,17 +199,30 @@ def only_output(sch, infos):
     return infos[-1].block_rv if len(outputs) == 1 and outputs[0] is infos[-1] else None
 
 
-def math_read_twice(sch, block, through_producers: bool = False) -> bool:
+def math_read_twice(sch, block, through_producers: bool = False, within: bool = False) -> bool:
     """An element-wise block that calls math (exp, log, tanh, ...) and that two blocks read, such as
     a softmax's exp(x - max), read by the row's sum and by the division: kept as a buffer per row (in
     cache) rather than inlined into both, where every element's exp would be computed twice. On one
     thread of the 16-core Xeon a 1024x4096 softmax took 6.6 ms that way, a log-softmax (one exp) 4.0 ms;
     on one Zen 5 core the softmax went from 2.07 to 1.87 ms. `through_producers`: also where the math
     is in the element-wise blocks it reads (`logits - log(-log(u))` read by a max and by the index of
-    the max, argmax_as_max.py), which the inliner would copy into it."""
+    the max, argmax_as_max.py), which the inliner would copy into it. `within`: also where one block
+    reads it twice (a NaN-aware `maximum(h, y)` names h in its test and in its result; p73's Mish,
+    inlined there, ran its tanh and log twice an element in a loop TVM left scalar)."""
     value = block_value(sch, block)
-    return value is not None and not reduce_count(sch, block) and len(sch.get_consumers(block)) >= 2 \
-        and (calls_long_math(value) or through_producers and _math_upstream(sch, block))
+    if value is None or reduce_count(sch, block):
+        return False
+    consumers = sch.get_consumers(block)
+    twice = len(consumers) >= 2 or within and any(_loads_of(sch, c, block) >= 2 for c in consumers)
+    return twice and (calls_long_math(value) or through_producers and _math_upstream(sch, block))
+
+
+def _loads_of(sch, consumer, producer) -> int:
+    """How many loads of what `producer` writes `consumer`'s stored value makes."""
+    value = block_value(sch, consumer)
+    written = [w.source for w in sch.get(producer).writes]
+    return 0 if value is None else sum(
+        1 for load in find_all(value, tvm.ir.TensorLoad) if any(load.source.same_as(w) for w in written))
 
 
 def math_read_broadcast(sch, block) -> bool:

@@ -54,7 +54,7 @@ class CPUReduction(CPURule):
             return False
         lanes = vector_lanes(sch, target)
         infos, self.copies = written_by_copies(sch, infos)  # results besides the last, stored at the row
-        keep = [info for info in infos[:-1] if math_read_twice(sch, info.block_rv, through_producers=True)
+        keep = [info for info in infos[:-1] if math_read_twice(sch, info.block_rv, through_producers=True, within=True)
                 or math_read_broadcast(sch, info.block_rv) or compared_with_its_reduction(sch, info.block_rv)
                 or is_copy(sch, info.block_rv, self.copies)]
         remaining = inline(sch, infos[:-1], keep=[info.block_rv for info in keep])
