@@ -408,7 +408,7 @@ def vector_math(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """A CPU kernel with its erf, log1p, rsqrt, nearbyint and isnan calls in vectorisable form (see
     above); others, and any function while babytriton is not building (`fast_exp` off), as they are."""
     target = func.attrs.get("target") if func.attrs is not None else None
-    if not getattr(_fast, "on", False) or target is None or target.kind.name != "llvm" or _bfloat16(func):
+    if not getattr(_fast, "on", False) or target is None or target.kind.name != "llvm":
         return func
 
     def rewrite(call):
@@ -417,20 +417,26 @@ def vector_math(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
     def isnan(call):
         return isnan_form(call) if isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.isnan" else call
-    body = tvm_ffi.structural_map(tvm_ffi.structural_map(func.body, (tvm.ir.Call, rewrite)), (tvm.ir.Call, isnan))
+
+    def store(node):  # (one that stores or reads bfloat16 values keeps its calls: `_bfloat16`)
+        if _bfloat16(node):
+            return node
+        return tvm_ffi.structural_map(tvm_ffi.structural_map(node, (tvm.ir.Call, rewrite)), (tvm.ir.Call, isnan))
+    body = tvm_ffi.structural_map(func.body, (tirx.BufferStore, store))
     return func if body.same_as(func.body) else func.with_body(body)
 
 
-def _bfloat16(func) -> bool:
-    """Whether a kernel stores or loads bfloat16 values. Its forms' `let`s would meet TVM's bfloat16
-    legalization, which names a rounded value twice: the same `let` twice, which the vectoriser
-    refuses (and its reads in a `let` value are skipped, `passes.bfloat16_reads_in_binds`)."""
+def _bfloat16(store) -> bool:
+    """Whether a store writes, loads or converts bfloat16 values. The forms' `let`s would meet TVM's
+    bfloat16 legalization, which names a rounded value twice: the same `let` twice, which the
+    vectoriser refuses (and its reads in a `let` value are skipped, `passes.bfloat16_reads_in_binds`).
+    A kernel's other stores take the forms (p121: a sine of float32 values after a bfloat16 GELU,
+    kept in its own block, had called the scalar sinf lane by lane: 1.0 ms where eager took 0.35)."""
     found = []
 
     def visit(node):
         dtype = node.ty.dtype if hasattr(node, "ty") else node.dtype if hasattr(node, "dtype") else node.value.dtype
         if str(dtype).startswith("bfloat16"):
             found.append(node)
-    tvm_ffi.structural_walk(func.body, [(tvm.ir.TensorLoad, visit), (tirx.Cast, visit)])
-    return bool(found) or any(str(getattr(getattr(p, "ty", None), "dtype", "")).startswith("bfloat16")
-                              for p in func.params)
+    tvm_ffi.structural_walk(store, [(tvm.ir.TensorLoad, visit), (tirx.Cast, visit)])
+    return bool(found) or str(store.buffer.ty.dtype).startswith("bfloat16")
