@@ -19,7 +19,8 @@ def nonzero_divisors(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """`func` with each integer division by a computed size (no constant, no load) dividing by at least 1."""
     def guarded(node):
         divisor = node.b
-        if isinstance(divisor, tirx.IntImm) or not str(divisor.ty.dtype).startswith("int") or find_all(divisor, tvm.ir.TensorLoad):
+        if isinstance(divisor, tirx.IntImm) or not str(divisor.ty.dtype).startswith("int") or \
+                find_all(divisor, tvm.ir.TensorLoad):
             return node
         if isinstance(divisor, tirx.Max) and isinstance(divisor.b, tirx.IntImm) and divisor.b.value >= 1:
             return node

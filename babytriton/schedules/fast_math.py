@@ -418,19 +418,24 @@ def vector_math(func: tirx.PrimFunc) -> tirx.PrimFunc:
     def isnan(call):
         return isnan_form(call) if isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.isnan" else call
 
-    def store(node):  # (one that stores or reads bfloat16 values keeps its calls: `_bfloat16`)
-        if _bfloat16(node):
-            return node
+    def forms(node):
         return tvm_ffi.structural_map(tvm_ffi.structural_map(node, (tvm.ir.Call, rewrite)), (tvm.ir.Call, isnan))
-    body = tvm_ffi.structural_map(func.body, (tirx.BufferStore, store))
+
+    def store(node):  # (one that stores or reads bfloat16 values keeps its calls: `_bfloat16`)
+        return node if _bfloat16(node) else forms(node)
+    if _bfloat16(func.body) or any(str(getattr(getattr(p, "ty", None), "dtype", "")).startswith("bfloat16")
+                                   for p in func.params):
+        body = tvm_ffi.structural_map(func.body, (tirx.BufferStore, store))
+    else:
+        body = forms(func.body)
     return func if body.same_as(func.body) else func.with_body(body)
 
 
 def _bfloat16(store) -> bool:
-    """Whether a store writes, loads or converts bfloat16 values. The forms' `let`s would meet TVM's
-    bfloat16 legalization, which names a rounded value twice: the same `let` twice, which the
-    vectoriser refuses (and its reads in a `let` value are skipped, `passes.bfloat16_reads_in_binds`).
-    A kernel's other stores take the forms (p121: a sine of float32 values after a bfloat16 GELU,
+    """Whether a store (or a kernel's body) writes, loads or converts bfloat16 values. The forms'
+    `let`s would meet TVM's bfloat16 legalization, which names a rounded value twice: the same `let`
+    twice, which the vectoriser refuses (and its reads in a `let` value are skipped,
+    `passes.bfloat16_reads_in_binds`). A kernel's other stores take the forms (p121: a sine of float32 values after a bfloat16 GELU,
     kept in its own block, had called the scalar sinf lane by lane: 1.0 ms where eager took 0.35)."""
     found = []
 
@@ -439,4 +444,5 @@ def _bfloat16(store) -> bool:
         if str(dtype).startswith("bfloat16"):
             found.append(node)
     tvm_ffi.structural_walk(store, [(tvm.ir.TensorLoad, visit), (tirx.Cast, visit)])
-    return bool(found) or str(store.buffer.ty.dtype).startswith("bfloat16")
+    written = store.buffer.ty.dtype if isinstance(store, tirx.BufferStore) else ""
+    return bool(found) or str(written).startswith("bfloat16")
