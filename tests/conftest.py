@@ -53,9 +53,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session", autouse=True)
 def session_cache_dir(tmp_path_factory):
-    """BABYTRITON_CACHE_DIR for the whole session (subprocesses inherit it); dumps stay off."""
+    """BABYTRITON_CACHE_DIR for the whole session (subprocesses inherit it); dumps stay off; a schedule
+    rule's programming error raises (config.strict_rules) instead of passing the kernel on."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BABYTRITON_CACHE_DIR", str(tmp_path_factory.mktemp("babytriton-cache")))
+        patch.setenv("BABYTRITON_STRICT_RULES", "1")
         for name in ("BABYTRITON_CACHE", "BABYTRITON_DUMP", "BABYTRITON_DUMP_DIR"):
             patch.delenv(name, raising=False)
         yield os.environ["BABYTRITON_CACHE_DIR"]

@@ -37,3 +37,10 @@ def save_for_backward(device_kind: str) -> bool:
     Fallback), which costs more than the backward saves (benchmarks/RESULTS.md)."""
     value = os.environ.get("BABYTRITON_SAVE_FOR_BACKWARD", "").strip().lower()
     return bool(value) and value not in OFF_VALUES
+
+
+def strict_rules() -> bool:
+    """`BABYTRITON_STRICT_RULES=1` (the test suite sets it): a schedule rule of babytriton's that fails
+    with a Python programming error (AttributeError, NameError, TypeError) raises it, where a user's
+    compile would see the rule decline the kernel and the next rule take it (schedules/wrappers.py)."""
+    return os.environ.get("BABYTRITON_STRICT_RULES", "").strip().lower() not in ("", *OFF_VALUES)

@@ -114,11 +114,8 @@ def is_int(expr, value: int) -> bool:
 
 
 def is_buffer(param) -> bool:
-    try:
-        param.ty.dtype
-    except AttributeError:
-        return False
-    return True
+    """Whether a PrimFunc parameter is a buffer (a size passed as a scalar, a PrimType, is not)."""
+    return isinstance(getattr(param, "ty", None), tirx.BufferType)
 
 
 def fuse(sch, loops):

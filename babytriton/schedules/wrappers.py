@@ -10,12 +10,15 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 
+from ..core import config
 from .analysis import find_all
 from .reasons import hearing
 from .registers import TooManyRegisters, small_registers
 from .unchecked import Schedule
 
 
+# what a rule's own code raises when it is wrong, not when TVM refuses a schedule (config.strict_rules)
+_PROGRAMMING_ERRORS = (AttributeError, NameError, TypeError)
 RULE_ATTR = "babytriton.rule"  # the PrimFunc attribute naming the rule that scheduled it (k.fusion)
 
 
@@ -41,7 +44,8 @@ class Guarded(dl.ScheduleRule):
                 heard[:] = [str(error)]
                 space = None
             except Exception as error:  # noqa: BLE001 - a rule's own bug must not fail the compile
-                if not self.guard:
+                if not self.guard or isinstance(error, _PROGRAMMING_ERRORS) and config.strict_rules() and \
+                        type(self.rule).__module__.startswith("babytriton."):
                     raise
                 heard[:] = [f"failed ({type(error).__name__})"]
                 space = None
