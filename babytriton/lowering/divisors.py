@@ -1,9 +1,9 @@
 """Index arithmetic never divides by zero. TVM's common-subexpression elimination hoists a division by
 a symbolic size (`i // d2`, `i % d2`: the position in a fused loop over an axis of size d2) out of the
 loop it sat in, to where it runs even when that loop runs no step: with an empty axis (d2 = 0) the
-process died of SIGFPE (fuzz 48000520: the std of a (7, 1, 0) tensor). A divisor that reads no data
-becomes max(divisor, 1), equal to it wherever the division indexes an element; a division of data by
-data keeps the guard its operator wrote (torch's `x % y` of a zero y)."""
+process died of SIGFPE (fuzz 48000520: the std of a (7, 1, 0) tensor). A divisor that is a size
+becomes max(divisor, 1), equal to it wherever the division indexes an element; a division by data or
+by a scalar argument keeps what its operator wrote (torch's `x % y` guards a zero y)."""
 from __future__ import annotations
 
 import tvm
