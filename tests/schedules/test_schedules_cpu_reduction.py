@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import babytriton as bt
+from babytriton.testing.fuzz.checking import load
 
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float16: dict(rtol=1e-2, atol=2e-2),
        torch.bfloat16: dict(rtol=2e-2, atol=5e-2)}
@@ -363,7 +364,6 @@ def test_math_that_one_block_reads_twice_is_computed_once(programs_dir, math_, p
             "    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-12)\n")
     path = programs_dir / f"twice_{abs(hash(text))}.py"
     path.write_text(text)
-    from babytriton.testing.fuzz.checking import load
     f = load(path).f
     x, y = with_specials(rows, width, dtype), with_specials(1, width, seed=1)[0]
     y[:: max(1, width // 3)] = math.nan  # the maximum's NaN test
