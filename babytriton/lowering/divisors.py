@@ -10,36 +10,26 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..schedules.analysis import find_all
+from ..schedules.analysis import find_all, sizes_analyzer
 
 _DIVISIONS = (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod)
 
 
 def nonzero_divisors(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """A CPU kernel with each integer division by a size (an expression of its buffers' symbolic
-    sizes, no subtraction, no negative constant) dividing by at least 1. A scalar argument is no size:
-    `x // n` of a Triton kernel's negative n divides by n. (A GPU's integer division by zero does not
-    trap; there the guard kept TVM from proving a bfloat16 vector whole, and its CUDA code generator
-    failed on the vector's type: fuzz 48002758.)"""
+    """A CPU kernel with each integer division by a size (an expression that reads no data and is
+    provably non-negative, its buffers' symbolic sizes being so) dividing by at least 1. A scalar
+    argument is no size: `x // n` of a Triton kernel's negative n divides by n. (A GPU's integer
+    division by zero does not trap; there the guard kept TVM from proving a bfloat16 vector whole, and
+    its CUDA code generator failed on the vector's type: fuzz 48002758.)"""
     target = func.attrs.get("target") if func.attrs is not None else None
     if target is None or target.kind.name != "llvm":
         return func
-    sizes = [v for p in func.params if isinstance(getattr(p, "ty", None), tirx.BufferType)
-             for d in p.ty.shape for v in tirx.analysis.undefined_vars(d)]
+    sizes = sizes_analyzer(func)
 
     def guarded(node):
         divisor = node.b
-        if not _size(divisor, sizes):
+        if isinstance(divisor, tirx.IntImm) or not str(divisor.ty.dtype).startswith("int") or find_all(
+                divisor, tvm.ir.TensorLoad) or not sizes.can_prove(divisor >= 0):
             return node
         return type(node)(node.a, tirx.Max(divisor, tirx.const(1, divisor.ty.dtype)))
     return func.with_body(tvm_ffi.structural_map(func.body, [(_DIVISIONS, guarded)]))
-
-
-def _size(expr, sizes: list) -> bool:
-    """Whether `expr` is a non-negative integer expression of `sizes` that may be 0 (not a constant)."""
-    if isinstance(expr, tirx.IntImm) or not str(expr.ty.dtype).startswith("int"):
-        return False
-    names = tirx.analysis.undefined_vars(expr)
-    return bool(names) and all(any(v.same_as(s) for s in sizes) for v in names) and not find_all(
-        expr, tvm.ir.TensorLoad) and not find_all(expr, tirx.Sub) and not any(
-        c.value < 0 for c in find_all(expr, tirx.IntImm))

@@ -113,6 +113,16 @@ def is_int(expr, value: int) -> bool:
     return isinstance(expr, tirx.IntImm) and int(expr) == value
 
 
+def sizes_analyzer(func: tirx.PrimFunc) -> tvm.sym.Analyzer:
+    """An analyzer that knows each symbolic size of `func`'s buffer parameters is never negative (in
+    [0, 2^62)): `max(n, 0)` simplifies to n, `n // 4096 >= 0` is provable."""
+    analyzer = tvm.sym.Analyzer()
+    sizes = {dim for param in func.params if is_buffer(param) for dim in param.ty.shape if isinstance(dim, tirx.Var)}
+    for size in sizes:
+        analyzer.bind(size, tvm.ir.Range(tirx.IntImm(size.ty.dtype, 0), tirx.IntImm(size.ty.dtype, 1 << 62)))
+    return analyzer
+
+
 def is_buffer(param) -> bool:
     """Whether a PrimFunc parameter is a buffer (a size passed as a scalar, a PrimType, is not)."""
     return isinstance(getattr(param, "ty", None), tirx.BufferType)

@@ -10,7 +10,7 @@ from tvm import s_tir, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from .analysis import find_all, updated
+from .analysis import find_all, sizes_analyzer, updated
 from .wrappers import RULE_ATTR
 
 
@@ -56,11 +56,7 @@ def _with_block_body(block, body):
 
 
 def _statements_to_kernels(func, body, gpu: bool):
-    analyzer = tvm.sym.Analyzer()
-    sizes = {dim for param in func.params if isinstance(param.ty, tirx.BufferType)
-             for dim in param.ty.shape if isinstance(dim, tirx.Var)}
-    for size in sizes:  # tensor sizes are never negative: lets max(n, 0) simplify to n
-        analyzer.bind(size, tvm.ir.Range(tirx.IntImm(size.ty.dtype, 0), tirx.IntImm(size.ty.dtype, 1 << 62)))
+    analyzer = sizes_analyzer(func)  # tensor sizes are never negative: lets max(n, 0) simplify to n
     statements = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
     host, body, serial = [], [], []
 
